@@ -1,0 +1,1 @@
+"""The choreographer: decides which workers must run, from programs, replays and tails."""

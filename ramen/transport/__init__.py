@@ -1,0 +1,19 @@
+"""Aeron log buffers shared between processes: frames, publications, images, subscriptions, counters."""
+
+from ramen.transport.assembler import FragmentAssembler, MessageHeader
+from ramen.transport.counters import CountersFile
+from ramen.transport.frame import Header
+from ramen.transport.idle import BackoffIdleStrategy
+from ramen.transport.image import Image
+from ramen.transport.logbuffer import LogBuffer, LogBufferError, LogBufferParams
+from ramen.transport.publication import BufferClaim, ExclusivePublication, offer_blocking
+from ramen.transport.status import (ABORT, ADMIN_ACTION, BACK_PRESSURED, BREAK, CLOSED, COMMIT, CONTINUE,
+                                    MAX_POSITION_EXCEEDED, NOT_CONNECTED)
+from ramen.transport.subscription import Subscription
+
+__all__ = [
+    "ABORT", "ADMIN_ACTION", "BACK_PRESSURED", "BREAK", "CLOSED", "COMMIT", "CONTINUE", "MAX_POSITION_EXCEEDED",
+    "NOT_CONNECTED", "BackoffIdleStrategy", "BufferClaim", "CountersFile", "ExclusivePublication",
+    "FragmentAssembler", "Header", "Image", "LogBuffer", "LogBufferError", "LogBufferParams", "MessageHeader",
+    "Subscription", "offer_blocking",
+]

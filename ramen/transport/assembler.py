@@ -1,0 +1,95 @@
+"""Fragment assembly: hand over only whole messages (Aeron's FragmentAssembler).
+
+A message larger than the MTU arrives as fragments flagged BEGIN ... END. Unfragmented messages
+pass straight through with no copy; fragments are gathered per image (keyed by the image's header
+flyweight) and the whole message is handed over with a header describing it: the first
+fragment's term id and offset, and the position after the last fragment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ramen.transport import frame
+from ramen.transport.status import ABORT, CONTINUE
+
+
+@dataclass
+class MessageHeader:
+    """Header of a reassembled message (a snapshot, unlike the reused frame Header)."""
+    term_id: int
+    term_offset: int
+    session_id: int
+    stream_id: int
+    reserved_value: int
+    position: int
+    flags: int = frame.UNFRAGMENTED
+
+
+class _Builder:
+    __slots__ = ("data", "term_id", "term_offset", "reserved_value", "in_progress")
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.in_progress = False
+
+
+class FragmentAssembler:
+    """Wraps a handler(buffer, offset, length, header) so that it sees whole messages only.
+
+    Use `on_fragment` with poll and `on_controlled_fragment` with controlled_poll.
+    """
+
+    def __init__(self, delegate) -> None:
+        self.delegate = delegate
+        self._builders: dict[int, _Builder] = {}
+
+    def on_fragment(self, buffer, offset: int, length: int, header) -> None:
+        flags = buffer[header.offset + frame.FLAGS_OFFSET]
+        if flags & frame.UNFRAGMENTED == frame.UNFRAGMENTED:
+            self.delegate(buffer, offset, length, header)
+            return
+        builder = self._append(buffer, offset, length, header, flags)
+        if builder is not None and flags & frame.END_FLAG:
+            builder.in_progress = False
+            self.delegate(builder.data, 0, len(builder.data), self._message_header(builder, header))
+
+    __call__ = on_fragment
+
+    def on_controlled_fragment(self, buffer, offset: int, length: int, header) -> int:
+        """As on_fragment; an ABORT of a whole message rolls its last fragment back for redelivery."""
+        flags = buffer[header.offset + frame.FLAGS_OFFSET]
+        if flags & frame.UNFRAGMENTED == frame.UNFRAGMENTED:
+            return self.delegate(buffer, offset, length, header)
+        mark = len(self._builders[id(header)].data) if id(header) in self._builders else 0
+        builder = self._append(buffer, offset, length, header, flags)
+        if builder is None or not flags & frame.END_FLAG:
+            return CONTINUE
+        action = self.delegate(builder.data, 0, len(builder.data), self._message_header(builder, header))
+        if action == ABORT:
+            del builder.data[mark:]
+        else:
+            builder.in_progress = False
+        return action
+
+    def _append(self, buffer, offset: int, length: int, header, flags: int) -> _Builder | None:
+        """Add a fragment to its image's message; None when it has no beginning (joined mid-message)."""
+        builder = self._builders.get(id(header))
+        if builder is None:
+            builder = self._builders[id(header)] = _Builder()
+        if flags & frame.BEGIN_FLAG:
+            fields = frame.HEADER.unpack_from(buffer, header.offset)
+            builder.data[:] = buffer[offset:offset + length]
+            builder.term_offset, builder.term_id, builder.reserved_value = fields[4], fields[7], fields[8]
+            builder.in_progress = True
+            return builder
+        if not builder.in_progress:
+            return None
+        builder.data += buffer[offset:offset + length]
+        return builder
+
+    @staticmethod
+    def _message_header(builder: _Builder, header) -> MessageHeader:
+        fields = frame.HEADER.unpack_from(header.buffer, header.offset)
+        return MessageHeader(builder.term_id, builder.term_offset, fields[5], fields[6], builder.reserved_value,
+                             header.position)

@@ -1,0 +1,354 @@
+"""The counters file: labelled int64 counters shared by every process of a site, like Aeron's cnc.dat.
+
+Layout (Aeron's CncFileDescriptor and CountersManager): a 128-byte header, then the counters
+metadata buffer (512 bytes a counter), then the values buffer (128 bytes a counter). The to-driver,
+to-clients and error-log buffers have length 0: there is no media driver. Allocation and release
+take an exclusive flock on the file; updates of a value are plain 8-byte stores by the one process
+that owns the counter.
+
+ramen keeps two extra fields in the padding of a value record that Aeron leaves unused: a heartbeat
+(monotonic ms) and a state word, so a publication can tell a live subscriber from a dead one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import mmap
+import os
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from ramen.transport.defaults import COUNTER_FREE_TO_REUSE_DELAY_S, COUNTERS_DEFAULT_CAPACITY
+
+log = logging.getLogger(__name__)
+
+# cnc.dat header.
+CNC_VERSION = (0 << 16) | (2 << 8) | 0  # SemanticVersion.compose(0, 2, 0)
+CNC_VERSION_FIELD_OFFSET = 0
+TO_DRIVER_BUFFER_LENGTH_FIELD_OFFSET = 4
+TO_CLIENTS_BUFFER_LENGTH_FIELD_OFFSET = 8
+COUNTERS_METADATA_BUFFER_LENGTH_FIELD_OFFSET = 12
+COUNTERS_VALUES_BUFFER_LENGTH_FIELD_OFFSET = 16
+ERROR_LOG_BUFFER_LENGTH_FIELD_OFFSET = 20
+CLIENT_LIVENESS_TIMEOUT_FIELD_OFFSET = 24
+START_TIMESTAMP_FIELD_OFFSET = 32
+PID_FIELD_OFFSET = 40
+END_OF_METADATA_OFFSET = 128
+
+# Counter metadata record.
+METADATA_LENGTH = 512
+STATE_OFFSET = 0
+TYPE_ID_OFFSET = 4
+FREE_FOR_REUSE_DEADLINE_OFFSET = 8
+KEY_OFFSET = 16
+MAX_KEY_LENGTH = 112
+LABEL_LENGTH_OFFSET = 128
+LABEL_OFFSET = 132
+MAX_LABEL_LENGTH = 380
+RECORD_UNUSED, RECORD_ALLOCATED, RECORD_RECLAIMED = 0, 1, -1
+NOT_FREE_TO_REUSE = 0x7FFFFFFFFFFFFFFF
+
+# Counter value record.
+COUNTER_LENGTH = 128
+VALUE_OFFSET = 0
+REGISTRATION_ID_OFFSET = 8
+OWNER_ID_OFFSET = 16
+HEARTBEAT_OFFSET = 32  # ramen: monotonic ms of the owner's last sign of life
+STATUS_OFFSET = 40  # ramen: ACTIVE or DROPPED, for subscriber positions
+COUNTER_ACTIVE, COUNTER_DROPPED = 0, 1
+
+# Type ids: Aeron's where the meaning is Aeron's, ramen's own from 1000.
+SYSTEM_COUNTER_TYPE_ID = 0
+PUBLISHER_LIMIT_TYPE_ID = 1
+SUBSCRIBER_POSITION_TYPE_ID = 4
+PUBLISHER_POSITION_TYPE_ID = 12
+BACK_PRESSURE_EVENTS_TYPE_ID = 1001
+SUBSCRIBERS_DROPPED_TYPE_ID = 1002
+UNBLOCKED_FRAMES_TYPE_ID = 1003
+
+TYPE_NAMES = {
+    SYSTEM_COUNTER_TYPE_ID: "system",
+    PUBLISHER_LIMIT_TYPE_ID: "pub-lmt",
+    SUBSCRIBER_POSITION_TYPE_ID: "sub-pos",
+    PUBLISHER_POSITION_TYPE_ID: "pub-pos",
+    BACK_PRESSURE_EVENTS_TYPE_ID: "back-pressure",
+    SUBSCRIBERS_DROPPED_TYPE_ID: "subs-dropped",
+    UNBLOCKED_FRAMES_TYPE_ID: "unblocked",
+}
+
+STREAM_KEY = struct.Struct("<qiii")
+"""Key of a stream counter: log correlation id, session id, stream id, flags (bit 0: tethered)."""
+KEY_FLAG_TETHERED = 1
+
+
+class CountersFileError(ValueError):
+    """A counters file that cannot be used, or that is full."""
+
+
+def monotonic_ms() -> int:
+    """CLOCK_MONOTONIC in ms: one clock for all processes of the host, immune to wall-clock steps."""
+    return time.monotonic_ns() // 1_000_000
+
+
+def compute_file_length(capacity: int) -> int:
+    return END_OF_METADATA_OFFSET + capacity * (METADATA_LENGTH + COUNTER_LENGTH)
+
+
+@dataclass(frozen=True)
+class CounterInfo:
+    """A snapshot of one allocated counter, for tools."""
+    id: int
+    type_id: int
+    label: str
+    key: bytes
+    value: int
+    registration_id: int
+    owner_id: int
+    heartbeat_ms: int
+    status: int
+
+    @property
+    def type_name(self) -> str:
+        return TYPE_NAMES.get(self.type_id, str(self.type_id))
+
+
+class CountersFile:
+    """A mapped counters file; many processes map the same one."""
+
+    def __init__(self, path: Path, fd: int, mapped: mmap.mmap) -> None:
+        self.path = path
+        self._fd = fd
+        self.mmap = mapped
+        header = struct.unpack_from("<iiiiii", mapped, 0)
+        self.version = header[0]
+        self.metadata_length = header[3]
+        self.values_length = header[4]
+        self.capacity = self.metadata_length // METADATA_LENGTH
+        self.metadata_offset = END_OF_METADATA_OFFSET + header[1] + header[2]
+        self.values_offset = self.metadata_offset + self.metadata_length
+        self._buf = memoryview(mapped)
+        self._i64 = self._buf.cast("q")
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, *, create: bool = True,
+             capacity: int = COUNTERS_DEFAULT_CAPACITY) -> "CountersFile":
+        """Map the counters file, creating it (race-free across processes) when absent."""
+        path = Path(path)
+        try:
+            fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+        except FileNotFoundError:
+            raise CountersFileError(f"{path}: no counters file (is anything running?)") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                size = os.fstat(fd).st_size
+                if size == 0 and create:
+                    _initialise(fd, capacity)
+                    size = os.fstat(fd).st_size
+                _validate(path, fd, size)
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            mapped = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(path, fd, mapped)
+
+    def close(self) -> None:
+        self._i64.release()
+        self._buf.release()
+        self.mmap.close()
+        os.close(self._fd)
+
+    # -- allocation -----------------------------------------------------------------------------
+
+    def allocate(self, type_id: int, label: str, *, key: bytes = b"", registration_id: int = 0,
+                 owner_id: int | None = None) -> "Counter":
+        """Take a free record, or reclaim one whose owner process is gone, and set it up."""
+        if len(key) > MAX_KEY_LENGTH:
+            raise ValueError(f"counter key of {len(key)} bytes exceeds {MAX_KEY_LENGTH}")
+        label_bytes = label.encode()[:MAX_LABEL_LENGTH]
+        owner = os.getpid() if owner_id is None else owner_id
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            counter_id = self._find_free_record()
+            if counter_id is None:
+                self._reclaim_orphans()
+                counter_id = self._find_free_record()
+            if counter_id is None:
+                raise CountersFileError(f"{self.path}: all {self.capacity} counters are in use")
+            meta = self.metadata_offset + counter_id * METADATA_LENGTH
+            value = self.values_offset + counter_id * COUNTER_LENGTH
+            self._buf[value:value + COUNTER_LENGTH] = bytes(COUNTER_LENGTH)
+            struct.pack_into("<qqq", self._buf, value, 0, registration_id, owner)
+            struct.pack_into("<q", self._buf, value + HEARTBEAT_OFFSET, monotonic_ms())
+            self._buf[meta + KEY_OFFSET:meta + KEY_OFFSET + MAX_KEY_LENGTH] = key.ljust(MAX_KEY_LENGTH, b"\0")
+            struct.pack_into("<i", self._buf, meta + LABEL_LENGTH_OFFSET, len(label_bytes))
+            self._buf[meta + LABEL_OFFSET:meta + LABEL_OFFSET + MAX_LABEL_LENGTH] = label_bytes.ljust(MAX_LABEL_LENGTH, b"\0")
+            struct.pack_into("<iiq", self._buf, meta, RECORD_UNUSED, type_id, NOT_FREE_TO_REUSE)
+            # The state goes last: readers skip the record until it is whole.
+            struct.pack_into("<i", self._buf, meta + STATE_OFFSET, RECORD_ALLOCATED)
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        return Counter(self, counter_id)
+
+    def free(self, counter_id: int) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            meta = self.metadata_offset + counter_id * METADATA_LENGTH
+            deadline = monotonic_ms() + int(COUNTER_FREE_TO_REUSE_DELAY_S * 1000)
+            struct.pack_into("<q", self._buf, meta + FREE_FOR_REUSE_DEADLINE_OFFSET, deadline)
+            struct.pack_into("<i", self._buf, meta + STATE_OFFSET, RECORD_RECLAIMED)
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _find_free_record(self) -> int | None:
+        now = monotonic_ms()
+        for counter_id in range(self.capacity):
+            meta = self.metadata_offset + counter_id * METADATA_LENGTH
+            state, _, deadline = struct.unpack_from("<iiq", self._buf, meta)
+            if state == RECORD_UNUSED or (state == RECORD_RECLAIMED and deadline <= now):
+                return counter_id
+        return None
+
+    def _reclaim_orphans(self) -> None:
+        """Free the counters of processes that died without freeing them (called under the lock)."""
+        for info in self.counters():
+            if info.owner_id > 0 and not _pid_alive(info.owner_id):
+                meta = self.metadata_offset + info.id * METADATA_LENGTH
+                struct.pack_into("<q", self._buf, meta + FREE_FOR_REUSE_DEADLINE_OFFSET, 0)
+                struct.pack_into("<i", self._buf, meta + STATE_OFFSET, RECORD_RECLAIMED)
+                log.info("reclaimed counter %d (%s) of dead process %d", info.id, info.label, info.owner_id)
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def state(self, counter_id: int) -> int:
+        return struct.unpack_from("<i", self._buf, self.metadata_offset + counter_id * METADATA_LENGTH)[0]
+
+    def type_id(self, counter_id: int) -> int:
+        return struct.unpack_from("<i", self._buf, self.metadata_offset + counter_id * METADATA_LENGTH + TYPE_ID_OFFSET)[0]
+
+    def key(self, counter_id: int) -> bytes:
+        meta = self.metadata_offset + counter_id * METADATA_LENGTH + KEY_OFFSET
+        return bytes(self._buf[meta:meta + MAX_KEY_LENGTH])
+
+    def label(self, counter_id: int) -> str:
+        meta = self.metadata_offset + counter_id * METADATA_LENGTH
+        length = struct.unpack_from("<i", self._buf, meta + LABEL_LENGTH_OFFSET)[0]
+        length = max(0, min(length, MAX_LABEL_LENGTH))
+        return bytes(self._buf[meta + LABEL_OFFSET:meta + LABEL_OFFSET + length]).decode(errors="replace")
+
+    def value_index(self, counter_id: int, field_offset: int = VALUE_OFFSET) -> int:
+        """Index into the file viewed as int64s: what a hot path keeps to read or write a field."""
+        return (self.values_offset + counter_id * COUNTER_LENGTH + field_offset) // 8
+
+    def get(self, counter_id: int, field_offset: int = VALUE_OFFSET) -> int:
+        return self._i64[self.value_index(counter_id, field_offset)]
+
+    def counters(self) -> Iterator[CounterInfo]:
+        """Every allocated counter, in id order."""
+        for counter_id in range(self.capacity):
+            meta = self.metadata_offset + counter_id * METADATA_LENGTH
+            state, type_id = struct.unpack_from("<ii", self._buf, meta)
+            if state == RECORD_UNUSED:
+                break  # records are taken in order: nothing was ever allocated past this one
+            if state != RECORD_ALLOCATED:
+                continue
+            value, registration_id, owner_id = struct.unpack_from("<qqq", self._buf, self.values_offset + counter_id * COUNTER_LENGTH)
+            heartbeat, status = struct.unpack_from("<qq", self._buf, self.values_offset + counter_id * COUNTER_LENGTH + HEARTBEAT_OFFSET)
+            yield CounterInfo(counter_id, type_id, self.label(counter_id), self.key(counter_id), value,
+                              registration_id, owner_id, heartbeat, status)
+
+    def find(self, type_id: int, registration_id: int) -> list[int]:
+        """Ids of allocated counters of a type that belong to one log (by its correlation id)."""
+        found = []
+        for counter_id in range(self.capacity):
+            meta = self.metadata_offset + counter_id * METADATA_LENGTH
+            state, record_type = struct.unpack_from("<ii", self._buf, meta)
+            if state == RECORD_UNUSED:
+                break
+            if state == RECORD_ALLOCATED and record_type == type_id and \
+                    self.get(counter_id, REGISTRATION_ID_OFFSET) == registration_id:
+                found.append(counter_id)
+        return found
+
+    @property
+    def header(self) -> dict:
+        version, to_driver, to_clients, meta_len, values_len, err_len = struct.unpack_from("<iiiiii", self._buf, 0)
+        liveness, start, pid = struct.unpack_from("<qqq", self._buf, CLIENT_LIVENESS_TIMEOUT_FIELD_OFFSET)
+        return {"version": version, "to_driver_buffer_length": to_driver, "to_clients_buffer_length": to_clients,
+                "counters_metadata_buffer_length": meta_len, "counters_values_buffer_length": values_len,
+                "error_log_buffer_length": err_len, "client_liveness_timeout_ns": liveness,
+                "start_timestamp_ms": start, "pid": pid}
+
+
+class Counter:
+    """One counter owned by this process: plain stores into the shared file (single writer)."""
+
+    __slots__ = ("file", "id", "_i64", "_index")
+
+    def __init__(self, counters: CountersFile, counter_id: int) -> None:
+        self.file = counters
+        self.id = counter_id
+        self._i64 = counters._i64
+        self._index = counters.value_index(counter_id)
+
+    def get(self) -> int:
+        return self._i64[self._index]
+
+    def set(self, value: int) -> None:
+        self._i64[self._index] = value
+
+    def add(self, delta: int = 1) -> None:
+        self._i64[self._index] += delta
+
+    def heartbeat(self, now_ms: int) -> None:
+        self._i64[self._index + HEARTBEAT_OFFSET // 8] = now_ms
+
+    @property
+    def status(self) -> int:
+        return self._i64[self._index + STATUS_OFFSET // 8]
+
+    @property
+    def label(self) -> str:
+        return self.file.label(self.id)
+
+    def close(self) -> None:
+        self.file.free(self.id)
+
+
+def _initialise(fd: int, capacity: int) -> None:
+    length = compute_file_length(capacity)
+    os.ftruncate(fd, length)
+    header = struct.pack("<iiiiiiqqq", 0, 0, 0, capacity * METADATA_LENGTH, capacity * COUNTER_LENGTH, 0,
+                         int(10e9), int(time.time() * 1000), os.getpid())
+    os.pwrite(fd, header, 0)
+    # The version goes last, as in Aeron: a reader that sees it sees a whole header.
+    os.pwrite(fd, struct.pack("<i", CNC_VERSION), CNC_VERSION_FIELD_OFFSET)
+
+
+def _validate(path: Path, fd: int, size: int) -> None:
+    if size < END_OF_METADATA_OFFSET:
+        raise CountersFileError(f"{path}: {size} bytes is too short for a counters file")
+    version, to_driver, to_clients, meta_len, values_len, err_len = struct.unpack("<iiiiii", os.pread(fd, 24, 0))
+    if version != CNC_VERSION:
+        raise CountersFileError(f"{path}: counters file version {version:#x}, expected {CNC_VERSION:#x}")
+    if meta_len % METADATA_LENGTH or values_len != (meta_len // METADATA_LENGTH) * COUNTER_LENGTH:
+        raise CountersFileError(f"{path}: inconsistent counters buffer lengths {meta_len} and {values_len}")
+    expected = END_OF_METADATA_OFFSET + to_driver + to_clients + meta_len + values_len + err_len
+    if size < expected:
+        raise CountersFileError(f"{path}: file is {size} bytes, its header needs {expected} (truncated?)")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,28 @@
+"""Tunable defaults of the transport, with their units, in one place."""
+
+DEFAULT_TERM_LENGTH = 16 * 1024 * 1024
+DEFAULT_MTU_LENGTH = 1408
+DEFAULT_PAGE_SIZE = 4096
+
+SUBSCRIBER_LIVENESS_TIMEOUT_S = 5.0
+"""An untethered subscriber whose heartbeat is older than this is dropped by the publication."""
+
+PUBLICATION_UNBLOCK_TIMEOUT_S = 15.0
+"""A frame left uncommitted this long (its writer died mid-message) is turned into padding (Aeron's default)."""
+
+SUBSCRIBER_SCAN_INTERVAL_S = 0.010
+"""How often a publication with no known subscriber looks for new ones in the counters file."""
+
+LIMIT_REFRESH_INTERVAL_S = 0.001
+"""How often a publication re-reads subscriber positions while it is not at its limit."""
+
+COUNTERS_DEFAULT_CAPACITY = 1024
+"""Counters in a new counters file."""
+
+COUNTER_FREE_TO_REUSE_DELAY_S = 1.0
+"""A freed counter record is not reused before this, so a reader holding its id sees it freed first."""
+
+IDLE_MAX_SPINS = 10
+IDLE_MAX_YIELDS = 20
+IDLE_MIN_PARK_S = 50e-6
+IDLE_MAX_PARK_S = 5e-3

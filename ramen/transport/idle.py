@@ -1,0 +1,67 @@
+"""Idle strategies for duty-cycle loops: what an agent does when a cycle found no work.
+
+With two cores, a reader that spins holds one of them; so after a few spins and yields the
+backoff strategy sleeps, doubling the sleep up to a cap, and snaps back on the first work found.
+"""
+
+import os
+import time
+
+from ramen.transport.defaults import IDLE_MAX_PARK_S, IDLE_MAX_SPINS, IDLE_MAX_YIELDS, IDLE_MIN_PARK_S
+
+
+class BackoffIdleStrategy:
+    """Spin, then yield, then sleep with exponential backoff (Aeron's BackoffIdleStrategy)."""
+
+    __slots__ = ("max_spins", "max_yields", "min_park_s", "max_park_s", "_spins", "_yields", "_park_s")
+
+    def __init__(self, max_spins: int = IDLE_MAX_SPINS, max_yields: int = IDLE_MAX_YIELDS,
+                 min_park_s: float = IDLE_MIN_PARK_S, max_park_s: float = IDLE_MAX_PARK_S) -> None:
+        self.max_spins = max_spins
+        self.max_yields = max_yields
+        self.min_park_s = min_park_s
+        self.max_park_s = max_park_s
+        self.reset()
+
+    def reset(self) -> None:
+        self._spins = 0
+        self._yields = 0
+        self._park_s = self.min_park_s
+
+    def idle(self, work_count: int = 0) -> None:
+        if work_count > 0:
+            if self._spins or self._yields or self._park_s != self.min_park_s:
+                self.reset()
+            return
+        if self._spins < self.max_spins:
+            self._spins += 1
+        elif self._yields < self.max_yields:
+            self._yields += 1
+            os.sched_yield()
+        else:
+            time.sleep(self._park_s)
+            self._park_s = min(self._park_s * 2, self.max_park_s)
+
+
+class SleepingIdleStrategy:
+    """Always sleep a fixed time when idle: for agents where latency does not matter."""
+
+    def __init__(self, sleep_s: float = IDLE_MAX_PARK_S) -> None:
+        self.sleep_s = sleep_s
+
+    def reset(self) -> None:
+        pass
+
+    def idle(self, work_count: int = 0) -> None:
+        if work_count <= 0:
+            time.sleep(self.sleep_s)
+
+
+class BusySpinIdleStrategy:
+    """Never sleep: for benchmarks that measure latency with a core to spare."""
+
+    def reset(self) -> None:
+        pass
+
+    def idle(self, work_count: int = 0) -> None:
+        pass

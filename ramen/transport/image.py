@@ -1,0 +1,257 @@
+"""An image: one subscriber's reading of one log buffer (Aeron's Image plus its subscriber position).
+
+The reader walks committed frames from its position, stops at the first length <= 0, skips PAD
+frames, and publishes its position and a heartbeat in the counters file so the writer knows how far
+it may go. If the writer died mid-frame, the reader turns the stuck frame into padding after the
+unblock timeout (Aeron's TermUnblocker) and goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+from ramen.transport import counters as ctr
+from ramen.transport import frame
+from ramen.transport.counters import CountersFile
+from ramen.transport.defaults import PUBLICATION_UNBLOCK_TIMEOUT_S
+from ramen.transport.frame import Header
+from ramen.transport.logbuffer import LogBuffer
+from ramen.transport.position import int32
+from ramen.transport.status import ABORT, BREAK, COMMIT, CONTINUE
+
+log = logging.getLogger(__name__)
+
+FragmentHandler = Callable[[memoryview, int, int, Header], None]
+ControlledFragmentHandler = Callable[[memoryview, int, int, Header], int]
+BlockHandler = Callable[[memoryview, int, int, int, int], None]
+
+
+class Image:
+    """Reads one log buffer; `poll` hands each committed fragment to a handler."""
+
+    def __init__(self, log_buffer: LogBuffer, counters: CountersFile | None = None, *,
+                 join_position: int | None = None, tethered: bool = False, name: str = "",
+                 unblock_timeout_s: float = PUBLICATION_UNBLOCK_TIMEOUT_S) -> None:
+        self.log = log_buffer
+        self.counters = counters
+        self.term_length = log_buffer.term_length
+        self.bits = log_buffer.position_bits_to_shift
+        self.mask = self.term_length - 1
+        self.session_id = log_buffer.session_id
+        self.stream_id = log_buffer.stream_id
+        self.tethered = tethered
+        self.name = name or log_buffer.path.name
+        self.unblock_timeout_ns = int(unblock_timeout_s * 1e9)
+        self._terms = log_buffer.terms
+        self._terms_i32 = [t.cast("i") for t in self._terms]
+        self._terms_u16 = [t.cast("H") for t in self._terms]
+        self.header = Header(log_buffer.initial_term_id, self.bits)
+        self._position = log_buffer.producer_position() if join_position is None else join_position
+        if self._position & (frame.FRAME_ALIGNMENT - 1):
+            raise ValueError(f"{self.name}: join position {self._position} is not frame-aligned")
+        self._closed = False
+        self._stall_position = -1
+        self._stall_since_ns = 0
+        self._sub_pos = self._unblocked = None
+        if counters is not None:
+            key = ctr.STREAM_KEY.pack(log_buffer.correlation_id, self.session_id, self.stream_id,
+                                      ctr.KEY_FLAG_TETHERED if tethered else 0)
+            suffix = f"{self.session_id} {self.stream_id} {self.name}{' tethered' if tethered else ''}"
+            self._sub_pos = counters.allocate(ctr.SUBSCRIBER_POSITION_TYPE_ID, f"sub-pos: {suffix}", key=key,
+                                              registration_id=log_buffer.correlation_id)
+            self._sub_pos.set(self._position)
+            self._unblocked = counters.allocate(ctr.UNBLOCKED_FRAMES_TYPE_ID, f"unblocked: {suffix}", key=key,
+                                                registration_id=log_buffer.correlation_id)
+
+    # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    @property
+    def is_dropped(self) -> bool:
+        """The writer gave up on this subscriber because it stopped reading for too long."""
+        return self._sub_pos is not None and self._sub_pos.status == ctr.COUNTER_DROPPED
+
+    @property
+    def is_end_of_stream(self) -> bool:
+        return self._position >= self.log.end_of_stream_position
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for counter in (self._sub_pos, self._unblocked):
+            if counter is not None:
+                counter.close()
+        for view in (*self._terms_i32, *self._terms_u16):
+            view.release()
+
+    # -- polling --------------------------------------------------------------------------------
+
+    def poll(self, handler: FragmentHandler, fragment_limit: int) -> int:
+        """Hand up to fragment_limit committed fragments to handler(buffer, offset, length, header)."""
+        if self._closed or self._check_dropped():
+            return 0
+        position = self._position
+        index = (position >> self.bits) % 3
+        term = self._terms[index]
+        lengths = self._terms_i32[index]
+        types = self._terms_u16[index]
+        header = self.header
+        header.buffer = term
+        offset = start = position & self.mask
+        term_length = self.term_length
+        fragments = 0
+        while fragments < fragment_limit and offset < term_length:
+            length = lengths[offset >> 2]
+            if length <= 0:
+                break
+            frame_offset = offset
+            offset += (length + 31) & ~31
+            if types[(frame_offset + frame.TYPE_OFFSET) >> 1] == frame.HDR_TYPE_PAD:
+                continue
+            fragments += 1
+            header.offset = frame_offset
+            handler(term, frame_offset + frame.HEADER_LENGTH, length - frame.HEADER_LENGTH, header)
+        self._advance(position, offset - start)
+        return fragments
+
+    def controlled_poll(self, handler: ControlledFragmentHandler, fragment_limit: int) -> int:
+        """Like poll, but the handler steers: ABORT, BREAK, COMMIT or CONTINUE."""
+        if self._closed or self._check_dropped():
+            return 0
+        position = self._position
+        index = (position >> self.bits) % 3
+        term = self._terms[index]
+        lengths = self._terms_i32[index]
+        types = self._terms_u16[index]
+        header = self.header
+        header.buffer = term
+        offset = start = position & self.mask
+        fragments = 0
+        while fragments < fragment_limit and offset < self.term_length:
+            length = lengths[offset >> 2]
+            if length <= 0:
+                break
+            frame_offset = offset
+            aligned = (length + 31) & ~31
+            if types[(frame_offset + frame.TYPE_OFFSET) >> 1] == frame.HDR_TYPE_PAD:
+                offset += aligned
+                continue
+            header.offset = frame_offset
+            action = handler(term, frame_offset + frame.HEADER_LENGTH, length - frame.HEADER_LENGTH, header)
+            if action == ABORT:
+                break
+            fragments += 1
+            offset += aligned
+            if action == BREAK:
+                break
+            if action == COMMIT:
+                self._advance(position, offset - start)
+                position = self._position
+                start = offset
+        self._advance(position, offset - start)
+        return fragments
+
+    def block_poll(self, handler: BlockHandler, block_length_limit: int) -> int:
+        """Hand a run of whole committed frames (headers included) to handler(term, offset, length,
+        session_id, term_id) in one call; returns the bytes consumed. The fast path for bulk readers."""
+        if self._closed or self._check_dropped():
+            return 0
+        position = self._position
+        index = (position >> self.bits) % 3
+        lengths = self._terms_i32[index]
+        offset = start = position & self.mask
+        limit = min(self.term_length, offset + block_length_limit)
+        while offset < limit:
+            length = lengths[offset >> 2]
+            if length <= 0:
+                break
+            aligned = (length + 31) & ~31
+            if offset + aligned > limit and offset > start:
+                break
+            offset += aligned
+        consumed = offset - start
+        if consumed:
+            term_id = int32(self.header.initial_term_id + (position >> self.bits))
+            handler(self._terms[index], start, consumed, self.session_id, term_id)
+        self._advance(position, consumed)
+        return consumed
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _advance(self, position: int, consumed: int) -> None:
+        sub_pos = self._sub_pos
+        if consumed:
+            self._position = position = position + consumed
+            if sub_pos is not None:
+                sub_pos.set(position)
+        now_ns = time.monotonic_ns()
+        if sub_pos is not None:
+            sub_pos.heartbeat(now_ns // 1_000_000)
+        if consumed == 0:
+            self._check_blocked(position, now_ns)
+
+    def _check_dropped(self) -> bool:
+        if self.is_dropped:
+            log.warning("%s: subscriber at position %d was dropped by the writer for not reading; "
+                        "closing this image", self.name, self._position)
+            self.close()
+            return True
+        return False
+
+    def _check_blocked(self, position: int, now_ns: int) -> None:
+        """If the writer claimed space past us but left it uncommitted for too long, pad it."""
+        if self.log.producer_position() <= position:
+            self._stall_position = -1
+            return
+        if self._stall_position != position:
+            self._stall_position = position
+            self._stall_since_ns = now_ns
+            return
+        if now_ns - self._stall_since_ns < self.unblock_timeout_ns:
+            return
+        if unblock(self.log, position):
+            if self._unblocked is not None:
+                self._unblocked.add(1)
+            log.warning("%s: unblocked a frame left uncommitted at position %d (its writer died mid-message?)",
+                        self.name, position)
+        self._stall_position = -1
+
+
+def unblock(log_buffer: LogBuffer, position: int) -> bool:
+    """Replace the frame stuck at position with padding, as Aeron's TermUnblocker does."""
+    term_length = log_buffer.term_length
+    bits = log_buffer.position_bits_to_shift
+    index = (position >> bits) % 3
+    term = log_buffer.terms[index]
+    offset = position & (term_length - 1)
+    term_id = log_buffer.initial_term_id + (position >> bits)
+    producer = log_buffer.producer_position()
+    tail_offset = min(term_length, offset + (producer - position))
+    length = int.from_bytes(term[offset:offset + 4], "little", signed=True)
+    if length < 0:
+        pad = -length
+    elif length == 0:
+        scan = offset + frame.FRAME_ALIGNMENT
+        while scan < tail_offset and int.from_bytes(term[scan:scan + 4], "little", signed=True) == 0:
+            scan += frame.FRAME_ALIGNMENT
+        if scan < tail_offset and any(term[offset:scan]):
+            return False  # not a clean gap: leave it
+        pad = scan - offset
+    else:
+        return False
+    pad = min(pad, term_length - offset)
+    frame.HEADER.pack_into(term, offset, -pad, 0, frame.UNFRAGMENTED, frame.HDR_TYPE_PAD, offset,
+                           log_buffer.session_id, log_buffer.stream_id, int32(term_id), 0)
+    term[offset:offset + 4] = pad.to_bytes(4, "little", signed=True)
+    return True
+

@@ -1,0 +1,459 @@
+"""The exclusive publication: the one writer of a log buffer (Aeron's ExclusivePublication).
+
+Every write claims its space by moving the tail first, writes the frame header with a negative
+length, then the payload, and commits by storing the positive length last. A reader that meets a
+length <= 0 stops there; a frame left negative by a writer that died is turned into padding by the
+readers after a timeout (see image.py).
+
+Flow control: each subscriber publishes its position in the counters file. The publication may
+start a message only below its limit, the slowest live subscriber's position plus half a term.
+Past it, offers return BACK_PRESSURED and nothing is written. Everything behind the slowest
+subscriber is zeroed before the writer comes round to it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Sequence
+
+import numpy as np
+
+from ramen.transport import counters as ctr
+from ramen.transport import frame
+from ramen.transport.counters import CountersFile, monotonic_ms
+from ramen.transport.defaults import (LIMIT_REFRESH_INTERVAL_S, SUBSCRIBER_LIVENESS_TIMEOUT_S,
+                                      SUBSCRIBER_SCAN_INTERVAL_S)
+from ramen.transport.logbuffer import LogBuffer, pack_tail, tail_term_id, tail_term_offset
+from ramen.transport.position import (PARTITION_COUNT, index_by_term_count, int32,
+                                      max_possible_position)
+from ramen.transport.status import (ADMIN_ACTION, BACK_PRESSURED, CLOSED, MAX_POSITION_EXCEEDED,
+                                    NOT_CONNECTED)
+
+log = logging.getLogger(__name__)
+
+_HEADER_WORDS = frame.HEADER_LENGTH // 4
+
+
+class BufferClaim:
+    """Space claimed in a term for a zero-copy write: fill `buffer`, then commit() or abort()."""
+
+    __slots__ = ("buffer", "_term_i32", "_frame_index", "_frame_length", "_term")
+
+    def __init__(self) -> None:
+        self.buffer: memoryview | None = None
+        self._term = None
+        self._term_i32 = None
+        self._frame_index = 0
+        self._frame_length = 0
+
+    def _wrap(self, term: memoryview, term_i32: memoryview, frame_offset: int, frame_length: int) -> None:
+        self._term = term
+        self._term_i32 = term_i32
+        self._frame_index = frame_offset >> 2
+        self._frame_length = frame_length
+        self.buffer = term[frame_offset + frame.HEADER_LENGTH:frame_offset + frame_length]
+
+    def commit(self) -> None:
+        """Make the message visible to readers."""
+        self.buffer.release()
+        self.buffer = None
+        self._term_i32[self._frame_index] = self._frame_length
+
+    def abort(self) -> None:
+        """Give the space up: it becomes padding that readers skip."""
+        self.buffer.release()
+        self.buffer = None
+        frame_offset = self._frame_index << 2
+        self._term[frame_offset + frame.TYPE_OFFSET:frame_offset + frame.TYPE_OFFSET + 2] = \
+            frame.HDR_TYPE_PAD.to_bytes(2, "little")
+        self._term_i32[self._frame_index] = self._frame_length
+
+
+class ExclusivePublication:
+    """Single-writer publication over one log buffer."""
+
+    def __init__(self, log_buffer: LogBuffer, counters: CountersFile | None = None, *,
+                 subscriber_liveness_timeout_s: float = SUBSCRIBER_LIVENESS_TIMEOUT_S) -> None:
+        self.log = log_buffer
+        self.counters = counters
+        self.term_length = log_buffer.term_length
+        self.bits = log_buffer.position_bits_to_shift
+        self.initial_term_id = log_buffer.initial_term_id
+        self.session_id = log_buffer.session_id
+        self.stream_id = log_buffer.stream_id
+        self.max_payload_length = log_buffer.max_payload_length
+        self.max_message_length = log_buffer.max_message_length
+        self.max_possible_position = max_possible_position(self.term_length)
+        self.subscriber_liveness_timeout_ms = int(subscriber_liveness_timeout_s * 1000)
+        self._terms = log_buffer.terms
+        self._terms_i32 = [t.cast("i") for t in self._terms]
+        self._terms_np = [np.frombuffer(t, dtype=np.uint8) for t in self._terms]
+        # Resume where the log's tail says: a new log starts at its initial position, a reopened
+        # one after the last claimed frame.
+        self._term_count = log_buffer.active_term_count
+        index = index_by_term_count(self._term_count)
+        raw = log_buffer.raw_tail(index)
+        self._term_id = tail_term_id(raw)
+        self._term_offset = tail_term_offset(raw, self.term_length)
+        self._term_begin = self._term_count << self.bits
+        self._index = index
+        self._closed = False
+        # Without a counters file nobody can hold the writer back: only the stream end limits it.
+        self._limit = self.max_possible_position if counters is None else 0
+        self._clean_position = self.position
+        self._subscribers: list[tuple[int, bool]] = []  # (counter id, tethered)
+        self._connected = counters is None
+        self._next_scan_ns = 0
+        self._next_refresh_ns = 0
+        self._pub_lmt = self._pub_pos = self._back_pressure = self._dropped = None
+        if counters is not None:
+            key = ctr.STREAM_KEY.pack(log_buffer.correlation_id, self.session_id, self.stream_id, 0)
+            suffix = f"{self.session_id} {self.stream_id} {log_buffer.path.name}"
+            alloc = counters.allocate
+            corr = log_buffer.correlation_id
+            self._pub_lmt = alloc(ctr.PUBLISHER_LIMIT_TYPE_ID, f"pub-lmt: {suffix}", key=key, registration_id=corr)
+            self._pub_pos = alloc(ctr.PUBLISHER_POSITION_TYPE_ID, f"pub-pos: {suffix}", key=key, registration_id=corr)
+            self._back_pressure = alloc(ctr.BACK_PRESSURE_EVENTS_TYPE_ID, f"back-pressure: {suffix}", key=key,
+                                        registration_id=corr)
+            self._dropped = alloc(ctr.SUBSCRIBERS_DROPPED_TYPE_ID, f"subs-dropped: {suffix}", key=key,
+                                  registration_id=corr)
+            self._pub_pos.set(self.position)
+        self._claim_scratch = BufferClaim()
+
+    # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def position(self) -> int:
+        return self._term_begin + self._term_offset
+
+    @property
+    def position_limit(self) -> int:
+        return self._limit
+
+    @property
+    def is_connected(self) -> bool:
+        return self._connected
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def close(self, *, end_of_stream: bool = True) -> None:
+        """Stop writing; readers see the end of the stream at the current position."""
+        if self._closed:
+            return
+        self._closed = True
+        if end_of_stream:
+            self.log.end_of_stream_position = self.position
+        for counter in (self._pub_lmt, self._pub_pos, self._back_pressure, self._dropped):
+            if counter is not None:
+                counter.close()
+        for view in self._terms_i32:
+            view.release()
+        self._terms_np.clear()
+
+    # -- offers ---------------------------------------------------------------------------------
+
+    def offer(self, buffer, offset: int = 0, length: int | None = None, reserved_value: int = 0) -> int:
+        """Write one message; returns the new position, or a negative status (nothing written)."""
+        if length is None:
+            length = len(buffer) - offset
+        if length > self.max_payload_length:
+            return self._offer_fragmented(buffer, offset, length, reserved_value)
+        position = self._check_limit()
+        if position < 0:
+            return position
+        frame_length = length + frame.HEADER_LENGTH
+        aligned = (frame_length + 31) & ~31
+        term_offset = self._term_offset
+        if term_offset + aligned > self.term_length:
+            return self._pad_and_rotate()
+        term = self._terms[self._index]
+        self._claim(term_offset + aligned)
+        frame.HEADER.pack_into(term, term_offset, -frame_length, 0, frame.UNFRAGMENTED, frame.HDR_TYPE_DATA,
+                               term_offset, self.session_id, self.stream_id, self._term_id, reserved_value)
+        start = term_offset + frame.HEADER_LENGTH
+        if offset or length != len(buffer):
+            buffer = memoryview(buffer)[offset:offset + length]
+        term[start:start + length] = buffer
+        self._terms_i32[self._index][term_offset >> 2] = frame_length
+        return self._advanced()
+
+    def try_claim(self, length: int, claim: BufferClaim) -> int:
+        """Claim space for one unfragmented message, to be written in place and committed."""
+        if length > self.max_payload_length:
+            raise ValueError(f"claim of {length} bytes exceeds the max payload {self.max_payload_length}")
+        position = self._check_limit()
+        if position < 0:
+            return position
+        frame_length = length + frame.HEADER_LENGTH
+        aligned = frame.align(frame_length)
+        term_offset = self._term_offset
+        if term_offset + aligned > self.term_length:
+            return self._pad_and_rotate()
+        term = self._terms[self._index]
+        self._claim(term_offset + aligned)
+        frame.HEADER.pack_into(term, term_offset, -frame_length, 0, frame.UNFRAGMENTED, frame.HDR_TYPE_DATA,
+                               term_offset, self.session_id, self.stream_id, self._term_id, 0)
+        claim._wrap(term, self._terms_i32[self._index], term_offset, frame_length)
+        return self._advanced()
+
+    def offer_batch(self, messages: Sequence) -> tuple[int, int]:
+        """Write as many whole messages as the limit allows, in blocks of one commit each.
+
+        Returns (messages written, position after them or a negative status if none was written).
+        Rotation inside the batch is handled here; the caller retries the rest on back pressure.
+        """
+        count = len(messages)
+        if count == 0:
+            return 0, self.position
+        lengths = np.fromiter(map(len, messages), dtype=np.int64, count=count)
+        if int(lengths.max()) > self.max_payload_length:
+            return self._offer_batch_slow(messages)
+        aligned = (lengths + (frame.HEADER_LENGTH + 31)) & ~31
+        ends = np.cumsum(aligned)
+        written = 0
+        result = 0
+        while written < count:
+            position = self._check_limit()
+            if position < 0:
+                result = position
+                break
+            term_offset = self._term_offset
+            base = int(ends[written - 1]) if written else 0
+            # Whole messages that fit the rest of this term and start below the limit.
+            room = self.term_length - term_offset
+            fit = int(np.searchsorted(ends, base + room, side="right")) - written
+            if fit == 0:
+                result = self._pad_and_rotate()
+                continue
+            starts_allowed = int(np.searchsorted(ends, base + (self._limit - position), side="left")) + 1 - written
+            fit = min(fit, max(starts_allowed, 1))
+            self._write_block(messages, written, fit, lengths, aligned, ends, base, term_offset)
+            written += fit
+            result = self.position
+        return written, (self.position if written else result)
+
+    def _offer_batch_slow(self, messages: Sequence) -> tuple[int, int]:
+        written = 0
+        result = self.position
+        for message in messages:
+            result = self.offer(message)
+            if result == ADMIN_ACTION:
+                result = self.offer(message)
+            if result < 0:
+                break
+            written += 1
+        return written, (self.position if written else result)
+
+    def _write_block(self, messages, first: int, n: int, lengths, aligned, ends, base: int, term_offset: int) -> None:
+        term = self._terms[self._index]
+        term_np = self._terms_np[self._index]
+        block_length = int(ends[first + n - 1]) - base
+        self._claim(term_offset + block_length)
+        offsets = term_offset + (ends[first:first + n] - aligned[first:first + n] - base)
+        lens = lengths[first:first + n]
+        # Headers of frames 2..n, with their positive lengths: invisible until frame 1 commits.
+        words = term_np.view(np.int32)
+        idx = offsets >> 2
+        words[idx] = lens + frame.HEADER_LENGTH
+        words[idx + 1] = frame.DATA_WORD_UNFRAGMENTED
+        words[idx + 2] = offsets
+        words[idx + 3] = self.session_id
+        words[idx + 4] = self.stream_id
+        words[idx + 5] = self._term_id
+        words[idx + 6] = 0
+        words[idx + 7] = 0
+        # Frame 1 holds minus the whole block's length until the end: a reader waits at it, and a
+        # writer dying here leaves one gap that unblocking pads in one go.
+        words[idx[0]] = -block_length
+        batch = messages[first:first + n]
+        payload_len = int(lens[0])
+        if n > 1 and (lens == payload_len).all():
+            stride = int(aligned[first])
+            region = term_np[term_offset:term_offset + n * stride].reshape(n, stride)
+            region[:, frame.HEADER_LENGTH:frame.HEADER_LENGTH + payload_len] = \
+                np.frombuffer(b"".join(batch), dtype=np.uint8).reshape(n, payload_len)
+        else:
+            for start, message in zip((offsets + frame.HEADER_LENGTH).tolist(), batch):
+                term[start:start + len(message)] = message
+        words[idx[0]] = int(lens[0]) + frame.HEADER_LENGTH
+        self._advanced()
+
+    def _offer_fragmented(self, buffer, offset: int, length: int, reserved_value: int) -> int:
+        if length > self.max_message_length:
+            raise ValueError(f"message of {length} bytes exceeds the max message length {self.max_message_length}")
+        position = self._check_limit()
+        if position < 0:
+            return position
+        max_payload = self.max_payload_length
+        full, remainder = divmod(length, max_payload)
+        required = full * (max_payload + frame.HEADER_LENGTH)
+        if remainder:
+            required += frame.align(remainder + frame.HEADER_LENGTH)
+        term_offset = self._term_offset
+        if term_offset + required > self.term_length:
+            return self._pad_and_rotate()
+        term = self._terms[self._index]
+        term_i32 = self._terms_i32[self._index]
+        self._claim(term_offset + required)
+        source = memoryview(buffer)[offset:offset + length]
+        flags = frame.BEGIN_FLAG
+        remaining = length
+        frame_offset = term_offset
+        while remaining > 0:
+            chunk = min(remaining, max_payload)
+            frame_length = chunk + frame.HEADER_LENGTH
+            if remaining == chunk:
+                flags |= frame.END_FLAG
+            frame.HEADER.pack_into(term, frame_offset, -frame_length, 0, flags, frame.HDR_TYPE_DATA, frame_offset,
+                                   self.session_id, self.stream_id, self._term_id, reserved_value)
+            consumed = length - remaining
+            term[frame_offset + frame.HEADER_LENGTH:frame_offset + frame_length] = source[consumed:consumed + chunk]
+            term_i32[frame_offset >> 2] = frame_length
+            remaining -= chunk
+            frame_offset += frame.align(frame_length)
+            flags = 0
+        source.release()
+        return self._advanced()
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _check_limit(self) -> int:
+        """The position if a message may start now, else the status that says why not."""
+        if self._closed:
+            return CLOSED
+        position = self._term_begin + self._term_offset
+        if position < self._limit:
+            if self.counters is not None and time.monotonic_ns() >= self._next_refresh_ns:
+                self._update_limit()
+            return position
+        if self.counters is None or position >= self.max_possible_position:
+            return MAX_POSITION_EXCEEDED
+        self._update_limit()
+        if position < self._limit:
+            return position
+        if not self._connected:
+            return NOT_CONNECTED
+        self._back_pressure.add(1)
+        return BACK_PRESSURED
+
+    def _claim(self, new_term_offset: int) -> None:
+        """Move the tail first, so readers know the space is taken even if we die mid-frame."""
+        self.log.set_raw_tail(self._index, pack_tail(self._term_id, new_term_offset))
+        self._term_offset = new_term_offset
+
+    def _advanced(self) -> int:
+        position = self._term_begin + self._term_offset
+        if self._pub_pos is not None:
+            self._pub_pos.set(position)
+        return position
+
+    def _pad_and_rotate(self) -> int:
+        """Fill the rest of the term with one PAD frame and move to the next term: ADMIN_ACTION."""
+        term_offset = self._term_offset
+        pad_length = self.term_length - term_offset
+        if pad_length > 0:
+            term = self._terms[self._index]
+            self._claim(self.term_length)
+            frame.HEADER.pack_into(term, term_offset, -pad_length, 0, frame.UNFRAGMENTED, frame.HDR_TYPE_PAD,
+                                   term_offset, self.session_id, self.stream_id, self._term_id, 0)
+            self._terms_i32[self._index][term_offset >> 2] = pad_length
+        next_count = self._term_count + 1
+        next_index = index_by_term_count(next_count)
+        next_term_id = int32(self._term_id + 1)
+        self.log.set_raw_tail(next_index, pack_tail(next_term_id, 0))
+        self.log.active_term_count = next_count
+        self._term_count = next_count
+        self._term_id = next_term_id
+        self._index = next_index
+        self._term_begin = next_count << self.bits
+        self._term_offset = 0
+        if self._pub_pos is not None:
+            self._pub_pos.set(self._term_begin)
+        return ADMIN_ACTION
+
+    def _update_limit(self) -> None:
+        """Read the subscribers' positions, drop dead ones, clean behind the slowest, move the limit."""
+        counters = self.counters
+        now_ns = time.monotonic_ns()
+        self._next_refresh_ns = now_ns + int(LIMIT_REFRESH_INTERVAL_S * 1e9)
+        if now_ns >= self._next_scan_ns:
+            self._scan_subscribers()
+            self._next_scan_ns = now_ns + int(SUBSCRIBER_SCAN_INTERVAL_S * 1e9)
+        now_ms = now_ns // 1_000_000
+        min_position = None
+        live = []
+        for counter_id, tethered in self._subscribers:
+            if counters.state(counter_id) != ctr.RECORD_ALLOCATED or \
+                    counters.get(counter_id, ctr.REGISTRATION_ID_OFFSET) != self.log.correlation_id:
+                continue  # the subscriber closed
+            if counters.get(counter_id, ctr.STATUS_OFFSET) == ctr.COUNTER_DROPPED:
+                continue
+            if not tethered and now_ms - counters.get(counter_id, ctr.HEARTBEAT_OFFSET) > self.subscriber_liveness_timeout_ms:
+                self._drop(counter_id, now_ms)
+                continue
+            live.append((counter_id, tethered))
+            position = counters.get(counter_id)
+            if min_position is None or position < min_position:
+                min_position = position
+        self._subscribers = live
+        connected = min_position is not None
+        if connected != self._connected:
+            self._connected = connected
+            self.log.is_connected = connected
+        if not connected:
+            self._limit = 0
+            self._pub_lmt.set(0)
+            return
+        self._clean_to(min_position)
+        self._limit = min_position + (self.term_length >> 1)
+        self._pub_lmt.set(self._limit)
+
+    def _scan_subscribers(self) -> None:
+        known = {counter_id for counter_id, _ in self._subscribers}
+        for counter_id in self.counters.find(ctr.SUBSCRIBER_POSITION_TYPE_ID, self.log.correlation_id):
+            if counter_id not in known:
+                flags = ctr.STREAM_KEY.unpack_from(self.counters.key(counter_id))[3]
+                self._subscribers.append((counter_id, bool(flags & ctr.KEY_FLAG_TETHERED)))
+
+    def _drop(self, counter_id: int, now_ms: int) -> None:
+        counters = self.counters
+        idx = counters.value_index(counter_id, ctr.STATUS_OFFSET)
+        counters._i64[idx] = ctr.COUNTER_DROPPED
+        self._dropped.add(1)
+        idle_s = (now_ms - counters.get(counter_id, ctr.HEARTBEAT_OFFSET)) / 1000
+        log.warning("%s: dropped subscriber %r (pid %d) at position %d: no heartbeat for %.1f s",
+                    self.log.path.name, counters.label(counter_id), counters.get(counter_id, ctr.OWNER_ID_OFFSET),
+                    counters.get(counter_id), idle_s)
+
+    def _clean_to(self, position: int) -> None:
+        """Zero the bytes behind the slowest subscriber, a term at most per step."""
+        clean = max(self._clean_position, position - PARTITION_COUNT * self.term_length)
+        while clean < position:
+            index = (clean >> self.bits) % PARTITION_COUNT
+            offset = clean & (self.term_length - 1)
+            length = min(position - clean, self.term_length - offset)
+            self._terms_np[index][offset:offset + length] = 0
+            clean += length
+        self._clean_position = max(self._clean_position, position)
+
+
+def offer_blocking(publication: ExclusivePublication, message, idle=None, timeout_s: float | None = None) -> int:
+    """Offer until the message is written (retrying rotation and back pressure), for non-hot paths."""
+    from ramen.transport.idle import BackoffIdleStrategy
+    idle = idle or BackoffIdleStrategy()
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        result = publication.offer(message)
+        if result >= 0 or result in (CLOSED, MAX_POSITION_EXCEEDED):
+            return result
+        if result != ADMIN_ACTION:
+            if deadline is not None and time.monotonic() > deadline:
+                return result
+            idle.idle(0)
+        else:
+            idle.reset()
+
+

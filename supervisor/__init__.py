@@ -1,0 +1,1 @@
+"""The supervisor: starts, stops and restarts worker and replayer processes of one site."""

@@ -1,0 +1,1 @@
+"""The worker process: sources, function executors, replayer and archiver."""
