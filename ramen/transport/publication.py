@@ -133,11 +133,18 @@ class ExclusivePublication:
 
     @property
     def is_connected(self) -> bool:
+        """Whether any live subscriber reads this log; while there is none, asking looks again."""
+        if not self._connected and self.counters is not None and not self._closed:
+            self._update_limit()
         return self._connected
 
     @property
     def is_closed(self) -> bool:
         return self._closed
+
+    @property
+    def back_pressure_events(self) -> int:
+        return 0 if self._back_pressure is None else self._back_pressure.get()
 
     def close(self, *, end_of_stream: bool = True) -> None:
         """Stop writing; readers see the end of the stream at the current position."""
@@ -254,10 +261,13 @@ class ExclusivePublication:
         self._claim(term_offset + block_length)
         offsets = term_offset + (ends[first:first + n] - aligned[first:first + n] - base)
         lens = lengths[first:first + n]
-        # Headers of frames 2..n, with their positive lengths: invisible until frame 1 commits.
+        # Frame 1 holds minus the whole block's length until the end: a reader waits at it, and a
+        # writer dying here leaves one gap that unblocking pads in one go. It goes first, so the
+        # other frames, written with their positive lengths, stay invisible until it commits.
         words = term_np.view(np.int32)
         idx = offsets >> 2
-        words[idx] = lens + frame.HEADER_LENGTH
+        words[idx[0]] = -block_length
+        words[idx[1:]] = lens[1:] + frame.HEADER_LENGTH
         words[idx + 1] = frame.DATA_WORD_UNFRAGMENTED
         words[idx + 2] = offsets
         words[idx + 3] = self.session_id
@@ -265,9 +275,6 @@ class ExclusivePublication:
         words[idx + 5] = self._term_id
         words[idx + 6] = 0
         words[idx + 7] = 0
-        # Frame 1 holds minus the whole block's length until the end: a reader waits at it, and a
-        # writer dying here leaves one gap that unblocking pads in one go.
-        words[idx[0]] = -block_length
         batch = messages[first:first + n]
         payload_len = int(lens[0])
         if n > 1 and (lens == payload_len).all():

@@ -1,0 +1,53 @@
+"""The `ramen` command: one subcommand per module in ramen.cli, each with its own --help.
+
+User errors end in one line on stderr, `ramen: <command>: <problem>`, and a non-zero exit;
+tracebacks only with --debug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from ramen import __version__
+from ramen.cli import demo, logbuffer, stat
+from ramen.cli.errors import UserError
+
+COMMANDS = (logbuffer, stat, demo)
+EXIT_USER_ERROR = 1
+EXIT_INTERRUPTED = 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ramen", description="ramen: stream processing with replayable workers")
+    parser.add_argument("--version", action="version", version=f"ramen {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in COMMANDS:
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.run(args) or 0
+    except UserError as e:
+        if args.debug:
+            raise
+        print(f"ramen: {args.command}: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader of our output went away (e.g. `| head`): not an error worth a traceback.
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

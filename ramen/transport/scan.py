@@ -1,0 +1,118 @@
+"""Offline reading of a whole log buffer, for tools: every frame still present, and the messages.
+
+A live reader follows one position; a tool looking at a file does not know where readers were.
+Aeron zeroes the space behind its consumers (sometimes mid-frame), and an image log keeps its tail
+counters at 0, so the scan trusts neither the tails nor term starts: it walks each term and accepts
+a frame only where its header says it is (its termOffset field equals its offset, its version and
+type are valid, it fits the term, and its session and stream are the log's). Zeroed or torn space
+is skipped a frame alignment at a time. Messages are then rebuilt from fragments in position order;
+a message whose first fragment was cleaned away is left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from ramen.transport import frame
+from ramen.transport.logbuffer import LogBuffer
+from ramen.transport.position import PARTITION_COUNT, compute_position
+
+
+@dataclass(frozen=True)
+class Frame:
+    position: int
+    """Stream position of the frame's start."""
+    partition: int
+    term_id: int
+    term_offset: int
+    length: int
+    flags: int
+    type: int
+    session_id: int
+    stream_id: int
+    reserved_value: int
+
+    @property
+    def end_position(self) -> int:
+        return self.position + frame.align(self.length)
+
+
+@dataclass(frozen=True)
+class Message:
+    position: int
+    """Stream position after the message's last fragment (Aeron's header position)."""
+    term_id: int
+    term_offset: int
+    """Of the first fragment."""
+    session_id: int
+    stream_id: int
+    reserved_value: int
+    payload: bytes
+    fragments: int
+
+
+def scan_frames(log: LogBuffer) -> list[Frame]:
+    """Every plausible committed frame in the three terms, sorted by position."""
+    frames = []
+    for partition in range(PARTITION_COUNT):
+        frames.extend(_scan_term(log, partition))
+    frames.sort(key=lambda f: f.position)
+    return frames
+
+
+def _scan_term(log: LogBuffer, partition: int) -> Iterator[Frame]:
+    term = log.terms[partition]
+    term_length = log.term_length
+    offset = 0
+    while offset < term_length:
+        length, version, flags, frame_type, term_offset, session_id, stream_id, term_id, reserved = \
+            frame.HEADER.unpack_from(term, offset)
+        plausible = (
+            length >= frame.HEADER_LENGTH
+            and offset + frame.align(length) <= term_length
+            and version == frame.CURRENT_VERSION
+            and frame_type in (frame.HDR_TYPE_DATA, frame.HDR_TYPE_PAD)
+            and term_offset == offset
+            and (frame_type == frame.HDR_TYPE_PAD
+                 or (session_id == log.session_id and stream_id == log.stream_id))
+        )
+        if not plausible:
+            offset += frame.FRAME_ALIGNMENT
+            continue
+        position = compute_position(term_id, offset, log.position_bits_to_shift, log.initial_term_id)
+        yield Frame(position, partition, term_id, offset, length, flags, frame_type, session_id, stream_id, reserved)
+        offset += frame.align(length)
+
+
+def assemble(log: LogBuffer, frames: list[Frame]) -> list[Message]:
+    """Whole messages from frames in position order; fragments must follow each other exactly."""
+    messages = []
+    first: Frame | None = None
+    parts: list[bytes] = []
+    expected = None
+    for f in frames:
+        if f.type != frame.HDR_TYPE_DATA:
+            expected = f.end_position
+            continue
+        payload = bytes(log.terms[f.partition][f.term_offset + frame.HEADER_LENGTH:f.term_offset + f.length])
+        if f.flags & frame.UNFRAGMENTED == frame.UNFRAGMENTED:
+            messages.append(Message(f.end_position, f.term_id, f.term_offset, f.session_id, f.stream_id,
+                                    f.reserved_value, payload, 1))
+            first = None
+        elif f.flags & frame.BEGIN_FLAG:
+            first, parts = f, [payload]
+        elif first is not None and f.position == expected:
+            parts.append(payload)
+            if f.flags & frame.END_FLAG:
+                messages.append(Message(f.end_position, first.term_id, first.term_offset, first.session_id,
+                                        first.stream_id, first.reserved_value, b"".join(parts), len(parts)))
+                first = None
+        else:
+            first = None  # a fragment whose predecessors were cleaned away
+        expected = f.end_position
+    return messages
+
+
+def scan_messages(log: LogBuffer) -> list[Message]:
+    return assemble(log, scan_frames(log))

@@ -1,0 +1,18 @@
+"""Fixtures shared by every suite."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+VECTORS_ENV = "RAMEN_AERON_VECTORS"
+DEFAULT_VECTORS = Path(__file__).resolve().parent.parent.parent / "shared" / "aeron-vectors"
+
+
+@pytest.fixture(scope="session")
+def aeron_vectors() -> Path:
+    """Files written by real Aeron; skipped, saying so, only where the folder is absent."""
+    path = Path(os.environ.get(VECTORS_ENV, DEFAULT_VECTORS))
+    if not path.is_dir():
+        pytest.skip(f"Aeron vectors not found at {path} (set {VECTORS_ENV})")
+    return path
