@@ -11,8 +11,11 @@ a message whose first fragment was cleaned away is left out.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Iterator
+
+import numpy as np
 
 from ramen.transport import frame
 from ramen.transport.logbuffer import LogBuffer
@@ -64,7 +67,11 @@ def scan_frames(log: LogBuffer) -> list[Frame]:
 def _scan_term(log: LogBuffer, partition: int) -> Iterator[Frame]:
     term = log.terms[partition]
     term_length = log.term_length
-    offset = 0
+    # Slots whose length word is non-zero: the only places a frame can start. Jumping between them
+    # keeps a mostly zeroed 1 GiB term from costing millions of Python steps.
+    words = np.frombuffer(term, dtype=np.int32)
+    candidates = (np.flatnonzero(words[::frame.FRAME_ALIGNMENT // 4]) * frame.FRAME_ALIGNMENT).tolist()
+    offset = candidates[0] if candidates else term_length
     while offset < term_length:
         length, version, flags, frame_type, term_offset, session_id, stream_id, term_id, reserved = \
             frame.HEADER.unpack_from(term, offset)
@@ -78,11 +85,15 @@ def _scan_term(log: LogBuffer, partition: int) -> Iterator[Frame]:
                  or (session_id == log.session_id and stream_id == log.stream_id))
         )
         if not plausible:
-            offset += frame.FRAME_ALIGNMENT
+            next_candidate = bisect.bisect_right(candidates, offset)
+            offset = candidates[next_candidate] if next_candidate < len(candidates) else term_length
             continue
         position = compute_position(term_id, offset, log.position_bits_to_shift, log.initial_term_id)
         yield Frame(position, partition, term_id, offset, length, flags, frame_type, session_id, stream_id, reserved)
         offset += frame.align(length)
+        if offset < term_length and not words[offset >> 2]:
+            next_candidate = bisect.bisect_right(candidates, offset)
+            offset = candidates[next_candidate] if next_candidate < len(candidates) else term_length
 
 
 def assemble(log: LogBuffer, frames: list[Frame]) -> list[Message]:
