@@ -178,8 +178,9 @@ class LogBuffer:
         struct.pack_into("<q", meta, LOG_CORRELATION_ID_OFFSET, correlation_id)
         struct.pack_into("<iiiii", meta, LOG_INITIAL_TERM_ID_OFFSET, initial_term_id, frame.HEADER_LENGTH,
                          params.mtu_length, term_length, params.page_size)
+        # Aeron's createDefaultHeader(sessionId, streamId, initialTermId): the term id is the initial one.
         frame.write_header(meta, LOG_DEFAULT_FRAME_HEADER_OFFSET, 0, frame.UNFRAGMENTED, frame.HDR_TYPE_DATA,
-                           0, params.session_id, params.stream_id, 0)
+                           0, params.session_id, params.stream_id, initial_term_id)
         del meta
         return cls(path, mapped, term_length)
 

@@ -101,7 +101,9 @@ class ExclusivePublication:
         self._closed = False
         # Without a counters file nobody can hold the writer back: only the stream end limits it.
         self._limit = self.max_possible_position if counters is None else 0
-        self._clean_position = self.position
+        # A reopened log may hold frames its previous writer never cleaned: they reappear past our
+        # tail when we come round the ring again, so cleaning starts a whole ring behind us.
+        self._clean_position = max(0, self.position - PARTITION_COUNT * self.term_length)
         self._subscribers: list[tuple[int, bool]] = []  # (counter id, tethered)
         self._connected = counters is None
         self._next_scan_ns = 0
@@ -234,6 +236,8 @@ class ExclusivePublication:
             fit = int(np.searchsorted(ends, base + room, side="right")) - written
             if fit == 0:
                 result = self._pad_and_rotate()
+                if result == MAX_POSITION_EXCEEDED:
+                    break
                 continue
             starts_allowed = int(np.searchsorted(ends, base + (self._limit - position), side="left")) + 1 - written
             fit = min(fit, max(starts_allowed, 1))
@@ -358,7 +362,11 @@ class ExclusivePublication:
         return position
 
     def _pad_and_rotate(self) -> int:
-        """Fill the rest of the term with one PAD frame and move to the next term: ADMIN_ACTION."""
+        """Fill the rest of the term with one PAD frame and move to the next term: ADMIN_ACTION.
+
+        In the last term of the stream there is no next term (its count would overflow the int32
+        activeTermCount): the term is padded and MAX_POSITION_EXCEEDED returned, as Aeron does.
+        """
         term_offset = self._term_offset
         pad_length = self.term_length - term_offset
         if pad_length > 0:
@@ -367,6 +375,9 @@ class ExclusivePublication:
             frame.HEADER.pack_into(term, term_offset, -pad_length, 0, frame.UNFRAGMENTED, frame.HDR_TYPE_PAD,
                                    term_offset, self.session_id, self.stream_id, self._term_id, 0)
             self._terms_i32[self._index][term_offset >> 2] = pad_length
+        if self._term_begin + self.term_length >= self.max_possible_position:
+            self._advanced()
+            return MAX_POSITION_EXCEEDED
         next_count = self._term_count + 1
         next_index = index_by_term_count(next_count)
         next_term_id = int32(self._term_id + 1)
