@@ -381,6 +381,10 @@ class ExclusivePublication:
         next_count = self._term_count + 1
         next_index = index_by_term_count(next_count)
         next_term_id = int32(self._term_id + 1)
+        if self.counters is None:
+            # Nobody reports a position to clean behind: clear the term we enter, which still holds
+            # the stream of three terms ago, so a reader never mistakes old frames for new ones.
+            self._terms_np[next_index][:] = 0
         self.log.set_raw_tail(next_index, pack_tail(next_term_id, 0))
         self.log.active_term_count = next_count
         self._term_count = next_count

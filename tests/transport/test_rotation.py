@@ -277,3 +277,22 @@ def test_offers_past_the_largest_position_return_max_position_exceeded(tmp_path,
     assert publication.offer_batch([b"y"] * 3) == (0, MAX_POSITION_EXCEEDED)
     assert read_messages(image) == [(b"x" * 400, end - 576), (b"x" * 400, end - 128)]
     assert image.position == end
+
+
+def test_without_counters_the_entered_term_is_cleared_so_old_frames_never_reappear(tmp_path):
+    """A publication with no counters file cannot clean behind readers; it clears each term it enters."""
+    from ramen.transport.scan import scan_messages
+
+    term_length = 64 * 1024
+    log = LogBuffer.create(tmp_path / "nc.logbuffer", LogBufferParams(term_length=term_length))
+    publication = ExclusivePublication(log)
+    message = b"z" * 1000
+    for _ in range(4 * term_length // 1032 + 3):  # past three terms: back into partition 0
+        result = publication.offer(message)
+        if result == ADMIN_ACTION:
+            result = publication.offer(message)
+        assert result > 0
+    # Partition 0 now holds only the current term: its frames all carry the newest term id.
+    term_ids = {m.term_id for m in scan_messages(log) if m.term_id % 3 == 0}
+    assert term_ids == {3}
+    assert log.producer_position() == publication.position
