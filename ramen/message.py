@@ -1,0 +1,71 @@
+"""The ramen message: the 32-byte header in front of every (reassembled) Aeron message ramen sends.
+
+    u8 version | u8 kind | u16 flags | u32 channel | u32 source | u32 reserved |
+    i64 min_event_time_us | i64 max_event_time_us | body
+
+The event-time bounds let replayers and the archive's time index skip whole messages without
+decoding the Arrow body. Channel 0 is the live stream; replays use non-zero channels.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+MESSAGE_VERSION = 1
+HEADER = struct.Struct("<BBHIIIqq")
+HEADER_LENGTH = HEADER.size  # 32
+VERSION_OFFSET = 0
+KIND_OFFSET = 1
+MIN_EVENT_TIME_OFFSET = 16
+MAX_EVENT_TIME_OFFSET = 24
+
+KIND_SCHEMA = 1
+"""Body: an Arrow IPC schema."""
+KIND_TUPLES = 2
+"""Body: an Arrow IPC record batch."""
+KIND_END_OF_REPLAY = 3
+"""No body; `source` is the replayer id that ends the channel."""
+KINDS = {KIND_SCHEMA: "SCHEMA", KIND_TUPLES: "TUPLES", KIND_END_OF_REPLAY: "END_OF_REPLAY"}
+
+LIVE_CHANNEL = 0
+NO_EVENT_TIME = -(1 << 63)
+"""Bounds of a message without tuples."""
+
+
+@dataclass(frozen=True)
+class MessageHeader:
+    kind: int
+    channel: int = LIVE_CHANNEL
+    source: int = 0
+    min_event_time_us: int = NO_EVENT_TIME
+    max_event_time_us: int = NO_EVENT_TIME
+    flags: int = 0
+
+    def pack(self) -> bytes:
+        return HEADER.pack(MESSAGE_VERSION, self.kind, self.flags, self.channel, self.source, 0,
+                           self.min_event_time_us, self.max_event_time_us)
+
+
+def encode(header: MessageHeader, body: bytes | memoryview = b"") -> bytes:
+    return header.pack() + bytes(body)
+
+
+def decode_header(buffer, offset: int = 0) -> MessageHeader | None:
+    """The header at offset, or None when the bytes there are not a ramen message."""
+    if len(buffer) - offset < HEADER_LENGTH:
+        return None
+    version, kind, flags, channel, source, _, low, high = HEADER.unpack_from(buffer, offset)
+    if version != MESSAGE_VERSION or kind not in KINDS:
+        return None
+    return MessageHeader(kind, channel, source, low, high, flags)
+
+
+def event_time_bounds(buffer, offset: int = 0) -> tuple[int, int] | None:
+    """(min, max) event time in µs of the message at offset, without building a header object."""
+    if len(buffer) - offset < HEADER_LENGTH:
+        return None
+    version, kind, _, _, _, _, low, high = HEADER.unpack_from(buffer, offset)
+    if version != MESSAGE_VERSION or kind not in KINDS or low == NO_EVENT_TIME:
+        return None
+    return low, high
