@@ -246,6 +246,34 @@ class ExclusivePublication:
             result = self.position
         return written, (self.position if written else result)
 
+    def offer_block(self, buffer, offset: int, length: int) -> int:
+        """Write a block of whole, already framed fragments at the current term offset (Aeron's
+        offerBlock): how a replay copies recorded frames. The first frame must carry this
+        publication's session, stream, term id and term offset, and the block must fit the term."""
+        if self._closed:
+            return CLOSED
+        if self._term_offset >= self.term_length:
+            return self._pad_and_rotate()
+        term_offset = self._term_offset
+        _, _, _, frame_type, first_offset, session_id, stream_id, term_id, _ = frame.HEADER.unpack_from(buffer, offset)
+        if (frame_type, first_offset, session_id, stream_id, term_id) != \
+                (frame.HDR_TYPE_DATA, term_offset, self.session_id, self.stream_id, self._term_id):
+            raise ValueError(f"block's first frame (type {frame_type}, term {term_id} offset {first_offset}, session "
+                             f"{session_id}, stream {stream_id}) does not continue this publication (term "
+                             f"{self._term_id} offset {term_offset}, session {self.session_id}, stream {self.stream_id})")
+        if length > self.term_length - term_offset or length % frame.FRAME_ALIGNMENT:
+            raise ValueError(f"block of {length} bytes does not fit the {self.term_length - term_offset} bytes left in the term")
+        position = self._check_limit()
+        if position < 0:
+            return position
+        term = self._terms[self._index]
+        self._claim(term_offset + length)
+        first_length = int.from_bytes(buffer[offset:offset + 4], "little", signed=True)
+        self._terms_i32[self._index][term_offset >> 2] = -length
+        term[term_offset + 4:term_offset + length] = memoryview(buffer)[offset + 4:offset + length]
+        self._terms_i32[self._index][term_offset >> 2] = first_length
+        return self._advanced()
+
     def _offer_batch_slow(self, messages: Sequence) -> tuple[int, int]:
         written = 0
         result = self.position
