@@ -1,0 +1,294 @@
+"""Replay sessions: a recording read back into an exclusive publication (Aeron's ReplaySession).
+
+An agent: each `do_work` reads at most one replay buffer (1 MiB by default) from the segment
+files, never past a term end or the stop position, trims it to whole messages, verifies the
+checksums if the archive has them, rewrites the session and stream ids to the replay
+publication's, and offers it as one block. On back pressure the same block is offered again next
+cycle: nothing is lost or duplicated. A replay of an active recording follows the recording's
+position counter and ends when the recording stops.
+
+The replay publication's log must line up with the recording (same term length and initial term
+id, starting at the replay's start position) so frames are copied with their offsets unchanged:
+`replay_log_params` makes those parameters.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ramen.archive.catalog import NULL_POSITION, RecordingDescriptor
+from ramen.archive.checksum import Checksum
+from ramen.archive.segment import SegmentError, SegmentReader
+from ramen.transport import frame
+from ramen.transport.counters import Counter
+from ramen.transport.logbuffer import LogBufferParams
+from ramen.transport.position import term_id_of
+from ramen.transport.publication import ExclusivePublication
+from ramen.transport.status import ADMIN_ACTION
+
+log = logging.getLogger(__name__)
+
+REPLAY_BUFFER_LENGTH = 1024 * 1024
+"""Bytes read per duty cycle, as Aeron's default replay buffer."""
+
+# Session states.
+REPLAYING, DONE, FAILED = "replaying", "done", "failed"
+
+
+class ReplayError(ValueError):
+    """A replay that cannot start or go on, with a message naming the recording and position."""
+
+
+@dataclass
+class ReplayStats:
+    """Archive-wide read counters (cf. Aeron's archive replayer counters)."""
+    bytes_read: Counter | None = None
+    read_time_ns: Counter | None = None
+    max_read_time_ns: Counter | None = None
+
+    def record(self, length: int, elapsed_ns: int) -> None:
+        if self.bytes_read is not None:
+            self.bytes_read.add(length)
+            self.read_time_ns.add(elapsed_ns)
+            if elapsed_ns > self.max_read_time_ns.get():
+                self.max_read_time_ns.set(elapsed_ns)
+
+
+def replay_log_params(descriptor: RecordingDescriptor, start_position: int, *, session_id: int, stream_id: int,
+                      page_size: int = 4096) -> LogBufferParams:
+    """Parameters of a replay log whose positions coincide with the recording's."""
+    term_length = descriptor.term_buffer_length
+    bits = term_length.bit_length() - 1
+    return LogBufferParams(term_length=term_length, mtu_length=descriptor.mtu_length, page_size=page_size,
+                           initial_term_id=descriptor.initial_term_id, session_id=session_id, stream_id=stream_id,
+                           term_id=term_id_of(start_position, bits, descriptor.initial_term_id),
+                           term_offset=start_position & (term_length - 1))
+
+
+class ReplaySession:
+    """Replays [start_position, stop_position) of one recording into `publication`."""
+
+    def __init__(self, archive_dir: str | os.PathLike, descriptor: RecordingDescriptor,
+                 publication: ExclusivePublication, *, start_position: int | None = None,
+                 stop_position: int | None = None, follow: Callable[[], int] | None = None,
+                 checksum: Checksum | None = None, replay_buffer_length: int = REPLAY_BUFFER_LENGTH,
+                 stats: ReplayStats | None = None) -> None:
+        """`stop_position` None replays to the recording's stop position; for an active recording,
+        `follow` returns its live position (its recording-position counter), or NULL_POSITION
+        once it has stopped, after which the catalog's stop position is final."""
+        self.archive_dir = Path(archive_dir)
+        self.descriptor = descriptor
+        self.publication = publication
+        self.checksum = checksum
+        self.stats = stats or ReplayStats()
+        self.term_length = descriptor.term_buffer_length
+        self.segment_length = descriptor.segment_file_length
+        self.follow = follow
+        self.state = REPLAYING
+        self.error: str | None = None
+        start = descriptor.start_position if start_position is None else start_position
+        recorded_stop = descriptor.stop_position
+        self._check_start(start, recorded_stop)
+        if stop_position is not None and stop_position < start:
+            raise ReplayError(f"recording {descriptor.recording_id}: stop position {stop_position} is before the "
+                              f"start position {start}")
+        if stop_position is None and recorded_stop == NULL_POSITION and follow is None:
+            raise ReplayError(f"recording {descriptor.recording_id} is active: give a stop position or follow it")
+        self.position = start
+        self.stop_position = stop_position
+        self._buffer = bytearray(max(replay_buffer_length, descriptor.mtu_length))
+        self._view = memoryview(self._buffer)
+        self._words = np.frombuffer(self._buffer, dtype=np.int32)
+        self._pending = 0  # bytes of the buffer read but not yet accepted by the publication
+        self._pending_padding = False
+        self._carry = 0  # complete frames at the buffer's front, read but not yet offered
+        self._complete = 0
+        self._reader = SegmentReader.for_recording(archive_dir, descriptor)
+
+    # -- agent ----------------------------------------------------------------------------------
+
+    def do_work(self) -> int:
+        if self.state != REPLAYING:
+            return 0
+        try:
+            if self._pending:
+                return self._offer()
+            limit = self._limit()
+            if limit is None:
+                return 0
+            if self.position >= limit:
+                if self._finished(limit):
+                    self._done()
+                return 0
+            if not self._read(limit):
+                return 0
+            return self._offer() or 1
+        except ReplayError as e:
+            self._fail(str(e))
+            return 0
+
+    @property
+    def is_done(self) -> bool:
+        return self.state != REPLAYING
+
+    def close(self) -> None:
+        self._reader.close()
+        if self.state == REPLAYING:
+            self.state = DONE
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _check_start(self, start: int, recorded_stop: int) -> None:
+        d = self.descriptor
+        if start & (frame.FRAME_ALIGNMENT - 1):
+            raise ReplayError(f"recording {d.recording_id}: start position {start} is not aligned to "
+                              f"{frame.FRAME_ALIGNMENT} bytes")
+        if start < d.start_position or (recorded_stop != NULL_POSITION and start > recorded_stop):
+            stop = "active" if recorded_stop == NULL_POSITION else recorded_stop
+            raise ReplayError(f"recording {d.recording_id}: start position {start} is outside the recording "
+                              f"[{d.start_position}, {stop}]")
+
+    def _limit(self) -> int | None:
+        """How far we may read now: the stop position, or what the recording has reached."""
+        if self.follow is not None:
+            live = self.follow()
+            if live == NULL_POSITION:  # stopped: its final position is in the catalog
+                self.follow = None
+                live = self._recorded_stop()
+            limit = live
+        else:
+            limit = self._recorded_stop() if self.stop_position is None else self.stop_position
+        if self.stop_position is not None:
+            limit = min(limit, self.stop_position)
+        return limit
+
+    def _recorded_stop(self) -> int:
+        stop = self.descriptor.stop_position
+        return self.stop_position if stop == NULL_POSITION and self.stop_position is not None else stop
+
+    def _finished(self, limit: int) -> bool:
+        if self.stop_position is not None and self.position >= self.stop_position:
+            return True
+        return self.follow is None and self.position >= limit
+
+    def _read(self, limit: int) -> bool:
+        """Read whole messages into the buffer; False when none is complete yet.
+
+        Complete frames past the last whole message stay in the buffer (the carry) and the next
+        read appends to them, so each archive byte is read once."""
+        position = self.position
+        carry = self._carry
+        started = time.perf_counter_ns()
+        room = min(len(self._buffer), self.term_length - (position & (self.term_length - 1))) - carry
+        try:
+            read = self._reader.read(position + carry, self._view[carry:carry + room], limit) if room > 0 else 0
+        except SegmentError as e:
+            raise ReplayError(f"recording {self.descriptor.recording_id}: {e}") from None
+        self.stats.record(read, time.perf_counter_ns() - started)
+        length = carry + read
+        # At a fixed stop, a message cut by the stop position still goes out, frame by frame.
+        at_stop = self.follow is None and position + length == limit
+        whole, frames, complete = self._whole_messages(length, at_stop)
+        self._complete = complete
+        if whole == 0:
+            self._carry = complete
+            return False
+        if self.checksum is not None:
+            self._verify(frames)
+        words = self._words
+        idx = np.asarray(frames, dtype=np.int64) >> 2
+        words[idx + frame.SESSION_ID_OFFSET // 4] = self.publication.session_id
+        words[idx + frame.STREAM_ID_OFFSET // 4] = self.publication.stream_id
+        self._pending = whole
+        self._pending_padding = self._buffer[frame.TYPE_OFFSET] == frame.HDR_TYPE_PAD
+        return True
+
+    def _whole_messages(self, length: int, at_stop: bool) -> tuple[int, list[int], int]:
+        """Bytes up to the end of the last whole message (or of the frames that fit, when one
+        message is larger than the buffer), the offsets of the frames in it, and the end of the
+        last complete frame read."""
+        words = self._words
+        offset = 0
+        boundary = 0
+        frames: list[int] = []
+        boundary_frames = 0
+        while offset + frame.HEADER_LENGTH <= length:
+            frame_length = int(words[offset >> 2])
+            if frame_length <= 0:
+                break  # not yet written: an active recording's edge
+            aligned = (frame_length + 31) & ~31
+            if offset + aligned > length:
+                break
+            flags = self._buffer[offset + frame.FLAGS_OFFSET]
+            frame_type = self._buffer[offset + frame.TYPE_OFFSET]
+            self._check_frame(offset, frame_length)
+            frames.append(offset)
+            offset += aligned
+            if frame_type == frame.HDR_TYPE_PAD or flags & frame.END_FLAG:
+                boundary, boundary_frames = offset, len(frames)
+                if frame_type == frame.HDR_TYPE_PAD:
+                    # Padding goes on its own (append_padding): end the block before it.
+                    if boundary_frames > 1:
+                        boundary, boundary_frames = frames[-1], len(frames) - 1
+                    break
+        if boundary == 0 and frames and (offset == len(self._buffer) or at_stop):
+            # One message larger than the buffer, or cut by the stop: its fragments go as they come.
+            return offset, frames, offset
+        return boundary, frames[:boundary_frames], offset
+
+    def _check_frame(self, offset: int, frame_length: int) -> None:
+        expected = (self.position + offset) & (self.term_length - 1)
+        term_offset = int(self._words[(offset + frame.TERM_OFFSET_OFFSET) >> 2])
+        if term_offset != expected or frame_length < frame.HEADER_LENGTH:
+            raise ReplayError(f"recording {self.descriptor.recording_id}: bad frame at position "
+                              f"{self.position + offset} (term offset {term_offset}, length {frame_length})")
+
+    def _verify(self, frames: list[int]) -> None:
+        buffer = self._buffer
+        for offset in frames:
+            if buffer[offset + frame.TYPE_OFFSET] != frame.HDR_TYPE_DATA:
+                continue
+            frame_length = int(self._words[offset >> 2])
+            payload = frame.align(frame_length) - frame.HEADER_LENGTH
+            expected = int(self._words[(offset + frame.SESSION_ID_OFFSET) >> 2])
+            start = offset + frame.HEADER_LENGTH
+            actual = self.checksum.compute(self._view[start:start + payload])
+            if actual != expected:
+                raise ReplayError(f"recording {self.descriptor.recording_id}: checksum mismatch at position "
+                                  f"{self.position + offset} (stored {expected & 0xFFFFFFFF:#010x}, "
+                                  f"computed {actual & 0xFFFFFFFF:#010x})")
+
+    def _offer(self) -> int:
+        length = self._pending
+        if self._pending_padding:
+            result = self.publication.append_padding(length)
+        else:
+            result = self.publication.offer_block(self._buffer, 0, length)
+        if result == ADMIN_ACTION:  # the publication rotated into the next term: go again now
+            result = self.publication.offer_block(self._buffer, 0, length) if not self._pending_padding \
+                else self.publication.append_padding(length)
+        if result < 0:
+            return 0  # back pressure or not connected: the same block next cycle
+        self.position += length
+        self._pending = 0
+        carry = self._complete - length
+        if carry:
+            self._buffer[:carry] = self._buffer[length:self._complete]
+        self._carry = carry
+        return 1
+
+    def _done(self) -> None:
+        self.state = DONE
+        log.debug("replay of recording %d done at position %d", self.descriptor.recording_id, self.position)
+
+    def _fail(self, message: str) -> None:
+        self.state = FAILED
+        self.error = message
+        log.error("replay failed: %s", message)

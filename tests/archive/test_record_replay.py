@@ -1,0 +1,211 @@
+"""Recording a live publication and replaying it: whole, bounded, followed, back-pressured, checked."""
+
+import random
+
+import pytest
+
+from ramen import message
+from ramen.archive import checksum as checksums
+from ramen.archive.catalog import NULL_POSITION, Catalog
+from ramen.archive.recorder import Recorder, recording_position
+from ramen.archive.replay import DONE, FAILED, ReplayError, ReplaySession, ReplayStats, replay_log_params
+from ramen.archive.segment import segment_file_name
+from ramen.archive.time_index import TimeIndex, index_path
+from ramen.transport import (ADMIN_ACTION, CountersFile, ExclusivePublication, FragmentAssembler, Image, LogBuffer,
+                             LogBufferParams)
+from ramen.transport import counters as ctr
+
+TERM = 64 * 1024
+SEGMENT = 256 * 1024
+SAFETY_CYCLES = 200_000
+
+
+def ramen_message(i: int, rng: random.Random) -> bytes:
+    """Message i: event times around i ms, a body of 0..3000 bytes (some fragmented)."""
+    low = i * 1000 - rng.randrange(0, 3000)
+    header = message.MessageHeader(message.KIND_TUPLES, min_event_time_us=low, max_event_time_us=i * 1000 + 500)
+    return message.encode(header, bytes([i % 256]) * rng.choice([0, 10, 500, 1500, 3000]))
+
+
+class Rig:
+    """A live publication, its recorder, and helpers to pump them in one thread."""
+
+    def __init__(self, tmp_path, *, checksum=None, index=True):
+        self.tmp = tmp_path
+        self.counters = CountersFile.open(tmp_path / "counters.dat")
+        self.catalog = Catalog.create(tmp_path / "archive", checksum=checksum)
+        self.log = LogBuffer.create(tmp_path / "live.logbuffer", LogBufferParams(term_length=TERM, session_id=3,
+                                                                                  stream_id=9, initial_term_id=-7))
+        self.recorder = Recorder(self.catalog, LogBuffer.open(self.log.path), self.counters, segment_length=SEGMENT,
+                                 checksum=checksum, channel="aeron:ipc", source_identity="test",
+                                 index_event_time=index)
+        self.publication = ExclusivePublication(self.log, self.counters)
+        self.sent: list[tuple[int, bytes]] = []  # (end position, payload)
+
+    def publish(self, payloads):
+        for payload in payloads:
+            for _ in range(SAFETY_CYCLES):
+                result = self.publication.offer(payload)
+                if result > 0:
+                    self.sent.append((result, payload))
+                    break
+                if result != ADMIN_ACTION:
+                    self.recorder.do_work()
+            else:
+                pytest.fail("the publication never got past back pressure")
+        while self.recorder.do_work():
+            pass
+
+    def stop(self):
+        self.publication.close()
+        for _ in range(SAFETY_CYCLES):
+            self.recorder.do_work()
+            if self.recorder.is_stopped:
+                return
+        pytest.fail("the recorder did not stop at the end of the stream")
+
+
+def replay(rig, *, start=None, stop=None, follow=None, checksum=None, reader_counters=None, pump=None,
+           buffer_length=1024 * 1024, stats=None):
+    """Replay a recording into a new log and read it back; returns (session, [(position, payload)])."""
+    descriptor = rig.catalog.get(rig.recorder.recording_id)
+    start_position = descriptor.start_position if start is None else start
+    path = rig.tmp / f"replay-{random.getrandbits(32)}.logbuffer"
+    replay_log = LogBuffer.create(path, replay_log_params(descriptor, start_position, session_id=77, stream_id=5))
+    publication = ExclusivePublication(replay_log, reader_counters)
+    image = Image(LogBuffer.open(path), reader_counters, join_position=start_position)
+    session = ReplaySession(rig.catalog.path.parent, descriptor, publication, start_position=start, stop_position=stop,
+                            follow=follow, checksum=checksum, replay_buffer_length=buffer_length, stats=stats)
+    got = []
+    assembler = FragmentAssembler(lambda buf, off, length, hdr: got.append((hdr.position, bytes(buf[off:off + length]))))
+    for _ in range(SAFETY_CYCLES):
+        work = session.do_work()
+        work += image.poll(assembler, 64)
+        if pump is not None:
+            work += pump()
+        if session.is_done and not image.poll(assembler, 1_000_000):
+            break
+    else:
+        pytest.fail(f"replay did not finish (state {session.state}, position {session.position})")
+    return session, got
+
+
+def test_a_recorded_stream_replays_every_message_at_its_position(tmp_path):
+    rng = random.Random(1)
+    rig = Rig(tmp_path)
+    rig.publish(ramen_message(i, rng) for i in range(1500))
+    rig.stop()
+    descriptor = rig.catalog.get(rig.recorder.recording_id)
+    assert (descriptor.start_position, descriptor.stop_position) == (0, rig.publication.position)
+    assert descriptor.stop_position > 4 * SEGMENT  # rolled over several segment files
+    assert (tmp_path / "archive" / segment_file_name(descriptor.recording_id, 4 * SEGMENT)).exists()
+    assert (descriptor.initial_term_id, descriptor.session_id, descriptor.stream_id) == (-7, 3, 9)
+    stats = ReplayStats(*(rig.counters.allocate(ctr.SYSTEM_COUNTER_TYPE_ID, name)
+                          for name in ("bytes read", "read ns", "max read ns")))
+    session, got = replay(rig, stats=stats)
+    assert session.state == DONE
+    assert got == rig.sent
+    assert stats.bytes_read.get() == descriptor.stop_position  # every byte read once
+
+
+def test_a_bounded_replay_returns_exactly_the_messages_between_its_positions(tmp_path):
+    rng = random.Random(2)
+    rig = Rig(tmp_path)
+    rig.publish(ramen_message(i, rng) for i in range(600))
+    rig.stop()
+    start = rig.sent[99][0]  # just after message 99
+    stop = rig.sent[399][0]
+    session, got = replay(rig, start=start, stop=stop)
+    assert session.state == DONE
+    assert got == rig.sent[100:400]
+
+
+def test_a_replay_follows_an_active_recording_and_ends_when_it_stops(tmp_path):
+    rng = random.Random(3)
+    rig = Rig(tmp_path)
+    rig.publish(ramen_message(i, rng) for i in range(100))
+    follow = recording_position(rig.counters, rig.recorder.recording_id)
+    assert follow() == rig.publication.position
+    more = iter(range(100, 700))
+    state = {"stopped": False}
+
+    def keep_publishing():
+        i = next(more, None)
+        if i is not None:
+            rig.publish([ramen_message(i, rng)])
+            return 1
+        if not state["stopped"]:
+            rig.stop()
+            state["stopped"] = True
+        return 0
+
+    session, got = replay(rig, follow=follow, pump=keep_publishing)
+    assert session.state == DONE
+    assert follow() == NULL_POSITION
+    assert got == rig.sent and len(got) == 700
+
+
+def test_back_pressure_during_a_replay_loses_and_duplicates_nothing(tmp_path):
+    rng = random.Random(4)
+    rig = Rig(tmp_path)
+    rig.publish(ramen_message(i, rng) for i in range(1200))
+    rig.stop()
+    # The replay log has flow control and a reader that takes 64 fragments a cycle: the replay
+    # is held back a term window at a time.
+    session, got = replay(rig, reader_counters=rig.counters, buffer_length=64 * 1024)
+    assert session.state == DONE
+    assert got == rig.sent
+    back_pressure = [c for c in rig.counters.counters() if c.type_name == "back-pressure" and "replay-" in c.label]
+    assert back_pressure and back_pressure[0].value > 0
+
+
+def test_a_checksum_mismatch_fails_the_replay_naming_recording_and_position(tmp_path):
+    crc = checksums.get("crc32")
+    rng = random.Random(5)
+    rig = Rig(tmp_path, checksum=crc)
+    rig.publish(ramen_message(i, rng) for i in range(300))
+    rig.stop()
+    session, got = replay(rig, checksum=crc)
+    assert session.state == DONE and got == rig.sent  # sound data verifies
+    victim = next(i for i in range(150, 300) if 40 < len(rig.sent[i][1]) <= 1376)  # one frame
+    victim_end, payload = rig.sent[victim]
+    victim_position = victim_end - ((len(payload) + 32 + 31) & ~31)
+    base = victim_position - victim_position % SEGMENT
+    segment = tmp_path / "archive" / segment_file_name(rig.recorder.recording_id, base)
+    data = bytearray(segment.read_bytes())
+    data[victim_position - base + 40] ^= 0xFF
+    segment.write_bytes(data)
+    session, got = replay(rig, checksum=crc)
+    assert session.state == FAILED
+    assert f"recording {rig.recorder.recording_id}: checksum mismatch at position {victim_position}" in session.error
+    assert got == rig.sent[:len(got)] and len(got) <= victim
+
+
+def test_seeking_by_event_time_starts_the_replay_at_the_first_message_that_can_hold_it(tmp_path):
+    rng = random.Random(6)
+    rig = Rig(tmp_path)
+    messages = [ramen_message(i, rng) for i in range(800)]
+    rig.publish(messages)
+    rig.stop()
+    index = TimeIndex.open(index_path(tmp_path / "archive", rig.recorder.recording_id))
+    assert len(index) == 800
+    since, until = 300_000, 500_000
+    start, stop = index.seek(since), index.stop(until)
+    session, got = replay(rig, start=start, stop=stop)
+    wanted = [(p, m) for p, m in rig.sent
+              if message.event_time_bounds(m)[1] >= since and message.event_time_bounds(m)[0] < until]
+    assert set(wanted) <= set(got)
+    # Nothing before the seek point could hold a time >= since.
+    first = rig.sent.index(got[0])
+    assert all(message.event_time_bounds(m)[1] < since for _, m in rig.sent[:first])
+
+
+@pytest.mark.parametrize("start, problem", [(33, "is not aligned"), (10**9, "is outside the recording")])
+def test_a_bad_start_position_is_refused_with_a_clear_error(tmp_path, start, problem):
+    rig = Rig(tmp_path)
+    rig.publish([b"x" * 100] * 10)
+    rig.stop()
+    descriptor = rig.catalog.get(rig.recorder.recording_id)
+    log = LogBuffer.create(tmp_path / "r.logbuffer", replay_log_params(descriptor, 0, session_id=1, stream_id=1))
+    with pytest.raises(ReplayError, match=f"recording {descriptor.recording_id}: start position {start} {problem}"):
+        ReplaySession(tmp_path / "archive", descriptor, ExclusivePublication(log), start_position=start)
