@@ -209,3 +209,19 @@ def test_a_bad_start_position_is_refused_with_a_clear_error(tmp_path, start, pro
     log = LogBuffer.create(tmp_path / "r.logbuffer", replay_log_params(descriptor, 0, session_id=1, stream_id=1))
     with pytest.raises(ReplayError, match=f"recording {descriptor.recording_id}: start position {start} {problem}"):
         ReplaySession(tmp_path / "archive", descriptor, ExclusivePublication(log), start_position=start)
+
+
+def test_a_payload_that_looks_like_a_frame_header_does_not_fool_the_replay(tmp_path):
+    """The replay's vectorised frame scan must fall back to walking when a payload mimics a header."""
+    rig = Rig(tmp_path)
+    rig.publish([b"a" * 100] * 3)
+    frame_offset = rig.publication.position & (TERM - 1)
+    forged = bytearray(b"b" * 600)
+    fake_slot = frame_offset + 64  # a 32-byte slot inside the next frame's payload
+    forged[32:36] = (64).to_bytes(4, "little")  # a plausible length
+    forged[40:44] = fake_slot.to_bytes(4, "little")  # and the slot's own term offset
+    rig.publish([bytes(forged)] + [b"c" * 50] * 3)
+    rig.stop()
+    session, got = replay(rig)
+    assert session.state == DONE
+    assert got == rig.sent

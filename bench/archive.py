@@ -1,0 +1,193 @@
+"""Archive benchmark: recording and replay throughput against the raw read rate of the same bytes.
+
+For each message size it
+1. records: a writer process offers the messages into a log buffer; this process runs the
+   recorder (a tethered subscriber) into segment files; MB/s from first offer to last byte on disk;
+2. replays: this process runs a ReplaySession over the recording (from the page cache) into a
+   replay log; a reader process in another process counts every message and byte; MB/s, msgs/s;
+3. reads the same segment files raw, with `cat > /dev/null` and with one numpy read per file:
+   the limit a replay could reach.
+
+Run: `.venv/bin/python bench/archive.py [--quick] [--json] [--megabytes N]`.
+Goals printed beside the figures: replay >= 1 GB/s for 64 KiB messages, and >= 50% of the raw rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from ramen.archive.catalog import Catalog  # noqa: E402
+from ramen.archive.recorder import Recorder  # noqa: E402
+from ramen.archive.replay import ReplaySession, replay_log_params  # noqa: E402
+from ramen.transport import (ADMIN_ACTION, BackoffIdleStrategy, CountersFile, ExclusivePublication, Image,  # noqa: E402
+                             LogBuffer, LogBufferParams)
+
+TERM_LENGTH = 16 * 1024 * 1024
+SEGMENT_LENGTH = 128 * 1024 * 1024
+MTU = 1408
+GOAL_REPLAY_GBPS = 1.0
+GOAL_RAW_FRACTION = 0.5
+
+
+def progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _writer(log_path: str, counters_path: str, size: int, count: int) -> None:
+    log = LogBuffer.open(log_path)
+    counters = CountersFile.open(counters_path)
+    publication = ExclusivePublication(log, counters)
+    idle = BackoffIdleStrategy()
+    while not publication.is_connected:
+        idle.idle(0)
+    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    sent = 0
+    while sent < count:
+        result = publication.offer(payload)
+        if result > 0:
+            sent += 1
+            idle.reset()
+        elif result != ADMIN_ACTION:
+            idle.idle(0)
+    publication.close()
+
+
+def _reader(log_path: str, counters_path: str, join_position: int, done) -> None:
+    log = LogBuffer.open(log_path)
+    counters = CountersFile.open(counters_path)
+    image = Image(log, counters, join_position=join_position, name="bench-reader")
+    state = {"messages": 0, "bytes": 0}
+
+    def on_fragment(buffer, offset, length, header) -> None:
+        if buffer[header.offset + 5] & 0x40:  # END flag: one whole message
+            state["messages"] += 1
+        state["bytes"] += length
+
+    idle = BackoffIdleStrategy()
+    started = None
+    while not image.is_end_of_stream:
+        n = image.poll(on_fragment, 4096)
+        if n and started is None:
+            started = time.perf_counter()
+        idle.idle(n)
+    done.put({**state, "elapsed": time.perf_counter() - (started or time.perf_counter())})
+
+
+def measure(size: int, total_bytes: int, workdir: Path) -> dict:
+    count = max(1, total_bytes // size)
+    ctx = multiprocessing.get_context("spawn")
+    counters = CountersFile.open(workdir / "counters.dat")
+    live = LogBuffer.create(workdir / f"live-{size}.logbuffer",
+                            LogBufferParams(term_length=TERM_LENGTH, mtu_length=MTU, session_id=1, stream_id=1))
+    catalog = Catalog.open_or_create(workdir / "archive")
+    recorder = Recorder(catalog, live, counters, segment_length=SEGMENT_LENGTH, index_event_time=False)
+    writer = ctx.Process(target=_writer, args=(str(live.path), str(counters.path), size, count))
+    writer.start()
+    idle = BackoffIdleStrategy()
+    started = None
+    while not recorder.is_stopped:
+        work = recorder.do_work()
+        if work and started is None:
+            started = time.perf_counter()
+        idle.idle(work)
+    record_s = time.perf_counter() - started
+    writer.join()
+    descriptor = catalog.get(recorder.recording_id)
+    recorded = descriptor.stop_position - descriptor.start_position
+    progress(f"  {size} B: recorded {recorded / 1e6:,.0f} MB in {record_s:.2f} s")
+
+    replay_log = LogBuffer.create(workdir / f"replay-{size}.logbuffer",
+                                  replay_log_params(descriptor, descriptor.start_position, session_id=2, stream_id=2))
+    done = ctx.Queue()
+    reader = ctx.Process(target=_reader, args=(str(replay_log.path), str(counters.path), descriptor.start_position, done))
+    reader.start()
+    publication = ExclusivePublication(replay_log, counters)
+    while not publication.is_connected:
+        idle.idle(0)
+    session = ReplaySession(workdir / "archive", descriptor, publication)
+    replay_started = time.perf_counter()
+    while not session.is_done:
+        idle.idle(session.do_work())
+    publication.close()
+    result = done.get(timeout=600)
+    replay_s = time.perf_counter() - replay_started
+    reader.join()
+    assert result["messages"] == count, f"reader saw {result['messages']} of {count} messages"
+    assert result["bytes"] == count * size, "reader saw the wrong number of bytes"
+    progress(f"  {size} B: replayed into another process in {replay_s:.2f} s")
+
+    segments = sorted((workdir / "archive").glob(f"{recorder.recording_id}-*.rec"))
+    cat_s = timed(lambda: subprocess.run(["cat", *map(str, segments)], stdout=subprocess.DEVNULL, check=True))
+    numpy_s = timed(lambda: [np.fromfile(p, dtype=np.uint8) for p in segments])
+    for path in segments:
+        path.unlink()
+    for log in (live, replay_log):
+        log.close()
+        log.path.unlink()
+    counters.close()
+    catalog.close()
+    return {
+        "message_bytes": size, "messages": count, "recorded_bytes": recorded,
+        "record_mb_s": recorded / record_s / 1e6,
+        "replay_mb_s": recorded / replay_s / 1e6, "replay_msgs_s": count / replay_s,
+        "raw_cat_mb_s": recorded / cat_s / 1e6, "raw_numpy_mb_s": recorded / numpy_s / 1e6,
+    }
+
+
+def timed(action) -> float:
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        action()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--megabytes", type=int, default=512, help="bytes recorded per message size (default 512 MB)")
+    parser.add_argument("--quick", action="store_true", help="128 MB per size")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args()
+    total = (128 if args.quick else args.megabytes) * 1_000_000
+    workdir = Path(tempfile.mkdtemp(prefix="ramen-bench-archive-"))
+    progress(f"archive bench: {os.cpu_count()} CPUs, {total / 1e6:,.0f} MB per size, segments under {workdir} "
+             f"(written to disk, read back from the page cache)")
+    try:
+        rows = [measure(size, total, workdir) for size in (64 * 1024, 1024)]
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'message':>9} {'record MB/s':>12} {'replay MB/s':>12} {'replay msgs/s':>14} {'cat MB/s':>10} "
+          f"{'numpy MB/s':>11} {'replay/raw':>10}")
+    for r in rows:
+        raw = max(r["raw_cat_mb_s"], r["raw_numpy_mb_s"])
+        print(f"{r['message_bytes']:>8}B {r['record_mb_s']:>12,.0f} {r['replay_mb_s']:>12,.0f} {r['replay_msgs_s']:>14,.0f} "
+              f"{r['raw_cat_mb_s']:>10,.0f} {r['raw_numpy_mb_s']:>11,.0f} {r['replay_mb_s'] / raw:>9.0%}")
+    big = rows[0]
+    raw = max(big["raw_cat_mb_s"], big["raw_numpy_mb_s"])
+    for ok, text in ((big["replay_mb_s"] >= GOAL_REPLAY_GBPS * 1000,
+                      f"replay of 64 KiB messages >= {GOAL_REPLAY_GBPS:.0f} GB/s: {big['replay_mb_s'] / 1000:.2f} GB/s"),
+                     (big["replay_mb_s"] >= GOAL_RAW_FRACTION * raw,
+                      f"replay >= {GOAL_RAW_FRACTION:.0%} of the raw read rate: {big['replay_mb_s'] / raw:.0%}")):
+        print(f"{'PASS' if ok else 'MISS'}  {text}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
