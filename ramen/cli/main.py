@@ -11,10 +11,10 @@ import logging
 import sys
 
 from ramen import __version__
-from ramen.cli import demo, logbuffer, stat
+from ramen.cli import archive, demo, logbuffer, stat
 from ramen.cli.errors import UserError
 
-COMMANDS = (logbuffer, stat, demo)
+COMMANDS = (logbuffer, stat, demo, archive)
 EXIT_USER_ERROR = 1
 EXIT_INTERRUPTED = 130
 

@@ -31,6 +31,11 @@ HDR_TYPE_DATA = 1
 HEADER = struct.Struct("<iBBHiiiiq")
 """The whole header in one unpack: length, version, flags, type, term offset, session, stream, term id, reserved."""
 
+HEADER_BY_WORD = struct.Struct("<iiiiiiq")
+"""The same 32 bytes with version, flags and type as one word (see frame_word): length, that word, term
+offset, session, stream, term id, reserved. The writer's hot path packs a header with one precomputed
+word instead of three small fields."""
+
 # The second 32-bit word of a header (version | flags | type), as written for the common frame kinds.
 DATA_WORD_UNFRAGMENTED = CURRENT_VERSION | (UNFRAGMENTED << 8) | (HDR_TYPE_DATA << 16)
 PAD_WORD = CURRENT_VERSION | (UNFRAGMENTED << 8) | (HDR_TYPE_PAD << 16)

@@ -12,6 +12,8 @@ import logging
 import time
 from typing import Callable
 
+import numpy as np
+
 from ramen.transport import counters as ctr
 from ramen.transport import frame
 from ramen.transport.counters import CountersFile
@@ -26,6 +28,23 @@ log = logging.getLogger(__name__)
 FragmentHandler = Callable[[memoryview, int, int, Header], None]
 ControlledFragmentHandler = Callable[[memoryview, int, int, Header], int]
 BlockHandler = Callable[[memoryview, int, int, int, int], None]
+
+# Hot constants bound to module names: on a per-fragment path a global lookup is cheaper than the
+# global-and-attribute lookup of frame.X.
+_HDR = frame.HEADER_LENGTH
+_ALIGN_UP = frame.FRAME_ALIGNMENT - 1  # frame.align(n) is (n + _ALIGN_UP) & _ALIGN_MASK, inlined
+_ALIGN_MASK = -frame.FRAME_ALIGNMENT
+_TYPE_INDEX = frame.TYPE_OFFSET >> 1  # the type among a frame's 16-bit words
+_PAD = frame.HDR_TYPE_PAD
+_DROPPED = ctr.COUNTER_DROPPED
+
+HOUSEKEEPING_INTERVAL_NS = 1_000_000
+"""A poll heartbeats and looks for a stalled writer at most this often: the timeouts these serve are
+seconds, and doing both on every poll made an empty poll three times as slow."""
+
+RUN_MIN_FRAMES = 4
+"""block_poll checks a run of more frames than this, all of one length, in one numpy comparison;
+below it a Python step a frame is cheaper."""
 
 
 class Image:
@@ -47,6 +66,7 @@ class Image:
         self._terms = log_buffer.terms
         self._terms_i32 = [t.cast("i") for t in self._terms]
         self._terms_u16 = [t.cast("H") for t in self._terms]
+        self._terms_words = [np.frombuffer(t, dtype=np.int32) for t in self._terms]
         self.header = Header(log_buffer.initial_term_id, self.bits)
         self._position = log_buffer.producer_position() if join_position is None else join_position
         if self._position & (frame.FRAME_ALIGNMENT - 1):
@@ -54,13 +74,18 @@ class Image:
         self._closed = False
         self._stall_position = -1
         self._stall_since_ns = 0
+        self._next_housekeeping_ns = 0
         self._sub_pos = self._unblocked = None
+        # The sub-pos counter's record as int64s, for a poll's position store and dropped check (plain
+        # reads and stores, as Counter does, without the calls); a scratch record without counters.
+        self._sub_pos_record, self._sub_pos_index = memoryview(bytearray(ctr.COUNTER_LENGTH)).cast("q"), 0
         if counters is not None:
             key = ctr.STREAM_KEY.pack(log_buffer.correlation_id, self.session_id, self.stream_id,
                                       ctr.KEY_FLAG_TETHERED if tethered else 0)
             suffix = f"{self.session_id} {self.stream_id} {self.name}{' tethered' if tethered else ''}"
             self._sub_pos = counters.allocate(ctr.SUBSCRIBER_POSITION_TYPE_ID, f"sub-pos: {suffix}", key=key,
                                               registration_id=log_buffer.correlation_id)
+            self._sub_pos_record, self._sub_pos_index = self._sub_pos._i64, self._sub_pos._index
             self._sub_pos.set(self._position)
             self._unblocked = counters.allocate(ctr.UNBLOCKED_FRAMES_TYPE_ID, f"unblocked: {suffix}", key=key,
                                                 registration_id=log_buffer.correlation_id)
@@ -91,6 +116,7 @@ class Image:
         for counter in (self._sub_pos, self._unblocked):
             if counter is not None:
                 counter.close()
+        self._terms_words.clear()
         for view in (*self._terms_i32, *self._terms_u16):
             view.release()
 
@@ -115,12 +141,12 @@ class Image:
             if length <= 0:
                 break
             frame_offset = offset
-            offset += (length + 31) & ~31
-            if types[(frame_offset + frame.TYPE_OFFSET) >> 1] == frame.HDR_TYPE_PAD:
+            offset += (length + _ALIGN_UP) & _ALIGN_MASK
+            if types[(frame_offset >> 1) + _TYPE_INDEX] == _PAD:
                 continue
             fragments += 1
             header.offset = frame_offset
-            handler(term, frame_offset + frame.HEADER_LENGTH, length - frame.HEADER_LENGTH, header)
+            handler(term, frame_offset + _HDR, length - _HDR, header)
         self._advance(position, offset - start)
         return fragments
 
@@ -142,12 +168,12 @@ class Image:
             if length <= 0:
                 break
             frame_offset = offset
-            aligned = (length + 31) & ~31
-            if types[(frame_offset + frame.TYPE_OFFSET) >> 1] == frame.HDR_TYPE_PAD:
+            aligned = (length + _ALIGN_UP) & _ALIGN_MASK
+            if types[(frame_offset >> 1) + _TYPE_INDEX] == _PAD:
                 offset += aligned
                 continue
             header.offset = frame_offset
-            action = handler(term, frame_offset + frame.HEADER_LENGTH, length - frame.HEADER_LENGTH, header)
+            action = handler(term, frame_offset + _HDR, length - _HDR, header)
             if action == ABORT:
                 break
             fragments += 1
@@ -169,16 +195,27 @@ class Image:
         position = self._position
         index = (position >> self.bits) % 3
         lengths = self._terms_i32[index]
+        words = self._terms_words[index]
         offset = start = position & self.mask
         limit = min(self.term_length, offset + block_length_limit)
         while offset < limit:
             length = lengths[offset >> 2]
             if length <= 0:
                 break
-            aligned = (length + 31) & ~31
+            aligned = (length + _ALIGN_UP) & _ALIGN_MASK
             if offset + aligned > limit and offset > start:
                 break
-            offset += aligned
+            run = (limit - offset) // aligned  # frames of this stride that fit below the limit
+            if run > RUN_MIN_FRAMES and lengths[(offset + aligned) >> 2] == length:
+                # Frames of one length come in runs (a batch, fixed-size records): compare the
+                # length words of the run in one go and jump to the first that differs, which is
+                # where a frame by frame walk would have found another length or an uncommitted frame.
+                stride = aligned >> 2
+                first = offset >> 2
+                same = words[first:first + run * stride:stride] == length
+                offset += aligned * (run if same.all() else max(1, int(same.argmin())))
+            else:
+                offset += aligned
         consumed = offset - start
         if consumed:
             term_id = int32(self.header.initial_term_id + (position >> self.bits))
@@ -189,19 +226,19 @@ class Image:
     # -- internals ------------------------------------------------------------------------------
 
     def _advance(self, position: int, consumed: int) -> None:
-        sub_pos = self._sub_pos
         if consumed:
             self._position = position = position + consumed
-            if sub_pos is not None:
-                sub_pos.set(position)
+            self._sub_pos_record[self._sub_pos_index] = position
         now_ns = time.monotonic_ns()
-        if sub_pos is not None:
-            sub_pos.heartbeat(now_ns // 1_000_000)
-        if consumed == 0:
-            self._check_blocked(position, now_ns)
+        if now_ns >= self._next_housekeeping_ns:
+            self._next_housekeeping_ns = now_ns + HOUSEKEEPING_INTERVAL_NS
+            if self._sub_pos is not None:
+                self._sub_pos.heartbeat(now_ns // 1_000_000)
+            if consumed == 0:
+                self._check_blocked(position, now_ns)
 
     def _check_dropped(self) -> bool:
-        if self.is_dropped:
+        if self._sub_pos_record[self._sub_pos_index + ctr.STATUS_OFFSET // 8] == _DROPPED:  # is_dropped, inlined
             log.warning("%s: subscriber at position %d was dropped by the writer for not reading; "
                         "closing this image", self.name, self._position)
             self.close()

@@ -118,6 +118,9 @@ class LogBuffer:
         self.metadata = self.buffer[self.meta_offset:self.meta_offset + LOG_META_DATA_LENGTH]
         self.terms = [self.buffer[i * term_length:(i + 1) * term_length] for i in range(PARTITION_COUNT)]
         self._meta_i64 = self.metadata.cast("q")
+        tails = TERM_TAIL_COUNTERS_OFFSET
+        self.tail_counters = self.metadata[tails:tails + 8 * PARTITION_COUNT].cast("q")
+        """The raw tail counters by partition, for a writer that claims space with one store."""
         self._meta_i32 = self.metadata.cast("i")
         self.position_bits_to_shift = position_bits_to_shift(term_length)
         self.initial_term_id = self._meta_i32[LOG_INITIAL_TERM_ID_OFFSET // 4]
@@ -211,7 +214,7 @@ class LogBuffer:
         return cls(path, mapped, term_length)
 
     def close(self) -> None:
-        for view in (self._meta_i64, self._meta_i32, self.metadata, *self.terms, self.buffer):
+        for view in (self.tail_counters, self._meta_i64, self._meta_i32, self.metadata, *self.terms, self.buffer):
             view.release()
         self.mmap.close()
 
@@ -224,10 +227,10 @@ class LogBuffer:
     # -- metadata ------------------------------------------------------------------------------
 
     def raw_tail(self, index: int) -> int:
-        return self._meta_i64[(TERM_TAIL_COUNTERS_OFFSET // 8) + index]
+        return self.tail_counters[index]
 
     def set_raw_tail(self, index: int, raw: int) -> None:
-        self._meta_i64[(TERM_TAIL_COUNTERS_OFFSET // 8) + index] = raw
+        self.tail_counters[index] = raw
 
     @property
     def active_term_count(self) -> int:

@@ -32,7 +32,28 @@ from ramen.transport.status import (ADMIN_ACTION, BACK_PRESSURED, CLOSED, MAX_PO
 
 log = logging.getLogger(__name__)
 
+# Hot constants bound to module names: on a per-message path a global lookup is cheaper than the
+# global-and-attribute lookup of frame.X.
+_HDR = frame.HEADER_LENGTH
+_ALIGN_UP = frame.FRAME_ALIGNMENT - 1  # frame.align(n) is (n + _ALIGN_UP) & _ALIGN_MASK, inlined
+_ALIGN_MASK = -frame.FRAME_ALIGNMENT
+_DATA_WORD = frame.DATA_WORD_UNFRAGMENTED
+_pack_header = frame.HEADER_BY_WORD.pack_into
+
+# The header's fields as indexes of its int32 words, for writing a block's headers a field at a time.
+_LENGTH_WORD = frame.FRAME_LENGTH_OFFSET // 4
+_FLAGS_WORD = frame.VERSION_OFFSET // 4  # version, flags and type: _DATA_WORD
+_TERM_OFFSET_WORD = frame.TERM_OFFSET_OFFSET // 4
+_SESSION_ID_WORD = frame.SESSION_ID_OFFSET // 4
+_STREAM_ID_WORD = frame.STREAM_ID_OFFSET // 4
+_TERM_ID_WORD = frame.TERM_ID_OFFSET // 4
+_RESERVED_WORD = frame.RESERVED_VALUE_OFFSET // 4  # the first of two
 _HEADER_WORDS = frame.HEADER_LENGTH // 4
+
+_COPY_EACH_MIN_LENGTH = 4096
+"""Batched payloads of at least this many bytes are copied into the term one by one; shorter ones are
+joined and copied in one numpy assignment. Above it the join's second copy of every byte costs more
+than a Python step per message (measured: the two are even at 4 KiB)."""
 
 
 class BufferClaim:
@@ -89,12 +110,17 @@ class ExclusivePublication:
         self._terms = log_buffer.terms
         self._terms_i32 = [t.cast("i") for t in self._terms]
         self._terms_np = [np.frombuffer(t, dtype=np.uint8) for t in self._terms]
+        self._terms_words = [t.view(np.int32) for t in self._terms_np]
+        self._tails = log_buffer.tail_counters
         # Resume where the log's tail says: a new log starts at its initial position, a reopened
         # one after the last claimed frame.
         self._term_count = log_buffer.active_term_count
         index = index_by_term_count(self._term_count)
         raw = log_buffer.raw_tail(index)
         self._term_id = tail_term_id(raw)
+        # pack_tail(term_id, offset) is pack_tail(term_id, 0) + offset: a claim is an addition and a
+        # store. Kept with _term_id (see _pad_and_rotate).
+        self._tail_base = pack_tail(self._term_id, 0)
         self._term_offset = tail_term_offset(raw, self.term_length)
         self._term_begin = self._term_count << self.bits
         self._index = index
@@ -109,6 +135,9 @@ class ExclusivePublication:
         self._next_scan_ns = 0
         self._next_refresh_ns = 0
         self._pub_lmt = self._pub_pos = self._back_pressure = self._dropped = None
+        # Where each write stores the new position: the pub-pos counter's value (a plain store, as
+        # Counter.set does, without the call), or a scratch word when there is no counters file.
+        self._pub_pos_word, self._pub_pos_index = memoryview(bytearray(8)).cast("q"), 0
         if counters is not None:
             key = ctr.STREAM_KEY.pack(log_buffer.correlation_id, self.session_id, self.stream_id, 0)
             suffix = f"{self.session_id} {self.stream_id} {log_buffer.path.name}"
@@ -120,6 +149,7 @@ class ExclusivePublication:
                                         registration_id=corr)
             self._dropped = alloc(ctr.SUBSCRIBERS_DROPPED_TYPE_ID, f"subs-dropped: {suffix}", key=key,
                                   registration_id=corr)
+            self._pub_pos_word, self._pub_pos_index = self._pub_pos._i64, self._pub_pos._index
             self._pub_pos.set(self.position)
         self._claim_scratch = BufferClaim()
 
@@ -160,6 +190,7 @@ class ExclusivePublication:
                 counter.close()
         for view in self._terms_i32:
             view.release()
+        self._terms_words.clear()
         self._terms_np.clear()
 
     # -- offers ---------------------------------------------------------------------------------
@@ -170,24 +201,33 @@ class ExclusivePublication:
             length = len(buffer) - offset
         if length > self.max_payload_length:
             return self._offer_fragmented(buffer, offset, length, reserved_value)
-        position = self._check_limit()
-        if position < 0:
-            return position
-        frame_length = length + frame.HEADER_LENGTH
-        aligned = (frame_length + 31) & ~31
         term_offset = self._term_offset
-        if term_offset + aligned > self.term_length:
+        # The hot path of every offer: _check_limit() runs only when it may have something to say
+        # (closed, at the limit, or time to re-read the subscribers' positions), and the claim and
+        # the position store are _claim() and _advanced() inlined.
+        if self._closed or self._term_begin + term_offset >= self._limit or \
+                (self.counters is not None and time.monotonic_ns() >= self._next_refresh_ns):
+            position = self._check_limit()
+            if position < 0:
+                return position
+        frame_length = length + _HDR
+        new_offset = term_offset + ((frame_length + _ALIGN_UP) & _ALIGN_MASK)
+        if new_offset > self.term_length:
             return self._pad_and_rotate()
-        term = self._terms[self._index]
-        self._claim(term_offset + aligned)
-        frame.HEADER.pack_into(term, term_offset, -frame_length, 0, frame.UNFRAGMENTED, frame.HDR_TYPE_DATA,
-                               term_offset, self.session_id, self.stream_id, self._term_id, reserved_value)
-        start = term_offset + frame.HEADER_LENGTH
+        index = self._index
+        term = self._terms[index]
+        self._tails[index] = self._tail_base + new_offset
+        self._term_offset = new_offset
+        _pack_header(term, term_offset, -frame_length, _DATA_WORD, term_offset, self.session_id, self.stream_id,
+                     self._term_id, reserved_value)
+        start = term_offset + _HDR
         if offset or length != len(buffer):
             buffer = memoryview(buffer)[offset:offset + length]
         term[start:start + length] = buffer
-        self._terms_i32[self._index][term_offset >> 2] = frame_length
-        return self._advanced()
+        self._terms_i32[index][term_offset >> 2] = frame_length
+        position = self._term_begin + new_offset
+        self._pub_pos_word[self._pub_pos_index] = position
+        return position
 
     def try_claim(self, length: int, claim: BufferClaim) -> int:
         """Claim space for one unfragmented message, to be written in place and committed."""
@@ -217,34 +257,37 @@ class ExclusivePublication:
         count = len(messages)
         if count == 0:
             return 0, self.position
-        lengths = np.fromiter(map(len, messages), dtype=np.int64, count=count)
-        if int(lengths.max()) > self.max_payload_length:
+        lengths = list(map(len, messages))
+        payload_length = lengths[0]
+        if lengths.count(payload_length) == count:
+            # Messages of one length, the common case: where each goes is plain arithmetic.
+            if payload_length > self.max_payload_length:
+                return self._offer_batch_slow(messages)
+            return self._offer_one_length(count, payload_length,
+                                          lambda first, block: _copy_messages(messages, first, block, payload_length))
+        if max(lengths) > self.max_payload_length:
             return self._offer_batch_slow(messages)
-        aligned = (lengths + (frame.HEADER_LENGTH + 31)) & ~31
-        ends = np.cumsum(aligned)
-        written = 0
-        result = 0
-        while written < count:
-            position = self._check_limit()
-            if position < 0:
-                result = position
-                break
-            term_offset = self._term_offset
-            base = int(ends[written - 1]) if written else 0
-            # Whole messages that fit the rest of this term and start below the limit.
-            room = self.term_length - term_offset
-            fit = int(np.searchsorted(ends, base + room, side="right")) - written
-            if fit == 0:
-                result = self._pad_and_rotate()
-                if result == MAX_POSITION_EXCEEDED:
-                    break
-                continue
-            starts_allowed = int(np.searchsorted(ends, base + (self._limit - position), side="left")) + 1 - written
-            fit = min(fit, max(starts_allowed, 1))
-            self._write_block(messages, written, fit, lengths, aligned, ends, base, term_offset)
-            written += fit
-            result = self.position
-        return written, (self.position if written else result)
+        return self._offer_varied_lengths(messages, np.array(lengths, dtype=np.int64))
+
+    def offer_rows(self, rows: np.ndarray) -> tuple[int, int]:
+        """Write each row of a 2-D uint8 array as one message: offer_batch for fixed-size records,
+        with no Python work per message (a block's headers and its payloads go in as two arrays).
+
+        Returns (messages written, position after them or a negative status if none was written).
+        """
+        if not isinstance(rows, np.ndarray) or rows.ndim != 2 or rows.dtype != np.uint8:
+            got = f"a {rows.ndim}-D {rows.dtype} array" if isinstance(rows, np.ndarray) else type(rows).__name__
+            raise ValueError(f"offer_rows takes a 2-D uint8 array, one message a row (got {got})")
+        count, payload_length = rows.shape
+        if count == 0:
+            return 0, self.position
+        if payload_length > self.max_payload_length:
+            return self._offer_batch_slow(rows)
+
+        def copy_rows(first: int, block: np.ndarray) -> None:
+            block[:, _HDR:_HDR + payload_length] = rows[first:first + len(block)]
+
+        return self._offer_one_length(count, payload_length, copy_rows)
 
     def offer_block(self, buffer, offset: int, length: int) -> int:
         """Write a block of whole, already framed fragments at the current term offset (Aeron's
@@ -274,6 +317,26 @@ class ExclusivePublication:
         self._terms_i32[self._index][term_offset >> 2] = first_length
         return self._advanced()
 
+    def append_padding(self, length: int) -> int:
+        """Write a PAD frame of `length` bytes (header included) that readers skip (Aeron's
+        appendPadding): how a replay reproduces the padding at a recorded term's end."""
+        if length < frame.HEADER_LENGTH or length % frame.FRAME_ALIGNMENT:
+            raise ValueError(f"padding of {length} bytes is not a whole number of frame alignments")
+        if self._term_offset >= self.term_length:
+            return self._pad_and_rotate()
+        term_offset = self._term_offset
+        if length > self.term_length - term_offset:
+            raise ValueError(f"padding of {length} bytes does not fit the {self.term_length - term_offset} bytes left")
+        position = self._check_limit()
+        if position < 0:
+            return position
+        term = self._terms[self._index]
+        self._claim(term_offset + length)
+        frame.HEADER.pack_into(term, term_offset, -length, 0, frame.UNFRAGMENTED, frame.HDR_TYPE_PAD, term_offset,
+                               self.session_id, self.stream_id, self._term_id, 0)
+        self._terms_i32[self._index][term_offset >> 2] = length
+        return self._advanced()
+
     def _offer_batch_slow(self, messages: Sequence) -> tuple[int, int]:
         written = 0
         result = self.position
@@ -286,9 +349,88 @@ class ExclusivePublication:
             written += 1
         return written, (self.position if written else result)
 
-    def _write_block(self, messages, first: int, n: int, lengths, aligned, ends, base: int, term_offset: int) -> None:
-        term = self._terms[self._index]
-        term_np = self._terms_np[self._index]
+    def _offer_one_length(self, count: int, payload_length: int, copy) -> tuple[int, int]:
+        """offer_batch for `count` messages of one length; copy(first, block) copies messages
+        first.. into the payloads of block, their frames as an (n, stride) uint8 array."""
+        frame_length = payload_length + _HDR
+        stride = (frame_length + _ALIGN_UP) & _ALIGN_MASK
+
+        def fit(first: int, room: int, allowance: int) -> int:
+            # The messages left, those that fit the room, those that start below the limit.
+            return min(count - first, room // stride, max(-(-allowance // stride), 1))
+
+        def write(first: int, n: int, term_offset: int) -> None:
+            block = self._begin_block_of_one_length(term_offset, n, stride, frame_length)
+            copy(first, block)
+            self._commit_block(term_offset, frame_length)
+
+        return self._offer_blocks(count, fit, write)
+
+    def _offer_varied_lengths(self, messages: Sequence, lengths: np.ndarray) -> tuple[int, int]:
+        """offer_batch for messages of different lengths: the frames' ends, found by a search."""
+        aligned = (lengths + (_HDR + _ALIGN_UP)) & _ALIGN_MASK
+        ends = np.cumsum(aligned)  # each frame's end, from the first frame's start
+
+        def fit(first: int, room: int, allowance: int) -> int:
+            base = int(ends[first - 1]) if first else 0
+            in_room = int(np.searchsorted(ends, base + room, side="right")) - first
+            start_below_limit = int(np.searchsorted(ends, base + allowance, side="left")) + 1 - first
+            return min(in_room, max(start_below_limit, 1))
+
+        def write(first: int, n: int, term_offset: int) -> None:
+            self._write_block(messages, first, n, lengths, aligned, ends, term_offset)
+
+        return self._offer_blocks(len(messages), fit, write)
+
+    def _offer_blocks(self, count: int, fit, write) -> tuple[int, int]:
+        """Write `count` messages as blocks of one commit each, until all are written or the limit
+        or the end of the stream stops them; rotate the term where the next one does not fit.
+
+        fit(first, room, allowance) is how many messages from `first` on make the next block: at
+        most those that fit the `room` left in the term, of which at least one and at most those
+        that start less than `allowance` bytes ahead (below the limit); 0 if the next one does not
+        fit the term. write(first, n, term_offset) writes them as one block.
+        """
+        written = 0
+        result = 0
+        while written < count:
+            position = self._check_limit()
+            if position < 0:
+                result = position
+                break
+            term_offset = self._term_offset
+            n = fit(written, self.term_length - term_offset, self._limit - position)
+            if n == 0:
+                result = self._pad_and_rotate()
+                if result == MAX_POSITION_EXCEEDED:
+                    break
+                continue
+            write(written, n, term_offset)
+            written += n
+        return written, (self.position if written else result)
+
+    def _begin_block_of_one_length(self, term_offset: int, n: int, stride: int, frame_length: int) -> np.ndarray:
+        """Claim n frames of `stride` bytes and write their headers, a field at a time through an
+        (n, words a frame) view of the term. Returns the block as an (n, stride) uint8 array.
+
+        The first frame holds minus the whole block's length until _commit_block (see _write_block).
+        """
+        block_length = n * stride
+        self._claim(term_offset + block_length)
+        first_word = term_offset >> 2
+        frames = self._terms_words[self._index][first_word:first_word + (block_length >> 2)].reshape(n, stride >> 2)
+        frames[0, _LENGTH_WORD] = -block_length
+        frames[1:, _LENGTH_WORD] = frame_length
+        frames[:, _FLAGS_WORD] = _DATA_WORD
+        frames[:, _TERM_OFFSET_WORD] = np.arange(term_offset, term_offset + block_length, stride, dtype=np.int32)
+        frames[:, _SESSION_ID_WORD] = self.session_id
+        frames[:, _STREAM_ID_WORD] = self.stream_id
+        frames[:, _TERM_ID_WORD] = self._term_id
+        frames[:, _RESERVED_WORD:_HEADER_WORDS] = 0
+        return frames.view(np.uint8)
+
+    def _write_block(self, messages, first: int, n: int, lengths, aligned, ends, term_offset: int) -> None:
+        base = int(ends[first - 1]) if first else 0
         block_length = int(ends[first + n - 1]) - base
         self._claim(term_offset + block_length)
         offsets = term_offset + (ends[first:first + n] - aligned[first:first + n] - base)
@@ -296,28 +438,31 @@ class ExclusivePublication:
         # Frame 1 holds minus the whole block's length until the end: a reader waits at it, and a
         # writer dying here leaves one gap that unblocking pads in one go. It goes first, so the
         # other frames, written with their positive lengths, stay invisible until it commits.
-        words = term_np.view(np.int32)
+        words = self._terms_words[self._index]
         idx = offsets >> 2
-        words[idx[0]] = -block_length
-        words[idx[1:]] = lens[1:] + frame.HEADER_LENGTH
-        words[idx + 1] = frame.DATA_WORD_UNFRAGMENTED
-        words[idx + 2] = offsets
-        words[idx + 3] = self.session_id
-        words[idx + 4] = self.stream_id
-        words[idx + 5] = self._term_id
-        words[idx + 6] = 0
-        words[idx + 7] = 0
-        batch = messages[first:first + n]
-        payload_len = int(lens[0])
-        if n > 1 and (lens == payload_len).all():
+        words[idx[0] + _LENGTH_WORD] = -block_length
+        words[idx[1:] + _LENGTH_WORD] = lens[1:] + _HDR
+        words[idx + _FLAGS_WORD] = _DATA_WORD
+        words[idx + _TERM_OFFSET_WORD] = offsets
+        words[idx + _SESSION_ID_WORD] = self.session_id
+        words[idx + _STREAM_ID_WORD] = self.stream_id
+        words[idx + _TERM_ID_WORD] = self._term_id
+        words[idx + _RESERVED_WORD] = 0
+        words[idx + _RESERVED_WORD + 1] = 0
+        payload_length = int(lens[0])
+        if n > 1 and (lens == payload_length).all():
             stride = int(aligned[first])
-            region = term_np[term_offset:term_offset + n * stride].reshape(n, stride)
-            region[:, frame.HEADER_LENGTH:frame.HEADER_LENGTH + payload_len] = \
-                np.frombuffer(b"".join(batch), dtype=np.uint8).reshape(n, payload_len)
+            block = self._terms_np[self._index][term_offset:term_offset + n * stride].reshape(n, stride)
+            _copy_messages(messages, first, block, payload_length)
         else:
-            for start, message in zip((offsets + frame.HEADER_LENGTH).tolist(), batch):
+            term = self._terms[self._index]
+            for start, message in zip((offsets + _HDR).tolist(), messages[first:first + n]):
                 term[start:start + len(message)] = message
-        words[idx[0]] = int(lens[0]) + frame.HEADER_LENGTH
+        self._commit_block(term_offset, payload_length + _HDR)
+
+    def _commit_block(self, term_offset: int, first_frame_length: int) -> None:
+        """Store the block's first frame's own length: the whole block becomes visible at once."""
+        self._terms_i32[self._index][term_offset >> 2] = first_frame_length
         self._advanced()
 
     def _offer_fragmented(self, buffer, offset: int, length: int, reserved_value: int) -> int:
@@ -380,13 +525,12 @@ class ExclusivePublication:
 
     def _claim(self, new_term_offset: int) -> None:
         """Move the tail first, so readers know the space is taken even if we die mid-frame."""
-        self.log.set_raw_tail(self._index, pack_tail(self._term_id, new_term_offset))
+        self._tails[self._index] = self._tail_base + new_term_offset
         self._term_offset = new_term_offset
 
     def _advanced(self) -> int:
         position = self._term_begin + self._term_offset
-        if self._pub_pos is not None:
-            self._pub_pos.set(position)
+        self._pub_pos_word[self._pub_pos_index] = position
         return position
 
     def _pad_and_rotate(self) -> int:
@@ -417,11 +561,11 @@ class ExclusivePublication:
         self.log.active_term_count = next_count
         self._term_count = next_count
         self._term_id = next_term_id
+        self._tail_base = pack_tail(next_term_id, 0)
         self._index = next_index
         self._term_begin = next_count << self.bits
         self._term_offset = 0
-        if self._pub_pos is not None:
-            self._pub_pos.set(self._term_begin)
+        self._advanced()
         return ADMIN_ACTION
 
     def _update_limit(self) -> None:
@@ -488,6 +632,22 @@ class ExclusivePublication:
             self._terms_np[index][offset:offset + length] = 0
             clean += length
         self._clean_position = max(self._clean_position, position)
+
+
+def _copy_messages(messages: Sequence, first: int, block: np.ndarray, payload_length: int) -> None:
+    """Copy messages[first:first + n], all of payload_length bytes, into the payloads of block, n
+    frames as an (n, stride) uint8 array."""
+    n, stride = block.shape
+    batch = messages[first:first + n]
+    if payload_length >= _COPY_EACH_MIN_LENGTH:
+        flat = memoryview(block).cast("B")
+        start = _HDR
+        for message in batch:
+            flat[start:start + payload_length] = message
+            start += stride
+        flat.release()
+    else:
+        block[:, _HDR:_HDR + payload_length] = np.frombuffer(b"".join(batch), dtype=np.uint8).reshape(n, payload_length)
 
 
 def offer_blocking(publication: ExclusivePublication, message, idle=None, timeout_s: float | None = None) -> int:

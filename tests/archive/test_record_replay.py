@@ -211,8 +211,11 @@ def test_a_bad_start_position_is_refused_with_a_clear_error(tmp_path, start, pro
         ReplaySession(tmp_path / "archive", descriptor, ExclusivePublication(log), start_position=start)
 
 
-def test_a_payload_that_looks_like_a_frame_header_does_not_fool_the_replay(tmp_path):
+def test_a_payload_that_looks_like_a_frame_header_does_not_fool_the_replay(tmp_path, monkeypatch):
     """The replay's vectorised frame scan must fall back to walking when a payload mimics a header."""
+    walks = []
+    walk = ReplaySession._whole_messages_walk
+    monkeypatch.setattr(ReplaySession, "_whole_messages_walk", lambda self, *a: walks.append(a) or walk(self, *a))
     rig = Rig(tmp_path)
     rig.publish([b"a" * 100] * 3)
     frame_offset = rig.publication.position & (TERM - 1)
@@ -225,3 +228,4 @@ def test_a_payload_that_looks_like_a_frame_header_does_not_fool_the_replay(tmp_p
     session, got = replay(rig)
     assert session.state == DONE
     assert got == rig.sent
+    assert walks, "the forged header should have sent the scan to the walk"
