@@ -1,0 +1,556 @@
+"""Segment files: where a recording's frames live on disk, as Aeron Archive lays them out.
+
+A recording is a run of stream positions [startPosition, stopPosition) stored in fixed-length files
+named `<recordingId>-<segmentFileBasePosition>.rec`. Each file holds the raw term bytes of
+segmentFileLength bytes of stream, so a frame at stream position p sits at file offset p - base.
+
+Base positions count from the start of the term the recording started in, not from 0 (Aeron's
+AeronArchive.segmentFileBasePosition): a recording that starts at term offset 4096 of term 3 of a
+64 KiB-term stream (position 200704) has its first file at base 196608, and its first frame at file
+offset 4096; the bytes before it stay zero. Because a segment is a whole number of terms and
+frames never cross a term end, frames never cross a segment end either.
+
+What Aeron's RecordingWriter writes, and so what we write:
+- DATA frames verbatim, in blocks of whole frames as read from a log buffer term;
+- PAD frames header only (32 bytes): the file position still advances by the PAD's whole length,
+  and the padded space stays zero (the files are created sparse at full length);
+- with a checksum configured, each DATA frame's sessionId field holds the checksum of its payload
+  including the alignment padding up to the next 32-byte boundary (the term buffer itself is left
+  alone: the frames are copied to a scratch buffer first);
+- on reaching a segment's end, the next segment file is created at once (so a recording stopped
+  exactly at a segment boundary has an empty last file).
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import re
+import struct
+from pathlib import Path
+from typing import Callable, Iterator
+
+from ramen.archive.checksum import Checksum
+from ramen.transport import frame
+from ramen.transport.frame import FRAME_ALIGNMENT, HDR_TYPE_DATA, HDR_TYPE_PAD, HEADER, HEADER_LENGTH, align
+from ramen.transport.logbuffer import TERM_MAX_LENGTH, TERM_MIN_LENGTH, is_power_of_two
+
+log = logging.getLogger(__name__)
+
+SEGMENT_SUFFIX = ".rec"
+SEGMENT_MIN_LENGTH = 64 * 1024
+"""Bytes; Aeron's smallest segment file (equal to the smallest term)."""
+SEGMENT_MAX_LENGTH = 1024 * 1024 * 1024
+"""Bytes; Aeron's largest segment file."""
+PAGE_SIZE = 4096
+"""Bytes; the unit a crash can tear a write at (Aeron's Catalog.PAGE_SIZE), for the torn-frame rule."""
+READ_CHUNK_LENGTH = 1024 * 1024
+"""Bytes read from a segment file at a time (Aeron's FILE_IO_MAX_LENGTH_DEFAULT)."""
+NULL_POSITION = -1
+
+_SEGMENT_NAME = re.compile(r"^(\d+)-(\d+)" + re.escape(SEGMENT_SUFFIX) + "$")
+_LENGTH_AND_TYPE = struct.Struct("<i2xH")
+"""A frame's length (i32 @0) and type (u16 @6) in one unpack."""
+_INT32 = struct.Struct("<i")
+_ZERO_WORD = bytes(8)
+
+
+class SegmentError(Exception):
+    """A segment file that cannot be read as a recording; the message names the file and the problem."""
+
+
+class TornFrameError(SegmentError):
+    """The last frame of a recording crosses a page boundary and may be only partly on disk."""
+
+    def __init__(self, path: Path, position: int) -> None:
+        super().__init__(f"{path}: the last frame, at position {position}, straddles a page boundary and may be "
+                         f"incomplete (torn by a crash); run `ramen archive verify` and decide whether to truncate it")
+        self.path = path
+        self.position = position
+
+
+# -- names and positions ---------------------------------------------------------------------------
+
+
+def segment_file_name(recording_id: int, base_position: int) -> str:
+    return f"{recording_id}-{base_position}{SEGMENT_SUFFIX}"
+
+
+def parse_segment_file_name(name: str) -> tuple[int, int] | None:
+    """(recording id, base position) of a segment file name, or None if the name is not one."""
+    match = _SEGMENT_NAME.match(name)
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(2))
+
+
+def segment_file_base_position(start_position: int, position: int, term_length: int, segment_length: int) -> int:
+    """The base position of the segment file holding `position` of a recording that began at start_position."""
+    start_term_base = start_position - (start_position & (term_length - 1))
+    from_base = position - start_term_base
+    return start_term_base + from_base - (from_base & (segment_length - 1))
+
+
+def check_segment_file_length(segment_length: int, term_length: int) -> None:
+    """Raise ValueError unless segment_length is a power of two in 64 KiB..1 GiB and holds whole terms."""
+    if not SEGMENT_MIN_LENGTH <= segment_length <= SEGMENT_MAX_LENGTH or not is_power_of_two(segment_length):
+        raise ValueError(f"segment file length {segment_length} is not a power of two in "
+                         f"{SEGMENT_MIN_LENGTH}..{SEGMENT_MAX_LENGTH}")
+    if not TERM_MIN_LENGTH <= term_length <= TERM_MAX_LENGTH or not is_power_of_two(term_length):
+        raise ValueError(f"term length {term_length} is not a power of two in {TERM_MIN_LENGTH}..{TERM_MAX_LENGTH}")
+    if segment_length < term_length:
+        raise ValueError(f"segment file length {segment_length} is shorter than the term length {term_length}: "
+                         f"a segment must hold whole terms")
+
+
+def list_segment_files(archive_dir: str | os.PathLike) -> dict[int, list[int]]:
+    """Recording id -> sorted base positions of its segment files; other files are ignored."""
+    segments: dict[int, list[int]] = {}
+    for entry in os.scandir(archive_dir):
+        parsed = parse_segment_file_name(entry.name)
+        if parsed is not None:
+            segments.setdefault(parsed[0], []).append(parsed[1])
+    for bases in segments.values():
+        bases.sort()
+    return segments
+
+
+def _check_aligned(what: str, position: int) -> None:
+    if position < 0 or position & (FRAME_ALIGNMENT - 1):
+        raise ValueError(f"{what} {position} is not a non-negative multiple of {FRAME_ALIGNMENT}")
+
+
+# -- writing ---------------------------------------------------------------------------------------
+
+
+class SegmentWriter:
+    """Appends a recording's frames to its segment files (Aeron's RecordingWriter).
+
+    `on_block` has the signature of Image.block_poll's handler, so a recorder passes it straight in.
+    Writes go through the page cache with pwrite: a process killed with SIGKILL loses nothing it
+    wrote. `sync=True` (Aeron's fileSyncLevel > 0) also makes each block durable against power loss.
+    """
+
+    def __init__(self, archive_dir: str | os.PathLike, recording_id: int, start_position: int, term_length: int,
+                 segment_length: int, *, checksum: Checksum | None = None, position: int | None = None,
+                 sync: bool = False) -> None:
+        check_segment_file_length(segment_length, term_length)
+        _check_aligned("start position", start_position)
+        position = start_position if position is None else position
+        _check_aligned("join position", position)
+        if position < start_position:
+            raise ValueError(f"join position {position} is before the start position {start_position}")
+        self.archive_dir = Path(archive_dir)
+        self.recording_id = recording_id
+        self.start_position = start_position
+        self.term_length = term_length
+        self.segment_length = segment_length
+        self.checksum = checksum
+        self.sync = sync
+        self._term_mask = term_length - 1
+        self._segment_base = segment_file_base_position(start_position, position, term_length, segment_length)
+        self._segment_offset = position - self._segment_base
+        # A block is at most one term (block_poll never crosses a term end), so one term of scratch will do.
+        self._scratch = bytearray(term_length) if checksum is not None else None
+        self._fd = -1
+        self._fd = self._open_segment(self._segment_base, must_be_new=False)
+
+    @property
+    def position(self) -> int:
+        """The stream position just after the last byte written."""
+        return self._segment_base + self._segment_offset
+
+    @property
+    def segment_path(self) -> Path:
+        """The file being written now."""
+        return self.archive_dir / segment_file_name(self.recording_id, self._segment_base)
+
+    def on_block(self, term_buffer, term_offset: int, length: int, session_id: int, term_id: int) -> None:
+        """Append `length` bytes of whole frames found at term_offset of a term buffer."""
+        if length <= 0:
+            return
+        if self._fd < 0:
+            raise ValueError(f"recording {self.recording_id}: segment writer is closed")
+        if term_offset & (FRAME_ALIGNMENT - 1) or length & (FRAME_ALIGNMENT - 1):
+            raise ValueError(f"recording {self.recording_id}: block at term offset {term_offset}, length {length} "
+                             f"is not frame-aligned")
+        expected = self.position & self._term_mask
+        if term_offset != expected:
+            raise ValueError(f"recording {self.recording_id}: block starts at term offset {term_offset} but the "
+                             f"recording is at position {self.position} (term offset {expected}): a gap or a repeat")
+        if self._segment_offset + length > self.segment_length:
+            raise ValueError(f"recording {self.recording_id}: block of {length} bytes at position {self.position} "
+                             f"runs past the end of segment {self.segment_path.name}")
+        with memoryview(term_buffer) as term:
+            if term.format != "B":
+                term = term.cast("B")
+            if term_offset + length > len(term):
+                raise ValueError(f"recording {self.recording_id}: block [{term_offset}, {term_offset + length}) "
+                                 f"is outside the term buffer of {len(term)} bytes")
+            if self._scratch is None:
+                self._write_frames(term, term_offset, length)
+            else:
+                with memoryview(self._scratch) as scratch:
+                    scratch[:length] = term[term_offset:term_offset + length]
+                    self._write_frames(scratch, 0, length)
+        if self.sync:
+            os.fdatasync(self._fd)
+        self._segment_offset += length
+        if self._segment_offset >= self.segment_length:
+            self._roll_over()
+
+    def _write_frames(self, src: memoryview, offset: int, length: int) -> None:
+        """Write the frames of src[offset:offset+length]: runs of DATA verbatim, PADs header only.
+
+        With a checksum, src is our scratch copy and each DATA frame's sessionId is set first.
+        """
+        end = offset + length
+        file_offset = self._segment_offset - offset  # file offset = this + offset in src
+        unpack = _LENGTH_AND_TYPE.unpack_from
+        checksum = self.checksum
+        run_start = offset
+        while offset < end:
+            frame_length, frame_type = unpack(src, offset)
+            aligned = (frame_length + FRAME_ALIGNMENT - 1) & -FRAME_ALIGNMENT
+            if frame_length < HEADER_LENGTH or offset + aligned > end:
+                raise ValueError(f"recording {self.recording_id}: frame at position "
+                                 f"{self.position + offset - (end - length)} has length {frame_length}, which does "
+                                 f"not fit the block: a block must hold whole committed frames")
+            if frame_type == HDR_TYPE_PAD:
+                self._pwrite(src[run_start:offset], file_offset + run_start)
+                self._pwrite(src[offset:offset + HEADER_LENGTH], file_offset + offset)
+                run_start = offset + aligned
+            elif checksum is not None:
+                value = checksum.compute(src[offset + HEADER_LENGTH:offset + aligned])
+                _INT32.pack_into(src, offset + frame.SESSION_ID_OFFSET, value)
+            offset += aligned
+        self._pwrite(src[run_start:end], file_offset + run_start)
+
+    def _pwrite(self, data: memoryview, file_offset: int) -> None:
+        while len(data):
+            written = os.pwrite(self._fd, data, file_offset)
+            data = data[written:]
+            file_offset += written
+
+    def _roll_over(self) -> None:
+        os.close(self._fd)
+        self._fd = -1
+        self._segment_base += self.segment_length
+        self._segment_offset = 0
+        self._fd = self._open_segment(self._segment_base, must_be_new=True)
+
+    def _open_segment(self, base_position: int, *, must_be_new: bool) -> int:
+        path = self.archive_dir / segment_file_name(self.recording_id, base_position)
+        flags = os.O_RDWR | os.O_CREAT | (os.O_EXCL if must_be_new else 0)
+        try:
+            fd = os.open(path, flags, 0o644)
+        except FileExistsError:
+            raise SegmentError(f"{path}: segment file already exists; recording {self.recording_id} cannot "
+                               f"roll over into it") from None
+        try:
+            if os.fstat(fd).st_size < self.segment_length:
+                os.ftruncate(fd, self.segment_length)  # sparse: unwritten space reads as zeros
+            if self.sync:
+                _sync_directory(self.archive_dir)
+        except BaseException:
+            os.close(fd)
+            raise
+        log.debug("recording %d: writing %s from offset %d", self.recording_id, path.name, self._segment_offset)
+        return fd
+
+    def flush(self) -> None:
+        """Make everything written so far durable (a clean point; SIGKILL alone loses nothing anyway)."""
+        if self._fd >= 0:
+            os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> "SegmentWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- reading ---------------------------------------------------------------------------------------
+
+
+class SegmentFrame:
+    """One frame read from a segment file, with its header decoded.
+
+    `buffer` is the reader's chunk buffer, reused when the reader reads the next chunk: copy what
+    you keep (payload() copies).
+    """
+
+    __slots__ = ("position", "length", "version", "flags", "type", "term_offset", "session_id", "stream_id",
+                 "term_id", "reserved_value", "buffer", "offset", "segment_base")
+
+    def __init__(self, position: int, fields: tuple, buffer: memoryview, offset: int, segment_base: int) -> None:
+        self.position = position
+        (self.length, self.version, self.flags, self.type, self.term_offset, self.session_id, self.stream_id,
+         self.term_id, self.reserved_value) = fields
+        self.buffer = buffer
+        self.offset = offset
+        self.segment_base = segment_base
+
+    @property
+    def aligned_length(self) -> int:
+        return align(self.length)
+
+    @property
+    def end_position(self) -> int:
+        """The stream position after this frame (what Aeron's Header.position() reports)."""
+        return self.position + align(self.length)
+
+    @property
+    def file_offset(self) -> int:
+        return self.position - self.segment_base
+
+    @property
+    def is_data(self) -> bool:
+        return self.type == HDR_TYPE_DATA
+
+    @property
+    def is_pad(self) -> bool:
+        return self.type == HDR_TYPE_PAD
+
+    def payload(self) -> bytes:
+        """A copy of the payload (without the alignment padding)."""
+        return bytes(self.buffer[self.offset + HEADER_LENGTH:self.offset + self.length])
+
+    def padded_payload(self) -> memoryview:
+        """The payload and its alignment padding: what a frame checksum covers. Valid until the next read."""
+        return self.buffer[self.offset + HEADER_LENGTH:self.offset + align(self.length)]
+
+    def __repr__(self) -> str:
+        return (f"SegmentFrame(position={self.position}, length={self.length}, flags={self.flags:#x}, "
+                f"type={self.type}, term_id={self.term_id}, term_offset={self.term_offset}, "
+                f"session_id={self.session_id}, stream_id={self.stream_id})")
+
+
+class SegmentReader:
+    """Reads a recording's bytes and frames by stream position, across its segment files.
+
+    Files are opened on first use and kept open until close(). Space a file does not hold (a file
+    shorter than the segment length) reads as zeros, i.e. as the end of the data.
+    """
+
+    def __init__(self, archive_dir: str | os.PathLike, recording_id: int, start_position: int, term_length: int,
+                 segment_length: int) -> None:
+        check_segment_file_length(segment_length, term_length)
+        _check_aligned("start position", start_position)
+        self.archive_dir = Path(archive_dir)
+        self.recording_id = recording_id
+        self.start_position = start_position
+        self.term_length = term_length
+        self.segment_length = segment_length
+        self._fds: dict[int, int] = {}
+
+    @classmethod
+    def for_recording(cls, archive_dir: str | os.PathLike, descriptor) -> "SegmentReader":
+        """A reader for a catalog RecordingDescriptor (anything with those field names)."""
+        return cls(archive_dir, descriptor.recording_id, descriptor.start_position, descriptor.term_buffer_length,
+                   descriptor.segment_file_length)
+
+    def segment_base(self, position: int) -> int:
+        return segment_file_base_position(self.start_position, position, self.term_length, self.segment_length)
+
+    def segment_path(self, position: int) -> Path:
+        return self.archive_dir / segment_file_name(self.recording_id, self.segment_base(position))
+
+    def _fd(self, base: int, position: int) -> int:
+        fd = self._fds.get(base)
+        if fd is None:
+            path = self.archive_dir / segment_file_name(self.recording_id, base)
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                raise SegmentError(f"{path}: missing segment file of recording {self.recording_id} "
+                                   f"(it holds position {position})") from None
+            self._fds[base] = fd
+        return fd
+
+    def read(self, position: int, buffer, limit_position: int | None = None) -> int:
+        """Copy the recording's bytes from `position` into buffer, never past the end of the term (so
+        never across a segment) nor past limit_position; returns how many bytes were copied."""
+        _check_aligned("position", position)
+        if position < self.start_position:
+            raise ValueError(f"position {position} is before the start of recording {self.recording_id} "
+                             f"({self.start_position})")
+        term_end = (position | (self.term_length - 1)) + 1
+        with memoryview(buffer) as view:
+            length = min(len(view), term_end - position)
+            if limit_position is not None:
+                length = min(length, limit_position - position)
+            if length <= 0:
+                return 0
+            self._read_at(position, view[:length])
+        return length
+
+    def _read_at(self, position: int, view: memoryview) -> None:
+        base = self.segment_base(position)
+        fd = self._fd(base, position)
+        done = 0
+        wanted = len(view)
+        while done < wanted:
+            n = os.preadv(fd, [view[done:]], position - base + done)
+            if n <= 0:
+                view[done:] = bytes(wanted - done)  # past the end of a short file: nothing was written there
+                break
+            done += n
+
+    def frames(self, from_position: int | None = None, to_position: int | None = None) -> Iterator[SegmentFrame]:
+        """Frames (PADs included) starting in [from_position, to_position), in position order.
+
+        Stops early where the data ends (a frame length of 0, as in an active or unclean recording).
+        Raises SegmentError at a frame whose length cannot be right (the walk cannot go on past it).
+        """
+        position = self.start_position if from_position is None else from_position
+        _check_aligned("from position", position)
+        if position < self.start_position:
+            raise ValueError(f"from position {position} is before the start of recording {self.recording_id} "
+                             f"({self.start_position})")
+        term_length = self.term_length
+        # A chunk of its own per walk, so two walks over one reader do not overwrite each other's frames.
+        # Never more than a term: a read stops at the term end.
+        chunk = memoryview(bytearray(min(READ_CHUNK_LENGTH, term_length)))
+        unpack = HEADER.unpack_from
+        min_read = 0
+        while to_position is None or position < to_position:
+            term_end = (position | (term_length - 1)) + 1
+            want = min(len(chunk), term_end - position)
+            if to_position is not None:
+                want = min(want, max(align(to_position - position), min_read))
+            self._read_at(position, chunk[:want])
+            base = self.segment_base(position)
+            offset = 0
+            while offset + HEADER_LENGTH <= want and (to_position is None or position < to_position):
+                fields = unpack(chunk, offset)
+                frame_length = fields[0]
+                if frame_length <= 0:
+                    return
+                aligned = (frame_length + FRAME_ALIGNMENT - 1) & -FRAME_ALIGNMENT
+                if frame_length < HEADER_LENGTH or position + aligned > term_end:
+                    problem = "is shorter than a header" if frame_length < HEADER_LENGTH else "runs past the term end"
+                    raise SegmentError(f"{self.archive_dir / segment_file_name(self.recording_id, base)}: frame at "
+                                       f"position {position} (file offset {position - base}) has length "
+                                       f"{frame_length}, which {problem}")
+                if offset + aligned > want:
+                    min_read = aligned  # read again from this frame, with room for all of it
+                    break
+                min_read = 0
+                yield SegmentFrame(position, fields, chunk, offset, base)
+                offset += aligned
+                position += aligned
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def __enter__(self) -> "SegmentReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# -- recovering the end of a recording -------------------------------------------------------------
+
+
+def _straddles_page_boundary(offset: int, length: int) -> bool:
+    return offset // PAGE_SIZE != (offset + length - 1) // PAGE_SIZE
+
+
+def _has_data_in_every_page_after_the_first(data, offset: int, aligned_length: int) -> bool:
+    """Aeron's test for a frame written whole: each page it reaches into holds some non-zero byte."""
+    end = offset + aligned_length
+    page = (offset // PAGE_SIZE + 1) * PAGE_SIZE
+    while page < end:
+        if not any(data[page:min(page + PAGE_SIZE, end)]):
+            return False
+        page += PAGE_SIZE
+    return True
+
+
+def is_complete_frame(data, offset: int, aligned_length: int, checksum: Checksum | None) -> bool:
+    """Whether a frame that straddles a page boundary was written whole, by Aeron's rule: its
+    checksum matches (when the archive has checksums), or every page after its first holds data."""
+    if checksum is not None:
+        recorded = _INT32.unpack_from(data, offset + frame.SESSION_ID_OFFSET)[0]
+        if checksum.compute(data[offset + HEADER_LENGTH:offset + aligned_length]) == recorded:
+            return True
+    return _has_data_in_every_page_after_the_first(data, offset, aligned_length)
+
+
+def find_stop_position(archive_dir: str | os.PathLike, recording_id: int, start_position: int, term_length: int,
+                       segment_length: int, *, checksum: Checksum | None = None,
+                       on_torn: Callable[[Path], bool] | None = None,
+                       segment_bases: list[int] | None = None) -> int:
+    """Where a recording's data ends, from its files: for a recording left without a stop position.
+
+    Walks the frames of the segment file with the highest base position (from the recording's
+    first frame if that file is also its first) until a frame length <= 0. The last frame is
+    suspect if it crosses a page boundary, since a crash may have persisted only some of its pages;
+    it counts as whole if is_complete_frame() says so. Otherwise `on_torn(path)` decides: True
+    truncates the file to drop the frame (zeroing it, the file keeping its length) and the stop
+    position is the frame's start; False keeps it. Without on_torn, TornFrameError is raised, as
+    Aeron's catalog refuses to start until `ArchiveTool verify` has been run.
+
+    One deviation from Aeron: a PAD frame is never suspect. Only its 32-byte header is written, and
+    a header never crosses a page, but Aeron's rule would find its zeroed body "missing".
+    """
+    if segment_bases is None:
+        segment_bases = list_segment_files(archive_dir).get(recording_id, [])
+    if not segment_bases:
+        return start_position
+    base = max(segment_bases)
+    start_term_offset = start_position & (term_length - 1)
+    start_term_base = start_position - start_term_offset
+    file_offset = start_term_offset if base == start_term_base else 0
+    path = Path(archive_dir) / segment_file_name(recording_id, base)
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        limit = min(segment_length, size)
+        if limit <= file_offset:
+            return max(base + file_offset, start_position)
+        with mmap.mmap(f.fileno(), limit, access=mmap.ACCESS_READ) as data:
+            offset = file_offset
+            last_length = 0
+            last_type = HDR_TYPE_DATA
+            unpack = _LENGTH_AND_TYPE.unpack_from
+            while offset + HEADER_LENGTH <= limit:
+                frame_length, frame_type = unpack(data, offset)
+                if frame_length <= 0:
+                    break
+                last_length = (frame_length + FRAME_ALIGNMENT - 1) & -FRAME_ALIGNMENT
+                last_type = frame_type
+                offset += last_length
+            last_offset = offset - last_length
+            torn = last_length > 0 and last_type != HDR_TYPE_PAD and (
+                offset > limit  # claims more bytes than the file holds
+                or (_straddles_page_boundary(last_offset, last_length)
+                    and not is_complete_frame(data, last_offset, last_length, checksum)))
+    if not torn:
+        return max(base + offset, start_position)
+    if on_torn is None:
+        raise TornFrameError(path, base + last_offset)
+    if not on_torn(path):
+        return max(base + offset, start_position)
+    log.warning("%s: truncating a torn last frame at position %d", path, base + last_offset)
+    with open(path, "r+b") as f:
+        os.ftruncate(f.fileno(), last_offset)
+        os.ftruncate(f.fileno(), segment_length)
+    return max(base + last_offset, start_position)

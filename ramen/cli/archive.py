@@ -1,0 +1,259 @@
+"""`ramen archive describe|dump|verify|purge`: look into (and trim) an Aeron Archive directory.
+
+These read what ramen's archiver writes and what real Aeron Archive writes alike.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from pathlib import Path
+from typing import Iterator
+
+from ramen.archive import checksum as checksums
+from ramen.archive import markfile, retention, verify
+from ramen.archive.catalog import (NULL_POSITION, Catalog, CatalogError, RecordingDescriptor, UnknownRecordingError,
+                                   version_string)
+from ramen.archive.segment import SegmentError, SegmentFrame, SegmentReader
+from ramen.cli.errors import UserError
+from ramen.transport.frame import BEGIN_FLAG, END_FLAG, FRAME_ALIGNMENT, HDR_TYPE_DATA, HEADER_LENGTH
+
+PREVIEW_BYTES = 32
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("archive", help="look into Aeron Archive directories (recordings and their catalog)")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    describe = actions.add_parser("describe", help="print the catalog header and recording descriptors",
+                                  description="Print the catalog header and every field of each recording "
+                                              "descriptor (or of one recording).")
+    describe.add_argument("dir", help="an archive directory (ours or Aeron's)")
+    describe.add_argument("recording_id", nargs="?", type=int, help="only this recording")
+    describe.add_argument("--json", action="store_true",
+                          help="one JSON object per recording per line, with Aeron's field names")
+    describe.set_defaults(run=run_describe)
+
+    dump = actions.add_parser("dump", help="print the messages of a recording",
+                              description="Print a recording's messages, reassembled from their fragments. "
+                                          "Positions are stream positions after each message.")
+    dump.add_argument("dir", help="an archive directory")
+    dump.add_argument("recording_id", type=int)
+    dump.add_argument("--from", dest="from_position", type=int, metavar="POS",
+                      help="start at this position (a frame boundary; default: the recording's start)")
+    dump.add_argument("--to", dest="to_position", type=int, metavar="POS",
+                      help="stop at this position (default: the recording's stop, or the end of its data)")
+    dump.add_argument("--json", action="store_true",
+                      help='one JSON object per message: {"position", "length", "payload_b64", "stream_id", '
+                           '"session_id"}')
+    dump.set_defaults(run=run_dump)
+
+    check = actions.add_parser("verify", help="check an archive's files, frames and positions against its catalog",
+                               description="Check segment file names, frame headers, stop positions and, with "
+                                           "--checksum, frame and descriptor checksums. Exit 0 when sound, 1 with "
+                                           "one line per problem otherwise.")
+    check.add_argument("dir", help="an archive directory")
+    check.add_argument("--checksum", choices=checksums.NAMES,
+                       help="also check frame checksums (in each DATA frame's sessionId) and descriptor checksums")
+    check.set_defaults(run=run_verify)
+
+    purge = actions.add_parser("purge", help="delete a recording's oldest whole segment files",
+                               description="Delete the segment files that lie wholly before POS and move the "
+                                           "recording's start position to the first one kept. The segment "
+                                           "holding the recording's end is never deleted. Refused while an "
+                                           "archiver is running in DIR.")
+    purge.add_argument("dir", help="an archive directory")
+    purge.add_argument("recording_id", type=int)
+    purge.add_argument("--before", type=int, required=True, metavar="POS", help="purge data before this position")
+    purge.set_defaults(run=run_purge)
+
+
+def _open_catalog(directory: str, *, writable: bool = False) -> Catalog:
+    if not Path(directory).is_dir():
+        raise UserError(f"{directory}: no such archive directory")
+    try:
+        return Catalog.open(directory, writable=writable)
+    except CatalogError as e:
+        raise UserError(str(e)) from None
+
+
+def _get(catalog: Catalog, recording_id: int) -> RecordingDescriptor:
+    try:
+        return catalog.get(recording_id)
+    except UnknownRecordingError:
+        ids = catalog.recording_ids()
+        known = f"{min(ids)}..{max(ids)}" if ids else "none"
+        raise UserError(f"{catalog.path.parent}: no recording {recording_id} (recordings: {known})") from None
+
+
+# -- describe ------------------------------------------------------------------------------------
+
+
+def run_describe(args) -> int:
+    with _open_catalog(args.dir) as catalog:
+        header = catalog.header
+        if args.recording_id is not None:
+            descriptors = [_get(catalog, args.recording_id)]
+        else:
+            descriptors = catalog.descriptors()
+        capacity = catalog.capacity
+    out = sys.stdout
+    if args.json:
+        for d in descriptors:
+            out.write(json.dumps(d.to_aeron_dict()) + "\n")
+        return 0
+    out.write(f"{Path(args.dir) / 'archive.catalog'}\n")
+    out.write(f"  {'version':<20} {version_string(header.version)}\n")
+    out.write(f"  {'length':<20} {header.length}\n")
+    out.write(f"  {'nextRecordingId':<20} {header.next_recording_id}\n")
+    out.write(f"  {'alignment':<20} {header.alignment}\n")
+    out.write(f"  {'capacity':<20} {capacity}\n")
+    for d in descriptors:
+        out.write(f"recording {d.recording_id}\n")
+        for name, value in d.to_aeron_dict().items():
+            out.write(f"  {name:<20} {value}\n")
+        out.write(f"  {'checksum':<20} {d.checksum}\n")
+    return 0
+
+
+# -- dump ----------------------------------------------------------------------------------------
+
+
+def _messages(frames: Iterator[SegmentFrame]) -> Iterator[tuple[int, bytes]]:
+    """(end position, payload) of each whole message; a message whose start is not in range is skipped."""
+    parts: list[bytes] | None = None
+    expected = -1
+    for f in frames:
+        if f.type != HDR_TYPE_DATA:
+            parts = None
+            continue
+        flags = f.flags & (BEGIN_FLAG | END_FLAG)
+        if flags == BEGIN_FLAG | END_FLAG:
+            yield f.end_position, f.payload()
+            parts = None
+        elif flags & BEGIN_FLAG:
+            parts = [f.payload()]
+        elif parts is not None and f.position == expected:
+            parts.append(f.payload())
+            if flags & END_FLAG:
+                yield f.end_position, b"".join(parts)
+                parts = None
+        else:
+            parts = None
+        expected = f.end_position
+
+
+def run_dump(args) -> int:
+    with _open_catalog(args.dir) as catalog:
+        d = _get(catalog, args.recording_id)
+    start, stop = d.start_position, d.stop_position
+    end_text = "the end of its data" if stop == NULL_POSITION else f"its stop position {stop}"
+    from_position = start if args.from_position is None else args.from_position
+    if from_position % FRAME_ALIGNMENT:
+        raise UserError(f"--from {from_position} is not a frame boundary (a multiple of {FRAME_ALIGNMENT})")
+    if from_position < start or (stop != NULL_POSITION and from_position > stop):
+        raise UserError(f"--from {from_position} is outside recording {d.recording_id} ({start}..{end_text})")
+    to_position = stop if args.to_position is None else args.to_position
+    if to_position == NULL_POSITION:
+        to_position = None
+    elif to_position < from_position:
+        raise UserError(f"--to {to_position} is before --from {from_position}")
+    elif stop != NULL_POSITION and to_position > stop:
+        raise UserError(f"--to {to_position} is past the end of recording {d.recording_id} ({end_text})")
+    out = sys.stdout
+    try:
+        reader = SegmentReader.for_recording(args.dir, d)
+    except ValueError as e:
+        raise UserError(f"recording {d.recording_id}: {e}") from None
+    with reader:
+        try:
+            if from_position != start and not _is_frame_start(reader, d, from_position):
+                raise UserError(f"--from {from_position} is not the start of a frame of recording {d.recording_id}")
+            frames = reader.frames(from_position, to_position)
+            if not args.json:
+                out.write(f"recording {d.recording_id}: stream {d.stream_id}, session {d.session_id}, "
+                          f"positions {from_position}..{'end' if to_position is None else to_position}\n")
+                out.write(f"  {'position':>12} {'length':>8}  payload\n")
+            for position, payload in _messages(frames):
+                if args.json:
+                    out.write(json.dumps({"position": position, "length": len(payload),
+                                          "payload_b64": base64.b64encode(payload).decode(),
+                                          "stream_id": d.stream_id, "session_id": d.session_id}) + "\n")
+                else:
+                    preview = payload[:PREVIEW_BYTES]
+                    text = preview.decode("ascii", "replace") if preview.isascii() else preview.hex()
+                    more = "…" if len(payload) > PREVIEW_BYTES else ""
+                    out.write(f"  {position:>12} {len(payload):>8}  {text!r}{more}\n")
+        except SegmentError as e:
+            raise UserError(str(e)) from None
+    return 0
+
+
+def _is_frame_start(reader: SegmentReader, d: RecordingDescriptor, position: int) -> bool:
+    """Whether a frame header sits at position: its termOffset field is the position's (or no data is there yet)."""
+    header = bytearray(HEADER_LENGTH)
+    reader.read(position, header)
+    length = int.from_bytes(header[0:4], "little", signed=True)
+    term_offset = int.from_bytes(header[8:12], "little", signed=True)
+    return length == 0 or (length >= HEADER_LENGTH and term_offset == position & (d.term_buffer_length - 1))
+
+
+# -- verify --------------------------------------------------------------------------------------
+
+
+def run_verify(args) -> int:
+    if not Path(args.dir).is_dir():
+        raise UserError(f"{args.dir}: no such archive directory")
+    problems = verify.verify_archive(args.dir, checksum=checksums.optional(args.checksum))
+    for problem in problems:
+        sys.stdout.write(problem + "\n")
+    if problems:
+        return 1
+    sys.stdout.write(f"{args.dir}: ok\n")
+    return 0
+
+
+# -- purge ---------------------------------------------------------------------------------------
+
+
+def run_purge(args) -> int:
+    if not Path(args.dir).is_dir():
+        raise UserError(f"{args.dir}: no such archive directory")
+    try:
+        owner = markfile.read_info(args.dir)
+    except markfile.MarkFileError as e:
+        raise UserError(str(e)) from None
+    if owner is not None and owner.is_active():
+        raise UserError(f"{args.dir}: an archiver is running here (pid {owner.pid}); purge through it, or stop it "
+                        f"first")
+    if args.before < 0:
+        raise UserError(f"--before {args.before} is negative")
+    with _open_catalog(args.dir, writable=True) as catalog:
+        _get(catalog, args.recording_id)
+        # Keep the descriptor's checksum right if the archive keeps one: find which algorithm made it.
+        catalog.checksum = _descriptor_checksum(catalog, args.recording_id)
+        try:
+            result = retention.purge_before(catalog, args.recording_id, args.before)
+        except (retention.RetentionError, ValueError) as e:
+            raise UserError(str(e)) from None
+    if not result.purged:
+        sys.stdout.write(f"recording {args.recording_id}: nothing to purge before {args.before} (start "
+                         f"{result.old_start_position}; only whole segments before the last one go)\n")
+        return 0
+    sys.stdout.write(f"recording {args.recording_id}: start position {result.old_start_position} -> "
+                     f"{result.new_start_position}; deleted {len(result.deleted)} segment file(s)\n")
+    for path in result.deleted:
+        sys.stdout.write(f"  {path.name}\n")
+    return 0
+
+
+def _descriptor_checksum(catalog: Catalog, recording_id: int) -> checksums.Checksum | None:
+    stored = catalog.get(recording_id).checksum
+    if stored == 0:
+        return None
+    for name in checksums.NAMES:
+        algorithm = checksums.get(name)
+        if catalog.compute_descriptor_checksum(recording_id, algorithm) == stored:
+            return algorithm
+    return None
