@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
@@ -16,6 +17,7 @@ from ramen.archive import markfile, retention, verify
 from ramen.archive.catalog import (NULL_POSITION, Catalog, CatalogError, RecordingDescriptor, UnknownRecordingError,
                                    version_string)
 from ramen.archive.segment import SegmentError, SegmentFrame, SegmentReader
+from ramen.archive.time_index import TimeIndex, TimeIndexError, TimeIndexWriter, index_path
 from ramen.cli.errors import UserError
 from ramen.transport.frame import BEGIN_FLAG, END_FLAG, FRAME_ALIGNMENT, HDR_TYPE_DATA, HEADER_LENGTH
 
@@ -65,7 +67,9 @@ def add_parser(sub) -> None:
                                            "archiver is running in DIR.")
     purge.add_argument("dir", help="an archive directory")
     purge.add_argument("recording_id", type=int)
-    purge.add_argument("--before", type=int, required=True, metavar="POS", help="purge data before this position")
+    purge.add_argument("--before", required=True, metavar="POS|TIME",
+                       help="purge data before this position (an integer), or before this time (ISO-8601, e.g. "
+                            "2026-11-20T10:00Z: found through the recording's event-time index, else its timestamps)")
     purge.set_defaults(run=run_purge)
 
 
@@ -227,16 +231,24 @@ def run_purge(args) -> int:
     if owner is not None and owner.is_active():
         raise UserError(f"{args.dir}: an archiver is running here (pid {owner.pid}); purge through it, or stop it "
                         f"first")
-    if args.before < 0:
-        raise UserError(f"--before {args.before} is negative")
+    before_position, before_time_ms = _parse_before(args.before)
     with _open_catalog(args.dir, writable=True) as catalog:
         _get(catalog, args.recording_id)
         # Keep the descriptor's checksum right if the archive keeps one: find which algorithm made it.
         catalog.checksum = _descriptor_checksum(catalog, args.recording_id)
+        index_file = index_path(args.dir, args.recording_id)
         try:
-            result = retention.purge_before(catalog, args.recording_id, args.before)
-        except (retention.RetentionError, ValueError) as e:
+            if before_position is not None:
+                result = retention.purge_before(catalog, args.recording_id, before_position)
+            else:
+                result = retention.purge_before_time(catalog, args.recording_id, before_time_ms,
+                                                     time_to_position=_time_index_lookup(index_file, args.recording_id))
+        except (retention.RetentionError, TimeIndexError, ValueError) as e:
             raise UserError(str(e)) from None
+        if result.purged and index_file.exists():
+            writer = TimeIndexWriter(index_file, args.recording_id)
+            writer.truncate_before(result.new_start_position)
+            writer.close()
     if not result.purged:
         sys.stdout.write(f"recording {args.recording_id}: nothing to purge before {args.before} (start "
                          f"{result.old_start_position}; only whole segments before the last one go)\n")
@@ -257,3 +269,37 @@ def _descriptor_checksum(catalog: Catalog, recording_id: int) -> checksums.Check
         if catalog.compute_descriptor_checksum(recording_id, algorithm) == stored:
             return algorithm
     return None
+
+
+def _parse_before(text: str) -> tuple[int | None, int | None]:
+    """(position, None) for an integer, (None, epoch ms) for an ISO-8601 time."""
+    try:
+        position = int(text)
+    except ValueError:
+        pass
+    else:
+        if position < 0:
+            raise UserError(f"--before {position} is negative")
+        return position, None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise UserError(f"--before {text!r} is neither a position nor an ISO-8601 time") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return None, int(moment.timestamp() * 1000)
+
+
+def _time_index_lookup(index_file: Path, recording_id: int):
+    """Map an epoch-ms time to the first message that can hold an event time at or after it, when
+    the recording has an event-time index (event times are in µs)."""
+    if not index_file.exists():
+        return None
+
+    def lookup(time_ms: int) -> int | None:
+        index = TimeIndex.open(index_file, recording_id)
+        try:
+            return index.seek(time_ms * 1000)
+        finally:
+            index.close()
+    return lookup

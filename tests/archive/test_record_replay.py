@@ -229,3 +229,31 @@ def test_a_payload_that_looks_like_a_frame_header_does_not_fool_the_replay(tmp_p
     assert session.state == DONE
     assert got == rig.sent
     assert walks, "the forged header should have sent the scan to the walk"
+
+
+def test_purging_before_a_time_uses_the_event_time_index_and_keeps_everything_after(tmp_path):
+    import subprocess
+    import sys
+
+    rng = random.Random(7)
+    rig = Rig(tmp_path)
+    rig.publish(ramen_message(i, rng) for i in range(1500))  # message i is around i ms of event time
+    rig.stop()
+    rig.catalog.close()
+    archive = str(tmp_path / "archive")
+    result = subprocess.run([sys.executable, "-m", "ramen.cli.main", "archive", "purge", archive, "0",
+                             "--before", "1970-01-01T00:00:01Z"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    catalog = Catalog.open(tmp_path / "archive")
+    descriptor = catalog.get(0)
+    assert descriptor.start_position > 0 and descriptor.start_position % SEGMENT == 0
+    # Everything from the first message that can hold 1 s of event time onwards is still there.
+    first_needed = next(i for i, (_, m) in enumerate(rig.sent) if message.event_time_bounds(m)[1] >= 1_000_000)
+    assert rig.sent[first_needed][0] > descriptor.start_position
+    index = TimeIndex.open(index_path(tmp_path / "archive", 0))
+    assert int(index.entries["position"][0]) >= descriptor.start_position
+    rig.catalog = catalog
+    session, got = replay(rig)
+    kept = [(p, m) for p, m in rig.sent if p > descriptor.start_position]  # no message spans a segment
+    assert session.state == DONE
+    assert got == kept
