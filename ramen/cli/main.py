@@ -11,10 +11,10 @@ import logging
 import sys
 
 from ramen import __version__
-from ramen.cli import archive, demo, logbuffer, stat
+from ramen.cli import archive, archiver, demo, logbuffer, stat
 from ramen.cli.errors import UserError
 
-COMMANDS = (logbuffer, stat, demo, archive)
+COMMANDS = (logbuffer, stat, demo, archive, archiver)
 EXIT_USER_ERROR = 1
 EXIT_INTERRUPTED = 130
 
@@ -31,7 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if getattr(args, "passthrough", False):
+        args.args = extra  # a service with its own parser (ramen archiver)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

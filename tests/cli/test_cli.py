@@ -27,7 +27,9 @@ def assert_one_line_error(result, *fragments):
         assert fragment in lines[0]
 
 
-@pytest.mark.parametrize("command", [[], ["logbuffer"], ["logbuffer", "inspect"], ["stat"], ["demo"]])
+@pytest.mark.parametrize("command", [[], ["logbuffer"], ["logbuffer", "inspect"], ["stat"], ["demo"], ["archive"],
+                                     ["archive", "describe"], ["archive", "dump"], ["archive", "verify"],
+                                     ["archive", "purge"], ["archiver"]])
 def test_every_command_has_help(command):
     result = ramen(*command, "--help")
     assert result.returncode == 0
