@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ramen.processes import pid_alive
+
 log = logging.getLogger(__name__)
 
 MARK_FILE_NAME = "archive-mark.dat"
@@ -204,7 +206,7 @@ class ArchiveMarkFile:
         now = epoch_ms()
         # Beyond Aeron: on this host a dead owner's pid tells at once that it will not come back,
         # so a restart after kill -9 need not wait out the liveness timeout.
-        if info.is_active(now) and _pid_alive(info.pid):
+        if info.is_active(now) and pid_alive(info.pid):
             raise MarkFileError(
                 f"{archive_dir}: another archiver is active here (pid {info.pid}, last activity "
                 f"{info.age_ms(now) / 1000:.1f} s ago); it may be taken over once its activity is "
@@ -246,16 +248,3 @@ class ArchiveMarkFile:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists here (an unknown pid counts as alive: be safe)."""
-    if pid <= 0:
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

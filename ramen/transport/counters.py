@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from ramen.processes import pid_alive
 from ramen.transport.defaults import COUNTER_FREE_TO_REUSE_DELAY_S, COUNTERS_DEFAULT_CAPACITY
 
 log = logging.getLogger(__name__)
@@ -218,7 +219,7 @@ class CountersFile:
     def _reclaim_orphans(self) -> None:
         """Free the counters of processes that died without freeing them (called under the lock)."""
         for info in self.counters():
-            if info.owner_id > 0 and not _pid_alive(info.owner_id):
+            if info.owner_id > 0 and not pid_alive(info.owner_id):
                 meta = self.metadata_offset + info.id * METADATA_LENGTH
                 struct.pack_into("<q", self._buf, meta + FREE_FOR_REUSE_DEADLINE_OFFSET, 0)
                 struct.pack_into("<i", self._buf, meta + STATE_OFFSET, RECORD_RECLAIMED)
@@ -342,13 +343,3 @@ def _validate(path: Path, fd: int, size: int) -> None:
     expected = END_OF_METADATA_OFFSET + to_driver + to_clients + meta_len + values_len + err_len
     if size < expected:
         raise CountersFileError(f"{path}: file is {size} bytes, its header needs {expected} (truncated?)")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -36,6 +36,7 @@ _ALIGN_UP = frame.FRAME_ALIGNMENT - 1  # frame.align(n) is (n + _ALIGN_UP) & _AL
 _ALIGN_MASK = -frame.FRAME_ALIGNMENT
 _TYPE_INDEX = frame.TYPE_OFFSET >> 1  # the type among a frame's 16-bit words
 _PAD = frame.HDR_TYPE_PAD
+_TERM_ID_INDEX = frame.TERM_ID_OFFSET >> 2  # the term id among a frame's 32-bit words
 _DROPPED = ctr.COUNTER_DROPPED
 
 HOUSEKEEPING_INTERVAL_NS = 1_000_000
@@ -134,6 +135,9 @@ class Image:
         header = self.header
         header.buffer = term
         offset = start = position & self.mask
+        if start == 0 and self._stale_term_start(lengths, position):
+            self._advance(position, 0)
+            return 0
         term_length = self.term_length
         fragments = 0
         while fragments < fragment_limit and offset < term_length:
@@ -162,6 +166,9 @@ class Image:
         header = self.header
         header.buffer = term
         offset = start = position & self.mask
+        if start == 0 and self._stale_term_start(lengths, position):
+            self._advance(position, 0)
+            return 0
         fragments = 0
         while fragments < fragment_limit and offset < self.term_length:
             length = lengths[offset >> 2]
@@ -197,6 +204,9 @@ class Image:
         lengths = self._terms_i32[index]
         words = self._terms_words[index]
         offset = start = position & self.mask
+        if start == 0 and self._stale_term_start(lengths, position):
+            self._advance(position, 0)
+            return 0
         limit = min(self.term_length, offset + block_length_limit)
         while offset < limit:
             length = lengths[offset >> 2]
@@ -224,6 +234,17 @@ class Image:
         return consumed
 
     # -- internals ------------------------------------------------------------------------------
+
+    def _stale_term_start(self, lengths, position: int) -> bool:
+        """At a term's start, whether the frame there is left from the stream three terms back.
+
+        A reader can reach a term before its writer does (the previous term ended exactly, or with
+        padding the writer committed before rotating). Cleaning behind subscribers, or a counters-less
+        writer clearing the term it enters, zeroes that space, but only once the writer gets there:
+        until then the old frame's term id gives it away."""
+        if lengths[0] <= 0:
+            return False
+        return lengths[_TERM_ID_INDEX] != int32(self.header.initial_term_id + (position >> self.bits))
 
     def _advance(self, position: int, consumed: int) -> None:
         if consumed:

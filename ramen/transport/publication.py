@@ -19,6 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ramen.processes import pid_alive
 from ramen.transport import counters as ctr
 from ramen.transport import frame
 from ramen.transport.counters import CountersFile, monotonic_ms
@@ -585,7 +586,10 @@ class ExclusivePublication:
                 continue  # the subscriber closed
             if counters.get(counter_id, ctr.STATUS_OFFSET) == ctr.COUNTER_DROPPED:
                 continue
-            if not tethered and now_ms - counters.get(counter_id, ctr.HEARTBEAT_OFFSET) > self.subscriber_liveness_timeout_ms:
+            if now_ms - counters.get(counter_id, ctr.HEARTBEAT_OFFSET) > self.subscriber_liveness_timeout_ms and \
+                    (not tethered or not pid_alive(counters.get(counter_id, ctr.OWNER_ID_OFFSET))):
+                # A tethered subscriber is waited for, but only while its process lives: a
+                # recorder killed with -9 must not hold its writer back forever.
                 self._drop(counter_id, now_ms)
                 continue
             live.append((counter_id, tethered))

@@ -155,9 +155,9 @@ def _read_to_then_hold(events, stop, log_path, counters_path, target):
     return check.next, check.errors
 
 
-def _join_then_wait(events, stop, log_path, counters_path):
+def _join_then_wait(events, stop, log_path, counters_path, tethered=False):
     log, counters = _open(log_path, counters_path)
-    image = Image(log, counters, join_position=0, name="doomed")
+    image = Image(log, counters, join_position=0, name="doomed", tethered=tethered)
     events.put(("ready", image.position))
     stop.wait(TIMEOUT_S)
 
@@ -411,9 +411,11 @@ def test_closed_subscriber_no_longer_holds_the_writer(tmp_path):
 
 # -- dead and idle subscribers -------------------------------------------------------------------
 
-def test_dead_subscriber_is_dropped_after_the_liveness_timeout_and_the_writer_proceeds(tmp_path, spawn):
+@pytest.mark.parametrize("tethered", [False, True], ids=["untethered", "tethered"])
+def test_dead_subscriber_is_dropped_after_the_liveness_timeout_and_the_writer_proceeds(tmp_path, spawn, tethered):
+    """Even a tethered subscriber (a recorder) is dropped once its process is gone."""
     log, counters = make_log(tmp_path)
-    doomed = spawn(_join_then_wait, log.path, counters.path)
+    doomed = spawn(_join_then_wait, log.path, counters.path, tethered)
     doomed.expect("ready")
     doomed.kill()
     live = Image(log, counters, join_position=0, name="live")

@@ -296,3 +296,33 @@ def test_without_counters_the_entered_term_is_cleared_so_old_frames_never_reappe
     term_ids = {m.term_id for m in scan_messages(log) if m.term_id % 3 == 0}
     assert term_ids == {3}
     assert log.producer_position() == publication.position
+
+
+def test_a_reader_that_reaches_a_term_before_its_writer_does_not_read_the_old_frames_there(tmp_path):
+    """Terms filled exactly: the writer rotates only at its next offer, so the reader gets to the
+    next partition first, where the frames of three terms ago still lie."""
+    term_length = 64 * 1024
+    log = LogBuffer.create(tmp_path / "exact.logbuffer", LogBufferParams(term_length=term_length, initial_term_id=9))
+    publication = ExclusivePublication(log)
+    image = Image(LogBuffer.open(log.path), join_position=0)
+    payload = b"q" * (1024 - 32)  # 64 frames fill a term exactly
+    for _ in range(3 * 64):
+        result = publication.offer(payload)
+        if result == ADMIN_ACTION:  # a full term rotates at the next offer
+            result = publication.offer(payload)
+        assert result > 0
+    assert publication.position == 3 * term_length  # not rotated yet: partition 0 still holds term 9
+    seen = []
+    for _ in range(10):  # bounded: a reader fooled by old frames would go round forever
+        image.poll(lambda buf, off, length, hdr: seen.append(hdr.term_id), 1000)
+    assert len(seen) == 3 * 64 and set(seen) == {9, 10, 11}
+    assert image.position == 3 * term_length
+    # Once the writer enters term 12, the reader goes on with the new frames only.
+    result = publication.offer(payload)
+    if result == ADMIN_ACTION:
+        result = publication.offer(payload)
+    assert result > 0
+    seen.clear()
+    for _ in range(10):
+        image.poll(lambda buf, off, length, hdr: seen.append(hdr.term_id), 1000)
+    assert seen == [12]
