@@ -26,6 +26,7 @@ import numpy as np
 from ramen.archive.catalog import NULL_POSITION, RecordingDescriptor
 from ramen.archive.checksum import Checksum
 from ramen.archive.segment import SegmentError, SegmentReader
+from ramen.archive.time_index import TimeIndex, index_path
 from ramen.transport import frame
 from ramen.transport.counters import Counter
 from ramen.transport.logbuffer import LogBufferParams
@@ -341,3 +342,19 @@ class ReplaySession:
         self.state = FAILED
         self.error = message
         log.error("replay failed: %s", message)
+
+
+def positions_for_times(archive_dir: str | os.PathLike, descriptor: RecordingDescriptor, since_us: int,
+                        until_us: int | None = None) -> tuple[int | None, int | None]:
+    """Where a replay of event times [since, until) starts and may stop, from the recording's
+    event-time index, in O(log n): (None, _) when nothing at or after `since` is recorded yet,
+    (_, None) when the end is not known yet (replay to the end, or follow)."""
+    index = TimeIndex.open(index_path(archive_dir, descriptor.recording_id), descriptor.recording_id)
+    try:
+        start = index.seek(since_us)
+        stop = None if until_us is None else index.stop(until_us)
+    finally:
+        index.close()
+    if start is not None:
+        start = max(start, descriptor.start_position)
+    return start, stop

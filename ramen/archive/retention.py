@@ -99,3 +99,17 @@ def purge_before_time(catalog: Catalog, recording_id: int, time_ms: int, *,
     if position is None:
         return PurgeResult(recording_id, d.start_position, d.start_position)
     return purge_before(catalog, recording_id, position)
+
+
+def purge_to_size(catalog: Catalog, recording_id: int, max_bytes: int) -> PurgeResult:
+    """Keep at most about `max_bytes` of a recording: purge whole segments before its last
+    `max_bytes` (rounded so that at least max_bytes stay; the last segment always stays)."""
+    if max_bytes < 0:
+        raise ValueError(f"size limit {max_bytes} is negative")
+    d = catalog.get(recording_id)
+    if d.stop_position != NULL_POSITION:
+        end = d.stop_position
+    else:
+        bases = segment.list_segment_files(catalog.path.parent).get(recording_id, [])
+        end = max(bases, default=d.start_position)  # recording: count from its last file's start
+    return purge_before(catalog, recording_id, max(d.start_position, end - max_bytes))

@@ -8,7 +8,8 @@ from ramen import message
 from ramen.archive import checksum as checksums
 from ramen.archive.catalog import NULL_POSITION, Catalog
 from ramen.archive.recorder import Recorder, recording_position
-from ramen.archive.replay import DONE, FAILED, ReplayError, ReplaySession, ReplayStats, replay_log_params
+from ramen.archive.replay import (DONE, FAILED, ReplayError, ReplaySession, ReplayStats, positions_for_times,
+                                  replay_log_params)
 from ramen.archive.segment import segment_file_name
 from ramen.archive.time_index import TimeIndex, index_path
 from ramen.transport import (ADMIN_ACTION, CountersFile, ExclusivePublication, FragmentAssembler, Image, LogBuffer,
@@ -190,7 +191,8 @@ def test_seeking_by_event_time_starts_the_replay_at_the_first_message_that_can_h
     index = TimeIndex.open(index_path(tmp_path / "archive", rig.recorder.recording_id))
     assert len(index) == 800
     since, until = 300_000, 500_000
-    start, stop = index.seek(since), index.stop(until)
+    start, stop = positions_for_times(tmp_path / "archive", rig.catalog.get(rig.recorder.recording_id), since, until)
+    assert (start, stop) == (index.seek(since), index.stop(until))
     session, got = replay(rig, start=start, stop=stop)
     wanted = [(p, m) for p, m in rig.sent
               if message.event_time_bounds(m)[1] >= since and message.event_time_bounds(m)[0] < until]

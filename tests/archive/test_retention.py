@@ -6,7 +6,7 @@ import pytest
 from ramen.archive import checksum
 from ramen.archive.catalog import Catalog
 from ramen.archive.markfile import ArchiveMarkFile
-from ramen.archive.retention import purge_before, purge_before_time
+from ramen.archive.retention import purge_before, purge_before_time, purge_to_size
 from ramen.archive.verify import verify_archive
 from ramen.transport import LogBufferParams
 from tests.archive.helpers import assert_one_line_error, ramen, ramen_json, record, writable_copy
@@ -89,3 +89,16 @@ def test_the_cli_refuses_to_purge_under_a_running_archiver(plain):
     with ArchiveMarkFile.acquire(plain):
         assert_one_line_error(ramen("archive", "purge", plain, 0, "--before", 600000), "an archiver is running here")
     assert segments(plain, 0)[0] == 0
+
+
+def test_purging_to_a_size_keeps_at_least_that_many_bytes_in_whole_segments(plain):
+    # Recording 0 ends at 1091008; keeping 400000 bytes means keeping from 691008, so the
+    # segments before the one holding 691008 ([524288, 786432)) go.
+    with Catalog.open(plain, writable=True) as catalog:
+        result = purge_to_size(catalog, 0, 400_000)
+        assert catalog.get(0).start_position == 524288
+        assert catalog.get(0).stop_position - catalog.get(0).start_position >= 400_000
+    assert sorted(p.name for p in result.deleted) == ["0-0.rec", "0-262144.rec"]
+    assert verify_archive(plain) == []
+    with Catalog.open(plain, writable=True) as catalog:
+        assert not purge_to_size(catalog, 0, 10**9).deleted  # under the limit: nothing goes
