@@ -12,8 +12,6 @@ import logging
 import time
 from typing import Callable
 
-import numpy as np
-
 from ramen.transport import counters as ctr
 from ramen.transport import frame
 from ramen.transport.counters import CountersFile
@@ -39,13 +37,14 @@ _PAD = frame.HDR_TYPE_PAD
 _TERM_ID_INDEX = frame.TERM_ID_OFFSET >> 2  # the term id among a frame's 32-bit words
 _DROPPED = ctr.COUNTER_DROPPED
 
-HOUSEKEEPING_INTERVAL_NS = 1_000_000
+_HOUSEKEEPING_INTERVAL_NS = 1_000_000
 """A poll heartbeats and looks for a stalled writer at most this often: the timeouts these serve are
-seconds, and doing both on every poll made an empty poll three times as slow."""
+seconds, and doing both on every poll made an empty poll about three times as slow."""
 
-RUN_MIN_FRAMES = 4
-"""block_poll checks a run of more frames than this, all of one length, in one numpy comparison;
-below it a Python step a frame is cheaper."""
+_RUN_MIN_FRAMES = 16
+"""After this many frames in a row of one length, block_poll checks the frames after them a slice at
+a time instead of one by one (see _count_same_length). A slice costs about a dozen steps of the walk:
+shorter runs are cheaper walked."""
 
 
 class Image:
@@ -67,7 +66,6 @@ class Image:
         self._terms = log_buffer.terms
         self._terms_i32 = [t.cast("i") for t in self._terms]
         self._terms_u16 = [t.cast("H") for t in self._terms]
-        self._terms_words = [np.frombuffer(t, dtype=np.int32) for t in self._terms]
         self.header = Header(log_buffer.initial_term_id, self.bits)
         self._position = log_buffer.producer_position() if join_position is None else join_position
         if self._position & (frame.FRAME_ALIGNMENT - 1):
@@ -117,7 +115,6 @@ class Image:
         for counter in (self._sub_pos, self._unblocked):
             if counter is not None:
                 counter.close()
-        self._terms_words.clear()
         for view in (*self._terms_i32, *self._terms_u16):
             view.release()
 
@@ -202,12 +199,12 @@ class Image:
         position = self._position
         index = (position >> self.bits) % 3
         lengths = self._terms_i32[index]
-        words = self._terms_words[index]
         offset = start = position & self.mask
         if start == 0 and self._stale_term_start(lengths, position):
             self._advance(position, 0)
             return 0
         limit = min(self.term_length, offset + block_length_limit)
+        previous = run = 0  # the last frame's length, and how many frames in a row before it had it
         while offset < limit:
             length = lengths[offset >> 2]
             if length <= 0:
@@ -215,17 +212,19 @@ class Image:
             aligned = (length + _ALIGN_UP) & _ALIGN_MASK
             if offset + aligned > limit and offset > start:
                 break
-            run = (limit - offset) // aligned  # frames of this stride that fit below the limit
-            if run > RUN_MIN_FRAMES and lengths[(offset + aligned) >> 2] == length:
-                # Frames of one length come in runs (a batch, fixed-size records): compare the
-                # length words of the run in one go and jump to the first that differs, which is
-                # where a frame by frame walk would have found another length or an uncommitted frame.
-                stride = aligned >> 2
-                first = offset >> 2
-                same = words[first:first + run * stride:stride] == length
-                offset += aligned * (run if same.all() else max(1, int(same.argmin())))
+            offset += aligned
+            if length != previous:
+                previous = length
+                run = 0
+            elif run < _RUN_MIN_FRAMES:
+                run += 1
             else:
-                offset += aligned
+                # Frames of one length come in runs (a batch, fixed-size records). Check as many
+                # frames again as the run has so far, up to the limit, in one go: the work grows
+                # with the frames it may skip, so a run that ends soon costs little.
+                same = _count_same_length(lengths, offset, aligned, length, min(run, (limit - offset) // aligned))
+                offset += same * aligned
+                run += same
         consumed = offset - start
         if consumed:
             term_id = int32(self.header.initial_term_id + (position >> self.bits))
@@ -252,7 +251,7 @@ class Image:
             self._sub_pos_record[self._sub_pos_index] = position
         now_ns = time.monotonic_ns()
         if now_ns >= self._next_housekeeping_ns:
-            self._next_housekeeping_ns = now_ns + HOUSEKEEPING_INTERVAL_NS
+            self._next_housekeeping_ns = now_ns + _HOUSEKEEPING_INTERVAL_NS
             if self._sub_pos is not None:
                 self._sub_pos.heartbeat(now_ns // 1_000_000)
             if consumed == 0:
@@ -283,6 +282,21 @@ class Image:
             log.warning("%s: unblocked a frame left uncommitted at position %d (its writer died mid-message?)",
                         self.name, position)
         self._stall_position = -1
+
+
+def _count_same_length(lengths: memoryview, offset: int, aligned: int, length: int, frames: int) -> int:
+    """How many of the `frames` frames from offset, `aligned` bytes apart, have the length `length`,
+    counted up to the first that does not: where a walk frame by frame would stop."""
+    if frames <= 0:
+        return 0
+    first = offset >> 2
+    found = lengths[first:first + frames * (aligned >> 2):aligned >> 2].tolist()
+    if found.count(length) == frames:
+        return frames
+    same = 0
+    while found[same] == length:
+        same += 1
+    return same
 
 
 def unblock(log_buffer: LogBuffer, position: int) -> bool:
