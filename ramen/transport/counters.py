@@ -250,6 +250,11 @@ class CountersFile:
     def get(self, counter_id: int, field_offset: int = VALUE_OFFSET) -> int:
         return self._i64[self.value_index(counter_id, field_offset)]
 
+    def put(self, counter_id: int, field_offset: int, value: int) -> None:
+        """Store a field of another process's counter: only for the few cross-process signals,
+        such as a writer marking a subscriber DROPPED."""
+        self._i64[self.value_index(counter_id, field_offset)] = value
+
     def counters(self) -> Iterator[CounterInfo]:
         """Every allocated counter, in id order."""
         for counter_id in range(self.capacity):
@@ -297,6 +302,11 @@ class Counter:
         self.id = counter_id
         self._i64 = counters._i64
         self._index = counters.value_index(counter_id)
+
+    def slot(self) -> tuple[memoryview, int]:
+        """The file's int64 view and this counter's index in it: for hot paths that store the
+        value directly (view[index] = value) instead of calling set()."""
+        return self._i64, self._index
 
     def get(self) -> int:
         return self._i64[self._index]

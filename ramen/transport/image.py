@@ -84,7 +84,7 @@ class Image:
             suffix = f"{self.session_id} {self.stream_id} {self.name}{' tethered' if tethered else ''}"
             self._sub_pos = counters.allocate(ctr.SUBSCRIBER_POSITION_TYPE_ID, f"sub-pos: {suffix}", key=key,
                                               registration_id=log_buffer.correlation_id)
-            self._sub_pos_record, self._sub_pos_index = self._sub_pos._i64, self._sub_pos._index
+            self._sub_pos_record, self._sub_pos_index = self._sub_pos.slot()
             self._sub_pos.set(self._position)
             self._unblocked = counters.allocate(ctr.UNBLOCKED_FRAMES_TYPE_ID, f"unblocked: {suffix}", key=key,
                                                 registration_id=log_buffer.correlation_id)

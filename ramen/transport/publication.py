@@ -150,7 +150,7 @@ class ExclusivePublication:
                                         registration_id=corr)
             self._dropped = alloc(ctr.SUBSCRIBERS_DROPPED_TYPE_ID, f"subs-dropped: {suffix}", key=key,
                                   registration_id=corr)
-            self._pub_pos_word, self._pub_pos_index = self._pub_pos._i64, self._pub_pos._index
+            self._pub_pos_word, self._pub_pos_index = self._pub_pos.slot()
             self._pub_pos.set(self.position)
         self._claim_scratch = BufferClaim()
 
@@ -618,8 +618,7 @@ class ExclusivePublication:
 
     def _drop(self, counter_id: int, now_ms: int) -> None:
         counters = self.counters
-        idx = counters.value_index(counter_id, ctr.STATUS_OFFSET)
-        counters._i64[idx] = ctr.COUNTER_DROPPED
+        counters.put(counter_id, ctr.STATUS_OFFSET, ctr.COUNTER_DROPPED)
         self._dropped.add(1)
         idle_s = (now_ms - counters.get(counter_id, ctr.HEARTBEAT_OFFSET)) / 1000
         log.warning("%s: dropped subscriber %r (pid %d) at position %d: no heartbeat for %.1f s",
