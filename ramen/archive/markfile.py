@@ -31,15 +31,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ramen.archive.catalog import MAJOR_VERSION, SEMANTIC_VERSION
 from ramen.processes import pid_alive
 
 log = logging.getLogger(__name__)
 
 MARK_FILE_NAME = "archive-mark.dat"
 
-# SemanticVersion of the archive's files, as in the catalog.
-MAJOR_VERSION, MINOR_VERSION, PATCH_VERSION = 3, 1, 0
-SEMANTIC_VERSION = MAJOR_VERSION << 16 | MINOR_VERSION << 8 | PATCH_VERSION
+# The mark file carries the archive's SemanticVersion, the catalog's (MAJOR_VERSION, SEMANTIC_VERSION).
 
 MESSAGE_HEADER_LENGTH = 8
 BLOCK_LENGTH = 128
