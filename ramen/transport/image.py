@@ -19,7 +19,7 @@ from ramen.transport.defaults import PUBLICATION_UNBLOCK_TIMEOUT_S
 from ramen.transport.frame import Header
 from ramen.transport.logbuffer import LogBuffer
 from ramen.transport.position import int32
-from ramen.transport.status import ABORT, BREAK, COMMIT, CONTINUE
+from ramen.transport.status import ABORT, BREAK, COMMIT
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import numpy as np
 from ramen.processes import pid_alive
 from ramen.transport import counters as ctr
 from ramen.transport import frame
-from ramen.transport.counters import CountersFile, monotonic_ms
+from ramen.transport.counters import CountersFile
 from ramen.transport.defaults import (LIMIT_REFRESH_INTERVAL_S, SUBSCRIBER_LIVENESS_TIMEOUT_S,
                                       SUBSCRIBER_SCAN_INTERVAL_S)
 from ramen.transport.logbuffer import LogBuffer, pack_tail, tail_term_id, tail_term_offset

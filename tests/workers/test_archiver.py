@@ -1,7 +1,6 @@
 """The archiver service as a real process: one per directory, and nothing lost to a kill -9."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
