@@ -121,6 +121,7 @@ def measure(size: int, total_bytes: int, workdir: Path) -> dict:
     replay_started = time.perf_counter()
     while not session.is_done:
         idle.idle(session.do_work())
+    session.close()
     publication.close()
     result = done.get(timeout=600)
     replay_s = time.perf_counter() - replay_started

@@ -1,15 +1,17 @@
 """Replay sessions: a recording read back into an exclusive publication (Aeron's ReplaySession).
 
-An agent: each `do_work` reads at most one replay buffer (1 MiB by default) from the segment
-files, never past a term end or the stop position, trims it to whole messages, verifies the
-checksums if the archive has them, rewrites the session and stream ids to the replay
-publication's, and offers it as one block. On back pressure the same block is offered again next
-cycle: nothing is lost or duplicated. A replay of an active recording follows the recording's
-position counter and ends when the recording stops.
+An agent: each `do_work` reads at most one replay buffer's worth (1 MiB by default) from the
+segment files, never past a term end or the stop position, trims it to whole messages, verifies
+the checksums if the archive has them, rewrites the session and stream ids to the replay
+publication's, and commits it as one block. Only when the publication may start a message (below
+its flow-control limit) is anything read, so back pressure delays the replay and loses nothing.
+A replay of an active recording follows the recording's position counter and ends when the
+recording stops.
 
 The replay publication's log must line up with the recording (same term length and initial term
-id, starting at the replay's start position) so frames are copied with their offsets unchanged:
-`replay_log_params` makes those parameters.
+id, starting at the replay's start position; `replay_log_params` makes those parameters). Then
+frames keep their term offsets, and the session reads straight into the log's term: the block is
+invisible to readers until its first frame's length, kept aside meanwhile, is stored last.
 """
 
 from __future__ import annotations
@@ -104,14 +106,20 @@ class ReplaySession:
             raise ReplayError(f"recording {descriptor.recording_id} is active: give a stop position or follow it")
         self.position = start
         self.stop_position = stop_position
-        self._buffer = bytearray(max(replay_buffer_length, descriptor.mtu_length))
-        self._view = memoryview(self._buffer)
-        self._words = np.frombuffer(self._buffer, dtype=np.int32)
-        self._bytes = np.frombuffer(self._buffer, dtype=np.uint8)
-        self._pending = 0  # bytes of the buffer read but not yet accepted by the publication
-        self._pending_padding = False
-        self._carry = 0  # complete frames at the buffer's front, read but not yet offered
-        self._complete = 0
+        self.max_block_length = max(replay_buffer_length, descriptor.mtu_length)
+        if publication.position != start:
+            raise ReplayError(f"recording {descriptor.recording_id}: the replay publication is at position "
+                              f"{publication.position}, not the start {start} (see replay_log_params)")
+        # The block being built sits in the replay log's term itself (the term window); its first
+        # frame's length word is kept here instead, so readers see nothing until the commit.
+        self._head = bytearray(4)
+        self._head_view = memoryview(self._head)
+        self._first_length = 0
+        self._carry = 0  # complete frames already in the window, read but not yet committed
+        self._window_length = 0
+        self._window: memoryview | None = None
+        self._words = np.zeros(0, dtype=np.int32)
+        self._bytes = np.zeros(0, dtype=np.uint8)
         self._reader = SegmentReader.for_recording(archive_dir, descriptor)
 
     # -- agent ----------------------------------------------------------------------------------
@@ -120,8 +128,6 @@ class ReplaySession:
         if self.state != REPLAYING:
             return 0
         try:
-            if self._pending:
-                return self._offer()
             limit = self._limit()
             if limit is None:
                 return 0
@@ -129,9 +135,7 @@ class ReplaySession:
                 if self._finished(limit):
                     self._done()
                 return 0
-            if not self._read(limit):
-                return 0
-            return self._offer() or 1
+            return self._replay_block(limit)
         except ReplayError as e:
             self._fail(str(e))
             return 0
@@ -141,7 +145,13 @@ class ReplaySession:
         return self.state != REPLAYING
 
     def close(self) -> None:
+        """Release the segment files and every view of the replay log (so it can be unmapped)."""
         self._reader.close()
+        self._words = np.zeros(0, dtype=np.int32)
+        self._bytes = np.zeros(0, dtype=np.uint8)
+        if self._window is not None:
+            self._window.release()
+            self._window = None
         if self.state == REPLAYING:
             self.state = DONE
 
@@ -180,37 +190,65 @@ class ReplaySession:
             return True
         return self.follow is None and self.position >= limit
 
-    def _read(self, limit: int) -> bool:
-        """Read whole messages into the buffer; False when none is complete yet.
+    def _replay_block(self, limit: int) -> int:
+        """Read whole messages from the segments straight into the replay log's term, check them,
+        rewrite their ids and commit them; returns the work done (0: back pressure or no data).
 
-        Complete frames past the last whole message stay in the buffer (the carry) and the next
-        read appends to them, so each archive byte is read once."""
+        Complete frames past the last whole message stay in the term (the carry), their first
+        length word set aside, and the next read appends to them: each archive byte is read once."""
+        available, window = self.publication.term_window(self.max_block_length)
+        if window is None:
+            return 1 if available == ADMIN_ACTION else 0  # rotated: go on next cycle; else held back
         position = self.position
         carry = self._carry
-        started = time.perf_counter_ns()
-        room = min(len(self._buffer), self.term_length - (position & (self.term_length - 1))) - carry
-        try:
-            read = self._reader.read(position + carry, self._view[carry:carry + room], limit) if room > 0 else 0
-        except SegmentError as e:
-            raise ReplayError(f"recording {self.descriptor.recording_id}: {e}") from None
-        self.stats.record(read, time.perf_counter_ns() - started)
-        length = carry + read
+        room = min(available, limit - position)
+        read = 0
+        if room > carry:
+            started = time.perf_counter_ns()
+            try:
+                fd, file_offset = self._reader.file_at(position + carry)
+            except SegmentError as e:
+                raise ReplayError(f"recording {self.descriptor.recording_id}: {e}") from None
+            if carry == 0:
+                read = os.preadv(fd, [self._head_view, window[4:room]], file_offset)
+                self._first_length = int.from_bytes(self._head, "little", signed=True) if read >= 4 else 0
+            else:
+                read = os.preadv(fd, [window[carry:room]], file_offset)
+            self.stats.record(read, time.perf_counter_ns() - started)
+        length = (carry + read) & ~(frame.FRAME_ALIGNMENT - 1)
+        self._words = np.frombuffer(window, dtype=np.int32, count=length >> 2)
+        self._bytes = np.frombuffer(window, dtype=np.uint8, count=length)
+        self._window_length = room
+        self._window = window
         # At a fixed stop, a message cut by the stop position still goes out, frame by frame.
         at_stop = self.follow is None and position + length == limit
         whole, frames, complete = self._whole_messages(length, at_stop)
-        self._complete = complete
         if whole == 0:
             self._carry = complete
-            return False
+            self._clear_past(complete, length)
+            return 0
         if self.checksum is not None:
             self._verify(frames)
         words = self._words
         idx = np.asarray(frames, dtype=np.int64) >> 2
         words[idx + frame.SESSION_ID_OFFSET // 4] = self.publication.session_id
         words[idx + frame.STREAM_ID_OFFSET // 4] = self.publication.stream_id
-        self._pending = whole
-        self._pending_padding = self._buffer[frame.TYPE_OFFSET] == frame.HDR_TYPE_PAD
-        return True
+        next_first = int(words[whole >> 2]) if complete > whole else 0
+        self._clear_past(whole, length)
+        self.publication.commit_window(whole, self._first_length)
+        self.position += whole
+        self._carry = complete - whole
+        self._first_length = next_first
+        return 1
+
+    def _clear_past(self, end: int, length: int) -> None:
+        """Zero the length word just past what is (or will be) committed, when we wrote there:
+        readers must stop at `end`, whatever the read put beyond it."""
+        if end < length:
+            self._words[end >> 2] = 0
+
+    def _length_at(self, offset: int) -> int:
+        return self._first_length if offset == 0 else int(self._words[offset >> 2])
 
     def _whole_messages(self, length: int, at_stop: bool) -> tuple[int, list[int] | np.ndarray, int]:
         """Bytes up to the end of the last whole message (or of the frames that fit, when one
@@ -226,7 +264,8 @@ class ReplaySession:
             return 0, [], 0
         words = self._words[:slots * 8].reshape(slots, 8)
         base = self.position & (self.term_length - 1)
-        frame_lengths = words[:, 0]
+        frame_lengths = words[:, 0].copy()
+        frame_lengths[0] = self._first_length
         claimed = words[:, frame.TERM_OFFSET_OFFSET // 4]
         candidates = np.flatnonzero((frame_lengths >= frame.HEADER_LENGTH)
                                     & (claimed == base + (np.arange(slots, dtype=np.int32) << 5)))
@@ -247,15 +286,10 @@ class ReplaySession:
         complete = int(ends[-1])
         flags = self._bytes[starts + frame.FLAGS_OFFSET]
         types = self._bytes[starts + frame.TYPE_OFFSET]
-        pads = np.flatnonzero(types == frame.HDR_TYPE_PAD)
-        if len(pads):
-            first_pad = int(pads[0])
-            if first_pad == 0:  # padding goes on its own (append_padding)
-                return int(ends[0]), starts[:1], complete
-            starts, ends, flags = starts[:first_pad], ends[:first_pad], flags[:first_pad]
-        message_ends = np.flatnonzero(flags & frame.END_FLAG)
+        # A message ends at an END fragment; padding (a term's end) stands alone.
+        message_ends = np.flatnonzero((flags & frame.END_FLAG) | (types == frame.HDR_TYPE_PAD))
         if len(message_ends) == 0:
-            if count and (complete == len(self._buffer) or at_stop):
+            if count and (complete == self._window_length or at_stop):
                 # One message larger than the buffer, or cut by the stop: its fragments go as they come.
                 return int(ends[-1]), starts, complete
             return 0, [], complete
@@ -270,25 +304,20 @@ class ReplaySession:
         frames: list[int] = []
         boundary_frames = 0
         while offset + frame.HEADER_LENGTH <= length:
-            frame_length = int(words[offset >> 2])
+            frame_length = self._length_at(offset)
             if frame_length <= 0:
                 break  # not yet written: an active recording's edge
             aligned = (frame_length + 31) & ~31
             if offset + aligned > length:
                 break
-            flags = self._buffer[offset + frame.FLAGS_OFFSET]
-            frame_type = self._buffer[offset + frame.TYPE_OFFSET]
+            flags = int(self._bytes[offset + frame.FLAGS_OFFSET])
+            frame_type = int(self._bytes[offset + frame.TYPE_OFFSET])
             self._check_frame(offset, frame_length)
             frames.append(offset)
             offset += aligned
             if frame_type == frame.HDR_TYPE_PAD or flags & frame.END_FLAG:
                 boundary, boundary_frames = offset, len(frames)
-                if frame_type == frame.HDR_TYPE_PAD:
-                    # Padding goes on its own (append_padding): end the block before it.
-                    if boundary_frames > 1:
-                        boundary, boundary_frames = frames[-1], len(frames) - 1
-                    break
-        if boundary == 0 and frames and (offset == len(self._buffer) or at_stop):
+        if boundary == 0 and frames and (offset == self._window_length or at_stop):
             # One message larger than the buffer, or cut by the stop: its fragments go as they come.
             return offset, frames, offset
         return boundary, frames[:boundary_frames], offset
@@ -300,39 +329,18 @@ class ReplaySession:
             raise ReplayError(f"recording {self.descriptor.recording_id}: bad frame at position "
                               f"{self.position + offset} (term offset {term_offset}, length {frame_length})")
 
-    def _verify(self, frames: list[int]) -> None:
-        buffer = self._buffer
+    def _verify(self, frames) -> None:
         for offset in map(int, frames):
-            if buffer[offset + frame.TYPE_OFFSET] != frame.HDR_TYPE_DATA:
+            if self._bytes[offset + frame.TYPE_OFFSET] != frame.HDR_TYPE_DATA:
                 continue
-            frame_length = int(self._words[offset >> 2])
-            payload = frame.align(frame_length) - frame.HEADER_LENGTH
+            payload = frame.align(self._length_at(offset)) - frame.HEADER_LENGTH
             expected = int(self._words[(offset + frame.SESSION_ID_OFFSET) >> 2])
             start = offset + frame.HEADER_LENGTH
-            actual = self.checksum.compute(self._view[start:start + payload])
+            actual = self.checksum.compute(self._window[start:start + payload])
             if actual != expected:
                 raise ReplayError(f"recording {self.descriptor.recording_id}: checksum mismatch at position "
                                   f"{self.position + offset} (stored {expected & 0xFFFFFFFF:#010x}, "
                                   f"computed {actual & 0xFFFFFFFF:#010x})")
-
-    def _offer(self) -> int:
-        length = self._pending
-        if self._pending_padding:
-            result = self.publication.append_padding(length)
-        else:
-            result = self.publication.offer_block(self._buffer, 0, length)
-        if result == ADMIN_ACTION:  # the publication rotated into the next term: go again now
-            result = self.publication.offer_block(self._buffer, 0, length) if not self._pending_padding \
-                else self.publication.append_padding(length)
-        if result < 0:
-            return 0  # back pressure or not connected: the same block next cycle
-        self.position += length
-        self._pending = 0
-        carry = self._complete - length
-        if carry:
-            self._buffer[:carry] = self._buffer[length:self._complete]
-        self._carry = carry
-        return 1
 
     def _done(self) -> None:
         self.state = DONE

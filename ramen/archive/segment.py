@@ -382,6 +382,13 @@ class SegmentReader:
             self._fds[base] = fd
         return fd
 
+    def file_at(self, position: int) -> tuple[int, int]:
+        """(file descriptor, file offset) of a position: for callers that read with their own
+        preadv (a replay reading straight into a log). Reads never cross a term end, so never a
+        segment end."""
+        base = self.segment_base(position)
+        return self._fd(base, position), position - base
+
     def read(self, position: int, buffer, limit_position: int | None = None) -> int:
         """Copy the recording's bytes from `position` into buffer, never past the end of the term (so
         never across a segment) nor past limit_position; returns how many bytes were copied."""

@@ -318,6 +318,33 @@ class ExclusivePublication:
         self._terms_i32[self._index][term_offset >> 2] = first_length
         return self._advanced()
 
+    def term_window(self, max_length: int) -> tuple[int, memoryview | None]:
+        """(length, view) of the free space at the tail, up to the term end, for frames written in
+        place and made visible by commit_window; or (status, None) when no message may start now.
+
+        Beyond Aeron: how a replay reads from its segment files straight into the log, whose
+        positions line up with the recording's. The space is clean (zeroed behind the slowest
+        subscriber, or when the term was entered), so nothing in it is visible until committed,
+        provided the writer keeps the first frame's length word out of it until then."""
+        if self._closed:
+            return CLOSED, None
+        if self._term_offset >= self.term_length:
+            return self._pad_and_rotate(), None
+        position = self._check_limit()
+        if position < 0:
+            return position, None
+        term_offset = self._term_offset
+        length = min(max_length, self.term_length - term_offset)
+        return length, self._terms[self._index][term_offset:term_offset + length]
+
+    def commit_window(self, length: int, first_frame_length: int) -> int:
+        """Make the first `length` bytes of the term window visible: claim them, then store the
+        first frame's length last. The caller has zeroed the length word just past them."""
+        term_offset = self._term_offset
+        self._claim(term_offset + length)
+        self._terms_i32[self._index][term_offset >> 2] = first_frame_length
+        return self._advanced()
+
     def append_padding(self, length: int) -> int:
         """Write a PAD frame of `length` bytes (header included) that readers skip (Aeron's
         appendPadding): how a replay reproduces the padding at a recorded term's end."""

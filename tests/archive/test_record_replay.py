@@ -67,7 +67,7 @@ class Rig:
 
 
 def replay(rig, *, start=None, stop=None, follow=None, checksum=None, reader_counters=None, pump=None,
-           buffer_length=1024 * 1024, stats=None):
+           buffer_length=1024 * 1024, stats=None, fragments_per_cycle=64):
     """Replay a recording into a new log and read it back; returns (session, [(position, payload)])."""
     descriptor = rig.catalog.get(rig.recorder.recording_id)
     start_position = descriptor.start_position if start is None else start
@@ -81,7 +81,7 @@ def replay(rig, *, start=None, stop=None, follow=None, checksum=None, reader_cou
     assembler = FragmentAssembler(lambda buf, off, length, hdr: got.append((hdr.position, bytes(buf[off:off + length]))))
     for _ in range(SAFETY_CYCLES):
         work = session.do_work()
-        work += image.poll(assembler, 64)
+        work += image.poll(assembler, fragments_per_cycle)
         if pump is not None:
             work += pump()
         if session.is_done and not image.poll(assembler, 1_000_000):
@@ -151,9 +151,9 @@ def test_back_pressure_during_a_replay_loses_and_duplicates_nothing(tmp_path):
     rig = Rig(tmp_path)
     rig.publish(ramen_message(i, rng) for i in range(1200))
     rig.stop()
-    # The replay log has flow control and a reader that takes 64 fragments a cycle: the replay
-    # is held back a term window at a time.
-    session, got = replay(rig, reader_counters=rig.counters, buffer_length=64 * 1024)
+    # The replay log has flow control and a reader that takes 4 fragments a cycle: the replay
+    # is held back half a term ahead of it.
+    session, got = replay(rig, reader_counters=rig.counters, buffer_length=64 * 1024, fragments_per_cycle=4)
     assert session.state == DONE
     assert got == rig.sent
     back_pressure = [c for c in rig.counters.counters() if c.type_name == "back-pressure" and "replay-" in c.label]
