@@ -86,11 +86,11 @@ def _reader(log_path: str, counters_path: str, join_position: int, done) -> None
     done.put({**state, "elapsed": time.perf_counter() - (started or time.perf_counter())})
 
 
-def measure(size: int, total_bytes: int, workdir: Path) -> dict:
+def measure(size: int, total_bytes: int, workdir: Path, logdir: Path) -> dict:
     count = max(1, total_bytes // size)
     ctx = multiprocessing.get_context("spawn")
-    counters = CountersFile.open(workdir / "counters.dat")
-    live = LogBuffer.create(workdir / f"live-{size}.logbuffer",
+    counters = CountersFile.open(logdir / "counters.dat")
+    live = LogBuffer.create(logdir / f"live-{size}.logbuffer",
                             LogBufferParams(term_length=TERM_LENGTH, mtu_length=MTU, session_id=1, stream_id=1))
     catalog = Catalog.open_or_create(workdir / "archive")
     recorder = Recorder(catalog, live, counters, segment_length=SEGMENT_LENGTH, index_event_time=False)
@@ -109,7 +109,7 @@ def measure(size: int, total_bytes: int, workdir: Path) -> dict:
     recorded = descriptor.stop_position - descriptor.start_position
     progress(f"  {size} B: recorded {recorded / 1e6:,.0f} MB in {record_s:.2f} s")
 
-    replay_log = LogBuffer.create(workdir / f"replay-{size}.logbuffer",
+    replay_log = LogBuffer.create(logdir / f"replay-{size}.logbuffer",
                                   replay_log_params(descriptor, descriptor.start_position, session_id=2, stream_id=2))
     done = ctx.Queue()
     reader = ctx.Process(target=_reader, args=(str(replay_log.path), str(counters.path), descriptor.start_position, done))
@@ -165,12 +165,16 @@ def main() -> int:
     args = parser.parse_args()
     total = (128 if args.quick else args.megabytes) * 1_000_000
     workdir = Path(tempfile.mkdtemp(prefix="ramen-bench-archive-"))
+    # Log buffers are shared memory, as Aeron keeps them in /dev/shm: a log on a disk-backed file
+    # would pay for writing its dirty pages back. The segments are real files on disk.
+    logdir = Path(tempfile.mkdtemp(prefix="ramen-bench-logs-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
     progress(f"archive bench: {os.cpu_count()} CPUs, {total / 1e6:,.0f} MB per size, segments under {workdir} "
-             f"(written to disk, read back from the page cache)")
+             f"(written to disk, read back from the page cache), log buffers under {logdir}")
     try:
-        rows = [measure(size, total, workdir) for size in (64 * 1024, 1024)]
+        rows = [measure(size, total, workdir, logdir) for size in (64 * 1024, 1024)]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(logdir, ignore_errors=True)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

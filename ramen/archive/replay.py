@@ -298,7 +298,6 @@ class ReplaySession:
 
     def _whole_messages_walk(self, length: int, at_stop: bool) -> tuple[int, list[int], int]:
         """The same, frame by frame: for blocks the vectorised scan cannot vouch for."""
-        words = self._words
         offset = 0
         boundary = 0
         frames: list[int] = []
