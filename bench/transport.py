@@ -392,10 +392,15 @@ def run_pair(ctx, reader_target, reader_args, writer_target, writer_args, result
     reader.start()
     writer = ctx.Process(target=writer_target, args=(*writer_args, results), name="bench-writer")
     writer.start()
+    return collect_reports(results, (writer, reader), time.monotonic() + timeout_s)
+
+
+def collect_reports(results, processes, deadline: float) -> dict:
+    """Wait for one report per process; stop early when one reports an error or dies, and
+    never leave a process behind."""
     reports = {}
-    deadline = time.monotonic() + timeout_s
     try:
-        while len(reports) < 2:
+        while len(reports) < len(processes):
             try:
                 role, report = results.get(timeout=0.5)
                 reports[role] = report
@@ -405,12 +410,12 @@ def run_pair(ctx, reader_target, reader_args, writer_target, writer_args, result
             except queue_module.Empty:
                 pass
             if time.monotonic() > deadline:
-                raise Failed(f"no report after {timeout_s:.0f} s (have {sorted(reports)})")
-            dead = [p.name for p in (reader, writer) if not p.is_alive() and p.exitcode not in (0, None)]
+                raise Failed(f"no report in time (have {sorted(reports)})")
+            dead = [p.name for p in processes if not p.is_alive() and p.exitcode not in (0, None)]
             if dead:
                 raise Failed(f"{', '.join(dead)} died")
     finally:
-        for process in (writer, reader):
+        for process in processes:
             process.join(timeout=5)
             if process.is_alive():
                 process.kill()
@@ -618,32 +623,7 @@ def run_round_trips(ctx, ping_target, ping_args, pong_target, pong_args, round_t
     ping = ctx.Process(target=ping_target, args=(*ping_args, round_trips, results), name="bench-ping")
     pong.start()
     ping.start()
-    reports = {}
-    deadline = time.monotonic() + RESULT_GRACE_S + round_trips * 1e-3
-    try:
-        while len(reports) < 2:
-            try:
-                role, report = results.get(timeout=0.5)
-                reports[role] = report
-                if "error" in report:
-                    break  # the other side may wait forever: stop both
-                continue
-            except queue_module.Empty:
-                pass
-            if time.monotonic() > deadline:
-                raise Failed(f"no report (have {sorted(reports)})")
-            dead = [p.name for p in (ping, pong) if not p.is_alive() and p.exitcode not in (0, None)]
-            if dead:
-                raise Failed(f"{', '.join(dead)} died")
-    finally:
-        for process in (ping, pong):
-            process.join(timeout=5)
-            if process.is_alive():
-                process.kill()
-                process.join()
-    for role, report in reports.items():
-        if "error" in report:
-            raise Failed(f"{role}: {report['error']}")
+    reports = collect_reports(results, (ping, pong), time.monotonic() + RESULT_GRACE_S + round_trips * 1e-3)
     return {"samples_ns": reports["ping"]["samples_ns"],
             "verified": reports["pong"]["echoed"] == WARMUP_ROUND_TRIPS + round_trips}
 
