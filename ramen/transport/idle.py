@@ -43,20 +43,6 @@ class BackoffIdleStrategy:
             self._park_s = min(self._park_s * 2, self.max_park_s)
 
 
-class SleepingIdleStrategy:
-    """Always sleep a fixed time when idle: for agents where latency does not matter."""
-
-    def __init__(self, sleep_s: float = IDLE_MAX_PARK_S) -> None:
-        self.sleep_s = sleep_s
-
-    def reset(self) -> None:
-        pass
-
-    def idle(self, work_count: int = 0) -> None:
-        if work_count <= 0:
-            time.sleep(self.sleep_s)
-
-
 class BusySpinIdleStrategy:
     """Never sleep: for benchmarks that measure latency with a core to spare."""
 

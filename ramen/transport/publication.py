@@ -678,22 +678,3 @@ def _copy_messages(messages: Sequence, first: int, block: np.ndarray, payload_le
         flat.release()
     else:
         block[:, _HDR:_HDR + payload_length] = np.frombuffer(b"".join(batch), dtype=np.uint8).reshape(n, payload_length)
-
-
-def offer_blocking(publication: ExclusivePublication, message, idle=None, timeout_s: float | None = None) -> int:
-    """Offer until the message is written (retrying rotation and back pressure), for non-hot paths."""
-    from ramen.transport.idle import BackoffIdleStrategy
-    idle = idle or BackoffIdleStrategy()
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    while True:
-        result = publication.offer(message)
-        if result >= 0 or result in (CLOSED, MAX_POSITION_EXCEEDED):
-            return result
-        if result != ADMIN_ACTION:
-            if deadline is not None and time.monotonic() > deadline:
-                return result
-            idle.idle(0)
-        else:
-            idle.reset()
-
-
