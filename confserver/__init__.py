@@ -1,1 +1,69 @@
-"""The configuration server: key space, locks and watches (built-in server and ZooKeeper backend)."""
+"""The configuration server: a key tree with versions, watches, locks, ephemeral keys and
+permissions, behind one client interface (ConfClient) with two backends, the built-in server
+(`ramen://`, the embedded default) and ZooKeeper (`zk://`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from confserver.client import ConfClient, Lock, Watch
+from confserver.errors import (BadRequest, ConfError, Disconnected, KeyExists, LockTimeout, NoSuchKey,
+                               PermissionDenied, SessionExpired, VersionMismatch)
+from confserver.model import Entry, Event, EventKind
+from confserver.url import TOKEN_ENV, ConfServerURL, parse_url
+
+__all__ = ["connect", "ConfClient", "Lock", "Watch", "Entry", "Event", "EventKind", "ConfServerURL",
+           "ConfError", "BadRequest", "Disconnected", "KeyExists", "LockTimeout", "NoSuchKey",
+           "PermissionDenied", "SessionExpired", "VersionMismatch", "resolve_token"]
+
+AUTH_FILE_ENV = "RAMEN_CONFSERVER_AUTH"
+#: How long a session survives without contact (a dead client's ephemeral keys last this long).
+DEFAULT_SESSION_TIMEOUT_S = 10.0
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+
+
+def default_data_dir() -> Path:
+    """Where the embedded server keeps its log, snapshots and auth file."""
+    from ramen.paths import ramen_dir
+    return ramen_dir() / "confserver"
+
+
+def default_auth_file() -> Path:
+    configured = os.environ.get(AUTH_FILE_ENV)
+    return Path(configured) if configured else default_data_dir() / "auth.json"
+
+
+def resolve_token(url: ConfServerURL, identity: str | None, token: str | None,
+                  auth_file: str | os.PathLike | None = None) -> tuple[str | None, str | None]:
+    """(identity, token) to authenticate with: an explicit token, else the URL's, else
+    $RAMEN_CONFSERVER_TOKEN, else the token of `identity` in the local auth file (if readable)."""
+    token = token or url.token or os.environ.get(TOKEN_ENV)
+    if token or identity is None:
+        return identity, token
+    from confserver import auth
+    path = Path(auth_file) if auth_file else default_auth_file()
+    try:
+        config = auth.load(path)
+    except (BadRequest, PermissionError):
+        return identity, None
+    return identity, config.token_of(identity)
+
+
+def connect(url: str | None = None, *, identity: str | None = None, token: str | None = None,
+            auth_file: str | os.PathLike | None = None,
+            session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
+            connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> ConfClient:
+    """Open a session with the confserver at url (default: $RAMEN_CONFSERVER, else local).
+
+    Raises Disconnected if it cannot be reached within connect_timeout_s, PermissionDenied for a
+    token it does not know."""
+    parsed = parse_url(url)
+    identity, token = resolve_token(parsed, identity, token, auth_file)
+    if parsed.scheme == "zk":
+        from confserver.zk import ZkClient
+        return ZkClient(parsed, identity=identity, token=token, auth_file=auth_file,
+                        session_timeout_s=session_timeout_s, connect_timeout_s=connect_timeout_s)
+    from confserver.remote import RemoteClient
+    return RemoteClient(parsed, token=token, session_timeout_s=session_timeout_s,
+                        connect_timeout_s=connect_timeout_s)
