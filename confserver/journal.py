@@ -63,9 +63,11 @@ def decode_records(data: bytes) -> tuple[list[dict], int]:
 
 
 class Journal:
-    def __init__(self, data_dir: str | os.PathLike, *, fsync: bool = True):
+    def __init__(self, data_dir: str | os.PathLike, *, fsync: bool = True,
+                 snapshot_every_records: int = SNAPSHOT_EVERY_RECORDS):
         self.dir = Path(data_dir)
         self.fsync = fsync
+        self.snapshot_every_records = snapshot_every_records
         self.generation = 0
         self.records_since_snapshot = 0
         self._pending = bytearray()
@@ -120,7 +122,7 @@ class Journal:
 
     def snapshot_due(self) -> bool:
         """Whether to snapshot now; if so, the caller must take the state at once (see server)."""
-        if self.records_since_snapshot < SNAPSHOT_EVERY_RECORDS:
+        if self.records_since_snapshot < self.snapshot_every_records:
             return False
         self.records_since_snapshot = 0
         return True

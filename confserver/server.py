@@ -31,7 +31,7 @@ from confserver import auth as authn
 from confserver import wire
 from confserver.errors import (BadRequest, ConfError, KeyExists, LockTimeout, NoSuchKey, SessionExpired,
                                VersionMismatch)
-from confserver.journal import Journal
+from confserver.journal import SNAPSHOT_EVERY_RECORDS, Journal
 from confserver.keys import check_key, check_pattern, matches
 from confserver.model import encode_value
 from confserver.store import DELETE, END, LOCK, OPEN, PUT, UNLOCK, Store
@@ -77,8 +77,9 @@ class Connection:
 
 
 class ConfServer:
-    def __init__(self, data_dir: str | os.PathLike, auth: authn.AuthConfig, *, fsync: bool = True):
-        self.journal = Journal(data_dir, fsync=fsync)
+    def __init__(self, data_dir: str | os.PathLike, auth: authn.AuthConfig, *, fsync: bool = True,
+                 snapshot_every_records: int = SNAPSHOT_EVERY_RECORDS):
+        self.journal = Journal(data_dir, fsync=fsync, snapshot_every_records=snapshot_every_records)
         self.auth = auth
         self.store: Store | None = None
         self.connections: set[Connection] = set()
@@ -452,6 +453,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "Default: DIR/auth.json, created with fresh tokens")
     parser.add_argument("--no-fsync", action="store_true",
                         help="acknowledge writes before they reach the disk (tests and benchmarks only)")
+    parser.add_argument("--snapshot-every", type=int, default=SNAPSHOT_EVERY_RECORDS, metavar="N",
+                        help="write a snapshot and start a new log every N records (default %(default)s)")
     parser.add_argument("--ready-file", metavar="FILE", help="write HOST:PORT here once listening")
 
 
@@ -461,7 +464,7 @@ async def serve(args: argparse.Namespace) -> None:
         raise BadRequest(f"refusing to listen on {host}, beyond loopback, without --auth")
     data_dir = Path(args.data_dir)
     config = authn.load(args.auth) if args.auth else authn.load_or_create(data_dir / authn.AUTH_FILE_NAME)
-    server = ConfServer(data_dir, config, fsync=not args.no_fsync)
+    server = ConfServer(data_dir, config, fsync=not args.no_fsync, snapshot_every_records=args.snapshot_every)
     await server.start(host, port)
     if args.ready_file:
         Path(args.ready_file).write_text("%s:%d\n" % server.address)
