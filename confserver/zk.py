@@ -166,7 +166,7 @@ class ZkClient(ConfClient):
                  connect_timeout_s: float = 5.0):
         self._url = url
         self._base = "/" + url.root if url.root else ""
-        self._lock_base = f"{self._base}{LOCKS_SUFFIX}"
+        self._lock_base = (self._base or "/") + LOCKS_SUFFIX
         config = _load_auth(auth_file)
         self._rules = config
         self._acls = AclMaker(config) if config is not None else None
@@ -264,7 +264,8 @@ class ZkClient(ConfClient):
                              "allows no children under ephemeral nodes") from None
         except (SessionExpiredError, ConnectionClosedError):
             self._expired = True
-            raise SessionExpired(f"zk: {operation} {key}: the session ended") from None
+            raise SessionExpired(f"zk: {operation} {key}: the session expired; open a new "
+                                 "client") from None
         except (ConnectionLoss, OperationTimeoutError, KazooTimeoutError, RetryFailedError):
             raise Disconnected(f"zookeeper at {hosts}: no answer to {operation} {key} "
                                "(it may or may not have been applied)") from None
@@ -545,6 +546,8 @@ class ZkClient(ConfClient):
         of one session share its locks (the session is the owner), so a second taker only waits
         for the first's kazoo acquire to finish."""
         check_key(key)
+        with self._errors("lock", key):  # a lost session's locks are gone: refuse to nest on them
+            pass
         with self._locks_guard:
             held = self._held.get(key)
             if held is not None:

@@ -24,9 +24,9 @@ from kazoo.exceptions import NoAuthError
 import confserver
 from confserver import auth
 from confserver.errors import (BadRequest, Disconnected, KeyExists, LockTimeout, NoSuchKey,
-                               PermissionDenied, VersionMismatch)
+                               PermissionDenied, SessionExpired, VersionMismatch)
 from confserver.model import MAX_VALUE_BYTES, EventKind
-from tests.confserver.zkserver import free_port
+from tests.confserver.zkserver import TcpProxy, free_port
 
 EVENT_TIMEOUT_S = 5.0
 #: Short sessions make a kill -9'd client's ephemeral keys and locks go in about 2 s.
@@ -538,3 +538,51 @@ def test_no_acknowledged_write_is_lost_when_the_server_is_killed_and_the_watch_c
     writer.update("state", 1)
     [event] = take(watch, 1)
     assert (event.kind, event.key, event.entry.value) == (EventKind.UPDATED, "state", 1)
+
+
+@pytest.fixture
+def proxy(zookeeper):
+    proxy = TcpProxy(zookeeper.port).start()
+    yield proxy
+    proxy.close()
+
+
+def test_a_watch_cut_off_from_the_server_gets_what_changed_meanwhile_on_reconnect(
+        proxy, make, root, auth_file):
+    writer = make()
+    writer.create("w/a", 1)
+    writer.create("w/b", 1)
+    follower = confserver.connect(f"zk://127.0.0.1:{proxy.port}/{root}", identity="user",
+                                  auth_file=auth_file, session_timeout_s=6)
+    try:
+        watch = follower.watch("w")
+        take(watch, 3)
+        proxy.cut()
+        writer.update("w/a", 2)
+        writer.delete("w/b")
+        writer.create("w/c", 1)
+        time.sleep(0.5)
+        assert watch.drain() == []
+        proxy.heal()
+        changes = {(e.kind, e.key, e.entry.value) for e in take(watch, 3)}
+        assert changes == {(EventKind.UPDATED, "w/a", 2), (EventKind.DELETED, "w/b", 1),
+                           (EventKind.CREATED, "w/c", 1)}
+        assert follower.get("w/c").value == 1  # and the session is the same one
+    finally:
+        follower.close()
+
+
+def test_a_client_cut_off_longer_than_its_session_raises_session_expired(proxy, make, root,
+                                                                         auth_file):
+    writer = make()
+    client = confserver.connect(f"zk://127.0.0.1:{proxy.port}/{root}", identity="user",
+                                auth_file=auth_file, session_timeout_s=SHORT_SESSION_S)
+    try:
+        client.create("mine", 1, ephemeral=True)
+        proxy.cut()
+        wait_until(lambda: writer.get_or_none("mine") is None, SHORT_SESSION_S + 5)
+        proxy.heal()
+        with pytest.raises(SessionExpired, match="open a new client"):
+            wait_until(lambda: client.get_or_none("mine") is not None, SHORT_SESSION_S + 5)
+    finally:
+        client.close()
