@@ -21,9 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import (BadVersionError, ConnectionClosedError, ConnectionLoss, KazooException,
-                              NoAuthError, NoChildrenForEphemeralsError, NodeExistsError, NoNodeError,
-                              NotEmptyError, OperationTimeoutError, SessionExpiredError)
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NoAuthError,
+    NoChildrenForEphemeralsError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
 from kazoo.exceptions import LockTimeout as KazooLockTimeout
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState, ZnodeStat
@@ -32,9 +42,24 @@ from kazoo.retry import KazooRetry, RetryFailedError
 
 from confserver import auth
 from confserver.client import ConfClient, Watch
-from confserver.errors import (BadRequest, Disconnected, KeyExists, LockTimeout, NoSuchKey,
-                               PermissionDenied, SessionExpired, VersionMismatch)
-from confserver.keys import check_key, check_pattern, is_pattern, matches, parent, prefix_of
+from confserver.errors import (
+    BadRequest,
+    Disconnected,
+    KeyExists,
+    LockTimeout,
+    NoSuchKey,
+    PermissionDenied,
+    SessionExpired,
+    VersionMismatch,
+)
+from confserver.keys import (
+    check_key,
+    check_pattern,
+    is_pattern,
+    matches,
+    parent,
+    prefix_of,
+)
 from confserver.model import Entry, Event, EventKind, encode_value
 from confserver.url import ConfServerURL
 from confserver.zk_acl import LOCK_ACL, OPEN_ACL, AclMaker
@@ -592,6 +617,8 @@ class ZkClient(ConfClient):
             if held.count:
                 return
             del self._held[key]
+        if self._closed or self._expired:
+            return  # the session's end released it already
         with self._errors("unlock", key):
             held.lock.release()
 

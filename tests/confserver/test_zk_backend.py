@@ -23,8 +23,16 @@ from kazoo.exceptions import NoAuthError
 
 import confserver
 from confserver import auth
-from confserver.errors import (BadRequest, Disconnected, KeyExists, LockTimeout, NoSuchKey,
-                               PermissionDenied, SessionExpired, VersionMismatch)
+from confserver.errors import (
+    BadRequest,
+    Disconnected,
+    KeyExists,
+    LockTimeout,
+    NoSuchKey,
+    PermissionDenied,
+    SessionExpired,
+    VersionMismatch,
+)
 from confserver.model import MAX_VALUE_BYTES, EventKind
 from tests.confserver.zkserver import TcpProxy, free_port
 

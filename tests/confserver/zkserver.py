@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Self
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 SLF4J_JAR = Path("/usr/share/java/slf4j-simple.jar")
@@ -144,7 +145,7 @@ class ZooKeeperServer:
         if self._owns_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
 
-    def __enter__(self) -> ZooKeeperServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:
