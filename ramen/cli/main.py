@@ -11,10 +11,10 @@ import logging
 import sys
 
 from ramen import __version__
-from ramen.cli import archive, archiver, confclient, confserver, demo, logbuffer, stat
+from ramen.cli import archive, archiver, compile, confclient, confserver, demo, logbuffer, stat
 from ramen.cli.errors import UserError
 
-COMMANDS = (logbuffer, stat, demo, archive, archiver, confserver, confclient)
+COMMANDS = (logbuffer, stat, demo, archive, archiver, confserver, confclient, compile)
 EXIT_USER_ERROR = 1
 EXIT_INTERRUPTED = 130
 

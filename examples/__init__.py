@@ -1,0 +1,1 @@
+"""Example programs and the Python callables they name (`call = "examples.net:top_talkers"`)."""
