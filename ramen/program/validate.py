@@ -114,7 +114,7 @@ def _build(program: str, spec: FunctionSpec, parents: tuple[tuple[str, Function]
     code_digest = None
     schema, origin = spec.declared_schema, SCHEMA_DECLARED
     if spec.engine == ENGINE_PYTHON:
-        input_schema = _single_input(parents, fail)
+        input_schema = _single_input(program, parents, fail)
         try:
             body, code_digest = load_callable(spec.call, path)
         except CallableError as e:
@@ -147,12 +147,12 @@ def _build(program: str, spec: FunctionSpec, parents: tuple[tuple[str, Function]
                     engine=spec.engine, sql=spec.sql, call=spec.call, code_digest=code_digest)
 
 
-def _single_input(parents: tuple[tuple[str, Function], ...], fail) -> pa.Schema:
+def _single_input(program: str, parents: tuple[tuple[str, Function], ...], fail) -> pa.Schema:
     """A Python function reads its parents as one table, so they must agree on its schema."""
     first_name, first = parents[0]
     for name, function in parents[1:]:
         if not same_fields(first.schema, function.schema):
-            fail(f"parents {first_name!r} and {name!r} output different schemas; a python function reads its "
+            fail(f"parents {_short(program, first_name)!r} and {_short(program, name)!r} output different schemas; a python function reads its "
                  f"parents as one table")
     return first.schema
 
