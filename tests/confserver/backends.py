@@ -8,7 +8,7 @@ import confserver
 
 #: Short, so tests about dead sessions finish quickly.
 CLIENT_SESSION_TIMEOUT_S = 1.5
-BACKENDS = ("builtin",)  # "zk" joins once its fixture is in
+BACKENDS = ("builtin", "zk")
 
 
 class Backend:
@@ -37,3 +37,16 @@ class BuiltinBackend(Backend):
 
     def kill_and_restart(self) -> None:
         self.server.restart(hard=True)
+
+
+class ZkBackend(Backend):
+    name = "zk"
+
+    def __init__(self, zookeeper, auth_file: Path, root: str = "contract"):
+        self.zookeeper = zookeeper
+        self.auth_file = auth_file
+        self.url = zookeeper.url(root)
+
+    def kill_and_restart(self) -> None:
+        self.zookeeper.kill()
+        self.zookeeper.restart()
