@@ -12,6 +12,8 @@ from datetime import datetime, timezone
 from ramen.cli.errors import UserError
 
 DEFAULT_IDENTITY = "admin"
+#: A person at a terminal would rather hear at once that nothing answers.
+CONNECT_TIMEOUT_S = 2.0
 
 
 def add_parser(sub) -> None:
@@ -46,7 +48,8 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     import confserver
     try:
-        with confserver.connect(args.confserver, identity=args.identity, token=args.token) as client:
+        with confserver.connect(args.confserver, identity=args.identity, token=args.token,
+                               connect_timeout_s=CONNECT_TIMEOUT_S) as client:
             return ACTIONS[args.action](client, args)
     except confserver.ConfError as e:
         raise UserError(str(e)) from None
