@@ -1,1 +1,1 @@
-"""The choreographer: decides which workers must run, from programs, replays and tails."""
+"""The choreographer: from every loaded program, replay and tail, which workers must run."""

@@ -1,0 +1,231 @@
+"""The choreographer service: follows programs, replays and tails in the confserver and keeps one
+worker key per function (`sites/<site>/workers/<prog>/<func>/worker`) saying whether it must run.
+
+It is an agent: watches push their events into one queue, `do_work()` takes what is there and
+acts. A new replay takes the fast path: the functions on its paths (from its plan) are marked used
+at once, with no recompute. Anything else (a program loaded, changed or killed; a replay deleted; a
+tail started or ended) recomputes the whole graph, so lazy workers nobody needs any more fall back
+to unused. Either way only keys whose value changes are written, under their locks, and the keys
+of functions that no longer exist are deleted.
+
+Run it with `ramen choreographer` (or `python -m choreographer.service`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import queue
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+
+import networkx as nx
+
+import confserver
+from choreographer.graph import Usage, build_graph, compute_usage, worker_value
+from confserver import ConfClient, EventKind
+from ramen import keyspace
+from ramen.program import Program
+
+log = logging.getLogger(__name__)
+
+IDENTITY = "choreographer"
+#: How long a rewrite waits for the locks of the worker keys it changes.
+LOCK_TIMEOUT_S = 10.0
+#: How long the service waits for an event before looking again (it also stops within this).
+POLL_INTERVAL_S = 0.5
+PROGRAMS, REPLAYS, TAILS = keyspace.PROGRAMS, keyspace.REPLAYS, keyspace.TAILS
+
+
+@dataclass
+class ChoreographerCounters:
+    """What the choreographer did, for tests and `ramen stat`-like reporting."""
+
+    recomputes: int = 0
+    fast_paths: int = 0
+    writes: int = 0
+    deletes: int = 0
+    bad_programs: int = 0
+
+
+class Choreographer:
+    def __init__(self, client: ConfClient, site: str = keyspace.DEFAULT_SITE):
+        self.client = client
+        self.site = site
+        self.programs: dict[str, Program] = {}
+        self.replays: dict[int, dict] = {}
+        self.tails: dict[str, dict] = {}
+        self.workers: dict[str, dict] = {}  # worker key -> value, as last written or read
+        self.graph = nx.DiGraph()
+        self.counters = ChoreographerCounters()
+        self.events: queue.SimpleQueue = queue.SimpleQueue()
+        self._needs_recompute = True
+        self._watches = [client.watch(prefix, lambda event, p=prefix: self.events.put((p, event)))
+                         for prefix in (PROGRAMS, REPLAYS, TAILS)]
+
+    # -- duty cycle ----------------------------------------------------------------------------
+
+    def do_work(self, first: tuple | None = None) -> int:
+        """Apply every event received so far (after `first`, already taken off the queue by a
+        waiting caller); returns how many there were."""
+        new_replays: list[int] = []
+        count = 0
+        while True:
+            if first is not None:
+                (prefix, event), first = first, None
+            else:
+                try:
+                    prefix, event = self.events.get_nowait()
+                except queue.Empty:
+                    break
+            count += 1
+            if event.kind is not EventKind.SYNCED:
+                self._on_event(prefix, event, new_replays)
+        if self._needs_recompute:
+            self.recompute()
+        elif new_replays:
+            self.fast_path(new_replays)
+        return count
+
+    def _on_event(self, prefix: str, event, new_replays: list[int]) -> None:
+        name = event.key[len(prefix) + 1:]
+        if "/" in name or not name:
+            return  # not one of ours (e.g. programs/x/y)
+        deleted = event.kind is EventKind.DELETED
+        if prefix == PROGRAMS:
+            self._needs_recompute = True
+            if deleted:
+                self.programs.pop(name, None)
+                return
+            try:
+                self.programs[name] = Program.from_dict(event.entry.value)
+            except (ValueError, KeyError, TypeError) as e:
+                self.counters.bad_programs += 1
+                log.error("programs/%s cannot be read (%s); keeping what was there", name, e)
+        elif prefix == REPLAYS:
+            try:
+                channel = int(name)
+            except ValueError:
+                log.warning("ignoring %s: replay keys are channel numbers", event.key)
+                return
+            if deleted:
+                self.replays.pop(channel, None)
+                self._needs_recompute = True
+            else:
+                if channel not in self.replays and event.kind is not EventKind.EXISTING:
+                    new_replays.append(channel)
+                else:
+                    self._needs_recompute = True
+                self.replays[channel] = event.entry.value if isinstance(event.entry.value, dict) else {}
+        elif prefix == TAILS:
+            self._needs_recompute = True
+            if deleted:
+                self.tails.pop(name, None)
+            else:
+                self.tails[name] = event.entry.value if isinstance(event.entry.value, dict) else {}
+
+    # -- decisions -----------------------------------------------------------------------------
+
+    def replay_functions(self, replay: dict) -> list[str]:
+        """The functions a replay needs: those of its plan, else its target and all ancestors."""
+        functions = replay.get("functions")
+        if isinstance(functions, list) and functions:
+            return [f for f in functions if isinstance(f, str)]
+        target = replay.get("target")
+        if target not in self.graph:
+            return []
+        return [target, *nx.ancestors(self.graph, target)]
+
+    def recompute(self) -> None:
+        self._needs_recompute = False
+        self.counters.recomputes += 1
+        self.graph = build_graph(self.programs.values())
+        usage = compute_usage(self.graph,
+                              {ch: self.replay_functions(r) for ch, r in self.replays.items()},
+                              [t.get("target") for t in self.tails.values()])
+        versions = {name: program.version for name, program in self.programs.items()}
+        desired = {keyspace.worker_key(self.site, name): worker_value(self.graph, name, u, versions)
+                   for name, u in usage.items()}
+        existing = {e.key: e.value for e in self.client.glob(keyspace.worker_pattern(self.site))}
+        self._write(desired, existing)
+        self.workers = desired
+
+    def fast_path(self, channels: list[int]) -> None:
+        """Mark each new replay's functions used at once, adding the replay to their lists."""
+        self.counters.fast_paths += 1
+        desired = {}
+        for channel in channels:
+            for name in self.replay_functions(self.replays[channel]):
+                key = keyspace.worker_key(self.site, name)
+                value = desired.get(key) or self.workers.get(key)
+                if value is None:
+                    continue  # not a function we know: the next recompute will say
+                if channel not in value["replays"]:
+                    replays = sorted({*value["replays"], channel})
+                    desired[key] = dict(value, replays=replays,
+                                        is_used=Usage(value["live"], frozenset(replays)).is_used)
+        if desired:
+            self._write(desired, dict(self.workers), delete_missing=False)
+            self.workers.update(desired)
+
+    def _write(self, desired: dict[str, dict], existing: dict[str, dict], *, delete_missing: bool = True) -> None:
+        changed = sorted(key for key, value in desired.items() if existing.get(key) != value)
+        removed = sorted(key for key in existing if key not in desired) if delete_missing else []
+        if not changed and not removed:
+            return
+        with self.client.lock_all(changed + removed, LOCK_TIMEOUT_S):
+            for key in changed:
+                self.client.set(key, desired[key])
+                self.counters.writes += 1
+            for key in removed:
+                try:
+                    self.client.delete(key)
+                except confserver.NoSuchKey:
+                    pass
+                self.counters.deletes += 1
+        log.info("%d worker keys written, %d deleted", len(changed), len(removed))
+
+    def close(self) -> None:
+        for watch in self._watches:
+            watch.close()
+
+
+def run(choreographer: Choreographer, stop: threading.Event) -> None:
+    """Wait for events without spinning (the watch callbacks wake us), then act on them all."""
+    choreographer.do_work()
+    while not stop.is_set():
+        try:
+            item = choreographer.events.get(timeout=POLL_INTERVAL_S)
+        except queue.Empty:
+            continue
+        choreographer.do_work(item)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ramen choreographer",
+                                     description="Decide which workers must run, from programs, replays and tails.")
+    parser.add_argument("--confserver", metavar="URL", help="default $RAMEN_CONFSERVER, else the local server")
+    parser.add_argument("--site", default=keyspace.default_site(), help="site whose workers to decide (default %(default)s)")
+    parser.add_argument("--debug", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(logging.DEBUG if args.debug else logging.INFO)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        with confserver.connect(args.confserver, identity=IDENTITY) as client:
+            choreographer = Choreographer(client, args.site)
+            log.info("choreographer of site %s on %s", args.site, args.confserver or "the local confserver")
+            run(choreographer, stop)
+            choreographer.close()
+    except confserver.ConfError as e:
+        print(f"ramen: choreographer: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""Where things live in the confserver's key tree: one place, so every service and the CLI agree.
+
+    programs/<prog>                                   a loaded program (Program.to_dict())
+    replays/<channel>                                 a replay request (channel: a sequence number)
+    tails/<id>                                        a live tail of a function's output
+    sites/<site>/workers/<prog>/<func>/worker         what the choreographer wants of that worker
+    sites/<site>/workers/<prog>/<func>/instance       the running process, kept by the supervisor
+    sites/<site>/workers/<prog>/<func>/stats          tuples in/out, CPU, memory, last exit
+    sequences/replay_channel                          hands out replay channels (never 0: 0 is live)
+"""
+
+from __future__ import annotations
+
+import os
+
+PROGRAMS = "programs"
+REPLAYS = "replays"
+TAILS = "tails"
+SITES = "sites"
+REPLAY_CHANNEL_SEQUENCE = "sequences/replay_channel"
+SITE_ENV = "RAMEN_SITE"
+DEFAULT_SITE = "local"
+
+
+def default_site() -> str:
+    return os.environ.get(SITE_ENV) or DEFAULT_SITE
+
+
+def program_key(name: str) -> str:
+    return f"{PROGRAMS}/{name}"
+
+
+def replay_key(channel: int) -> str:
+    return f"{REPLAYS}/{channel}"
+
+
+def workers_prefix(site: str) -> str:
+    return f"{SITES}/{site}/workers"
+
+
+def function_key(site: str, qualified_name: str, leaf: str) -> str:
+    return f"{workers_prefix(site)}/{qualified_name}/{leaf}"
+
+
+def worker_key(site: str, qualified_name: str) -> str:
+    return function_key(site, qualified_name, "worker")
+
+
+def worker_pattern(site: str) -> str:
+    return f"{workers_prefix(site)}/*/*/worker"
+
+
+def qualified_name_of(key: str) -> str:
+    """`prog/func` from any key under sites/<site>/workers/<prog>/<func>/..."""
+    parts = key.split("/")
+    return f"{parts[3]}/{parts[4]}"

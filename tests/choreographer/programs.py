@@ -1,0 +1,41 @@
+"""Small programs for the choreographer's tests, written as TOML like a user writes them."""
+
+from __future__ import annotations
+
+from ramen.program import Program, loads
+
+HEADER = '''
+[program]
+name = "{name}"
+'''
+SOURCE = '''
+[[function]]
+name = "{name}"
+lazy = {lazy}
+source = {{ kind = "generator", rate = 10, hosts = 2, seed = 1 }}
+schema = {{ ts = "timestamp[us]", host = "string", bytes = "int64" }}
+event_time = "ts"
+archive = {{ retention = "1d" }}
+'''
+FILTER = '''
+[[function]]
+name = "{name}"
+lazy = {lazy}
+from = [{parents}]
+engine = "spark"
+sql = "SELECT * FROM {first} WHERE bytes > 0"
+event_time = "ts"
+'''
+
+
+def program(name: str, functions: list[tuple[str, bool, list[str]]], loaded=None) -> Program:
+    """functions: (name, lazy, parents); no parents makes a source."""
+    text = HEADER.format(name=name)
+    for fname, lazy, parents in functions:
+        lazy_text = "true" if lazy else "false"
+        if parents:
+            text += FILTER.format(name=fname, lazy=lazy_text, parents=", ".join(f'"{p}"' for p in parents),
+                                  first=parents[0].split("/")[-1])
+        else:
+            text += SOURCE.format(name=fname, lazy=lazy_text)
+    return loads(text, f"{name}.toml", loaded)
