@@ -315,7 +315,7 @@ class ReplaySession:
         # A message ends at an END fragment; padding (a term's end) stands alone.
         message_ends = np.flatnonzero((kinds & _END_IN_KIND) | ((kinds >> _TYPE_SHIFT) == frame.HDR_TYPE_PAD))
         if len(message_ends) == 0:
-            if complete == self._window_length or at_stop:
+            if self._window_is_full(length) or at_stop:
                 # One message larger than the buffer, or cut by the stop: its fragments go as they come.
                 return complete, starts, complete
             return 0, [], complete
@@ -357,10 +357,16 @@ class ReplaySession:
             offset += aligned
             if frame_type == frame.HDR_TYPE_PAD or flags & frame.END_FLAG:
                 boundary, boundary_frames = offset, len(frames)
-        if boundary == 0 and frames and (offset == self._window_length or at_stop):
+        if boundary == 0 and frames and (self._window_is_full(length) or at_stop):
             # One message larger than the buffer, or cut by the stop: its fragments go as they come.
             return offset, frames, offset
         return boundary, frames[:boundary_frames], offset
+
+    def _window_is_full(self, length: int) -> bool:
+        """Whether the block filled the window: a message that has not ended by then is larger
+        than the window, and must go out fragment by fragment (a frame torn at the window's end
+        is read again, whole, at the start of the next window)."""
+        return length == self._window_length & _ALIGN_MASK
 
     def _check_frame(self, offset: int, frame_length: int) -> None:
         expected = (self.position + offset) & (self.term_length - 1)
