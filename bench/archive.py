@@ -4,18 +4,24 @@ For each message size it
 1. records: a writer process offers the messages into a log buffer; this process runs the
    recorder (a tethered subscriber) into segment files; MB/s from first offer to last byte on disk;
 2. replays: this process runs a ReplaySession over the recording (from the page cache) into a
-   replay log; a reader process in another process counts every message and byte; MB/s, msgs/s;
-3. reads the same segment files raw, with `cat > /dev/null` and with one numpy read per file:
-   the limit a replay could reach.
+   replay log; a reader process counts every message and payload byte (by default it takes whole
+   blocks with `block_poll` and walks their headers; `--reader fragment` calls a Python handler
+   per fragment, which is slower than the replay and so measures the reader); MB/s, msgs/s;
+3. reads the same segment files raw: `cat > /dev/null` (the raw read rate of the goal), and
+   `preadv` in replay-buffer-sized pieces into one reused buffer (a memcpy into a cache-hot
+   buffer, as cat does) and into a /dev/shm file the size of the replay log (the copy a replay
+   cannot avoid: the bytes must land in the shared log, whose 3 terms are not cache-hot).
 
-Run: `.venv/bin/python bench/archive.py [--quick] [--json] [--megabytes N]`.
-Goals printed beside the figures: replay >= 1 GB/s for 64 KiB messages, and >= 50% of the raw rate.
+Run: `.venv/bin/python bench/archive.py [--quick] [--json] [--megabytes N] [--replay-buffer BYTES]`.
+Goals printed beside the figures: replay >= 1 GB/s for 64 KiB messages, and >= 50% of the raw rate
+(the faster of cat and the read into one buffer).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import multiprocessing
 import os
 import shutil
@@ -31,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ramen.archive.catalog import Catalog  # noqa: E402
 from ramen.archive.recorder import Recorder  # noqa: E402
-from ramen.archive.replay import ReplaySession, replay_log_params  # noqa: E402
+from ramen.archive.replay import REPLAY_BUFFER_LENGTH, ReplaySession, replay_log_params  # noqa: E402
 from ramen.transport import (ADMIN_ACTION, BackoffIdleStrategy, CountersFile, ExclusivePublication, Image,  # noqa: E402
                              LogBuffer, LogBufferParams)
 
@@ -65,7 +71,8 @@ def _writer(log_path: str, counters_path: str, size: int, count: int) -> None:
     publication.close()
 
 
-def _reader(log_path: str, counters_path: str, join_position: int, done) -> None:
+def _fragment_reader(log_path: str, counters_path: str, join_position: int, done) -> None:
+    """A subscriber with a Python handler per fragment (Image.poll)."""
     log = LogBuffer.open(log_path)
     counters = CountersFile.open(counters_path)
     image = Image(log, counters, join_position=join_position, name="bench-reader")
@@ -86,7 +93,55 @@ def _reader(log_path: str, counters_path: str, join_position: int, done) -> None
     done.put({**state, "elapsed": time.perf_counter() - (started or time.perf_counter())})
 
 
-def measure(size: int, total_bytes: int, workdir: Path, logdir: Path) -> dict:
+def _block_reader(log_path: str, counters_path: str, join_position: int, done) -> None:
+    """A bulk subscriber (Image.block_poll) that still counts every message and payload byte: it
+    finds the frames of each block with numpy (a frame's term offset field names its own offset,
+    and the frames must chain), walking them one by one only if a payload mimics a header."""
+    log = LogBuffer.open(log_path)
+    counters = CountersFile.open(counters_path)
+    image = Image(log, counters, join_position=join_position, name="bench-reader")
+    state = {"messages": 0, "bytes": 0}
+    terms = [np.frombuffer(term, dtype=np.int32) for term in log.terms]
+    slot_offsets = np.arange(log.term_length // 32, dtype=np.int32) * 32
+
+    def on_block(term, offset, length, session_id, term_id) -> None:
+        words = terms[(term_id - log.initial_term_id) % 3]
+        block = words[offset >> 2:(offset + length) >> 2]
+        slots = length >> 5
+        starts = np.flatnonzero(block[2::8] == slot_offsets[offset >> 5:(offset >> 5) + slots]) << 5
+        lengths = block[starts >> 2]
+        ends = starts + ((lengths + 31) & ~31)
+        if not (len(starts) and starts[0] == 0 and ends[-1] == length and np.array_equal(ends[:-1], starts[1:])):
+            starts = np.array(walk(block, length), dtype=np.int64)
+            lengths = block[starts >> 2]
+        kinds = block[(starts >> 2) + 1]  # version, flags, type
+        data = (kinds >> 16) == 1  # PAD frames carry nothing
+        state["messages"] += int(np.count_nonzero(data & ((kinds & 0x4000) != 0)))  # END flag: one whole message
+        state["bytes"] += int((lengths[data] - 32).sum())
+
+    def walk(block, length) -> list[int]:
+        starts, at = [], 0
+        while at < length:
+            starts.append(at)
+            at += (int(block[at >> 2]) + 31) & ~31
+        return starts
+
+    idle = BackoffIdleStrategy()
+    started = None
+    while not image.is_end_of_stream:
+        n = image.block_poll(on_block, 1 << 20)
+        if n and started is None:
+            started = time.perf_counter()
+        idle.idle(n)
+    terms.clear()
+    done.put({**state, "elapsed": time.perf_counter() - (started or time.perf_counter())})
+
+
+READERS = {"block": _block_reader, "fragment": _fragment_reader}
+
+
+def measure(size: int, total_bytes: int, workdir: Path, logdir: Path, *, reader_kind: str = "block",
+            replay_buffer: int = REPLAY_BUFFER_LENGTH) -> dict:
     count = max(1, total_bytes // size)
     ctx = multiprocessing.get_context("spawn")
     counters = CountersFile.open(logdir / "counters.dat")
@@ -112,12 +167,12 @@ def measure(size: int, total_bytes: int, workdir: Path, logdir: Path) -> dict:
     replay_log = LogBuffer.create(logdir / f"replay-{size}.logbuffer",
                                   replay_log_params(descriptor, descriptor.start_position, session_id=2, stream_id=2))
     done = ctx.Queue()
-    reader = ctx.Process(target=_reader, args=(str(replay_log.path), str(counters.path), descriptor.start_position, done))
+    reader = ctx.Process(target=READERS[reader_kind], args=(str(replay_log.path), str(counters.path), descriptor.start_position, done))
     reader.start()
     publication = ExclusivePublication(replay_log, counters)
     while not publication.is_connected:
         idle.idle(0)
-    session = ReplaySession(workdir / "archive", descriptor, publication)
+    session = ReplaySession(workdir / "archive", descriptor, publication, replay_buffer_length=replay_buffer)
     replay_started = time.perf_counter()
     while not session.is_done:
         idle.idle(session.do_work())
@@ -132,7 +187,10 @@ def measure(size: int, total_bytes: int, workdir: Path, logdir: Path) -> dict:
 
     segments = sorted((workdir / "archive").glob(f"{recorder.recording_id}-*.rec"))
     cat_s = timed(lambda: subprocess.run(["cat", *map(str, segments)], stdout=subprocess.DEVNULL, check=True))
-    numpy_s = timed(lambda: [np.fromfile(p, dtype=np.uint8) for p in segments])
+    pread_s = timed(lambda: read_into(segments, bytearray(replay_buffer)))
+    ring_path = logdir / "ring"
+    ring_s = timed(lambda: read_into_log_sized_file(segments, ring_path, replay_log.path.stat().st_size, replay_buffer))
+    ring_path.unlink()
     for path in segments:
         path.unlink()
     for log in (live, replay_log):
@@ -144,8 +202,50 @@ def measure(size: int, total_bytes: int, workdir: Path, logdir: Path) -> dict:
         "message_bytes": size, "messages": count, "recorded_bytes": recorded,
         "record_mb_s": recorded / record_s / 1e6,
         "replay_mb_s": recorded / replay_s / 1e6, "replay_msgs_s": count / replay_s,
-        "raw_cat_mb_s": recorded / cat_s / 1e6, "raw_numpy_mb_s": recorded / numpy_s / 1e6,
+        "raw_cat_mb_s": recorded / cat_s / 1e6, "raw_pread_mb_s": recorded / pread_s / 1e6,
+        "pread_to_log_mb_s": recorded / ring_s / 1e6, "replay_buffer": replay_buffer, "reader": reader_kind,
     }
+
+
+def read_into(paths: list[Path], buffer: bytearray) -> None:
+    """preadv every file, piece by piece, into one reused buffer: a memcpy into a cache-hot buffer."""
+    view = memoryview(buffer)
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            offset = 0
+            while (n := os.preadv(fd, [view], offset)) > 0:
+                offset += n
+        finally:
+            os.close(fd)
+
+
+def read_into_log_sized_file(paths: list[Path], ring_path: Path, ring_length: int, piece: int) -> None:
+    """preadv every file, piece by piece, into a shared-memory file the size of the replay log,
+    going round it: the copy a replay into the log pays, without scanning or cleaning."""
+    ring_fd = os.open(ring_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.ftruncate(ring_fd, ring_length)
+        with mmap.mmap(ring_fd, ring_length) as ring:
+            view = memoryview(ring)
+            at = 0
+            for path in paths:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    offset = 0
+                    while True:
+                        if at + piece > ring_length:
+                            at = 0
+                        n = os.preadv(fd, [view[at:at + piece]], offset)
+                        if n <= 0:
+                            break
+                        offset += n
+                        at += piece
+                finally:
+                    os.close(fd)
+            view.release()
+    finally:
+        os.close(ring_fd)
 
 
 def timed(action) -> float:
@@ -162,6 +262,10 @@ def main() -> int:
     parser.add_argument("--megabytes", type=int, default=512, help="bytes recorded per message size (default 512 MB)")
     parser.add_argument("--quick", action="store_true", help="128 MB per size")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--reader", choices=sorted(READERS), default="block",
+                        help="how the subscriber reads: whole blocks (default) or a handler per fragment")
+    parser.add_argument("--replay-buffer", type=int, default=REPLAY_BUFFER_LENGTH, metavar="BYTES",
+                        help=f"bytes a replay reads per duty cycle (default {REPLAY_BUFFER_LENGTH}, as Aeron)")
     args = parser.parse_args()
     total = (128 if args.quick else args.megabytes) * 1_000_000
     workdir = Path(tempfile.mkdtemp(prefix="ramen-bench-archive-"))
@@ -169,9 +273,11 @@ def main() -> int:
     # would pay for writing its dirty pages back. The segments are real files on disk.
     logdir = Path(tempfile.mkdtemp(prefix="ramen-bench-logs-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
     progress(f"archive bench: {os.cpu_count()} CPUs, {total / 1e6:,.0f} MB per size, segments under {workdir} "
-             f"(written to disk, read back from the page cache), log buffers under {logdir}")
+             f"(written to disk, read back from the page cache), log buffers under {logdir}, "
+             f"replay buffer {args.replay_buffer} B, {args.reader} reader")
     try:
-        rows = [measure(size, total, workdir, logdir) for size in (64 * 1024, 1024)]
+        rows = [measure(size, total, workdir, logdir, reader_kind=args.reader, replay_buffer=args.replay_buffer)
+                for size in (64 * 1024, 1024)]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(logdir, ignore_errors=True)
@@ -179,19 +285,25 @@ def main() -> int:
         print(json.dumps(rows, indent=2))
         return 0
     print(f"{'message':>9} {'record MB/s':>12} {'replay MB/s':>12} {'replay msgs/s':>14} {'cat MB/s':>10} "
-          f"{'numpy MB/s':>11} {'replay/raw':>10}")
+          f"{'pread MB/s':>11} {'pread→log MB/s':>15} {'replay/raw':>10}")
     for r in rows:
-        raw = max(r["raw_cat_mb_s"], r["raw_numpy_mb_s"])
         print(f"{r['message_bytes']:>8}B {r['record_mb_s']:>12,.0f} {r['replay_mb_s']:>12,.0f} {r['replay_msgs_s']:>14,.0f} "
-              f"{r['raw_cat_mb_s']:>10,.0f} {r['raw_numpy_mb_s']:>11,.0f} {r['replay_mb_s'] / raw:>9.0%}")
+              f"{r['raw_cat_mb_s']:>10,.0f} {r['raw_pread_mb_s']:>11,.0f} {r['pread_to_log_mb_s']:>15,.0f} "
+              f"{r['replay_mb_s'] / raw_rate(r):>9.0%}")
     big = rows[0]
-    raw = max(big["raw_cat_mb_s"], big["raw_numpy_mb_s"])
+    raw = raw_rate(big)
     for ok, text in ((big["replay_mb_s"] >= GOAL_REPLAY_GBPS * 1000,
                       f"replay of 64 KiB messages >= {GOAL_REPLAY_GBPS:.0f} GB/s: {big['replay_mb_s'] / 1000:.2f} GB/s"),
                      (big["replay_mb_s"] >= GOAL_RAW_FRACTION * raw,
-                      f"replay >= {GOAL_RAW_FRACTION:.0%} of the raw read rate: {big['replay_mb_s'] / raw:.0%}")):
+                      (f"replay >= {GOAL_RAW_FRACTION:.0%} of the raw read rate: {big['replay_mb_s'] / raw:.0%} "
+                       f"(of the log-sized copy alone: {big['replay_mb_s'] / big['pread_to_log_mb_s']:.0%})"))):
         print(f"{'PASS' if ok else 'MISS'}  {text}")
     return 0
+
+
+def raw_rate(row: dict) -> float:
+    """The raw read rate of the goal: the faster of cat and the read into one reused buffer."""
+    return max(row["raw_cat_mb_s"], row["raw_pread_mb_s"])
 
 
 if __name__ == "__main__":

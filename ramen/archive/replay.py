@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,21 @@ log = logging.getLogger(__name__)
 
 REPLAY_BUFFER_LENGTH = 1024 * 1024
 """Bytes read per duty cycle, as Aeron's default replay buffer."""
+
+WALK_MAX_FRAMES = 16
+"""Frames a block may hold and still be walked one by one in Python (about 1 µs a frame) rather
+than scanned with numpy (a fixed cost of tens of µs, plus about 2 ns per 32-byte slot)."""
+
+_FRAME_START = struct.Struct("<iBBH")  # length, version, flags, type: what the walk reads of a header
+_INT32 = struct.Struct("<i")
+_IDS = struct.Struct("<ii")  # sessionId, streamId: adjacent in the header
+_ALIGN_UP = frame.FRAME_ALIGNMENT - 1
+_ALIGN_MASK = -frame.FRAME_ALIGNMENT
+_SLOT_WORDS = frame.FRAME_ALIGNMENT // 4  # int32 words per 32-byte slot
+_TERM_OFFSET_WORD = frame.TERM_OFFSET_OFFSET // 4
+_KIND_WORD = frame.VERSION_OFFSET // 4  # version u8, flags u8, type u16
+_END_IN_KIND = frame.END_FLAG << 8 * (frame.FLAGS_OFFSET - frame.VERSION_OFFSET)
+_TYPE_SHIFT = 8 * (frame.TYPE_OFFSET - frame.VERSION_OFFSET)
 
 # Session states.
 REPLAYING, DONE, FAILED = "replaying", "done", "failed"
@@ -119,7 +135,11 @@ class ReplaySession:
         self._window_length = 0
         self._window: memoryview | None = None
         self._words = np.zeros(0, dtype=np.int32)
-        self._bytes = np.zeros(0, dtype=np.uint8)
+        # Scratch of the vectorised scan, one entry per 32-byte slot of the largest block.
+        max_slots = self.max_block_length // frame.FRAME_ALIGNMENT
+        self._slot_offsets = np.arange(max_slots, dtype=np.int32) * frame.FRAME_ALIGNMENT
+        self._relative = np.empty(max_slots, dtype=np.int32)
+        self._matches = np.empty(max_slots, dtype=bool)
         self._reader = SegmentReader.for_recording(archive_dir, descriptor)
 
     # -- agent ----------------------------------------------------------------------------------
@@ -148,7 +168,6 @@ class ReplaySession:
         """Release the segment files and every view of the replay log (so it can be unmapped)."""
         self._reader.close()
         self._words = np.zeros(0, dtype=np.int32)
-        self._bytes = np.zeros(0, dtype=np.uint8)
         if self._window is not None:
             self._window.release()
             self._window = None
@@ -204,20 +223,9 @@ class ReplaySession:
         room = min(available, limit - position)
         read = 0
         if room > carry:
-            started = time.perf_counter_ns()
-            try:
-                fd, file_offset = self._reader.file_at(position + carry)
-            except SegmentError as e:
-                raise ReplayError(f"recording {self.descriptor.recording_id}: {e}") from None
-            if carry == 0:
-                read = os.preadv(fd, [self._head_view, window[4:room]], file_offset)
-                self._first_length = int.from_bytes(self._head, "little", signed=True) if read >= 4 else 0
-            else:
-                read = os.preadv(fd, [window[carry:room]], file_offset)
-            self.stats.record(read, time.perf_counter_ns() - started)
+            read = self._read(window, position, carry, room)
         length = (carry + read) & ~(frame.FRAME_ALIGNMENT - 1)
         self._words = np.frombuffer(window, dtype=np.int32, count=length >> 2)
-        self._bytes = np.frombuffer(window, dtype=np.uint8, count=length)
         self._window_length = room
         self._window = window
         # At a fixed stop, a message cut by the stop position still goes out, frame by frame.
@@ -229,11 +237,8 @@ class ReplaySession:
             return 0
         if self.checksum is not None:
             self._verify(frames)
-        words = self._words
-        idx = np.asarray(frames, dtype=np.int64) >> 2
-        words[idx + frame.SESSION_ID_OFFSET // 4] = self.publication.session_id
-        words[idx + frame.STREAM_ID_OFFSET // 4] = self.publication.stream_id
-        next_first = int(words[whole >> 2]) if complete > whole else 0
+        self._rewrite_ids(frames)
+        next_first = int(self._words[whole >> 2]) if complete > whole else 0
         self._clear_past(whole, length)
         self.publication.commit_window(whole, self._first_length)
         self.position += whole
@@ -241,101 +246,162 @@ class ReplaySession:
         self._first_length = next_first
         return 1
 
+    def _read(self, window: memoryview, position: int, carry: int, room: int) -> int:
+        """One preadv from the segment file at position + carry into the window after the carry;
+        when the block starts afresh, its first length word goes aside (see _head)."""
+        started = time.perf_counter_ns()
+        try:
+            fd, file_offset = self._reader.file_at(position + carry)
+        except SegmentError as e:
+            raise ReplayError(f"recording {self.descriptor.recording_id}: {e}") from None
+        if carry == 0:
+            read = os.preadv(fd, [self._head_view, window[4:room]], file_offset)
+            self._first_length = int.from_bytes(self._head, "little", signed=True) if read >= 4 else 0
+        else:
+            read = os.preadv(fd, [window[carry:room]], file_offset)
+        self.stats.record(read, time.perf_counter_ns() - started)
+        return read
+
     def _clear_past(self, end: int, length: int) -> None:
         """Zero the length word just past what is (or will be) committed, when we wrote there:
         readers must stop at `end`, whatever the read put beyond it."""
         if end < length:
             self._words[end >> 2] = 0
 
-    def _length_at(self, offset: int) -> int:
-        return self._first_length if offset == 0 else int(self._words[offset >> 2])
-
     def _whole_messages(self, length: int, at_stop: bool) -> tuple[int, list[int] | np.ndarray, int]:
         """Bytes up to the end of the last whole message (or of the frames that fit, when one
         message is larger than the buffer), the offsets of the frames in it, and the end of the
         last complete frame read.
 
-        Vectorised: every 32-byte slot whose header claims the slot's own term offset is a
-        candidate frame, and the candidates must chain exactly (each frame ends where the next
+        A block of few frames (large frames, or the short reads of a tailing replay) is walked
+        frame by frame, at most WALK_MAX_FRAMES Python steps; a block of many frames is scanned
+        with numpy, whose cost is per 32-byte slot, not per frame. Both give the same answer."""
+        if length < WALK_MAX_FRAMES * frame.align(max(self._first_length, frame.HEADER_LENGTH)):
+            found = self._whole_messages_walk(length, at_stop, WALK_MAX_FRAMES)
+            if found is not None:
+                return found
+        return self._whole_messages_scan(length, at_stop)
+
+    def _whole_messages_scan(self, length: int, at_stop: bool) -> tuple[int, list[int] | np.ndarray, int]:
+        """The vectorised scan: every 32-byte slot whose header claims the slot's own term offset
+        is a candidate frame, and the candidates must chain exactly (each frame ends where the next
         begins). A payload that happens to look like a header breaks the chain and sends this
         block through the frame-by-frame walk instead, so the result is exact either way."""
         slots = length >> 5
         if slots == 0:
             return 0, [], 0
-        words = self._words[:slots * 8].reshape(slots, 8)
-        base = self.position & (self.term_length - 1)
-        frame_lengths = words[:, 0].copy()
-        frame_lengths[0] = self._first_length
-        claimed = words[:, frame.TERM_OFFSET_OFFSET // 4]
-        candidates = np.flatnonzero((frame_lengths >= frame.HEADER_LENGTH)
-                                    & (claimed == base + (np.arange(slots, dtype=np.int32) << 5)))
-        if len(candidates) == 0 or candidates[0] != 0:
+        starts = self._candidate_frames(slots)
+        if len(starts) == 0 or starts[0] != 0:
             return self._whole_messages_walk(length, at_stop)
-        starts = candidates << 5
-        ends = starts + ((frame_lengths[candidates].astype(np.int64) + 31) & ~31)
-        chained = ends[:-1] == starts[1:]
-        if not chained.all():
+        frame_lengths = self._words[starts >> 2]
+        frame_lengths[0] = self._first_length
+        framed = frame_lengths >= frame.HEADER_LENGTH
+        if not framed.all():  # a look-alike with an impossible length is no candidate
+            starts, frame_lengths = starts[framed], frame_lengths[framed]
+            if len(starts) == 0 or starts[0] != 0:
+                return self._whole_messages_walk(length, at_stop)
+        ends = starts + ((frame_lengths.astype(np.int64) + _ALIGN_UP) & _ALIGN_MASK)
+        if not np.array_equal(ends[:-1], starts[1:]):
             # Either a header look-alike inside a payload, or the data ends (zeros) and an old
             # frame lies beyond: the walk tells which.
             return self._whole_messages_walk(length, at_stop)
-        whole_frames = ends <= length
-        count = int(np.count_nonzero(whole_frames))
-        starts, ends = starts[:count], ends[:count]
+        count = int(np.searchsorted(ends, length, side="right"))  # the frames read whole
         if count == 0:
             return 0, [], 0
+        starts, ends = starts[:count], ends[:count]
         complete = int(ends[-1])
-        flags = self._bytes[starts + frame.FLAGS_OFFSET]
-        types = self._bytes[starts + frame.TYPE_OFFSET]
+        # Version, flags and type share one word: one gather for all three.
+        kinds = self._words[(starts >> 2) + _KIND_WORD]
         # A message ends at an END fragment; padding (a term's end) stands alone.
-        message_ends = np.flatnonzero((flags & frame.END_FLAG) | (types == frame.HDR_TYPE_PAD))
+        message_ends = np.flatnonzero((kinds & _END_IN_KIND) | ((kinds >> _TYPE_SHIFT) == frame.HDR_TYPE_PAD))
         if len(message_ends) == 0:
-            if count and (complete == self._window_length or at_stop):
+            if self._window_is_full(length) or at_stop:
                 # One message larger than the buffer, or cut by the stop: its fragments go as they come.
-                return int(ends[-1]), starts, complete
+                return complete, starts, complete
             return 0, [], complete
         last = int(message_ends[-1])
         return int(ends[last]), starts[:last + 1], complete
 
-    def _whole_messages_walk(self, length: int, at_stop: bool) -> tuple[int, list[int], int]:
-        """The same, frame by frame: for blocks the vectorised scan cannot vouch for."""
+    def _candidate_frames(self, slots: int) -> np.ndarray:
+        """Offsets of the slots whose term offset field holds the slot's own term offset: one
+        strided pass over the block into scratch arrays kept from block to block."""
+        claimed = self._words[:slots * _SLOT_WORDS].reshape(slots, _SLOT_WORDS)[:, _TERM_OFFSET_WORD]
+        relative = self._relative[:slots]
+        np.subtract(claimed, self._slot_offsets[:slots], out=relative)
+        matches = self._matches[:slots]
+        np.equal(relative, self.position & (self.term_length - 1), out=matches)
+        return np.flatnonzero(matches) << 5
+
+    def _whole_messages_walk(self, length: int, at_stop: bool,
+                             max_frames: int | None = None) -> tuple[int, list[int], int] | None:
+        """The same, frame by frame: for blocks of few frames, and for blocks the vectorised scan
+        cannot vouch for. With `max_frames`, None once the block turns out to hold more frames."""
+        window = self._window
         offset = 0
         boundary = 0
         frames: list[int] = []
         boundary_frames = 0
         while offset + frame.HEADER_LENGTH <= length:
-            frame_length = self._length_at(offset)
+            if max_frames is not None and len(frames) == max_frames:
+                return None
+            frame_length, _, flags, frame_type = _FRAME_START.unpack_from(window, offset)
+            if offset == 0:
+                frame_length = self._first_length
             if frame_length <= 0:
                 break  # not yet written: an active recording's edge
-            aligned = (frame_length + 31) & ~31
+            aligned = (frame_length + _ALIGN_UP) & _ALIGN_MASK
             if offset + aligned > length:
                 break
-            flags = int(self._bytes[offset + frame.FLAGS_OFFSET])
-            frame_type = int(self._bytes[offset + frame.TYPE_OFFSET])
             self._check_frame(offset, frame_length)
             frames.append(offset)
             offset += aligned
             if frame_type == frame.HDR_TYPE_PAD or flags & frame.END_FLAG:
                 boundary, boundary_frames = offset, len(frames)
-        if boundary == 0 and frames and (offset == self._window_length or at_stop):
+        if boundary == 0 and frames and (self._window_is_full(length) or at_stop):
             # One message larger than the buffer, or cut by the stop: its fragments go as they come.
             return offset, frames, offset
         return boundary, frames[:boundary_frames], offset
 
+    def _window_is_full(self, length: int) -> bool:
+        """Whether the block filled the window: a message that has not ended by then is larger
+        than the window, and must go out fragment by fragment (a frame torn at the window's end
+        is read again, whole, at the start of the next window)."""
+        return length == self._window_length & _ALIGN_MASK
+
     def _check_frame(self, offset: int, frame_length: int) -> None:
         expected = (self.position + offset) & (self.term_length - 1)
-        term_offset = int(self._words[(offset + frame.TERM_OFFSET_OFFSET) >> 2])
+        term_offset = _INT32.unpack_from(self._window, offset + frame.TERM_OFFSET_OFFSET)[0]
         if term_offset != expected or frame_length < frame.HEADER_LENGTH:
             raise ReplayError(f"recording {self.descriptor.recording_id}: bad frame at position "
                               f"{self.position + offset} (term offset {term_offset}, length {frame_length})")
 
+    def _rewrite_ids(self, frames: list[int] | np.ndarray) -> None:
+        """Give every frame the replay publication's session and stream ids: one struct store per
+        frame for the few frames of a walk, two numpy stores for the many of a scan."""
+        session_id, stream_id = self.publication.session_id, self.publication.stream_id
+        if isinstance(frames, list):
+            window = self._window
+            for offset in frames:
+                _IDS.pack_into(window, offset + frame.SESSION_ID_OFFSET, session_id, stream_id)
+            return
+        words = self._words
+        index = frames >> 2
+        words[index + frame.SESSION_ID_OFFSET // 4] = session_id
+        words[index + frame.STREAM_ID_OFFSET // 4] = stream_id
+
     def _verify(self, frames) -> None:
+        """Check each DATA frame's payload against the checksum its sessionId field holds."""
+        window = self._window
         for offset in map(int, frames):
-            if self._bytes[offset + frame.TYPE_OFFSET] != frame.HDR_TYPE_DATA:
+            frame_length, _, _, frame_type = _FRAME_START.unpack_from(window, offset)
+            if frame_type != frame.HDR_TYPE_DATA:
                 continue
-            payload = frame.align(self._length_at(offset)) - frame.HEADER_LENGTH
-            expected = int(self._words[(offset + frame.SESSION_ID_OFFSET) >> 2])
+            if offset == 0:
+                frame_length = self._first_length
+            payload = frame.align(frame_length) - frame.HEADER_LENGTH
+            expected = _INT32.unpack_from(window, offset + frame.SESSION_ID_OFFSET)[0]
             start = offset + frame.HEADER_LENGTH
-            actual = self.checksum.compute(self._window[start:start + payload])
+            actual = self.checksum.compute(window[start:start + payload])
             if actual != expected:
                 raise ReplayError(f"recording {self.descriptor.recording_id}: checksum mismatch at position "
                                   f"{self.position + offset} (stored {expected & 0xFFFFFFFF:#010x}, "

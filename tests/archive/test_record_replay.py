@@ -259,3 +259,134 @@ def test_purging_before_a_time_uses_the_event_time_index_and_keeps_everything_af
     kept = [(p, m) for p, m in rig.sent if p > descriptor.start_position]  # no message spans a segment
     assert session.state == DONE
     assert got == kept
+
+
+# -- the frame walk and the vectorised scan ------------------------------------------------------
+
+MESSAGE_SIZES = {"small": 100, "large": 8000}  # large: 6 fragments of the default 1408-byte MTU
+
+
+@pytest.fixture(params=["walk", "scan"])
+def frame_path(request, monkeypatch):
+    """Force every block through one of the replay's two frame finders, and count their calls."""
+    from ramen.archive import replay as replay_module
+    monkeypatch.setattr(replay_module, "WALK_MAX_FRAMES", 10**9 if request.param == "walk" else 0)
+    calls = {"walk": 0, "scan": 0}
+    for name, key in (("_whole_messages_walk", "walk"), ("_whole_messages_scan", "scan")):
+        original = getattr(ReplaySession, name)
+
+        def spy(self, *args, _original=original, _key=key):
+            calls[_key] += 1
+            return _original(self, *args)
+        monkeypatch.setattr(ReplaySession, name, spy)
+    return request.param, calls
+
+
+def sized_messages(size: int, count: int) -> list[bytes]:
+    return [bytes([i % 251]) * (size - i % 7) for i in range(count)]
+
+
+def ids_seen(rig, **kwargs):
+    """Replay and read back, recording every fragment's (session id, stream id)."""
+    descriptor = rig.catalog.get(rig.recorder.recording_id)
+    path = rig.tmp / f"replay-{random.getrandbits(32)}.logbuffer"
+    log = LogBuffer.create(path, replay_log_params(descriptor, descriptor.start_position, session_id=77, stream_id=5))
+    session = ReplaySession(rig.catalog.path.parent, descriptor, ExclusivePublication(log), **kwargs)
+    image = Image(LogBuffer.open(path), join_position=descriptor.start_position)
+    ids = set()
+    for _ in range(SAFETY_CYCLES):
+        session.do_work()
+        image.poll(lambda buf, off, length, hdr: ids.add((hdr.session_id, hdr.stream_id)), 1000)
+        if session.is_done and not image.poll(lambda *a: None, 1):
+            break
+    return session, ids
+
+
+@pytest.mark.parametrize("size", MESSAGE_SIZES.values(), ids=MESSAGE_SIZES.keys())
+def test_frames_chain_into_whole_messages_and_take_the_replay_ids_on_either_path(tmp_path, frame_path, size):
+    path, calls = frame_path
+    rig = Rig(tmp_path)
+    rig.publish(sized_messages(size, 400))
+    rig.stop()
+    session, got = replay(rig)
+    assert session.state == DONE and got == rig.sent
+    assert calls[path] and not calls["scan" if path == "walk" else "walk"]
+    session, ids = ids_seen(rig)
+    assert session.state == DONE and ids == {(77, 5)}
+
+
+@pytest.mark.parametrize("size", MESSAGE_SIZES.values(), ids=MESSAGE_SIZES.keys())
+def test_a_frame_torn_by_the_end_of_a_read_is_carried_to_the_next_on_either_path(tmp_path, frame_path, size):
+    path, calls = frame_path
+    rig = Rig(tmp_path)
+    rig.publish(sized_messages(size, 300))
+    rig.stop()
+    descriptor = rig.catalog.get(rig.recorder.recording_id)
+    stats = ReplayStats(*(rig.counters.allocate(ctr.SYSTEM_COUNTER_TYPE_ID, name)
+                          for name in ("bytes read", "read ns", "max read ns")))
+    # 3000 bytes a read cuts frames of either size at most reads.
+    session, got = replay(rig, buffer_length=3000, stats=stats)
+    assert session.state == DONE and got == rig.sent
+    # Complete frames past the last whole message are kept; a torn frame's head is read again.
+    assert stats.bytes_read.get() > descriptor.stop_position, "no read tore a frame"
+    assert calls[path]
+
+
+@pytest.mark.parametrize("size", MESSAGE_SIZES.values(), ids=MESSAGE_SIZES.keys())
+def test_a_checksum_mismatch_is_caught_on_either_path(tmp_path, frame_path, size):
+    path, calls = frame_path
+    crc = checksums.get("crc32c")
+    rig = Rig(tmp_path, checksum=crc)
+    rig.publish(sized_messages(size, 200))
+    rig.stop()
+    session, got = replay(rig, checksum=crc)
+    assert session.state == DONE and got == rig.sent
+    victim_position = rig.sent[149][0]  # message 150's first frame
+    base = victim_position - victim_position % SEGMENT
+    segment = tmp_path / "archive" / segment_file_name(rig.recorder.recording_id, base)
+    data = bytearray(segment.read_bytes())
+    data[victim_position - base + 40] ^= 0xFF  # in the payload of the frame at victim_position
+    segment.write_bytes(data)
+    session, got = replay(rig, checksum=crc)
+    assert session.state == FAILED
+    assert f"checksum mismatch at position {victim_position}" in session.error
+    assert got == rig.sent[:len(got)] and len(got) <= 150
+    assert calls[path]
+
+
+def test_the_walk_hands_a_block_of_many_frames_to_the_scan_after_a_bounded_number_of_steps(tmp_path, monkeypatch):
+    from ramen.archive import replay as replay_module
+    walks = []
+    walk = ReplaySession._whole_messages_walk
+    monkeypatch.setattr(ReplaySession, "_whole_messages_walk",
+                        lambda self, *a: walks.append((a, walk(self, *a))) or walks[-1][1])
+    rig = Rig(tmp_path)
+    # A first frame as long as the MTU makes the block look walkable; the many small ones after it are not.
+    rig.publish([b"x" * 1300] + [b"y" * 10] * 400)
+    rig.stop()
+    session, got = replay(rig, buffer_length=16 * 1024)  # less than WALK_MAX_FRAMES frames of 1344 bytes
+    assert session.state == DONE and got == rig.sent
+    bounded = [result for (args, result) in walks if len(args) == 3]
+    assert None in bounded  # the walk gave up after WALK_MAX_FRAMES frames ...
+    assert all(result is None or len(result[1]) <= replay_module.WALK_MAX_FRAMES for result in bounded)
+
+
+def test_blocks_of_few_frames_are_walked_and_blocks_of_many_are_scanned(tmp_path, monkeypatch):
+    calls = {"walk": 0, "scan": 0}
+    for name, key in (("_whole_messages_walk", "walk"), ("_whole_messages_scan", "scan")):
+        original = getattr(ReplaySession, name)
+
+        def spy(self, *args, _original=original, _key=key):
+            calls[_key] += 1
+            return _original(self, *args)
+        monkeypatch.setattr(ReplaySession, name, spy)
+    rig = Rig(tmp_path)
+    rig.publish([b"z" * 1300] * 40)  # 40 frames of 1344 bytes: one term
+    rig.stop()
+    session, got = replay(rig, buffer_length=8 * 1024)  # 5 frames a read
+    assert session.state == DONE and got == rig.sent
+    assert calls == {"walk": calls["walk"], "scan": 0} and calls["walk"] > 0
+    calls.update(walk=0, scan=0)
+    session, got = replay(rig)  # all 40 frames in one read
+    assert session.state == DONE and got == rig.sent
+    assert calls["scan"] > 0 and calls["walk"] == 0
