@@ -16,3 +16,12 @@ def aeron_vectors() -> Path:
     if not path.is_dir():
         pytest.skip(f"Aeron vectors not found at {path} (set {VECTORS_ENV})")
     return path
+
+
+@pytest.fixture(scope="session")
+def builtin_server(tmp_path_factory):
+    """One real built-in confserver process for the whole run; tests keep to keys of their own."""
+    from tests.confserver.builtin import BuiltinServer
+    server = BuiltinServer(tmp_path_factory.mktemp("confserver") / "data").start()
+    yield server
+    server.stop()

@@ -472,13 +472,6 @@ def _try(call) -> bool:
 
 # -- fixtures -----------------------------------------------------------------------------------
 
-@pytest.fixture(scope="session")
-def builtin_server(tmp_path_factory):
-    server = BuiltinServer(tmp_path_factory.mktemp("confserver") / "data").start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
 def builtin_backend(builtin_server) -> Backend:
     return BuiltinBackend(builtin_server)

@@ -1,0 +1,159 @@
+"""The choreographer service against a real built-in confserver."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import confserver
+from choreographer.service import Choreographer, run
+from ramen import keyspace
+from tests.choreographer.programs import program
+from tests.confserver.builtin import BuiltinServer
+
+EVENTUALLY_S = 10.0
+QUIET_S = 0.5
+SITE = "s1"
+NET = [("traffic", False, []), ("per_minute", True, ["net/traffic"]), ("top", True, ["net/per_minute"]),
+       ("other", True, ["net/traffic"])]
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = BuiltinServer(tmp_path / "conf").start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def admin(server):
+    with confserver.connect(server.url, identity="admin", auth_file=server.auth_file) as c:
+        yield c
+
+
+@pytest.fixture
+def choreographer(server):
+    client = confserver.connect(server.url, identity="choreographer", auth_file=server.auth_file)
+    service = Choreographer(client, SITE)
+    stop = threading.Event()
+    thread = threading.Thread(target=run, args=(service, stop), daemon=True)
+    thread.start()
+    yield service
+    stop.set()
+    thread.join(5)
+    service.close()
+    client.close()
+
+
+def workers(admin) -> dict[str, dict]:
+    return {keyspace.qualified_name_of(e.key): e.value for e in admin.glob(keyspace.worker_pattern(SITE))}
+
+
+def wait_for(predicate, timeout_s=EVENTUALLY_S):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.01)
+    raise AssertionError("condition not met in time")
+
+
+def used(admin) -> set[str]:
+    return {name for name, w in workers(admin).items() if w["is_used"]}
+
+
+def load(admin, name, functions):
+    admin.set(keyspace.program_key(name), program(name, functions).to_dict())
+
+
+def test_one_worker_key_per_function_with_its_place_in_the_graph(admin, choreographer):
+    load(admin, "net", NET)
+    wait_for(lambda: len(workers(admin)) == 4)
+    w = workers(admin)
+    assert used(admin) == {"net/traffic"}
+    assert w["net/per_minute"]["parents"] == ["net/traffic"]
+    assert w["net/traffic"]["children"] == ["net/other", "net/per_minute"]
+    assert w["net/top"]["lazy"] and not w["net/top"]["is_used"]
+    assert admin.get(keyspace.worker_key(SITE, "net/top")).owner == "choreographer"
+
+
+def test_a_replay_marks_its_paths_used_and_its_deletion_unmarks_them(admin, choreographer):
+    load(admin, "net", NET)
+    wait_for(lambda: len(workers(admin)) == 4)
+    fast_paths = choreographer.counters.fast_paths
+    admin.set(keyspace.replay_key(5), {"target": "net/top", "sources": ["net/traffic"],
+                                       "functions": ["net/traffic", "net/per_minute", "net/top"]})
+    wait_for(lambda: used(admin) == {"net/traffic", "net/per_minute", "net/top"})
+    assert choreographer.counters.fast_paths == fast_paths + 1
+    assert workers(admin)["net/top"]["replays"] == [5]
+    admin.delete(keyspace.replay_key(5))
+    wait_for(lambda: used(admin) == {"net/traffic"})
+    assert workers(admin)["net/top"]["replays"] == []
+
+
+def test_a_replay_without_a_plan_uses_its_target_and_ancestors(admin, choreographer):
+    load(admin, "net", NET)
+    wait_for(lambda: len(workers(admin)) == 4)
+    admin.set(keyspace.replay_key(6), {"target": "net/top"})
+    wait_for(lambda: used(admin) == {"net/traffic", "net/per_minute", "net/top"})
+
+
+def test_a_tail_marks_its_chain_live_until_it_ends(admin, choreographer):
+    load(admin, "net", NET)
+    wait_for(lambda: len(workers(admin)) == 4)
+    admin.set(f"{keyspace.TAILS}/t1", {"target": "net/other"})
+    wait_for(lambda: used(admin) == {"net/traffic", "net/other"})
+    admin.delete(f"{keyspace.TAILS}/t1")
+    wait_for(lambda: used(admin) == {"net/traffic"})
+
+
+def test_nothing_is_written_when_nothing_changed(admin, choreographer):
+    load(admin, "net", NET)
+    wait_for(lambda: len(workers(admin)) == 4)
+    watch = admin.watch(keyspace.worker_pattern(SITE))
+    while watch.next(EVENTUALLY_S).kind is not confserver.EventKind.SYNCED:
+        pass
+    writes, recomputes = choreographer.counters.writes, choreographer.counters.recomputes
+    load(admin, "net", NET)  # the same program again
+    load(admin, "unrelated", [("x", True, [])])  # one new key, nothing else changes
+    event = watch.next(EVENTUALLY_S)
+    assert (event.kind, event.key) == (confserver.EventKind.CREATED, keyspace.worker_key(SITE, "unrelated/x"))
+    assert watch.next(QUIET_S) is None
+    assert choreographer.counters.recomputes > recomputes
+    assert choreographer.counters.writes == writes + 1
+
+
+def test_functions_that_no_longer_exist_lose_their_keys(admin, choreographer):
+    load(admin, "net", NET)
+    wait_for(lambda: len(workers(admin)) == 4)
+    load(admin, "net", NET[:2])
+    wait_for(lambda: set(workers(admin)) == {"net/traffic", "net/per_minute"})
+    admin.delete(keyspace.program_key("net"))
+    wait_for(lambda: workers(admin) == {})
+
+
+def test_an_unreadable_program_is_reported_and_the_rest_goes_on(admin, choreographer):
+    admin.set(keyspace.program_key("broken"), {"format": "nonsense"})
+    load(admin, "net", NET)
+    wait_for(lambda: len(workers(admin)) == 4)
+    assert choreographer.counters.bad_programs == 1
+
+
+def test_ramen_choreographer_runs_as_a_service_until_sigterm(server, admin):
+    load(admin, "net", NET)
+    env = dict(os.environ, RAMEN_CONFSERVER=server.url, RAMEN_CONFSERVER_AUTH=str(server.auth_file),
+               RAMEN_SITE=SITE)
+    process = subprocess.Popen([sys.executable, "-m", "ramen.cli.main", "choreographer"], env=env,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: len(workers(admin)) == 4, timeout_s=30)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(10) == 0
+    assert "choreographer of site s1" in process.stderr.read()
