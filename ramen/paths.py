@@ -17,3 +17,8 @@ def ramen_dir() -> Path:
 
 def counters_path() -> Path:
     return ramen_dir() / COUNTERS_FILE_NAME
+
+
+def archive_dir(site: str) -> Path:
+    """The archive directory of a site on this host (one archiver per directory)."""
+    return ramen_dir() / "sites" / site / "archive"

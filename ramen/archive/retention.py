@@ -25,6 +25,7 @@ from typing import Callable
 
 from ramen.archive import segment
 from ramen.archive.catalog import NULL_POSITION, NULL_TIMESTAMP, Catalog, RecordingState
+from ramen.archive.time_index import index_path
 
 log = logging.getLogger(__name__)
 
@@ -113,3 +114,26 @@ def purge_to_size(catalog: Catalog, recording_id: int, max_bytes: int) -> PurgeR
         bases = segment.list_segment_files(catalog.path.parent).get(recording_id, [])
         end = max(bases, default=d.start_position)  # recording: count from its last file's start
     return purge_before(catalog, recording_id, max(d.start_position, end - max_bytes))
+
+
+def delete_recording(catalog: Catalog, recording_id: int) -> list[Path]:
+    """Drop a whole stopped recording (`ramen kill --purge`): DELETED in the catalog first, as Aeron
+    does, then its segment files and time index. A live recording (no stop position) is refused."""
+    descriptor = catalog.get(recording_id)
+    if descriptor.stop_position == NULL_POSITION:
+        raise RetentionError(f"recording {recording_id} is still being recorded: stop its archiver first")
+    catalog.change_state(recording_id, RecordingState.DELETED)
+    catalog.flush()
+    archive_dir = catalog.path.parent
+    paths = [archive_dir / segment.segment_file_name(recording_id, base)
+             for base in segment.list_segment_files(archive_dir).get(recording_id, [])]
+    paths.append(index_path(archive_dir, recording_id))
+    deleted = []
+    for path in paths:
+        try:
+            os.unlink(path)
+            deleted.append(path)
+        except FileNotFoundError:
+            pass
+    log.info("recording %d deleted (%d files)", recording_id, len(deleted))
+    return deleted

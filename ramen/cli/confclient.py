@@ -9,22 +9,15 @@ import json
 import sys
 from datetime import datetime, timezone
 
-from ramen.cli.errors import UserError
+from ramen.cli import conf
 
 DEFAULT_IDENTITY = "admin"
-#: A person at a terminal would rather hear at once that nothing answers.
-CONNECT_TIMEOUT_S = 2.0
 
 
 def add_parser(sub) -> None:
     parser = sub.add_parser("confclient", help="get, set, delete, list or watch confserver keys",
                             description="Read and change the keys of the confserver.")
-    parser.add_argument("--confserver", metavar="URL",
-                        help="ramen://HOST:PORT (built-in) or zk://HOST:PORT/ROOT (ZooKeeper); "
-                             "default $RAMEN_CONFSERVER, else the local embedded server")
-    parser.add_argument("--identity", default=DEFAULT_IDENTITY,
-                        help="act as this identity, with its token from the local auth file (default %(default)s)")
-    parser.add_argument("--token", help="authenticate with this token instead ($RAMEN_CONFSERVER_TOKEN)")
+    conf.add_arguments(parser, DEFAULT_IDENTITY)
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     get = actions.add_parser("get", help="print one key's value; exit 1 if it is missing")
     get.add_argument("key")
@@ -46,13 +39,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    import confserver
-    try:
-        with confserver.connect(args.confserver, identity=args.identity, token=args.token,
-                               connect_timeout_s=CONNECT_TIMEOUT_S) as client:
-            return ACTIONS[args.action](client, args)
-    except confserver.ConfError as e:
-        raise UserError(str(e)) from None
+    with conf.connected(args) as client:
+        return ACTIONS[args.action](client, args)
 
 
 def _get(client, args) -> int:

@@ -11,12 +11,12 @@ import logging
 import sys
 
 from ramen import __version__
-from ramen.cli import archive, archiver, choreographer, confclient, confserver, demo, logbuffer, stat
+from ramen.cli import archive, archiver, choreographer, confclient, confserver, demo, kill, logbuffer, ps, run, stat
 from ramen.cli import compile as compile_command
 from ramen.cli.errors import UserError
 
 COMMANDS = (logbuffer, stat, demo, archive, archiver, confserver, confclient, compile_command,
-            choreographer)
+            run, kill, ps, choreographer)
 EXIT_USER_ERROR = 1
 EXIT_INTERRUPTED = 130
 

@@ -30,7 +30,8 @@ def assert_one_line_error(result, *fragments):
 @pytest.mark.parametrize("command", [[], ["logbuffer"], ["logbuffer", "inspect"], ["stat"], ["demo"], ["archive"],
                                      ["archive", "describe"], ["archive", "dump"], ["archive", "verify"],
                                      ["archive", "purge"], ["archiver"], ["confserver"], ["confclient"],
-                                     ["confclient", "get"], ["confclient", "watch"], ["compile"]])
+                                     ["confclient", "get"], ["confclient", "watch"], ["compile"], ["run"], ["kill"],
+                                     ["ps"], ["choreographer"]])
 def test_every_command_has_help(command):
     result = ramen(*command, "--help")
     assert result.returncode == 0

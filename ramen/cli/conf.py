@@ -1,0 +1,52 @@
+"""What every command that talks to the confserver shares: its options, and its errors as one line.
+
+The confserver package is imported only inside these functions, so `ramen` keeps no import-time
+dependency on it (DESIGN.md: the CLI reaches services through the confserver client).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from ramen import keyspace
+from ramen.cli.errors import UserError
+
+#: A person at a terminal would rather hear at once that nothing answers.
+CONNECT_TIMEOUT_S = 2.0
+
+
+def add_arguments(parser, identity: str, *, site: bool = False) -> None:
+    parser.add_argument("--confserver", metavar="URL",
+                        help="ramen://HOST:PORT (built-in) or zk://HOST:PORT/ROOT (ZooKeeper); "
+                             "default $RAMEN_CONFSERVER, else the local embedded server")
+    parser.add_argument("--identity", default=identity,
+                        help="act as this identity, with its token from the local auth file (default %(default)s)")
+    parser.add_argument("--token", help="authenticate with this token instead ($RAMEN_CONFSERVER_TOKEN)")
+    if site:
+        parser.add_argument("--site", default=keyspace.default_site(),
+                            help=f"the site (default ${keyspace.SITE_ENV}, else {keyspace.DEFAULT_SITE})")
+
+
+@contextlib.contextmanager
+def connected(args) -> Iterator:
+    """A confserver client for the command; any confserver error becomes the command's one line."""
+    import confserver
+    try:
+        with confserver.connect(args.confserver, identity=args.identity, token=args.token,
+                                connect_timeout_s=CONNECT_TIMEOUT_S) as client:
+            yield client
+    except confserver.ConfError as e:
+        raise UserError(str(e)) from None
+
+
+def loaded_programs(client) -> dict:
+    """Every program in the confserver, by name."""
+    from ramen.program import Program
+    programs = {}
+    for entry in client.glob(f"{keyspace.PROGRAMS}/*"):
+        try:
+            programs[entry.key.split("/", 1)[1]] = Program.from_dict(entry.value)
+        except (ValueError, KeyError, TypeError) as e:
+            raise UserError(f"{entry.key} in the confserver cannot be read: {e}") from None
+    return programs

@@ -1,0 +1,73 @@
+"""`ramen ps [--json] [--all]`: the workers of a site, as the choreographer and supervisor see them.
+
+Reads the worker keys (what the choreographer decided), the instance keys (the process the
+supervisor runs) and the stats keys (counts, CPU, memory, last exit) of one site.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ramen import keyspace
+from ramen.cli import conf
+
+IDENTITY = "user"
+NONE = "-"
+COLUMNS = ("FUNCTION", "LAZY", "USED", "RUNNING", "PID", "IN", "OUT", "CPU_S", "RSS_MB", "LAST_EXIT")
+BYTES_PER_MB = 1024 * 1024
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("ps", help="list the workers: used, running, counts, CPU, memory",
+                            description="List the workers of a site. Without --all, only those used or running.")
+    parser.add_argument("--all", action="store_true", help="also unused workers that are not running")
+    parser.add_argument("--json", action="store_true", help="one JSON object per worker")
+    conf.add_arguments(parser, IDENTITY, site=True)
+    parser.set_defaults(run=run)
+
+
+def collect(client, site: str) -> list[dict]:
+    """One row per function that has any key under the site's workers, sorted by name."""
+    rows: dict[str, dict] = {}
+    for entry in client.glob(f"{keyspace.workers_prefix(site)}/*/*/*"):
+        name = keyspace.qualified_name_of(entry.key)
+        leaf = entry.key.rsplit("/", 1)[1]
+        row = rows.setdefault(name, {"function": name, "worker": None, "instance": None, "stats": None})
+        if leaf in row:
+            row[leaf] = entry.value
+    return [_row(r) for _, r in sorted(rows.items())]
+
+
+def _row(r: dict) -> dict:
+    worker, instance, stats = r["worker"] or {}, r["instance"] or {}, r["stats"] or {}
+    return {"function": r["function"], "lazy": worker.get("lazy"), "used": worker.get("is_used", False),
+            "running": bool(r["instance"]), "pid": instance.get("pid"), "tuples_in": stats.get("tuples_in"),
+            "tuples_out": stats.get("tuples_out"), "cpu_s": stats.get("cpu_s"), "rss_bytes": stats.get("rss_bytes"),
+            "last_exit": stats.get("last_exit"), "replays": worker.get("replays", [])}
+
+
+def run(args) -> int:
+    with conf.connected(args) as client:
+        rows = collect(client, args.site)
+    if not args.all:
+        rows = [r for r in rows if r["used"] or r["running"]]
+    if args.json:
+        for r in rows:
+            print(json.dumps(r))
+        return 0
+    table = [COLUMNS] + [(r["function"], _flag(r["lazy"]), _flag(r["used"]), _flag(r["running"]), _show(r["pid"]),
+                          _show(r["tuples_in"]), _show(r["tuples_out"]), _show(r["cpu_s"], "{:.1f}"),
+                          _show(r["rss_bytes"] and r["rss_bytes"] / BYTES_PER_MB, "{:.0f}"), _show(r["last_exit"]))
+                         for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    return 0
+
+
+def _flag(value) -> str:
+    return NONE if value is None else ("yes" if value else "no")
+
+
+def _show(value, fmt: str = "{}") -> str:
+    return NONE if value is None else fmt.format(value)

@@ -1,0 +1,57 @@
+"""`ramen run FILE [--replace]`: validate a program and load it into the confserver.
+
+The choreographer picks it up from `programs/<name>`; nothing is written if the file is invalid.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ramen import keyspace
+from ramen.cli import conf
+from ramen.cli.errors import UserError
+
+IDENTITY = "user"
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("run", help="validate a program file and load it",
+                            description="Validate a program file and load it (programs/<name> in the confserver).")
+    parser.add_argument("file", help="a program file (TOML, see docs/programs.md)")
+    parser.add_argument("--replace", action="store_true", help="replace a loaded program of the same name")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    conf.add_arguments(parser, IDENTITY)
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    import confserver
+    from ramen.program import ProgramError, load
+    with conf.connected(args) as client:
+        loaded = conf.loaded_programs(client)
+        try:
+            program = load(args.file, loaded)
+        except ProgramError as e:
+            raise UserError(str(e)) from None
+        key = keyspace.program_key(program.name)
+        existing = client.get_or_none(key)
+        if existing is not None and not args.replace:
+            raise UserError(f"program {program.name} is already loaded: use --replace to replace it")
+        if existing is not None and existing.value.get("version") == program.version:
+            outcome = "unchanged"
+        else:
+            try:
+                if existing is None:
+                    client.create(key, program.to_dict())
+                else:
+                    client.update(key, program.to_dict(), version=existing.version)
+            except (confserver.KeyExists, confserver.VersionMismatch):
+                raise UserError(f"program {program.name} was changed by someone else meanwhile: "
+                                "run again") from None
+            outcome = "replaced" if existing is not None else "loaded"
+    if args.json:
+        print(json.dumps({"program": program.name, "version": program.version, "outcome": outcome,
+                          "functions": [f.qualified_name for f in program]}))
+    else:
+        print(f"{outcome} {program.name}: {len(program.functions)} functions, version {program.version[:8]}")
+    return 0

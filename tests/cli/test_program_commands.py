@@ -1,0 +1,135 @@
+"""`ramen run`, `ramen kill` and `ramen ps` against a real built-in confserver."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import confserver
+from ramen import keyspace
+from ramen.archive.catalog import Catalog, RecordingState
+from ramen.archive.coverage import function_channel
+from ramen.archive.segment import segment_file_name
+from tests.confserver.builtin import BuiltinServer
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "net.toml"
+READER = """
+[program]
+name = "report"
+
+[[function]]
+name = "daily"
+from = ["net/traffic"]
+engine = "spark"
+sql = "SELECT * FROM traffic WHERE bytes > 0"
+event_time = "ts"
+"""
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = BuiltinServer(tmp_path / "conf").start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def ramen(server, tmp_path):
+    env = dict(os.environ, RAMEN_CONFSERVER=server.url, RAMEN_CONFSERVER_AUTH=str(server.auth_file),
+               RAMEN_DIR=str(tmp_path / "ramen"), RAMEN_SITE="local")
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "ramen.cli.main", *map(str, args)], capture_output=True,
+                              text=True, env=env, timeout=60)
+    return run
+
+
+def admin(server):
+    return confserver.connect(server.url, identity="admin", auth_file=server.auth_file)
+
+
+def one_line_error(result) -> str:
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_run_loads_a_program_once_and_replaces_it_only_when_asked(ramen, server):
+    result = ramen("run", EXAMPLE)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("loaded net: 3 functions, version ")
+    with admin(server) as c:
+        stored = c.get(keyspace.program_key("net"))
+        assert [f["name"] for f in stored.value["functions"]] == ["traffic", "per_minute", "top_talkers"]
+    assert one_line_error(ramen("run", EXAMPLE)) == \
+        "ramen: run: program net is already loaded: use --replace to replace it"
+    replaced = ramen("run", EXAMPLE, "--replace", "--json")
+    assert json.loads(replaced.stdout)["outcome"] == "unchanged"
+
+
+def test_run_of_an_invalid_program_writes_nothing(ramen, server, tmp_path):
+    broken = tmp_path / "broken.toml"
+    broken.write_text('[program]\nname = "bad"\n\n[[function]]\nname = "f"\nfrom = ["nope"]\n'
+                      'engine = "spark"\nsql = "SELECT 1"\nevent_time = "ts"\n')
+    line = one_line_error(ramen("run", broken))
+    assert line.startswith(f"ramen: run: {broken}: f: ") and "nope" in line
+    with admin(server) as c:
+        assert c.glob(keyspace.PROGRAMS) == []
+
+
+def test_kill_refuses_while_another_program_reads_it_then_unloads(ramen, server, tmp_path):
+    reader = tmp_path / "report.toml"
+    reader.write_text(READER)
+    assert ramen("run", EXAMPLE).returncode == 0
+    assert ramen("run", reader).returncode == 0, ramen("run", reader).stderr
+    assert one_line_error(ramen("kill", "net")) == "ramen: kill: report/daily reads net/traffic: kill report first"
+    assert ramen("kill", "report").returncode == 0
+    assert ramen("kill", "net").stdout.strip() == "killed net"
+    assert one_line_error(ramen("kill", "net")) == "ramen: kill: no program named net is loaded"
+
+
+def test_kill_purge_deletes_the_programs_recordings_only(ramen, tmp_path):
+    archive = tmp_path / "ramen" / "sites" / "local" / "archive"
+    archive.mkdir(parents=True)
+    segment_length = 64 * 1024
+    with Catalog.create(archive) as catalog:
+        ids = {}
+        for name in ("net/traffic", "other/x"):
+            ids[name] = catalog.add_recording(
+                start_position=0, initial_term_id=0, segment_file_length=segment_length, term_buffer_length=65536,
+                mtu_length=1408, session_id=1, stream_id=1, stripped_channel=function_channel(name),
+                original_channel=function_channel(name), source_identity="test")
+            (archive / segment_file_name(ids[name], 0)).write_bytes(bytes(segment_length))
+            catalog.recording_stopped(ids[name], 0)
+    assert ramen("run", EXAMPLE).returncode == 0
+    result = ramen("kill", "net", "--purge")
+    assert result.returncode == 0, result.stderr
+    assert "purged 1 recording of net" in result.stdout
+    with Catalog.open(archive) as catalog:
+        assert catalog.get(ids["net/traffic"]).state == RecordingState.DELETED
+        assert catalog.get(ids["other/x"]).state == RecordingState.VALID
+    assert not (archive / segment_file_name(ids["net/traffic"], 0)).exists()
+    assert (archive / segment_file_name(ids["other/x"], 0)).exists()
+
+
+def test_ps_shows_used_or_running_workers_and_all_with_all(ramen, server):
+    with confserver.connect(server.url, identity="choreographer", auth_file=server.auth_file) as c:
+        for name, used in (("net/traffic", True), ("net/top_talkers", False)):
+            c.set(keyspace.worker_key("local", name), {"is_used": used, "lazy": not used, "replays": []})
+        c.set(keyspace.function_key("local", "net/traffic", "instance"), {"pid": 4242})
+        c.set(keyspace.function_key("local", "net/traffic", "stats"),
+              {"tuples_in": 0, "tuples_out": 1200, "cpu_s": 0.5, "rss_bytes": 50 * 1024 * 1024, "last_exit": None})
+    rows = [json.loads(line) for line in ramen("ps", "--json").stdout.splitlines()]
+    assert [(r["function"], r["used"], r["running"], r["pid"], r["tuples_out"]) for r in rows] == [
+        ("net/traffic", True, True, 4242, 1200)]
+    everything = ramen("ps", "--all").stdout.splitlines()
+    assert everything[0].split() == ["FUNCTION", "LAZY", "USED", "RUNNING", "PID", "IN", "OUT", "CPU_S", "RSS_MB",
+                                     "LAST_EXIT"]
+    assert everything[1].split() == ["net/top_talkers", "yes", "no", "no", "-", "-", "-", "-", "-", "-"]
+    assert everything[2].split() == ["net/traffic", "no", "yes", "yes", "4242", "0", "1200", "0.5", "50", "-"]
