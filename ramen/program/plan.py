@@ -1,0 +1,337 @@
+"""Replay planning: which archives answer a replay of TARGET over [since, until), and the links
+from them to TARGET. Shared by `ramen replay` and the HTTP API; pure (no I/O), so both can plan
+from whatever they read (programs from the confserver, coverage from ramen.archive.coverage).
+
+The rules:
+- TARGET's own archive answers if it covers [since, until) entirely.
+- Otherwise each parent is asked the same question, independently: a parent whose archive covers
+  the range is a source, one whose archive does not is expanded to its own parents, recursively.
+- A function with no parents (a source) whose archive does not cover the range is a gap: the
+  replay cannot be answered, and ReplayGapError names the function and the uncovered part.
+- Where paths meet (diamonds) a function is planned once. A function covered by its own archive
+  stops the recursion there, even if its parents would cover the range too: reading its output is
+  cheaper than recomputing it, and gives what it actually produced.
+- A windowed function's coverage reaches to the window boundary after its last recorded output
+  (see `covered_times`): the last window is stamped with its start, yet answers to its end.
+- Only archived functions are sources: a function whose `archive` was removed from its program
+  is not one, whatever old recordings remain.
+
+The plan says which archived functions to replay (`sources`), which (parent, child) links carry
+the replayed data (`links`), and every function on those paths, TARGET included (`functions`):
+what the choreographer marks used and the supervisor wires for the replay's channel.
+
+Times are µs since the epoch, UTC, as in ramen messages. `parse_time` reads the CLI's forms.
+Every error is a ReplayPlanError whose message is one line a user can act on, times in UTC
+ISO-8601 to the minute when exact, else to the second, rounded so that the time shown can be
+pasted back into --since (for "before") or --until (for "after").
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Mapping, Protocol, Sequence
+
+from ramen.program.durations import MICROS_PER_SECOND, UNITS
+from ramen.program.model import Function, Program
+
+__all__ = ["ReplayGapError", "ReplayPlan", "ReplayPlanError", "check_range", "covered_times", "format_range",
+           "format_time",
+           "gap_error", "holes", "parse_time", "plan_replay"]
+
+log = logging.getLogger(__name__)
+
+PLAN_FORMAT = 1
+"""Bump when the JSON form of a plan changes incompatibly."""
+MICROS_PER_MINUTE = 60 * MICROS_PER_SECOND
+MAX_SUGGESTIONS = 3
+"""Close names offered for an unknown target."""
+SUGGESTION_CUTOFF = 0.8
+"""difflib similarity (0..1) a name needs to be offered."""
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_RELATIVE = re.compile(r"^(?:now)?\s*([+-])\s*(\d+(?:\.\d+)?)\s*([a-zµ]+)$", re.IGNORECASE)
+_EPOCH_SECONDS = re.compile(r"^\d+(?:\.\d+)?$")
+
+
+class ReplayPlanError(ValueError):
+    """A replay that cannot be planned: unknown target, empty range, unreadable time. One line."""
+
+
+class ReplayGapError(ReplayPlanError):
+    """No archive covers part of the range: `function` is the archived (or archivable) function
+    with no parents whose archive misses [gap_since_us, gap_until_us) (the first such part)."""
+
+    def __init__(self, message: str, function: str, gap_since_us: int, gap_until_us: int) -> None:
+        super().__init__(message)
+        self.function = function
+        self.gap_since_us = gap_since_us
+        self.gap_until_us = gap_until_us
+
+
+class IntervalLike(Protocol):
+    """What planning needs of a covered interval (ramen.archive.coverage.Interval is one);
+    a Protocol so ramen/program does not depend on ramen/archive."""
+    since_us: int
+    until_us: int
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    target: str
+    since_us: int
+    until_us: int
+    sources: tuple[str, ...]
+    """Sorted qualified names of the archived functions to replay."""
+    links: tuple[tuple[str, str], ...]
+    """Sorted (parent, child) edges on the paths from the sources to the target."""
+    functions: tuple[str, ...]
+    """Sorted: every function on those paths, sources and target included."""
+
+    def inputs_of(self, name: str) -> tuple[str, ...]:
+        """The parents whose replayed data `name` receives (empty for a source: a replayer feeds it).
+        An intermediate worker forwards END_OF_REPLAY once every one of them has sent it."""
+        return tuple(parent for parent, child in self.links if child == name)
+
+    def to_dict(self) -> dict:
+        return {"format": PLAN_FORMAT, "target": self.target, "since_us": self.since_us,
+                "until_us": self.until_us, "sources": list(self.sources),
+                "links": [list(link) for link in self.links], "functions": list(self.functions)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ReplayPlan:
+        if data.get("format") != PLAN_FORMAT:
+            raise ValueError(f"replay plan JSON format {data.get('format')!r} is not {PLAN_FORMAT}")
+        return cls(data["target"], int(data["since_us"]), int(data["until_us"]), tuple(data["sources"]),
+                   tuple((parent, child) for parent, child in data["links"]), tuple(data["functions"]))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ReplayPlan:
+        return cls.from_dict(json.loads(text))
+
+
+# -- planning -----------------------------------------------------------------------------------
+
+def plan_replay(target: str, since_us: int, until_us: int, programs: Mapping[str, Program],
+                coverage: Mapping[str, Sequence[IntervalLike]]) -> ReplayPlan:
+    """The plan to replay `target` over [since_us, until_us) from the archives in `coverage`
+    (qualified name -> sorted, merged intervals, as ramen.archive.coverage.archive_coverage)."""
+    check_range(since_us, until_us)
+    functions = {f.qualified_name: f for program in programs.values() for f in program}
+    if target not in functions:
+        raise ReplayPlanError(f"unknown function {target}{_suggestion(target, functions)}")
+    planner = _Planner(since_us, until_us, functions, coverage)
+    planner.visit(target, ())
+    plan = ReplayPlan(target, since_us, until_us, tuple(sorted(planner.sources)), tuple(sorted(planner.links)),
+                      tuple(sorted(planner.planned)))
+    log.debug("replay plan for %s: sources %s, %d links", target, ", ".join(plan.sources), len(plan.links))
+    return plan
+
+
+def check_range(since_us: int, until_us: int) -> None:
+    if since_us >= until_us:
+        raise ReplayPlanError(f"--since {format_time(since_us)} is not before --until {format_time(until_us)}")
+
+
+class _Planner:
+    """One planning walk: each function decided once, whatever the number of paths to it."""
+
+    def __init__(self, since_us: int, until_us: int, functions: Mapping[str, Function],
+                 coverage: Mapping[str, Sequence[IntervalLike]]) -> None:
+        self.since_us = since_us
+        self.until_us = until_us
+        self.functions = functions
+        self.coverage = coverage
+        self.sources: set[str] = set()
+        self.links: set[tuple[str, str]] = set()
+        self.planned: set[str] = set()
+
+    def visit(self, name: str, path: tuple[str, ...]) -> None:
+        if name in self.planned:
+            return
+        if name in path:  # validation forbids cycles; a hand-made Mapping might still hold one
+            raise ReplayPlanError(f"cannot plan a replay through a cycle: {' -> '.join(path + (name,))}")
+        function = self.functions[name]
+        if self._covers(function):
+            self.sources.add(name)
+        elif not function.parents:
+            raise self._gap(function)
+        else:
+            for parent in function.parents:
+                if parent not in self.functions:
+                    raise ReplayPlanError(f"{name} reads {parent}, which is not loaded")
+                self.visit(parent, path + (name,))
+                self.links.add((parent, name))
+        self.planned.add(name)
+
+    def _covers(self, function: Function) -> bool:
+        return any(since <= self.since_us and self.until_us <= until for since, until in self._intervals(function))
+
+    def _gap(self, function: Function) -> ReplayGapError:
+        return gap_error(function.qualified_name, self.since_us, self.until_us,
+                         [_Span(since, until) for since, until in self._intervals(function)],
+                         archived=function.archived)
+
+    def _intervals(self, function: Function) -> list[tuple[int, int]]:
+        if not function.archived:
+            return []
+        return covered_times(function, self.coverage.get(function.qualified_name, ()))
+
+
+@dataclass(frozen=True)
+class _Span:
+    since_us: int
+    until_us: int
+
+
+def covered_times(function: Function, intervals: Sequence[IntervalLike]) -> list[tuple[int, int]]:
+    """The event times `function`'s archive answers for, from its recordings' coverage.
+
+    A windowed function stamps each window's output with a time inside it (its start, its end,
+    or the max of its tuples), and records a window only once committed, so after its last
+    recorded output no tuple can come until the next window: its coverage ends at the next
+    window boundary (tumbling windows aligned to the epoch). Without this, a per-minute function
+    recorded to 10:59 (the start of its last window) would never answer a replay until 11:00."""
+    spans = sorted((i.since_us, i.until_us) for i in intervals)
+    if function.window is not None:
+        every = function.window.every_us
+        spans = [(since, -(-until // every) * every) for since, until in spans]
+    merged: list[tuple[int, int]] = []
+    for since, until in spans:
+        if merged and since <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], until))
+        else:
+            merged.append((since, until))
+    return merged
+
+
+# -- gap messages -------------------------------------------------------------------------------
+
+def holes(since_us: int, until_us: int, intervals: Sequence[IntervalLike]) -> list[tuple[int, int]]:
+    """The parts of [since_us, until_us) no interval covers, in order."""
+    found, cursor = [], since_us
+    for interval in sorted(intervals, key=lambda i: i.since_us):
+        if interval.until_us <= cursor:
+            continue
+        if interval.since_us >= until_us:
+            break
+        if interval.since_us > cursor:
+            found.append((cursor, interval.since_us))
+        cursor = max(cursor, interval.until_us)
+    if cursor < until_us:
+        found.append((cursor, until_us))
+    return found
+
+
+def gap_error(name: str, since_us: int, until_us: int, intervals: Sequence[IntervalLike], *,
+              archived: bool = True) -> ReplayGapError:
+    """The error for `name`'s archive not covering [since_us, until_us), naming what is missing:
+    `before X` (only the start is missing), `after Y` (only the end), `before X or after Y`
+    (both ends), else `covers A..B` for the first hole, with the archive's oldest or newest time
+    when nothing in the range is covered."""
+    gaps = holes(since_us, until_us, intervals)
+    first_since, first_until = gaps[0]
+    at_start = first_since == since_us and first_until < until_us
+    last_since, last_until = gaps[-1]
+    at_end = last_until == until_us and last_since > since_us
+    if len(gaps) == 1 and at_start:
+        problem = f"before {format_time(first_until, ceil=True)}"
+    elif len(gaps) == 1 and at_end:
+        problem = f"after {format_time(last_since)}"
+    elif len(gaps) == 2 and at_start and at_end:
+        problem = f"before {format_time(first_until, ceil=True)} or after {format_time(last_since)}"
+    else:
+        problem = f"covers {format_range(first_since, first_until)}"
+        problem += _context(since_us, until_us, intervals, archived)
+        more = len(gaps) - 1
+        if more:
+            problem += (f" (and {more} more gap{'s' if more > 1 else ''} up to "
+                        f"{format_time(until_us, ceil=True, day=_date(first_since))})")
+    return ReplayGapError(f"no archive of {name} {problem}", name, first_since, first_until)
+
+
+def _context(since_us: int, until_us: int, intervals: Sequence[IntervalLike], archived: bool) -> str:
+    """What the archive does hold, when none of it is in the range."""
+    if not archived:
+        return " (it is not archived)"
+    if not intervals or any(i.since_us < until_us and since_us < i.until_us for i in intervals):
+        return ""
+    day = _date(since_us)
+    if all(i.since_us >= until_us for i in intervals):
+        return f" (oldest: {format_time(min(i.since_us for i in intervals), ceil=True, day=day)})"
+    if all(i.until_us <= since_us for i in intervals):
+        return f" (newest: {format_time(max(i.until_us for i in intervals), day=day)})"
+    return ""
+
+
+# -- times --------------------------------------------------------------------------------------
+
+def _datetime(micros: int) -> datetime:
+    seconds, rest = divmod(micros, MICROS_PER_SECOND)
+    return datetime.fromtimestamp(seconds, timezone.utc).replace(microsecond=rest)
+
+
+def _date(micros: int) -> str:
+    return _datetime(micros).strftime("%Y-%m-%d")
+
+
+def format_time(micros: int, *, ceil: bool = False, day: str | None = None) -> str:
+    """UTC ISO-8601 to the minute when exact (`2026-11-20T10:00Z`), else to the second, rounded
+    down (or up with `ceil`). The date is left out when it is `day` (`11:00Z`)."""
+    if ceil:
+        micros = -(-micros // MICROS_PER_SECOND) * MICROS_PER_SECOND
+    else:
+        micros = micros // MICROS_PER_SECOND * MICROS_PER_SECOND
+    moment = _datetime(micros)
+    clock = moment.strftime("%H:%M" if micros % MICROS_PER_MINUTE == 0 else "%H:%M:%S") + "Z"
+    date = moment.strftime("%Y-%m-%d")
+    return clock if date == day else f"{date}T{clock}"
+
+
+def format_range(since_us: int, until_us: int) -> str:
+    """`2026-11-20T10:00Z..11:00Z`: wide enough to hold [since_us, until_us)."""
+    return f"{format_time(since_us)}..{format_time(until_us, ceil=True, day=_date(since_us))}"
+
+
+def parse_time(text: str, now_us: int) -> int:
+    """µs since the epoch, UTC, of a CLI time: `now`, relative to now (`-1h`, `-15m`, `-10min`,
+    `now-2h`, `+5m`), epoch seconds (`1763632800`, `1763632800.5`), or ISO-8601
+    (`2026-11-20T10:00Z`, `2026-11-20 10:00`, `2026-11-20T10:00:00+02:00`, `2026-11-20`);
+    ISO times without an offset are UTC, never the local zone, so a command means the same
+    on every host."""
+    spelled = text.strip()
+    if spelled.lower() == "now":
+        return now_us
+    relative = _RELATIVE.match(spelled)
+    if relative and relative.group(3).lower() in UNITS:
+        sign, number, unit = relative.groups()
+        offset = round(float(number) * UNITS[unit.lower()])
+        return now_us - offset if sign == "-" else now_us + offset
+    if _EPOCH_SECONDS.match(spelled):
+        return round(float(spelled) * MICROS_PER_SECOND)
+    try:
+        moment = datetime.fromisoformat(spelled)
+    except ValueError:
+        raise ReplayPlanError(f"cannot read {text!r} as a time: give ISO-8601 (2026-11-20T10:00Z), "
+                              f"epoch seconds, now, or a time relative to now (-1h, -15m)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    delta = moment - _EPOCH
+    return (delta.days * 86400 + delta.seconds) * MICROS_PER_SECOND + delta.microseconds
+
+
+def _suggestion(target: str, functions: Mapping[str, Function]) -> str:
+    names = sorted(functions)
+    close = difflib.get_close_matches(target, names, n=MAX_SUGGESTIONS, cutoff=SUGGESTION_CUTOFF)
+    # `traffic` alone: offer every program's function of that name.
+    close += [n for n in names if n.rpartition("/")[2] == target and n not in close]
+    if not close:
+        return ""
+    return f" (did you mean {' or '.join(close[:MAX_SUGGESTIONS])}?)"
+
