@@ -25,3 +25,12 @@ def builtin_server(tmp_path_factory):
     server = BuiltinServer(tmp_path_factory.mktemp("confserver") / "data").start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def fresh_confserver(tmp_path):
+    """A built-in confserver of the test's own, for tests that need the whole key space empty."""
+    from tests.confserver.builtin import BuiltinServer
+    server = BuiltinServer(tmp_path / "conf").start()
+    yield server
+    server.stop()

@@ -15,7 +15,6 @@ import confserver
 from choreographer.service import Choreographer, run
 from ramen import keyspace
 from tests.choreographer.programs import program
-from tests.confserver.builtin import BuiltinServer
 
 EVENTUALLY_S = 10.0
 QUIET_S = 0.5
@@ -25,21 +24,14 @@ NET = [("traffic", False, []), ("per_minute", True, ["net/traffic"]), ("top", Tr
 
 
 @pytest.fixture
-def server(tmp_path):
-    s = BuiltinServer(tmp_path / "conf").start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def admin(server):
-    with confserver.connect(server.url, identity="admin", auth_file=server.auth_file) as c:
+def admin(fresh_confserver):
+    with confserver.connect(fresh_confserver.url, identity="admin", auth_file=fresh_confserver.auth_file) as c:
         yield c
 
 
 @pytest.fixture
-def choreographer(server):
-    client = confserver.connect(server.url, identity="choreographer", auth_file=server.auth_file)
+def choreographer(fresh_confserver):
+    client = confserver.connect(fresh_confserver.url, identity="choreographer", auth_file=fresh_confserver.auth_file)
     service = Choreographer(client, SITE)
     stop = threading.Event()
     thread = threading.Thread(target=run, args=(service, stop), daemon=True)
@@ -145,9 +137,9 @@ def test_an_unreadable_program_is_reported_and_the_rest_goes_on(admin, choreogra
     assert choreographer.counters.bad_programs == 1
 
 
-def test_ramen_choreographer_runs_as_a_service_until_sigterm(server, admin):
+def test_ramen_choreographer_runs_as_a_service_until_sigterm(fresh_confserver, admin):
     load(admin, "net", NET)
-    env = dict(os.environ, RAMEN_CONFSERVER=server.url, RAMEN_CONFSERVER_AUTH=str(server.auth_file),
+    env = dict(os.environ, RAMEN_CONFSERVER=fresh_confserver.url, RAMEN_CONFSERVER_AUTH=str(fresh_confserver.auth_file),
                RAMEN_SITE=SITE)
     process = subprocess.Popen([sys.executable, "-m", "ramen.cli.main", "choreographer"], env=env,
                                stderr=subprocess.PIPE, text=True)

@@ -15,7 +15,6 @@ from ramen import keyspace
 from ramen.archive.catalog import Catalog, RecordingState
 from ramen.archive.coverage import function_channel
 from ramen.archive.segment import segment_file_name
-from tests.confserver.builtin import BuiltinServer
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "net.toml"
 READER = """
@@ -32,15 +31,8 @@ event_time = "ts"
 
 
 @pytest.fixture
-def server(tmp_path):
-    s = BuiltinServer(tmp_path / "conf").start()
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def ramen(server, tmp_path):
-    env = dict(os.environ, RAMEN_CONFSERVER=server.url, RAMEN_CONFSERVER_AUTH=str(server.auth_file),
+def ramen(fresh_confserver, tmp_path):
+    env = dict(os.environ, RAMEN_CONFSERVER=fresh_confserver.url, RAMEN_CONFSERVER_AUTH=str(fresh_confserver.auth_file),
                RAMEN_DIR=str(tmp_path / "ramen"), RAMEN_SITE="local")
 
     def run(*args):
@@ -49,8 +41,8 @@ def ramen(server, tmp_path):
     return run
 
 
-def admin(server):
-    return confserver.connect(server.url, identity="admin", auth_file=server.auth_file)
+def admin(fresh_confserver):
+    return confserver.connect(fresh_confserver.url, identity="admin", auth_file=fresh_confserver.auth_file)
 
 
 def one_line_error(result) -> str:
@@ -60,11 +52,11 @@ def one_line_error(result) -> str:
     return lines[0]
 
 
-def test_run_loads_a_program_once_and_replaces_it_only_when_asked(ramen, server):
+def test_run_loads_a_program_once_and_replaces_it_only_when_asked(ramen, fresh_confserver):
     result = ramen("run", EXAMPLE)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("loaded net: 3 functions, version ")
-    with admin(server) as c:
+    with admin(fresh_confserver) as c:
         stored = c.get(keyspace.program_key("net"))
         assert [f["name"] for f in stored.value["functions"]] == ["traffic", "per_minute", "top_talkers"]
     assert one_line_error(ramen("run", EXAMPLE)) == \
@@ -73,17 +65,17 @@ def test_run_loads_a_program_once_and_replaces_it_only_when_asked(ramen, server)
     assert json.loads(replaced.stdout)["outcome"] == "unchanged"
 
 
-def test_run_of_an_invalid_program_writes_nothing(ramen, server, tmp_path):
+def test_run_of_an_invalid_program_writes_nothing(ramen, fresh_confserver, tmp_path):
     broken = tmp_path / "broken.toml"
     broken.write_text('[program]\nname = "bad"\n\n[[function]]\nname = "f"\nfrom = ["nope"]\n'
                       'engine = "spark"\nsql = "SELECT 1"\nevent_time = "ts"\n')
     line = one_line_error(ramen("run", broken))
     assert line.startswith(f"ramen: run: {broken}: f: ") and "nope" in line
-    with admin(server) as c:
+    with admin(fresh_confserver) as c:
         assert c.glob(keyspace.PROGRAMS) == []
 
 
-def test_kill_refuses_while_another_program_reads_it_then_unloads(ramen, server, tmp_path):
+def test_kill_refuses_while_another_program_reads_it_then_unloads(ramen, fresh_confserver, tmp_path):
     reader = tmp_path / "report.toml"
     reader.write_text(READER)
     assert ramen("run", EXAMPLE).returncode == 0
@@ -118,8 +110,8 @@ def test_kill_purge_deletes_the_programs_recordings_only(ramen, tmp_path):
     assert (archive / segment_file_name(ids["other/x"], 0)).exists()
 
 
-def test_ps_shows_used_or_running_workers_and_all_with_all(ramen, server):
-    with confserver.connect(server.url, identity="choreographer", auth_file=server.auth_file) as c:
+def test_ps_shows_used_or_running_workers_and_all_with_all(ramen, fresh_confserver):
+    with confserver.connect(fresh_confserver.url, identity="choreographer", auth_file=fresh_confserver.auth_file) as c:
         for name, used in (("net/traffic", True), ("net/top_talkers", False)):
             c.set(keyspace.worker_key("local", name), {"is_used": used, "lazy": not used, "replays": []})
         c.set(keyspace.function_key("local", "net/traffic", "instance"), {"pid": 4242})

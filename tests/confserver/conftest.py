@@ -15,3 +15,13 @@ def zookeeper(tmp_path_factory):
     server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def zk_auth_file(tmp_path_factory):
+    """An auth file with a token for each standard identity and the default rules, for ZooKeeper
+    clients (which read the rules and everyone's token from it, see docs/confserver-zookeeper.md)."""
+    from confserver import auth
+    path = tmp_path_factory.mktemp("zk-auth") / auth.AUTH_FILE_NAME
+    auth.load_or_create(path)
+    return path

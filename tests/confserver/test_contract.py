@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 import confserver
-from confserver import EventKind, auth
+from confserver import EventKind
 from tests.confserver.backends import BACKENDS, Backend, BuiltinBackend, ZkBackend
 from tests.confserver.builtin import BuiltinServer
 
@@ -475,13 +475,6 @@ def _try(call) -> bool:
 @pytest.fixture
 def builtin_backend(builtin_server) -> Backend:
     return BuiltinBackend(builtin_server)
-
-
-@pytest.fixture(scope="session")
-def zk_auth_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("zk-contract") / auth.AUTH_FILE_NAME
-    auth.load_or_create(path)
-    return path
 
 
 @pytest.fixture

@@ -33,11 +33,8 @@ SHORT_SESSION_S = 2.0
 # -- fixtures ------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
-def auth_file(tmp_path_factory):
-    """An auth file with a token for each standard identity and the default rules."""
-    path = tmp_path_factory.mktemp("zk-auth") / auth.AUTH_FILE_NAME
-    auth.load_or_create(path)
-    return path
+def auth_file(zk_auth_file):
+    return zk_auth_file
 
 
 @pytest.fixture
