@@ -4,8 +4,14 @@
     replays/<channel>                                 a replay request (channel: a sequence number)
     tails/<id>                                        a live tail of a function's output
     sites/<site>/workers/<prog>/<func>/worker         what the choreographer wants of that worker
-    sites/<site>/workers/<prog>/<func>/instance       the running process, kept by the supervisor
-    sites/<site>/workers/<prog>/<func>/stats          tuples in/out, CPU, memory, last exit
+    sites/<site>/workers/<prog>/<func>/instance       the running process (ephemeral, the supervisor's)
+    sites/<site>/workers/<prog>/<func>/stats          tuples in/out, late, CPU, memory (the worker's)
+    sites/<site>/workers/<prog>/<func>/instances/<signature>
+                                                      defunct runs: pid, start, exit status, run time
+    sites/<site>/workers/<prog>/<func>/replays/<channel>
+                                                      how this worker takes part in a replay (supervisor)
+    sites/<site>/replayers/<id>                        what a replayer reads and for which channels
+    sites/<site>/replayers/<id>/stats                  its bytes read, messages, rows, per channel
     sequences/replay_channel                          hands out replay channels (never 0: 0 is live)
 """
 
@@ -54,3 +60,23 @@ def qualified_name_of(key: str) -> str:
     """`prog/func` from any key under sites/<site>/workers/<prog>/<func>/..."""
     parts = key.split("/")
     return f"{parts[3]}/{parts[4]}"
+
+
+def worker_replay_key(site: str, qualified_name: str, channel: int) -> str:
+    return function_key(site, qualified_name, f"replays/{channel}")
+
+
+def replayers_prefix(site: str) -> str:
+    return f"{SITES}/{site}/replayers"
+
+
+def replayer_key(site: str, replayer_id: int) -> str:
+    return f"{replayers_prefix(site)}/{replayer_id}"
+
+
+def replay_channel_of(key: str) -> int | None:
+    """The channel of `replays/<channel>`, None for any other key."""
+    prefix, _, rest = key.partition("/")
+    if prefix != REPLAYS or not rest.isdigit():
+        return None
+    return int(rest)

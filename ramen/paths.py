@@ -19,6 +19,34 @@ def counters_path() -> Path:
     return ramen_dir() / COUNTERS_FILE_NAME
 
 
+def site_dir(site: str) -> Path:
+    return ramen_dir() / "sites" / site
+
+
 def archive_dir(site: str) -> Path:
     """The archive directory of a site on this host (one archiver per directory)."""
-    return ramen_dir() / "sites" / site / "archive"
+    return site_dir(site) / "archive"
+
+
+def output_log(site: str, qualified_name: str) -> Path:
+    """A worker's live output (channel 0 only): what children read and the archiver records."""
+    return site_dir(site) / "logs" / f"{qualified_name}.logbuffer"
+
+
+def replay_output_log(site: str, qualified_name: str) -> Path:
+    """A worker's replay output (replay channels only), never archived."""
+    return site_dir(site) / "logs" / f"{qualified_name}.replay.logbuffer"
+
+
+def replayer_log(site: str, replayer_id: int) -> Path:
+    return site_dir(site) / "replayers" / f"{replayer_id}.logbuffer"
+
+
+def recipient_log(channel: int) -> Path:
+    """Where the target of replay `channel` writes its result, for the client that asked."""
+    return ramen_dir() / "replays" / f"{channel}.logbuffer"
+
+
+def logs_dir() -> Path:
+    """Where `ramen start` writes the services' logs."""
+    return ramen_dir() / "logs"
