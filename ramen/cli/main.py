@@ -11,12 +11,13 @@ import logging
 import sys
 
 from ramen import __version__
-from ramen.cli import archive, archiver, choreographer, confclient, confserver, demo, kill, logbuffer, ps, run, stat
+from ramen.cli import (archive, archiver, choreographer, confclient, confserver, demo, kill, logbuffer, ps, replay,
+                       run, stat)
 from ramen.cli import compile as compile_command
 from ramen.cli.errors import UserError
 
 COMMANDS = (logbuffer, stat, demo, archive, archiver, confserver, confclient, compile_command,
-            run, kill, ps, choreographer)
+            run, kill, ps, replay, choreographer)
 EXIT_USER_ERROR = 1
 EXIT_INTERRUPTED = 130
 
@@ -31,9 +32,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Options whose values often start with "-" (relative times: `--since -2h`), which argparse
+#: would otherwise take for options.
+NEGATIVE_VALUE_OPTIONS = ("--since", "--until")
+
+
+def _join_negative_values(argv: list[str]) -> list[str]:
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in NEGATIVE_VALUE_OPTIONS and arg.startswith("-") and not arg.startswith("--"):
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(_join_negative_values(sys.argv[1:] if argv is None else argv))
     if getattr(args, "passthrough", False):
         args.args = extra  # a service with its own parser (ramen archiver)
     elif extra:

@@ -1,0 +1,167 @@
+"""Asking for a replay and reading its result: the client side of docs/runtime.md.
+
+`ramen replay` uses it, and so can any program: plan the replay, take a channel, create the
+recipient log buffer and subscribe to it, write `replays/<channel>` (ephemeral, so it goes if this
+client dies), then read Arrow batches until the target's END_OF_REPLAY. The confserver client is
+passed in (ramen does not import the confserver package); it only needs next_sequence, create,
+get_or_none, glob, delete and watch.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from ramen import keyspace, paths
+from ramen.archive.coverage import archive_coverage
+from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, decode_header
+from ramen.program import Program
+from ramen.program.plan import ReplayPlan, plan_replay
+from ramen.transport import BackoffIdleStrategy, CountersFile, FragmentAssembler, Image, LogBuffer, LogBufferParams
+from ramen.tuples import decode_tuples
+
+log = logging.getLogger(__name__)
+
+#: A replay nobody finishes is torn down by the supervisor after this (the client may ask for less).
+DEFAULT_REPLAY_TIMEOUT_S = 300.0
+#: Fragments taken from the recipient log per poll.
+FRAGMENT_LIMIT = 256
+RECIPIENT_TERM_LENGTH = 16 * 1024 * 1024
+
+
+class ReplayFailed(Exception):
+    """The replay could not deliver its result; the message is one line for the user."""
+
+
+@dataclass
+class ReplayProgress:
+    rows: int = 0
+    batches: int = 0
+    started: float = field(default_factory=time.monotonic)
+    first_row_s: float | None = None
+
+
+class Replay:
+    """One replay of `target` over [since_us, until_us), from request to result."""
+
+    def __init__(self, client, programs: dict[str, Program], target: str, since_us: int, until_us: int, *,
+                 site: str = keyspace.DEFAULT_SITE, timeout_s: float = DEFAULT_REPLAY_TIMEOUT_S,
+                 no_merge: bool = False):
+        self.client = client
+        self.site = site
+        self.timeout_s = timeout_s
+        self.no_merge = no_merge
+        coverage = archive_coverage(paths.archive_dir(site))
+        self.plan: ReplayPlan = plan_replay(target, since_us, until_us, programs, coverage)
+        program, _, function = target.partition("/")
+        self.function = programs[program].function(function)
+        self.schema: pa.Schema = self.function.schema
+        self.channel: int | None = None
+        self.progress = ReplayProgress()
+        self._log: LogBuffer | None = None
+        self._image: Image | None = None
+        self._counters: CountersFile | None = None
+        self._watch = None
+        self._batches: list[pa.RecordBatch] = []
+        self._ended = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Take a channel, subscribe to the recipient log, then ask (so nothing can be missed)."""
+        self.channel = self.client.next_sequence(keyspace.REPLAY_CHANNEL_SEQUENCE)
+        recipient = paths.recipient_log(self.channel)
+        recipient.parent.mkdir(parents=True, exist_ok=True)
+        self._log = LogBuffer.create(recipient, LogBufferParams(term_length=RECIPIENT_TERM_LENGTH,
+                                                                session_id=self.channel, stream_id=self.channel))
+        self._counters = CountersFile.open(paths.counters_path())
+        self._image = Image(self._log, self._counters, name=f"replay {self.channel} client")
+        self._assembler = FragmentAssembler(self._on_message)
+        key = keyspace.replay_key(self.channel)
+        self._watch = self.client.watch(key)
+        self.client.create(key, self.request(), ephemeral=True)
+        log.info("replay %d of %s requested", self.channel, self.plan.target)
+
+    def request(self) -> dict:
+        return {"target": self.plan.target, "since_us": self.plan.since_us, "until_us": self.plan.until_us,
+                "plan": self.plan.to_json(), "functions": list(self.plan.functions),
+                "recipient": str(paths.recipient_log(self.channel)), "timeout_s": self.timeout_s,
+                "no_merge": self.no_merge, "created_us": time.time_ns() // 1000, "pid": os.getpid()}
+
+    def batches(self, on_progress: Callable[[ReplayProgress], None] | None = None) -> Iterator[pa.RecordBatch]:
+        """The result's batches as they arrive, until the target's END_OF_REPLAY."""
+        idle = BackoffIdleStrategy()
+        deadline = time.monotonic() + self.timeout_s
+        while not self._ended:
+            work = self._image.poll(self._assembler.on_fragment, FRAGMENT_LIMIT)
+            if self._batches:
+                out, self._batches = self._batches, []
+                yield from out
+                if on_progress is not None:
+                    on_progress(self.progress)
+            if work == 0:
+                self._check_request()
+                if time.monotonic() > deadline:
+                    raise ReplayFailed(f"replay {self.channel} of {self.plan.target} did not finish "
+                                       f"within {self.timeout_s:g} s")
+            idle.idle(work)
+        yield from self._batches
+        self._batches = []
+
+    def _on_message(self, buffer, offset: int, length: int, header) -> None:
+        message = memoryview(buffer)[offset:offset + length]
+        ramen_header = decode_header(message)
+        if ramen_header is None or ramen_header.channel != self.channel:
+            return
+        if ramen_header.kind == KIND_TUPLES:
+            batch = decode_tuples(bytes(message), self.schema)
+            self._batches.append(batch)
+            self.progress.rows += batch.num_rows
+            self.progress.batches += 1
+            if self.progress.first_row_s is None and batch.num_rows:
+                self.progress.first_row_s = time.monotonic() - self.progress.started
+        elif ramen_header.kind == KIND_END_OF_REPLAY:
+            self._ended = True
+
+    def _check_request(self) -> None:
+        """Fail at once when the supervisor marked the replay failed, or it vanished unfinished."""
+        for event in self._watch.drain():
+            entry = event.entry
+            if entry is not None and isinstance(entry.value, dict) and entry.value.get("error"):
+                raise ReplayFailed(entry.value["error"])
+            if event.kind.value == "deleted":
+                # The target deletes the key after writing END_OF_REPLAY: read what is left first.
+                self._image.poll(self._assembler.on_fragment, 1 << 30)
+                if not self._ended:
+                    raise ReplayFailed(f"replay {self.channel} of {self.plan.target} was torn down "
+                                       "before it finished")
+
+    def close(self) -> None:
+        """Withdraw the request (if still there) and remove the recipient log."""
+        if self._watch is not None:
+            self._watch.close()
+        if self.channel is not None:
+            key = keyspace.replay_key(self.channel)
+            try:
+                if self.client.get_or_none(key) is not None:
+                    self.client.delete(key)
+            except Exception as e:  # noqa: BLE001 - cleanup must not hide the result or the real error
+                log.warning("could not delete %s: %s", key, e)
+        if self._image is not None:
+            self._image.close()
+        if self._log is not None:
+            self._log.close()
+            paths.recipient_log(self.channel).unlink(missing_ok=True)
+        if self._counters is not None:
+            self._counters.close()
+
+    def __enter__(self) -> Replay:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
