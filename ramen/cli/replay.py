@@ -56,13 +56,14 @@ def run(args) -> int:
         raise UserError(str(e)) from None
     with conf.connected(args) as client:
         programs = conf.loaded_programs(client)
+        schema = _schema_of(programs, args.target)
+        fields = _check_fields(args.fields, schema) if schema is not None else []
+        filters = [_parse_where(w, schema) for w in args.where] if schema is not None else []
         try:
             replay = Replay(client, programs, args.target, since_us, until_us, site=args.site,
                             timeout_s=args.timeout or DEFAULT_REPLAY_TIMEOUT_S, no_merge=args.no_merge)
         except ReplayPlanError as e:
             raise UserError(str(e)) from None
-        fields = _check_fields(args.fields, replay.schema)
-        filters = [_parse_where(w, replay.schema) for w in args.where]
         progress = _Progress() if sys.stderr.isatty() else None
         with replay:
             replay.start()
@@ -82,6 +83,15 @@ def run(args) -> int:
         table = table.select(fields)
     _print(table, args.format, args.with_header)
     return 0
+
+
+def _schema_of(programs, target: str) -> pa.Schema | None:
+    """The target's output schema, to check fields and filters before anything is asked; None for
+    an unknown target (the plan says so, with suggestions)."""
+    program, _, function = target.partition("/")
+    if program in programs and function in programs[program]:
+        return programs[program].function(function).schema
+    return None
 
 
 def _check_fields(fields: list[str], schema: pa.Schema) -> list[str]:

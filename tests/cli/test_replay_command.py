@@ -60,4 +60,9 @@ def test_an_unreachable_confserver(ramen):
 
 def test_a_bad_where(ramen):
     line = one_line_error(ramen("replay", "--since", "-1h", "--where", "bytes >", "net/traffic"))
-    assert "no archive of net/traffic" in line  # the plan is checked first, the filter once it is sound
+    assert "expected 'FIELD OP VALUE'" in line
+
+
+def test_an_unknown_field(ramen):
+    line = one_line_error(ramen("replay", "--since", "-1h", "net/traffic", "ts", "colour"))
+    assert line == "ramen: replay: no field 'colour' in the output (fields: ts, host, bytes)"
