@@ -25,33 +25,37 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    import confserver
-    from ramen.program import ProgramError, load
     with conf.connected(args) as client:
-        loaded = conf.loaded_programs(client)
-        try:
-            program = load(args.file, loaded)
-        except ProgramError as e:
-            raise UserError(str(e)) from None
-        key = keyspace.program_key(program.name)
-        existing = client.get_or_none(key)
-        if existing is not None and not args.replace:
-            raise UserError(f"program {program.name} is already loaded: use --replace to replace it")
-        if existing is not None and existing.value.get("version") == program.version:
-            outcome = "unchanged"
-        else:
-            try:
-                if existing is None:
-                    client.create(key, program.to_dict())
-                else:
-                    client.update(key, program.to_dict(), version=existing.version)
-            except (confserver.KeyExists, confserver.VersionMismatch):
-                raise UserError(f"program {program.name} was changed by someone else meanwhile: "
-                                "run again") from None
-            outcome = "replaced" if existing is not None else "loaded"
+        program, outcome = load_program(client, args.file, replace=args.replace)
     if args.json:
         print(json.dumps({"program": program.name, "version": program.version, "outcome": outcome,
                           "functions": [f.qualified_name for f in program]}))
     else:
         print(f"{outcome} {program.name}: {len(program.functions)} functions, version {program.version[:8]}")
     return 0
+
+
+def load_program(client, file, *, replace: bool):
+    """Validate `file` against the loaded programs and store it; (program, "loaded" | "replaced" |
+    "unchanged"). Every problem is a UserError of one line."""
+    import confserver
+    from ramen.program import ProgramError, load
+    loaded = conf.loaded_programs(client)
+    try:
+        program = load(file, loaded)
+    except ProgramError as e:
+        raise UserError(str(e)) from None
+    key = keyspace.program_key(program.name)
+    existing = client.get_or_none(key)
+    if existing is not None and not replace:
+        raise UserError(f"program {program.name} is already loaded: use --replace to replace it")
+    if existing is not None and existing.value.get("version") == program.version:
+        return program, "unchanged"
+    try:
+        if existing is None:
+            client.create(key, program.to_dict())
+        else:
+            client.update(key, program.to_dict(), version=existing.version)
+    except (confserver.KeyExists, confserver.VersionMismatch):
+        raise UserError(f"program {program.name} was changed by someone else meanwhile: run again") from None
+    return program, "replaced" if existing is not None else "loaded"

@@ -1,0 +1,217 @@
+"""`ramen start [--dir DIR] [PROGRAM…]` and `ramen stop`: the embedded default on this host.
+
+`ramen start` runs the confserver (unless --confserver names one), the choreographer, the
+supervisor and the archiver as child processes, each logging to `DIR/logs/<service>.log`, loads
+the programs given, and keeps the services running (a service that dies is restarted, with
+backoff) until Ctrl-C or SIGTERM, when it stops them in reverse order. `--daemon` runs all that
+in the background; `ramen stop` stops it.
+
+The services are started as `python -m <module>`: the CLI imports none of them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ramen import keyspace, paths
+from ramen.cli.errors import UserError
+
+STARTUP_TIMEOUT_S = 30.0
+STOP_GRACE_S = 10.0
+POLL_INTERVAL_S = 0.2
+RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
+PID_FILE = "ramen.pid"
+READY_FILE = "ready"
+
+
+@dataclass
+class Service:
+    name: str
+    argv: list[str]
+    process: subprocess.Popen | None = None
+    restarts: int = 0
+    next_start: float = 0.0
+    log_path: Path = field(default_factory=Path)
+
+    def start(self, env: dict) -> None:
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen([sys.executable, "-m", *self.argv], env=env, stdin=subprocess.DEVNULL,
+                                            stdout=log, stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def add_parser(sub) -> None:
+    start = sub.add_parser("start", help="run the confserver, choreographer, supervisor and archiver here",
+                           description="Run ramen's services on this host (the embedded default) and load "
+                                       "the programs given, until Ctrl-C or SIGTERM.")
+    start.add_argument("programs", nargs="*", metavar="PROGRAM", help="program files to load (replacing)")
+    start.add_argument("--dir", metavar="DIR", help="where everything goes (default $RAMEN_DIR)")
+    start.add_argument("--confserver", metavar="URL", help="use this confserver instead of starting one")
+    start.add_argument("--site", default=keyspace.default_site(), help="this host's site (default %(default)s)")
+    start.add_argument("--daemon", action="store_true", help="run in the background; `ramen stop` stops it")
+    start.set_defaults(run=run_start)
+    stop = sub.add_parser("stop", help="stop what `ramen start --daemon` started",
+                          description="Stop the services started by `ramen start --daemon`.")
+    stop.add_argument("--dir", metavar="DIR", help="the --dir given to ramen start (default $RAMEN_DIR)")
+    stop.set_defaults(run=run_stop)
+
+
+def _base(args) -> Path:
+    base = Path(args.dir).resolve() if args.dir else paths.ramen_dir()
+    os.environ[paths.RAMEN_DIR_ENV] = str(base)  # so every path below, and every child, agrees
+    return base
+
+
+def run_start(args) -> int:
+    base = _base(args)
+    run_dir = base / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if args.daemon:
+        return _daemonize(args, base, run_dir)
+    pid_file = run_dir / PID_FILE
+    if pid_file.exists() and _alive(int(pid_file.read_text() or 0)):
+        raise UserError(f"ramen is already running from {base} (pid {pid_file.read_text().strip()}): ramen stop")
+    pid_file.write_text(f"{os.getpid()}\n")
+    (run_dir / READY_FILE).unlink(missing_ok=True)
+    logs = base / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, RAMEN_SITE=args.site)
+    services: list[Service] = []
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    try:
+        url = args.confserver or _start_confserver(base, env, logs, services)
+        # Children find their tokens in DIR/confserver/auth.json through RAMEN_DIR.
+        env["RAMEN_CONFSERVER"] = os.environ["RAMEN_CONFSERVER"] = url
+        for name, argv in (
+                ("choreographer", ["choreographer.service", "--site", args.site]),
+                ("supervisor", ["supervisor.service", "--site", args.site]),
+                ("archiver", ["workers.archiver", "--dir", str(paths.archive_dir(args.site)),
+                              "--counters", str(paths.counters_path()), "--follow-site", args.site])):
+            service = Service(name, argv, log_path=logs / f"{name}.log")
+            service.start(env)
+            services.append(service)
+        _load_programs(args.programs)
+        (run_dir / READY_FILE).write_text(f"{url}\n")
+        print(f"ramen: running from {base} (confserver {url}, site {args.site}); logs in {logs}; Ctrl-C stops",
+              file=sys.stderr, flush=True)
+        _keep_running(services, env, stopping)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for service in reversed(services):
+            service.stop()
+        pid_file.unlink(missing_ok=True)
+        (run_dir / READY_FILE).unlink(missing_ok=True)
+    print("ramen: stopped", file=sys.stderr)
+    return 0
+
+
+def _start_confserver(base: Path, env: dict, logs: Path, services: list[Service]) -> str:
+    ready = base / "run" / "confserver.ready"
+    ready.unlink(missing_ok=True)
+    service = Service("confserver", ["confserver.server", "--data-dir", str(base / "confserver"),
+                                     "--ready-file", str(ready)], log_path=logs / "confserver.log")
+    service.start(env)
+    services.append(service)
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while not (ready.exists() and ready.read_text().endswith("\n")):
+        if service.process.poll() is not None or time.monotonic() > deadline:
+            raise UserError(f"the confserver did not start: see {service.log_path}")
+        time.sleep(0.05)
+    return f"ramen://{ready.read_text().strip()}"
+
+
+def _load_programs(files: list[str]) -> None:
+    import argparse
+
+    from ramen.cli import conf
+    from ramen.cli.run import load_program
+    args = argparse.Namespace(confserver=None, identity="user", token=None)
+    with conf.connected(args) as client:
+        for file in files:
+            program, outcome = load_program(client, file, replace=True)
+            print(f"ramen: {outcome} {program.name} ({len(program.functions)} functions)", file=sys.stderr)
+
+
+def _keep_running(services: list[Service], env: dict, stopping: list) -> None:
+    """Restart a service that dies, with backoff, until asked to stop."""
+    while not stopping:
+        now = time.monotonic()
+        for service in services:
+            status = service.process.poll()
+            if status is None:
+                continue
+            if service.next_start == 0.0:
+                delay = RESTART_BACKOFF_S[min(service.restarts, len(RESTART_BACKOFF_S) - 1)]
+                service.next_start = now + delay
+                print(f"ramen: {service.name} exited (status {status}), restarting in {delay:g} s; "
+                      f"see {service.log_path}", file=sys.stderr, flush=True)
+            elif now >= service.next_start:
+                service.restarts += 1
+                service.next_start = 0.0
+                service.start(env)
+        time.sleep(POLL_INTERVAL_S)
+
+
+def _daemonize(args, base: Path, run_dir: Path) -> int:
+    """Run `ramen start` (without --daemon) detached, and return once it is ready or has failed."""
+    argv = [sys.executable, "-m", "ramen.cli.main", "start", "--dir", str(base), "--site", args.site,
+            *(["--confserver", args.confserver] if args.confserver else []), *map(str, map(_absolute, args.programs))]
+    (run_dir / READY_FILE).unlink(missing_ok=True)
+    log_path = base / "logs" / "start.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while not (run_dir / READY_FILE).exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            tail = log_path.read_text().strip().splitlines()[-1:] or ["no output"]
+            raise UserError(f"ramen did not start: {tail[0]} (see {log_path})")
+        time.sleep(0.05)
+    print(f"ramen: running in the background from {base} (pid {process.pid}); `ramen stop --dir {base}` stops it")
+    return 0
+
+
+def _absolute(path: str) -> Path:
+    return Path(path).resolve()
+
+
+def run_stop(args) -> int:
+    base = _base(args)
+    pid_file = base / "run" / PID_FILE
+    if not pid_file.exists():
+        raise UserError(f"ramen is not running from {base} (no {pid_file})")
+    pid = int(pid_file.read_text().strip() or 0)
+    if not _alive(pid):
+        pid_file.unlink(missing_ok=True)
+        raise UserError(f"ramen is not running from {base} (pid {pid} is gone)")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 4 * STOP_GRACE_S
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            raise UserError(f"ramen (pid {pid}) did not stop within {4 * STOP_GRACE_S:g} s")
+        time.sleep(0.1)
+    print(f"ramen: stopped (pid {pid})")
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    from ramen.processes import pid_alive
+    return pid > 0 and pid_alive(pid)
