@@ -46,9 +46,23 @@ def _row(r: dict) -> dict:
             "last_exit": stats.get("last_exit"), "replays": worker.get("replays", [])}
 
 
+def collect_replayers(client, site: str) -> list[dict]:
+    """One row per replayer of the site (they run while they have channels to serve)."""
+    rows = []
+    for entry in client.glob(f"{keyspace.replayers_prefix(site)}/*"):
+        spec = entry.value if isinstance(entry.value, dict) else {}
+        stats = client.get_or_none(f"{entry.key}/stats")
+        stats = stats.value if stats is not None and isinstance(stats.value, dict) else {}
+        rows.append({"function": f"replayer {entry.key.rsplit('/', 1)[1]} of {spec.get('source', '?')}",
+                     "lazy": None, "used": True, "running": True, "pid": spec.get("pid"), "tuples_in": None,
+                     "tuples_out": stats.get("rows_out"), "cpu_s": None, "rss_bytes": None, "last_exit": None,
+                     "replays": [c.get("channel") for c in spec.get("channels", [])]})
+    return rows
+
+
 def run(args) -> int:
     with conf.connected(args) as client:
-        rows = collect(client, args.site)
+        rows = collect(client, args.site) + collect_replayers(client, args.site)
     if not args.all:
         rows = [r for r in rows if r["used"] or r["running"]]
     if args.json:

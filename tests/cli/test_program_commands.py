@@ -125,3 +125,13 @@ def test_ps_shows_used_or_running_workers_and_all_with_all(ramen, fresh_confserv
                                      "LAST_EXIT"]
     assert everything[1].split() == ["net/top_talkers", "yes", "no", "no", "-", "-", "-", "-", "-", "-"]
     assert everything[2].split() == ["net/traffic", "no", "yes", "yes", "4242", "0", "1200", "0.5", "50", "-"]
+
+
+def test_ps_shows_replayers(ramen, fresh_confserver):
+    with confserver.connect(fresh_confserver.url, identity="supervisor", auth_file=fresh_confserver.auth_file) as c:
+        c.set(keyspace.replayer_key("local", 3), {"id": 3, "source": "net/traffic", "pid": 99,
+                                                  "channels": [{"channel": 7, "since_us": 0, "until_us": 1}]})
+        c.set(f"{keyspace.replayer_key('local', 3)}/stats", {"rows_out": 10})
+    rows = [json.loads(line) for line in ramen("ps", "--json").stdout.splitlines()]
+    assert [(r["function"], r["pid"], r["tuples_out"], r["replays"]) for r in rows] == [
+        ("replayer 3 of net/traffic", 99, 10, [7])]
