@@ -31,7 +31,7 @@ def assert_one_line_error(result, *fragments):
                                      ["archive", "describe"], ["archive", "dump"], ["archive", "verify"],
                                      ["archive", "purge"], ["archiver"], ["confserver"], ["confclient"],
                                      ["confclient", "get"], ["confclient", "watch"], ["compile"], ["run"], ["kill"],
-                                     ["ps"], ["choreographer"]])
+                                     ["ps"], ["choreographer"], ["replay"], ["tail"], ["start"], ["stop"]])
 def test_every_command_has_help(command):
     result = ramen(*command, "--help")
     assert result.returncode == 0

@@ -1,0 +1,156 @@
+"""`ramen tail [-n N] [-f] [--since S] TARGET`: a function's latest output, or follow it live.
+
+- `-n N`: the last N tuples still in the function's live log buffer (its last term or two).
+- `-f`: follow: a `tails/<id>` key (ephemeral) makes the choreographer run the function and its
+  ancestors, even a lazy one, for as long as this command runs.
+- `--since S`: first replay the archives from S, then go on live, without gap or duplicate: the live
+  stream is joined first and its first tuple's event time is where the replay stops.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+
+import pyarrow as pa
+
+from ramen import keyspace, paths
+from ramen.cli import conf
+from ramen.cli.errors import UserError
+from ramen.message import KIND_TUPLES, LIVE_CHANNEL, decode_header
+from ramen.transport import BackoffIdleStrategy, CountersFile, FragmentAssembler, Image, LogBuffer
+from ramen.tuples import decode_tuples
+
+IDENTITY = "user"
+DEFAULT_LINES = 10
+LOG_WAIT_TIMEOUT_S = 30.0
+FRAGMENT_LIMIT = 256
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("tail", help="a function's latest output, or follow it",
+                            description="Print the last tuples of TARGET (prog/func), or follow its output.")
+    parser.add_argument("target", metavar="TARGET")
+    parser.add_argument("-n", "--lines", type=int, default=DEFAULT_LINES, help="tuples to print (default 10)")
+    parser.add_argument("-f", "--follow", action="store_true", help="go on printing new tuples until interrupted")
+    parser.add_argument("--since", help="replay from this time first (implies --follow)")
+    conf.add_arguments(parser, IDENTITY, site=True)
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    with conf.connected(args) as client:
+        programs = conf.loaded_programs(client)
+        program, _, name = args.target.partition("/")
+        if program not in programs or name not in programs[program]:
+            raise UserError(f"unknown function {args.target}")
+        function = programs[program].function(name)
+        follow = args.follow or args.since is not None
+        tail_key = f"{keyspace.TAILS}/{uuid.uuid4().hex[:12]}"
+        if follow:
+            client.create(tail_key, {"target": args.target}, ephemeral=True)
+        try:
+            log = _wait_for_log(paths.output_log(args.site, args.target))
+            if not follow:
+                _print_last(log, function.schema, args.lines)
+                return 0
+            _follow(client, programs, function, log, args)
+        finally:
+            if follow:
+                client.delete(tail_key)
+    return 0
+
+
+def _wait_for_log(path) -> LogBuffer:
+    deadline = time.monotonic() + LOG_WAIT_TIMEOUT_S
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise UserError(f"{path} did not appear within {LOG_WAIT_TIMEOUT_S:g} s: is the function running?")
+        time.sleep(0.1)
+    return LogBuffer.open(path, writable=False)
+
+
+def _earliest_position(log: LogBuffer) -> int:
+    """The start of the term before the current one: still intact, and a frame boundary."""
+    producer = log.producer_position()
+    term_start = producer - (producer & (log.term_length - 1))
+    return max(0, term_start - log.term_length)
+
+
+def _read_batches(image: Image, schema: pa.Schema, until: int | None) -> list[pa.RecordBatch]:
+    """The live batches readable now (up to `until` if given)."""
+    batches: list[pa.RecordBatch] = []
+
+    def on_message(buffer, offset, length, header):
+        message = bytes(memoryview(buffer)[offset:offset + length])
+        head = decode_header(message)
+        if head is not None and head.kind == KIND_TUPLES and head.channel == LIVE_CHANNEL:
+            batches.append(decode_tuples(message, schema))
+
+    assembler = FragmentAssembler(on_message)
+    while until is None or image.position < until:
+        if image.poll(assembler.on_fragment, FRAGMENT_LIMIT) == 0:
+            break  # nothing more for now
+    return batches
+
+
+def _print_last(log: LogBuffer, schema: pa.Schema, lines: int) -> None:
+    image = Image(log, None, join_position=_earliest_position(log))
+    table = pa.Table.from_batches(_read_batches(image, schema, log.producer_position()), schema=schema)
+    _print_rows(table.slice(max(0, table.num_rows - lines)))
+
+
+def _follow(client, programs, function, log: LogBuffer, args) -> None:
+    counters = CountersFile.open(paths.counters_path())
+    image = Image(log, counters, name=f"tail {args.target}")
+    idle = BackoffIdleStrategy()
+    first_live: list[pa.RecordBatch] = []
+    if args.since is not None:
+        while not first_live:  # join live first: its first tuple is where the replay stops
+            first_live = [b for b in _read_batches(image, function.schema, None) if b.num_rows]
+            idle.idle(len(first_live))
+        _replay_until(client, programs, function, args, _first_event_time(first_live[0], function.event_time))
+    for batch in first_live:
+        _print_rows(pa.Table.from_batches([batch]))
+    try:
+        while True:
+            batches = _read_batches(image, function.schema, None)
+            for batch in batches:
+                _print_rows(pa.Table.from_batches([batch]))
+            idle.idle(len(batches))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        image.close()
+        counters.close()
+
+
+def _first_event_time(batch: pa.RecordBatch, event_time: str | None) -> int:
+    if event_time is None:
+        raise UserError("--since needs a function with an event time")
+    return int(batch.column(event_time).cast(pa.timestamp("us")).cast(pa.int64())[0].as_py())
+
+
+def _replay_until(client, programs, function, args, until_us: int) -> None:
+    from ramen.program.plan import ReplayPlanError, parse_time
+    from ramen.replay_client import Replay, ReplayFailed
+    since_us = parse_time(args.since, time.time_ns() // 1000)
+    if since_us >= until_us:
+        return
+    try:
+        with Replay(client, programs, function.qualified_name, since_us, until_us, site=args.site) as replay:
+            replay.start()
+            table = pa.Table.from_batches(list(replay.batches()), schema=function.schema)
+    except (ReplayPlanError, ReplayFailed) as e:
+        raise UserError(str(e)) from None
+    if function.event_time is not None and table.num_rows:
+        table = table.sort_by(function.event_time)
+    _print_rows(table)
+
+
+def _print_rows(table: pa.Table) -> None:
+    for row in table.to_pylist():
+        sys.stdout.write(json.dumps(row, default=str) + "\n")
+    sys.stdout.flush()
