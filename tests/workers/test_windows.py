@@ -1,0 +1,57 @@
+"""Tumbling event-time windows: commit on the watermark, late rows counted and dropped, flush."""
+
+import pyarrow as pa
+
+from workers.windows import WindowState
+
+MINUTE_US = 60_000_000
+SECOND_US = 1_000_000
+
+
+def rows(*seconds: float, value: int = 1) -> pa.RecordBatch:
+    times = [int(s * SECOND_US) for s in seconds]
+    return pa.RecordBatch.from_pydict({"ts": pa.array(times, pa.timestamp("us")), "v": [value] * len(times)})
+
+
+def test_a_window_commits_when_the_watermark_passes_its_end():
+    windows = WindowState(MINUTE_US, 10 * SECOND_US)
+    assert windows.add(rows(1, 30, 59), "ts") == []
+    assert windows.add(rows(65), "ts") == []  # watermark 55 s: minute 0 still open
+    closed = windows.add(rows(70), "ts")  # watermark 60 s: minute 0 ends
+    assert [(c.start_us, c.end_us, c.table.num_rows) for c in closed] == [(0, MINUTE_US, 3)]
+    assert list(windows.open) == [1]
+
+
+def test_windows_are_aligned_to_the_epoch_and_a_batch_spanning_several_is_split():
+    windows = WindowState(MINUTE_US)
+    closed = windows.add(rows(179, 5, 61, 62, 0, 185), "ts")
+    assert [(c.start_us // MINUTE_US, c.table.column("ts").cast(pa.int64()).to_pylist()) for c in closed] == [
+        (0, [5 * SECOND_US, 0]), (1, [61 * SECOND_US, 62 * SECOND_US]), (2, [179 * SECOND_US])]
+    assert list(windows.open) == [3]
+
+
+def test_late_rows_are_counted_and_never_mixed_into_a_later_window():
+    windows = WindowState(MINUTE_US, 0)
+    windows.add(rows(10, 20), "ts")
+    closed = windows.add(rows(61), "ts")
+    assert [c.table.num_rows for c in closed] == [2]
+    assert windows.add(rows(30, 40, 62, value=7), "ts") == []
+    assert windows.late == 2
+    flushed = windows.flush()
+    assert [c.table.column("v").to_pylist() for c in flushed] == [[1, 7]]
+
+
+def test_rows_without_event_time_count_as_late():
+    windows = WindowState(MINUTE_US)
+    batch = pa.RecordBatch.from_pydict({"ts": pa.array([None, SECOND_US], pa.timestamp("us")), "v": [1, 2]})
+    windows.add(batch, "ts")
+    assert windows.late == 1 and windows.open_rows == 1
+
+
+def test_flush_commits_every_open_window_in_order_and_later_rows_for_them_are_late():
+    windows = WindowState(MINUTE_US, 30 * MINUTE_US)
+    windows.add(rows(200, 10, 130), "ts")
+    assert [c.start_us // MINUTE_US for c in windows.flush()] == [0, 2, 3]
+    assert windows.open == {}
+    windows.add(rows(190), "ts")
+    assert windows.late == 1

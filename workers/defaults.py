@@ -1,0 +1,40 @@
+"""Tunable defaults of the worker process, with their units, in one place."""
+
+BATCH_ROWS = 4096
+"""Rows per TUPLES message a worker writes (sources and function outputs alike): large enough that
+the per-message Python cost is small next to the Arrow work, small enough to stay far below the
+log's max message length."""
+
+MESSAGE_FILL = 0.5
+"""A TUPLES message holds at most this fraction of the log's max message length; bigger batches
+are sliced (wide rows, long strings)."""
+
+POLL_FRAGMENT_LIMIT = 4096
+"""Fragments taken from the input subscription per duty cycle (a 4096-row batch is ~100 fragments)."""
+
+MAX_PENDING_MESSAGES = 64
+"""Output messages held back by flow control before the worker stops reading its inputs."""
+
+LOG_WAIT_INTERVAL_S = 0.05
+"""How often a worker looks for input log buffers that do not exist yet."""
+
+STATS_INTERVAL_S = 1.0
+"""How often the worker writes its stats key (docs/runtime.md)."""
+
+GENERATOR_FLUSH_INTERVAL_S = 0.2
+"""A generator following real time writes what it has at least this often, even below BATCH_ROWS."""
+
+GENERATOR_DEFAULT_RATE = 1000
+GENERATOR_DEFAULT_HOSTS = 10
+GENERATOR_DEFAULT_SEED = 0
+GENERATOR_BYTES_MIN = 40
+GENERATOR_BYTES_MAX = 1540
+"""Integer fields of generated rows (bytes per packet, say) fall in [MIN, MAX)."""
+GENERATOR_INT_RANGE = 1000
+"""Integer fields not named like a byte count fall in [0, RANGE)."""
+
+FOLLOW_INTERVAL_S = 0.5
+"""How often a file source with follow = true looks for grown and new files."""
+
+EXIT_ERROR = 1
+"""Exit status of a worker that cannot run: bad key, bad program, failing callable."""

@@ -1,0 +1,89 @@
+"""What a worker counts, and the stats record it writes every second (docs/runtime.md).
+
+The totals (tuples in, out, late, dropped) are counters in counters.dat, labelled
+`worker <prog>/<func> <what>`, so `ramen stat` and tests read them without the confserver; the
+stats key adds CPU, memory, positions and per-channel counts.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from dataclasses import dataclass, field
+
+from ramen.transport import counters as ctr
+from ramen.transport.counters import Counter, CountersFile
+
+COUNTER_NAMES = ("tuples in", "tuples out", "late", "dropped")
+"""dropped: live tuples written while nobody read the (non-archived) live log, as Aeron drops them."""
+
+
+@dataclass
+class ChannelStats:
+    tuples_in: int = 0
+    tuples_out: int = 0
+    eor_received: int = 0
+    late: int = 0
+
+    def to_json(self) -> dict:
+        return {"tuples_in": self.tuples_in, "tuples_out": self.tuples_out, "eor_received": self.eor_received,
+                "late": self.late}
+
+
+def rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+@dataclass
+class WorkerStats:
+    qualified_name: str
+    counters: CountersFile | None = None
+    channels: dict[int, ChannelStats] = field(default_factory=dict)
+    _counters: dict[str, Counter] = field(default_factory=dict)
+    _local: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in COUNTER_NAMES:
+            self._local[name] = 0
+            if self.counters is not None:
+                self._counters[name] = self.counters.allocate(ctr.SYSTEM_COUNTER_TYPE_ID,
+                                                              f"worker {self.qualified_name} {name}")
+
+    def add(self, name: str, value: int, channel: int | None = None) -> None:
+        if not value:
+            return
+        self._local[name] += value
+        if name in self._counters:
+            self._counters[name].add(value)
+        if channel is not None:
+            stats = self.channel(channel)
+            attribute = name.replace(" ", "_")
+            setattr(stats, attribute, getattr(stats, attribute) + value)
+
+    def get(self, name: str) -> int:
+        return self._local[name]
+
+    def channel(self, channel: int) -> ChannelStats:
+        stats = self.channels.get(channel)
+        if stats is None:
+            stats = self.channels[channel] = ChannelStats()
+        return stats
+
+    def record(self, position_in: int, position_out: int) -> dict:
+        """The value of the stats key."""
+        return {"tuples_in": self._local["tuples in"], "tuples_out": self._local["tuples out"],
+                "late": self._local["late"], "dropped": self._local["dropped"],
+                "cpu_s": round(time.process_time(), 3), "rss_bytes": rss_bytes(),
+                "position_in": position_in, "position_out": position_out, "pid": os.getpid(),
+                "updated_us": time.time_ns() // 1000,
+                "channels": {str(c): s.to_json() for c, s in sorted(self.channels.items())}}
+
+    def close(self) -> None:
+        for counter in self._counters.values():
+            counter.close()
+        self._counters.clear()
