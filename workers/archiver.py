@@ -8,32 +8,45 @@ tethered subscriber, so a writer waits for it rather than run past it.
 
 Run it as `python -m workers.archiver --dir DIR --counters FILE --record LOG [--record LOG …]`
 (`ramen archiver` does the same).
+
+Follow mode, `--follow-site SITE` (docs/runtime.md): the archiver also watches the site's worker
+keys in the confserver and records the live output log of every function the choreographer wants
+archived and used, under the channel `ramen:<prog>/<func>` that archive coverage and replayers look
+for. It stops recording a function that is no longer used, or whose log is gone or replaced.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
 
+from confserver.model import EventKind
+from ramen import keyspace, paths
 from ramen.archive import checksum as checksums
 from ramen.archive.catalog import Catalog, CatalogError
+from ramen.archive.coverage import function_channel
 from ramen.archive.markfile import UPDATE_INTERVAL_MS, ArchiveMarkFile, MarkFileError
 from ramen.archive.recorder import Recorder
 from ramen.archive.segment import SegmentError
 from ramen.transport.counters import CountersFile, CountersFileError
 from ramen.transport.idle import BackoffIdleStrategy
-from ramen.transport.logbuffer import LogBuffer, LogBufferError
+from ramen.transport.logbuffer import END_OF_STREAM_UNSET, LogBuffer, LogBufferError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SEGMENT_LENGTH = 128 * 1024 * 1024
 """Segment file length for new recordings (Aeron's default)."""
 EXIT_REFUSED = 1
+CONFSERVER_IDENTITY = "supervisor"
+"""Who the archiver is to the confserver in follow mode (it only reads worker keys)."""
+LOG_CHECK_INTERVAL_S = 0.2
+"""How often follow mode looks for the logs it waits for, and for recorded logs gone or replaced."""
 
 
 class Archiver:
@@ -88,10 +101,102 @@ class Archiver:
         self.mark.close()
 
 
-def run(archiver: Archiver, stop: threading.Event, idle: BackoffIdleStrategy | None = None) -> None:
+class FunctionFollower:
+    """Follow mode: records the live output of every archived, used function of one site.
+
+    An agent beside the archiver's: each do_work drains the watch on the site's worker keys, then,
+    every LOG_CHECK_INTERVAL_S (or at once after a change), starts recording each wanted function
+    whose log exists and is open for writing, and stops the recordings of functions no longer wanted,
+    whose log file is gone or was replaced (another inode), or whose stream ended. A stream that
+    ended is recorded again only once its log is written anew (its end-of-stream mark reset)."""
+
+    def __init__(self, archiver: Archiver, client, site: str) -> None:
+        self.archiver = archiver
+        self.site = site
+        self.watch = client.watch(keyspace.worker_pattern(site))
+        self.wanted: set[str] = set()
+        self.recording: dict[str, tuple[Recorder, int]] = {}  # name -> (recorder, inode of its log)
+        self._next_check_s = 0.0
+
+    def do_work(self) -> int:
+        work = 0
+        for event in self.watch.drain():
+            if event.kind == EventKind.SYNCED:
+                continue
+            work += 1
+            name = keyspace.qualified_name_of(event.key)
+            value = event.entry.value if event.entry is not None and event.kind != EventKind.DELETED else None
+            if isinstance(value, dict) and value.get("archived") and value.get("is_used"):
+                self.wanted.add(name)
+            else:
+                self.wanted.discard(name)
+        now = time.monotonic()
+        if work or now >= self._next_check_s:
+            work += self._reconcile()
+            self._next_check_s = now + LOG_CHECK_INTERVAL_S
+        return work
+
+    def _reconcile(self) -> int:
+        changes = 0
+        for name, (recorder, inode) in list(self.recording.items()):
+            if recorder.is_stopped or name not in self.wanted or _inode(paths.output_log(self.site, name)) != inode:
+                self._stop(name)
+                changes += 1
+        for name in sorted(self.wanted - self.recording.keys()):
+            changes += self._start(name)
+        return changes
+
+    def _start(self, name: str) -> int:
+        path = paths.output_log(self.site, name)
+        inode = _inode(path)
+        if inode is None:
+            return 0  # its worker has not created it yet
+        try:
+            log_buffer = LogBuffer.open(path, writable=False)
+        except LogBufferError as e:
+            log.debug("%s: not recordable yet: %s", name, e)  # being created: look again later
+            return 0
+        try:
+            ended = log_buffer.end_of_stream_position != END_OF_STREAM_UNSET and \
+                log_buffer.end_of_stream_position <= log_buffer.producer_position()
+        finally:
+            log_buffer.close()
+        if ended:
+            return 0  # its writer is gone: a new writer resets the mark
+        try:
+            recorder = self.archiver.record(path, channel=function_channel(name), source_identity=str(path))
+        except (LogBufferError, ValueError) as e:
+            log.warning("%s: cannot record %s: %s", name, path, e)
+            return 0
+        self.recording[name] = (recorder, inode)
+        log.info("recording %s (%s) as recording %d", name, path, recorder.recording_id)
+        return 1
+
+    def _stop(self, name: str) -> None:
+        recorder, _ = self.recording.pop(name)
+        if not recorder.is_stopped:
+            recorder.close()
+        log.info("stopped recording %s (recording %d)", name, recorder.recording_id)
+
+    def close(self) -> None:
+        self.watch.close()
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
+
+
+def run(archiver: Archiver, stop: threading.Event, idle: BackoffIdleStrategy | None = None,
+        follower: FunctionFollower | None = None) -> None:
     idle = idle or BackoffIdleStrategy()
     while not stop.is_set():
-        idle.idle(archiver.do_work())
+        work = archiver.do_work()
+        if follower is not None:
+            work += follower.do_work()
+        idle.idle(work)
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -104,6 +209,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                         help="checksum every recorded frame and catalog descriptor")
     parser.add_argument("--segment-length", type=int, default=DEFAULT_SEGMENT_LENGTH,
                         help=f"bytes per segment file (default {DEFAULT_SEGMENT_LENGTH})")
+    parser.add_argument("--follow-site", metavar="SITE", default=None,
+                        help="also record the live output of every archived, used function of SITE, "
+                             "following its worker keys in the confserver ($RAMEN_CONFSERVER)")
     return parser
 
 
@@ -112,10 +220,21 @@ def serve(args) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # before anything is acquired: a stop must be clean
         signal.signal(sig, lambda *_: stop.set())
+    client = None
+    if args.follow_site:  # before the directory is taken: a follower that cannot follow takes nothing
+        import confserver
+        from confserver.errors import ConfError
+        try:
+            client = confserver.connect(None, identity=CONFSERVER_IDENTITY)
+        except (ConfError, OSError) as e:
+            print(f"ramen: archiver: cannot follow site {args.follow_site}: {e}", file=sys.stderr)
+            return EXIT_REFUSED
     try:
         counters = CountersFile.open(args.counters)
         archiver = Archiver(args.dir, counters, checksum=args.checksum, segment_length=args.segment_length)
     except (MarkFileError, CatalogError, CountersFileError, SegmentError, ValueError) as e:
+        if client is not None:
+            client.close()
         print(f"ramen: archiver: {e}", file=sys.stderr)
         return EXIT_REFUSED
     try:
@@ -123,13 +242,23 @@ def serve(args) -> int:
             archiver.record(path)
     except (LogBufferError, ValueError) as e:
         archiver.close()
+        if client is not None:
+            client.close()
         print(f"ramen: archiver: {e}", file=sys.stderr)
         return EXIT_REFUSED
-    log.info("archiver of %s recording %d log(s), pid ready", args.dir, len(args.record))
+    follower = None
+    log.info("archiver of %s recording %d log(s)%s", args.dir, len(args.record),
+             f", following site {args.follow_site}" if args.follow_site else "")
     try:
-        run(archiver, stop)
+        if client is not None:
+            follower = FunctionFollower(archiver, client, args.follow_site)
+        run(archiver, stop, follower=follower)
     finally:
+        if follower is not None:
+            follower.close()
         archiver.close()
+        if client is not None:
+            client.close()
     return 0
 
 

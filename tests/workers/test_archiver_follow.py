@@ -1,0 +1,322 @@
+"""The archiver in follow mode, as a real process against a real confserver: it records the live
+output of archived, used functions under their function channel, and stops when they are unused or
+their log is gone. `build_archive` is also what the replayer's tests replay."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import confserver
+from ramen import keyspace, paths
+from ramen.archive.catalog import NULL_POSITION, Catalog
+from ramen.archive.coverage import archive_coverage, function_channel
+from ramen.archive.recorder import RECORDING_POSITION_TYPE_ID
+from ramen.program import loads
+from ramen.transport import ADMIN_ACTION, CountersFile, ExclusivePublication, LogBuffer, LogBufferParams
+from ramen.tuples import encode_tuples
+
+WAIT_S = 30.0
+TERM_LENGTH = 256 * 1024  # several terms (and PAD frames) in a small archive
+SEGMENT_LENGTH = 512 * 1024  # several segment files too
+BASE_US = 1_700_000_000_000_000
+ROW_SPACING_US = 1000
+BATCHES_PER_RECORDING = 60
+PROGRAM = '''
+[program]
+name = "{name}"
+
+[[function]]
+name = "src"
+source = {{ kind = "generator", rate = 10, hosts = 2, seed = 1 }}
+schema = {{ ts = "timestamp[us]", host = "string", bytes = "int64" }}
+event_time = "ts"
+archive = {{ retention = "1d" }}
+
+[[function]]
+name = "other"
+source = {{ kind = "generator", rate = 10, hosts = 2, seed = 2 }}
+schema = {{ ts = "timestamp[us]", host = "string", bytes = "int64" }}
+event_time = "ts"
+archive = {{ retention = "1d" }}
+
+[[function]]
+name = "unarchived"
+source = {{ kind = "generator", rate = 10, hosts = 2, seed = 3 }}
+schema = {{ ts = "timestamp[us]", host = "string", bytes = "int64" }}
+event_time = "ts"
+'''
+
+
+def wait_for(condition, what: str, timeout_s: float = WAIT_S):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def process_env(server, ramen_dir: Path) -> dict:
+    return {**os.environ, "RAMEN_CONFSERVER": server.url, "RAMEN_CONFSERVER_AUTH": str(server.auth_file),
+            "RAMEN_DIR": str(ramen_dir)}
+
+
+@dataclass
+class SiteArchive:
+    """A site whose function `src` was published by hand and recorded by a follow-mode archiver."""
+    server: object
+    ramen_dir: Path
+    site: str
+    program: str
+    schema: pa.Schema
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+    stop_positions: list[int] = field(default_factory=list)
+
+    @property
+    def source(self) -> str:
+        return f"{self.program}/src"
+
+    @property
+    def archive_dir(self) -> Path:
+        return paths.archive_dir(self.site)
+
+    @property
+    def table(self) -> pa.Table:
+        return pa.Table.from_batches(self.batches, self.schema)
+
+    @property
+    def env(self) -> dict:
+        return process_env(self.server, self.ramen_dir)
+
+
+def make_batch(schema: pa.Schema, first_row: int, rows: int, rng: np.random.Generator) -> pa.RecordBatch:
+    """Rows `first_row`.. with event times 1 ms apart, shuffled within the batch (streams are not
+    perfectly ordered); `bytes` holds the row number, a unique id."""
+    ids = np.arange(first_row, first_row + rows, dtype=np.int64)
+    rng.shuffle(ids)
+    ts = pa.array(BASE_US + ids * ROW_SPACING_US, pa.int64()).cast(pa.timestamp("us"))
+    hosts = pa.array([f"h{i % 7}" for i in ids.tolist()], pa.string())
+    return pa.RecordBatch.from_arrays([ts, hosts, pa.array(ids)], schema=schema)
+
+
+def worker_value(program, function: str, *, is_used: bool, archived: bool = True) -> dict:
+    f = program.function(function)
+    return {"program": program.name, "function": function, "is_used": is_used, "live": is_used, "replays": [],
+            "lazy": False, "kind": f.kind, "archived": archived, "parents": [], "children": [],
+            "signature": f.signature, "program_version": program.version}
+
+
+def start_archiver(site: str, env: dict, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "workers.archiver", "--dir", str(Path(env["RAMEN_DIR"]) / "sites" /
+                             site / "archive"), "--counters", str(Path(env["RAMEN_DIR"]) / "counters.dat"),
+                             "--segment-length", str(SEGMENT_LENGTH), "--checksum", "crc32",
+                             "--follow-site", site, *extra],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def stop_process(process: subprocess.Popen) -> tuple[int, str]:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        _, err = process.communicate(timeout=WAIT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+    return process.returncode, err
+
+
+def publish(publication: ExclusivePublication, payload: bytes) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        result = publication.offer(payload)
+        if result > 0:
+            return
+        assert time.monotonic() < deadline, f"could not publish (status {result})"
+        if result != ADMIN_ACTION:
+            time.sleep(0.0005)
+
+
+def active_recording(archive_dir: Path, channel: str) -> int | None:
+    if not (archive_dir / "archive.catalog").exists():
+        return None
+    with Catalog.open(archive_dir) as catalog:
+        active = [d.recording_id for d in catalog if d.stripped_channel == channel and d.stop_position == NULL_POSITION]
+    return active[0] if active else None
+
+
+def recorded_up_to(counters: CountersFile, archive_dir: Path, channel: str, position: int) -> bool:
+    recording_id = active_recording(archive_dir, channel)
+    if recording_id is None:
+        return False
+    ids = counters.find(RECORDING_POSITION_TYPE_ID, recording_id)
+    return bool(ids) and counters.get(ids[0]) >= position
+
+
+def stopped_recordings(archive_dir: Path) -> dict[str, list[int]]:
+    """Function channel -> stop positions of its stopped recordings (empty before any catalog)."""
+    out: dict[str, list[int]] = {}
+    if not (archive_dir / "archive.catalog").exists():
+        return out
+    with Catalog.open(archive_dir) as catalog:
+        for d in catalog.descriptors():
+            if d.stop_position != NULL_POSITION:
+                out.setdefault(d.stripped_channel, []).append(d.stop_position)
+    return out
+
+
+def build_archive(server, ramen_dir: Path, checks=None) -> SiteArchive:
+    """Two recordings of `src` (recorded, unused, used again), by a follow-mode archiver; `checks`,
+    if given, is called at each step with (step, state) for the follow-mode tests to look in.
+    $RAMEN_DIR must already be `ramen_dir` (monkeypatch it)."""
+    site = f"follow-{uuid.uuid4().hex[:8]}"
+    name = f"rp{uuid.uuid4().hex[:8]}"
+    program = loads(PROGRAM.format(name=name), f"{name}.toml")
+    admin = confserver.connect(server.url, identity="admin", auth_file=server.auth_file)
+    chor = confserver.connect(server.url, identity="choreographer", auth_file=server.auth_file)
+    state = SiteArchive(server, ramen_dir, site, name, program.function("src").schema)
+    counters = CountersFile.open(paths.counters_path())
+    archiver = start_archiver(site, state.env)
+    log_buffers = []
+    publication = None
+    try:
+        admin.set(keyspace.program_key(name), program.to_dict())
+        src, other = f"{name}/src", f"{name}/other"
+        for qualified in (src, other, f"{name}/unarchived"):
+            paths.output_log(site, qualified).parent.mkdir(parents=True, exist_ok=True)
+            log_buffers.append(LogBuffer.create(paths.output_log(site, qualified),
+                                                LogBufferParams(term_length=TERM_LENGTH, session_id=7, stream_id=1)))
+        publication = ExclusivePublication(log_buffers[0], counters)
+        chor.set(keyspace.worker_key(site, src), worker_value(program, "src", is_used=True))
+        chor.set(keyspace.worker_key(site, other), worker_value(program, "other", is_used=True))
+        chor.set(keyspace.worker_key(site, f"{name}/unarchived"),
+                 worker_value(program, "unarchived", is_used=True, archived=False))
+        rng = np.random.default_rng(6)
+        row = 0
+        for recording_id in (0, 1):
+            # The recorder's image has joined once its recording is in the catalog (is_connected could
+            # still be true from the previous recorder's image).
+            wait_for(lambda: active_recording(state.archive_dir, function_channel(src)) is not None,
+                     "the archiver to record src")
+            for i in range(BATCHES_PER_RECORDING):
+                rows = 150 + (i * 37) % 120
+                batch = make_batch(state.schema, row, rows, rng)
+                row += rows
+                publish(publication, encode_tuples(batch, "ts"))
+                state.batches.append(batch)
+            end = publication.position
+            wait_for(lambda: recorded_up_to(counters, state.archive_dir, function_channel(src), end),
+                     "the recorder to catch up")
+            state.stop_positions.append(end)
+            if checks:
+                checks(f"recorded {recording_id}", state)
+            chor.set(keyspace.worker_key(site, src), worker_value(program, "src", is_used=False))
+            wait_for(lambda: len(stopped_recordings(state.archive_dir).get(function_channel(src), [])) ==
+                     recording_id + 1, "the recording to stop once src is unused")
+            if recording_id == 0:
+                chor.set(keyspace.worker_key(site, src), worker_value(program, "src", is_used=True))
+        # `other` is recorded until its log goes away.
+        if checks:
+            checks("before unlink", state)
+        paths.output_log(site, other).unlink()
+        wait_for(lambda: function_channel(other) in stopped_recordings(state.archive_dir),
+                 "the recording of other to stop once its log is gone")
+        code, err = stop_process(archiver)
+        assert code == 0, err
+        if checks:
+            checks("stopped", state)
+        return state
+    finally:
+        if archiver.poll() is None:
+            stop_process(archiver)
+        if publication is not None:
+            publication.close()
+        for lb in log_buffers:
+            lb.close()
+        for qualified in (f"{name}/src", f"{name}/other", f"{name}/unarchived"):
+            paths.output_log(site, qualified).unlink(missing_ok=True)
+        counters.close()
+        admin.close()
+        chor.close()
+
+
+@pytest.fixture(scope="module")
+def follow_run(builtin_server, tmp_path_factory):
+    """The archive and what the archiver looked like at each step."""
+    ramen_dir = tmp_path_factory.mktemp("ramen")
+    seen: dict[str, dict] = {}
+
+    def checks(step: str, state: SiteArchive) -> None:
+        with Catalog.open(state.archive_dir) as catalog:
+            seen[step] = {d.recording_id: d for d in catalog.descriptors()}
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAMEN_DIR", str(ramen_dir))
+        state = build_archive(builtin_server, ramen_dir, checks)
+        yield state, seen
+
+
+def test_an_archived_used_function_is_recorded_under_its_function_channel(follow_run):
+    state, seen = follow_run
+    recordings = seen["recorded 0"]
+    channels = sorted(d.stripped_channel for d in recordings.values())
+    assert channels == sorted([function_channel(state.source), function_channel(f"{state.program}/other")])
+    for d in recordings.values():
+        assert d.original_channel == d.stripped_channel
+        assert d.term_buffer_length == TERM_LENGTH
+
+
+def test_an_unarchived_function_is_not_recorded(follow_run):
+    state, seen = follow_run
+    with Catalog.open(state.archive_dir) as catalog:
+        assert function_channel(f"{state.program}/unarchived") not in {d.stripped_channel for d in catalog}
+
+
+def test_an_unused_function_stops_being_recorded_and_is_recorded_anew_when_used_again(follow_run):
+    state, _ = follow_run
+    with Catalog.open(state.archive_dir) as catalog:
+        src = [d for d in catalog if d.stripped_channel == function_channel(state.source)]
+    assert len(src) == 2
+    assert [d.stop_position for d in src] == state.stop_positions
+    assert src[1].start_position == state.stop_positions[0]  # joined where the writer stood, nothing lost
+
+
+def test_a_function_whose_log_is_gone_stops_being_recorded(follow_run):
+    state, seen = follow_run
+    other = [d for d in seen["before unlink"].values() if d.stripped_channel.endswith("/other")]
+    assert len(other) == 1 and other[0].stop_position == NULL_POSITION
+    assert function_channel(f"{state.program}/other") in stopped_recordings(state.archive_dir)
+
+
+def test_the_recordings_cover_every_published_event_time(follow_run):
+    state, _ = follow_run
+    coverage = archive_coverage(state.archive_dir)[state.source]
+    assert len(coverage) == 2  # one per recording: 1 ms between the last row of one and the first of the next
+    for batches, interval in zip((state.batches[:BATCHES_PER_RECORDING], state.batches[BATCHES_PER_RECORDING:]),
+                                 coverage):
+        times = pa.Table.from_batches(batches).column("ts").cast(pa.int64()).to_numpy()
+        assert (interval.since_us, interval.until_us) == (times.min(), times.max() + 1)
+
+
+def test_follow_mode_without_a_confserver_is_a_one_line_error(tmp_path):
+    env = {**os.environ, "RAMEN_CONFSERVER": "ramen://127.0.0.1:9", "RAMEN_DIR": str(tmp_path)}
+    process = start_archiver("nowhere", env)
+    try:
+        _, err = process.communicate(timeout=WAIT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 1
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and "nowhere" in err
