@@ -1,0 +1,276 @@
+"""The replayer as a real process over a real archive (made by a follow-mode archiver) and a real
+confserver: each channel gets exactly the rows of its range, cut at the edges, then one
+END_OF_REPLAY; the archive is read once for all channels; bad input is a one-line error."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import confserver
+from ramen import keyspace, message, paths
+from ramen.archive.coverage import recordings_for
+from ramen.archive.catalog import Catalog
+from ramen.archive.segment import SegmentReader
+from ramen.transport import CountersFile, FragmentAssembler, Image, LogBuffer, LogBufferError
+from ramen.tuples import decode_tuples
+from tests.workers.test_archiver_follow import (BASE_US, ROW_SPACING_US, WAIT_S, SiteArchive, build_archive,
+                                                wait_for)
+from workers.replayer import REPLAYER_BYTES_READ_TYPE_ID
+
+
+@pytest.fixture(scope="module")
+def archive(builtin_server, tmp_path_factory):
+    ramen_dir = tmp_path_factory.mktemp("ramen")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAMEN_DIR", str(ramen_dir))
+        yield build_archive(builtin_server, ramen_dir)
+
+
+@pytest.fixture
+def ramen_env(archive, monkeypatch):
+    monkeypatch.setenv("RAMEN_DIR", str(archive.ramen_dir))
+    return archive
+
+
+@dataclass
+class Replayed:
+    returncode: int
+    stderr: str
+    tables: dict[int, list[pa.RecordBatch]] = field(default_factory=dict)
+    eors: list[tuple[int, int]] = field(default_factory=list)  # (channel, source)
+    after_eor: int = 0  # TUPLES of a channel after its END_OF_REPLAY
+
+
+def us(row: float) -> int:
+    """The event time of row number `row` (fractions fall between two rows)."""
+    return int(BASE_US + row * ROW_SPACING_US)
+
+
+def write_key(archive: SiteArchive, replayer_id: int, channels: list[tuple[int, int, int]], *,
+              archive_dir: Path | None = None, source: str | None = None) -> None:
+    with confserver.connect(archive.server.url, identity="supervisor", auth_file=archive.server.auth_file) as c:
+        c.set(keyspace.replayer_key(archive.site, replayer_id), {
+            "id": replayer_id, "source": source or archive.source,
+            "log": str(paths.replayer_log(archive.site, replayer_id)),
+            "archive_dir": str(archive_dir or archive.archive_dir),
+            "channels": [{"channel": ch, "since_us": s, "until_us": u} for ch, s, u in channels]})
+
+
+def start_replayer(archive: SiteArchive, replayer_id: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "workers.replayer", "--site", archive.site, "--id", str(replayer_id)],
+                            env=archive.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def open_log(path: Path, process: subprocess.Popen) -> LogBuffer | None:
+    """The replayer's log once it is whole; None if the replayer exited first."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            return LogBuffer.open(path)
+        except LogBufferError:
+            time.sleep(0.01)
+    return None
+
+
+def replay(archive: SiteArchive, replayer_id: int, channels: list[int]) -> Replayed:
+    """Run the replayer (its key written already), read its log as a worker would, until every
+    channel has ended or the process has exited."""
+    process = start_replayer(archive, replayer_id)
+    result = Replayed(0, "", {ch: [] for ch in channels})
+    counters = CountersFile.open(paths.counters_path())
+    log_buffer = image = None
+    try:
+        log_buffer = open_log(paths.replayer_log(archive.site, replayer_id), process)
+        if log_buffer is not None:
+            image = Image(log_buffer, counters, join_position=0, name=f"test reader {replayer_id}")
+
+            def on_message(buffer, offset, length, header):
+                data = bytes(buffer[offset:offset + length])
+                h = message.decode_header(data)
+                if h.kind == message.KIND_END_OF_REPLAY:
+                    result.eors.append((h.channel, h.source))
+                elif h.kind == message.KIND_TUPLES:
+                    if h.channel in {ch for ch, _ in result.eors}:
+                        result.after_eor += 1
+                    result.tables.setdefault(h.channel, []).append(decode_tuples(data, archive.schema))
+
+            assembler = FragmentAssembler(on_message)
+            deadline = time.monotonic() + WAIT_S
+            while len(result.eors) < len(channels) and time.monotonic() < deadline:
+                if image.poll(assembler.on_fragment, 256) == 0:
+                    if process.poll() is not None and image.position >= log_buffer.producer_position():
+                        break
+                    time.sleep(0.001)
+        _, result.stderr = process.communicate(timeout=WAIT_S)
+        result.returncode = process.returncode
+        return result
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if image is not None:
+            image.close()
+        if log_buffer is not None:
+            log_buffer.close()
+        paths.replayer_log(archive.site, replayer_id).unlink(missing_ok=True)
+        counters.close()
+
+
+def expected_rows(archive: SiteArchive, since_us: int, until_us: int) -> pa.Table:
+    table = archive.table
+    times = table.column("ts").cast(pa.int64())
+    return table.filter(pc.and_(pc.greater_equal(times, since_us), pc.less(times, until_us)))
+
+
+def new_id() -> int:
+    return uuid.uuid4().int & 0x7FFFFFFF
+
+
+def cuts_a_message(archive: SiteArchive, time_us: int) -> bool:
+    """Whether a published batch holds rows on both sides of time_us."""
+    for batch in archive.batches:
+        times = batch.column("ts").cast(pa.int64())
+        low, high = pc.min(times).as_py(), pc.max(times).as_py()
+        if low < time_us <= high:
+            return True
+    return False
+
+
+# Two overlapping ranges inside the archive's ~25,000 rows, every edge falling inside a batch (a
+# batch holds 150..270 rows) and between two rows.
+CHANNEL_A = (101, us(1_000.5), us(14_000.5))
+CHANNEL_B = (102, us(9_000.5), us(20_000.5))
+
+
+@pytest.fixture(scope="module")
+def two_channels(archive):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAMEN_DIR", str(archive.ramen_dir))
+        replayer_id = new_id()
+        write_key(archive, replayer_id, [CHANNEL_A, CHANNEL_B])
+        yield replayer_id, replay(archive, replayer_id, [CHANNEL_A[0], CHANNEL_B[0]])
+
+
+def test_each_channel_gets_exactly_the_rows_of_its_range_cut_at_both_edges(ramen_env, two_channels):
+    archive = ramen_env
+    _, result = two_channels
+    assert result.returncode == 0, result.stderr
+    for channel, since, until in (CHANNEL_A, CHANNEL_B):
+        assert cuts_a_message(archive, since) and cuts_a_message(archive, until)
+        got = pa.Table.from_batches(result.tables[channel], archive.schema)
+        expected = expected_rows(archive, since, until)
+        assert got.num_rows == expected.num_rows > 0
+        assert got.equals(expected)  # same rows, in the archive's order
+
+
+def test_each_channel_ends_with_one_end_of_replay_from_the_replayer(ramen_env, two_channels):
+    replayer_id, result = two_channels
+    assert sorted(result.eors) == [(CHANNEL_A[0], replayer_id), (CHANNEL_B[0], replayer_id)]
+    assert result.after_eor == 0
+
+
+def test_the_archive_is_read_once_for_both_channels(ramen_env, two_channels):
+    archive = ramen_env
+    replayer_id, result = two_channels
+    ranges = recordings_for(archive.archive_dir, archive.source, CHANNEL_A[1], CHANNEL_B[2])
+    range_bytes = sum(r.stop_position - r.start_position for r in ranges)
+    with confserver.connect(archive.server.url, identity="admin", auth_file=archive.server.auth_file) as c:
+        stats = c.get(keyspace.replayer_key(archive.site, replayer_id) + "/stats").value
+    assert stats["bytes_read"] == range_bytes
+    assert stats["rows_out"] == sum(stats["channels"].values())
+    for channel, since, until in (CHANNEL_A, CHANNEL_B):
+        assert stats["channels"][str(channel)] == expected_rows(archive, since, until).num_rows
+    counters = CountersFile.open(paths.counters_path())
+    try:
+        mine = [c for c in counters.counters() if c.label == f"replayer {replayer_id} bytes read"]
+    finally:
+        counters.close()
+    assert len(mine) == 1 and mine[0].type_id == REPLAYER_BYTES_READ_TYPE_ID and mine[0].value == range_bytes
+
+
+def test_the_archive_read_skips_what_no_channel_wants(ramen_env, two_channels):
+    archive = ramen_env
+    _, result = two_channels
+    with Catalog.open(archive.archive_dir) as catalog:
+        recorded = sum(d.stop_position - d.start_position for d in catalog
+                       if d.stripped_channel.endswith(archive.source))
+    ranges = recordings_for(archive.archive_dir, archive.source, CHANNEL_A[1], CHANNEL_B[2])
+    assert sum(r.stop_position - r.start_position for r in ranges) < recorded
+
+
+def test_a_missing_key_is_a_one_line_error(ramen_env):
+    result = replay(ramen_env, new_id(), [1])
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1 and "no replayer key" in result.stderr
+
+
+def test_a_range_without_recordings_is_a_one_line_error(ramen_env):
+    replayer_id = new_id()
+    write_key(ramen_env, replayer_id, [(5, us(-10_000), us(-5_000))])
+    result = replay(ramen_env, replayer_id, [5])
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1 and "no recording of" in result.stderr
+
+
+def corrupted_copy(archive: SiteArchive, tmp_path: Path, how: str) -> Path:
+    """A copy of the archive with one frame in the middle of the first recording damaged: its
+    header (a corrupt segment) or one payload byte (caught by the frame checksum)."""
+    copy = tmp_path / "archive"
+    shutil.copytree(archive.archive_dir, copy)
+    with Catalog.open(copy) as catalog:
+        descriptor = min((d for d in catalog if d.stripped_channel.endswith(archive.source)),
+                         key=lambda d: d.recording_id)
+    with SegmentReader.for_recording(copy, descriptor) as reader:
+        frames = [(f.position, f.file_offset, f.segment_base) for f in reader.frames() if f.is_data]
+    position, file_offset, base = frames[len(frames) // 2]
+    segment = copy / f"{descriptor.recording_id}-{base}.rec"
+    with open(segment, "r+b") as f:
+        if how == "header":
+            f.seek(file_offset + 8)  # the term offset
+            f.write(b"\x7f\x7f\x7f\x7f")
+        else:
+            f.seek(file_offset + 40)
+            byte = f.read(1)
+            f.seek(file_offset + 40)
+            f.write(bytes([byte[0] ^ 0xFF]))
+    return copy
+
+
+@pytest.mark.parametrize("how, problem", [("header", "corrupt frame at position"),
+                                          ("payload", "checksum mismatch at position")])
+def test_a_damaged_segment_is_a_one_line_error(ramen_env, tmp_path, how, problem):
+    copy = corrupted_copy(ramen_env, tmp_path, how)
+    replayer_id = new_id()
+    write_key(ramen_env, replayer_id, [(7, us(0), us(30_000))], archive_dir=copy)
+    result = replay(ramen_env, replayer_id, [7])
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1 and problem in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_sigterm_stops_a_replayer_waiting_for_its_reader_with_exit_0(ramen_env):
+    replayer_id = new_id()
+    write_key(ramen_env, replayer_id, [(9, us(0), us(100))])
+    process = start_replayer(ramen_env, replayer_id)
+    try:
+        wait_for(lambda: paths.replayer_log(ramen_env.site, replayer_id).exists(), "the replayer's log")
+        time.sleep(0.2)  # past the log's creation: waiting for a reader
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=WAIT_S)
+        assert process.returncode == 0, err
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        paths.replayer_log(ramen_env.site, replayer_id).unlink(missing_ok=True)

@@ -1,0 +1,570 @@
+"""The replayer process: reads one function's archive once and serves every replay channel merged
+onto it (docs/runtime.md, "sites/<site>/replayers/<id>").
+
+The supervisor merges the replays that need the same archived function over overlapping time
+ranges into one replayer key, `{id, source, log, archive_dir, channels: [{channel, since_us,
+until_us}]}`. The replayer reads the source's recordings once, from the smallest `since` to the
+largest `until` (positions from the time index, `ramen.archive.coverage.recordings_for`), and for
+each TUPLES message writes to its output log, for each channel whose range meets the message's
+event-time bounds, the rows inside that range tagged with that channel. Messages are skipped or
+taken whole on their header's bounds alone; only a message cut by a channel's edge is decoded and
+filtered (one vectorised comparison over the event-time column). At the end each channel gets one
+END_OF_REPLAY whose source is the replayer id, the stats go to `…/replayers/<id>/stats`, and the
+process exits 0.
+
+The archive is read directly from its segment files, a chunk at a time: the replayer needs whole
+messages, not a log, so it does not go through a replay log as ReplaySession does. A frame cut by
+a chunk's end is carried over to the next chunk rather than read again, and the zero body of a PAD
+frame (never stored) is skipped, so every byte of the range is consumed exactly once: the
+`replayer <id> bytes read` counter ends at the sum of the ranges' lengths. Frames are checked as
+they are walked (length, term offset, and the checksum when the archive keeps one); a bad one is
+an error naming the recording and position.
+
+Run it as `python -m workers.replayer --site SITE --id ID` with $RAMEN_CONFSERVER (and
+$RAMEN_CONFSERVER_AUTH, $RAMEN_DIR) set. Errors are one line on stderr and exit 1; SIGTERM stops
+it with exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import logging
+import os
+import signal
+import struct
+import sys
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ramen import keyspace, paths
+from ramen import message as msg
+from ramen.archive import checksum as checksums
+from ramen.archive.catalog import NULL_POSITION, Catalog, CatalogError, RecordingDescriptor
+from ramen.archive.coverage import RecordingRange, recordings_for
+from ramen.archive.recorder import recording_position
+from ramen.archive.segment import SegmentError, SegmentReader
+from ramen.archive.time_index import TimeIndex, TimeIndexError, index_path
+from ramen.program import Program, split_qualified
+from ramen.transport import frame
+from ramen.transport.counters import CountersFile, CountersFileError
+from ramen.transport.idle import BackoffIdleStrategy
+from ramen.transport.logbuffer import LogBuffer, LogBufferError, LogBufferParams
+from ramen.transport.publication import ExclusivePublication
+from ramen.transport.status import ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED
+from ramen.tuples import encode_tuples, end_of_replay
+
+log = logging.getLogger(__name__)
+
+CONFSERVER_IDENTITY = "worker"
+SUBSCRIBER_WAIT_TIMEOUT_S = 30.0
+"""How long the replayer waits for a reader of its log (before its first write, and whenever the
+reader goes away) before it gives up with an error."""
+READ_CHUNK_LENGTH = 1024 * 1024
+"""Bytes read from a segment file per duty cycle (Aeron's replay buffer)."""
+STATS_INTERVAL_S = 1.0
+"""How often the stats key is rewritten while replaying (and once at the end)."""
+ACTIVE_RECORDING_QUIET_S = 1.0
+"""An active recording that has not grown for this long is taken as read to its end."""
+REPLAYER_BYTES_READ_TYPE_ID = 1010
+"""Counter type of `replayer <id> bytes read` (ramen's own type ids start at 1000)."""
+EXIT_ERROR = 1
+SOURCE_MASK = 0xFFFFFFFF
+"""The message header's source field is a u32: the low 32 bits of the replayer id."""
+
+_FRAME_HEADER = struct.Struct("<iBBHi")  # length, version, flags, type, term offset
+_INT32 = struct.Struct("<i")
+_ALIGN_UP = frame.FRAME_ALIGNMENT - 1
+_ALIGN_MASK = -frame.FRAME_ALIGNMENT
+_SOURCE_FIELDS = struct.Struct("<II")  # channel, source: adjacent in the ramen message header
+_CHANNEL_OFFSET = 4
+
+
+class ReplayerError(Exception):
+    """Why a replayer cannot go on, as the one line it prints."""
+
+
+# -- the key ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChannelRange:
+    """One replay channel served by this replayer and the event times [since_us, until_us) it wants."""
+    channel: int
+    since_us: int
+    until_us: int
+
+
+@dataclass(frozen=True)
+class ReplayerSpec:
+    """The value of `sites/<site>/replayers/<id>`."""
+    id: int
+    source: str
+    log: str
+    archive_dir: str
+    channels: tuple[ChannelRange, ...]
+    checksum: str | None = None
+    """Beyond docs/runtime.md: the archive's frame checksum, when the supervisor knows it; without
+    it the replayer finds the algorithm from the catalog's descriptor checksums."""
+
+    @classmethod
+    def from_value(cls, value: dict) -> "ReplayerSpec":
+        try:
+            channels = tuple(ChannelRange(int(c["channel"]), int(c["since_us"]), int(c["until_us"]))
+                             for c in value["channels"])
+            spec = cls(int(value["id"]), str(value["source"]), str(value["log"]), str(value["archive_dir"]),
+                       channels, value.get("checksum"))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ReplayerError(f"malformed replayer key ({type(e).__name__}: {e})") from None
+        if not channels:
+            raise ReplayerError("the replayer key has no channels")
+        for c in channels:
+            if c.until_us <= c.since_us:
+                raise ReplayerError(f"channel {c.channel}: empty range [{c.since_us}, {c.until_us})")
+        return spec
+
+    @property
+    def since_us(self) -> int:
+        return min(c.since_us for c in self.channels)
+
+    @property
+    def until_us(self) -> int:
+        return max(c.until_us for c in self.channels)
+
+
+# -- reading the archive ---------------------------------------------------------------------------
+
+
+def archive_checksum(catalog: Catalog, recording_id: int) -> checksums.Checksum | None:
+    """The algorithm of an archive's checksums, found from a descriptor's stored checksum (the
+    archiver uses one algorithm for frames and descriptors); None when the archive keeps none."""
+    descriptor = catalog.get(recording_id)
+    if descriptor.checksum == 0:
+        return None
+    for name in checksums.NAMES:
+        algorithm = checksums.get(name)
+        if catalog.compute_descriptor_checksum(recording_id, algorithm) == descriptor.checksum:
+            return algorithm
+    return None
+
+
+class RecordingReader:
+    """The whole ramen messages of [start, stop) of one recording, a chunk at a time.
+
+    Each archive byte is consumed once: a frame cut by the chunk's end is moved to the front of the
+    buffer and the next read appends to it; a PAD frame's body is skipped, not read. An active
+    recording (stop unknown) is followed through its recording-position counter."""
+
+    def __init__(self, archive_dir: str | os.PathLike, descriptor: RecordingDescriptor, start: int,
+                 stop: int | None, *, checksum: checksums.Checksum | None = None, follow=None,
+                 done_at_min_time_us: int | None = None, chunk_length: int = READ_CHUNK_LENGTH) -> None:
+        self.descriptor = descriptor
+        self.recording_id = descriptor.recording_id
+        self.checksum = checksum
+        self.stop = stop
+        self.follow = follow
+        self.done_at_min_time_us = done_at_min_time_us
+        self.term_length = descriptor.term_buffer_length
+        self.position = start  # stream position of buffer[0]
+        self.consumed = 0
+        self.done = False
+        self._reader = SegmentReader.for_recording(archive_dir, descriptor)
+        self._buffer = bytearray(max(chunk_length, descriptor.mtu_length * 2))
+        self._view = memoryview(self._buffer)
+        self._filled = 0  # bytes of the buffer holding data (a carried partial frame)
+        self._fragments: bytearray | None = None
+        self._last_growth_s = time.monotonic()
+
+    def close(self) -> None:
+        self._reader.close()
+
+    def _limit(self) -> int | None:
+        """How far the data may be read now; None when nothing more can be read yet."""
+        if self.stop is not None:
+            return self.stop
+        live = self.follow() if self.follow is not None else NULL_POSITION
+        if live == NULL_POSITION:  # the recording stopped meanwhile: where it ended is final
+            self.follow = None
+            self.stop = self._catalog_stop()
+            return self.stop
+        return live
+
+    def _catalog_stop(self) -> int:
+        with Catalog.open(self._reader.archive_dir) as catalog:
+            stop = catalog.stop_position(self.recording_id)
+        if stop == NULL_POSITION:
+            raise ReplayerError(f"recording {self.recording_id} has no stop position and no live recorder "
+                                f"(unclean shutdown? restart the archiver to repair the catalog)")
+        return stop
+
+    def read(self) -> list:
+        """The messages completed by one chunk (each a bytes-like object valid until the next
+        call); an empty list when nothing new could be read. Sets `done` at the end."""
+        if self.done:
+            return []
+        limit = self._limit()
+        read_at = self.position + self._filled
+        if read_at >= limit:
+            if self.stop is not None:
+                if self._filled or self._fragments is not None:
+                    raise ReplayerError(f"recording {self.recording_id}: the range ends inside a message "
+                                        f"at position {self.position}")
+                self.done = True
+            elif time.monotonic() - self._last_growth_s > ACTIVE_RECORDING_QUIET_S:
+                self.done = True  # active but idle: what it holds is what there is
+            return []
+        term_end = (read_at | (self.term_length - 1)) + 1
+        want = min(len(self._buffer) - self._filled, term_end - read_at, limit - read_at)
+        try:
+            got = self._reader.read(read_at, self._view[self._filled:self._filled + want])
+        except SegmentError as e:
+            raise ReplayerError(str(e)) from None
+        self._last_growth_s = time.monotonic()
+        return self._walk(self._filled + got)
+
+    def _walk(self, end: int) -> list:
+        buffer, view = self._buffer, self._view
+        base = self.position
+        mask = self.term_length - 1
+        unpack = _FRAME_HEADER.unpack_from
+        messages = []
+        offset = 0
+        while offset + frame.HEADER_LENGTH <= end:
+            length, _, flags, frame_type, term_offset = unpack(buffer, offset)
+            position = base + offset
+            if length <= 0:
+                if self.stop is None:
+                    break  # an active recording's edge: written up to here so far
+                raise ReplayerError(f"recording {self.recording_id}: no frame at position {position} "
+                                    f"before the end of the range ({self.stop}): segment truncated or zeroed")
+            aligned = (length + _ALIGN_UP) & _ALIGN_MASK
+            term_end = (position | mask) + 1
+            if length < frame.HEADER_LENGTH or term_offset != position & mask or position + aligned > term_end:
+                raise ReplayerError(f"recording {self.recording_id}: corrupt frame at position {position} "
+                                    f"(length {length}, term offset {term_offset})")
+            if frame_type == frame.HDR_TYPE_PAD:
+                offset += aligned  # its body is not stored; reading resumes after it
+                if offset >= end:
+                    break
+                continue
+            if offset + aligned > end:
+                break  # cut by the chunk's end: carried over
+            payload = view[offset + frame.HEADER_LENGTH:offset + length]
+            if self.checksum is not None:
+                stored = _INT32.unpack_from(buffer, offset + frame.SESSION_ID_OFFSET)[0]
+                if self.checksum.compute(view[offset + frame.HEADER_LENGTH:offset + aligned]) != stored:
+                    raise ReplayerError(f"recording {self.recording_id}: checksum mismatch at position {position}")
+            offset += aligned
+            if flags & frame.UNFRAGMENTED == frame.UNFRAGMENTED:
+                messages.append(payload)
+            elif flags & frame.BEGIN_FLAG:
+                self._fragments = bytearray(payload)
+            elif self._fragments is None:
+                raise ReplayerError(f"recording {self.recording_id}: fragment without a beginning at position "
+                                    f"{position}")
+            else:
+                self._fragments += payload
+                if flags & frame.END_FLAG:
+                    messages.append(self._fragments)
+                    self._fragments = None
+        self._advance(offset, end)
+        if self.done_at_min_time_us is not None and self.stop is None:
+            for m in messages:
+                bounds = msg.event_time_bounds(m)
+                if bounds is not None and bounds[0] >= self.done_at_min_time_us:
+                    self.done = True  # past `until` by more than the disorder: nothing wanted follows
+                    break
+        return messages
+
+    def _advance(self, offset: int, end: int) -> None:
+        """Move the unconsumed tail (a partial frame) to the front; past a PAD, drop what was read."""
+        carry = max(0, end - offset)
+        if carry:
+            self._buffer[:carry] = self._view[offset:end]
+        self.position += offset
+        self.consumed += offset
+        self._filled = carry
+
+
+# -- the replayer agent ----------------------------------------------------------------------------
+
+
+@dataclass
+class ReplayerStats:
+    bytes_read: int = 0
+    messages: int = 0
+    rows_out: int = 0
+    channels: dict[int, int] = field(default_factory=dict)
+
+    def to_value(self) -> dict:
+        return {"bytes_read": self.bytes_read, "messages": self.messages, "rows_out": self.rows_out,
+                "channels": {str(ch): rows for ch, rows in self.channels.items()}}
+
+
+class Replayer:
+    """An agent: each do_work offers what is pending, or reads and splits one chunk of the archive."""
+
+    def __init__(self, spec: ReplayerSpec, schema: pa.Schema, event_time: str, readers: list[RecordingReader],
+                 publication: ExclusivePublication, bytes_counter=None) -> None:
+        self.spec = spec
+        self.schema = schema
+        self.event_time = event_time
+        self.readers = collections.deque(readers)
+        self.publication = publication
+        self.bytes_counter = bytes_counter
+        self.source = spec.id & SOURCE_MASK
+        self.stats = ReplayerStats(channels={c.channel: 0 for c in spec.channels})
+        self._outbox: collections.deque = collections.deque()
+        self._ended = False
+        self.done = False
+        self._not_connected_since: float | None = None
+        self._consumed_before = 0
+
+    def do_work(self) -> int:
+        if self.done:
+            return 0
+        if self._outbox:
+            return self._offer()
+        if self.readers:
+            reader = self.readers[0]
+            messages = reader.read()
+            self._count_bytes(reader)
+            for message in messages:
+                self._split(message)
+            if reader.done:
+                reader.close()
+                self.readers.popleft()
+                self._consumed_before += reader.consumed
+            return 1 if messages else 0
+        if not self._ended:
+            self._ended = True
+            for c in self.spec.channels:
+                self._outbox.append(end_of_replay(c.channel, self.source))
+            return 1
+        self.done = True
+        return 1
+
+    def close(self) -> None:
+        for reader in self.readers:
+            reader.close()
+        self.readers.clear()
+
+    def _count_bytes(self, reader: RecordingReader) -> None:
+        total = self._consumed_before + reader.consumed
+        if self.bytes_counter is not None:
+            self.bytes_counter.set(total)
+        self.stats.bytes_read = total
+
+    def _offer(self) -> int:
+        result = self.publication.offer(self._outbox[0])
+        if result >= 0:
+            self._outbox.popleft()
+            self._not_connected_since = None
+            return 1
+        if result == ADMIN_ACTION:
+            return 1
+        if result == BACK_PRESSURED:
+            return 0
+        if result == NOT_CONNECTED:
+            now = time.monotonic()
+            if self._not_connected_since is None:
+                self._not_connected_since = now
+            elif now - self._not_connected_since > SUBSCRIBER_WAIT_TIMEOUT_S:
+                raise ReplayerError(f"no reader of {self.publication.log.path} for {SUBSCRIBER_WAIT_TIMEOUT_S:g} s")
+            return 0
+        raise ReplayerError(f"cannot write to {self.publication.log.path} (status {result})")
+
+    def _split(self, message) -> None:
+        """Queue, for each channel whose range meets the message, the rows of the message inside it."""
+        header = msg.decode_header(message)
+        if header is None or header.kind != msg.KIND_TUPLES or header.min_event_time_us == msg.NO_EVENT_TIME:
+            return
+        self.stats.messages += 1
+        low, high = header.min_event_time_us, header.max_event_time_us
+        batch = None
+        for c in self.spec.channels:
+            if high < c.since_us or low >= c.until_us:
+                continue
+            if c.since_us <= low and high < c.until_us:
+                out = bytearray(message)  # the batch as it is: only the channel and source change
+                _SOURCE_FIELDS.pack_into(out, _CHANNEL_OFFSET, c.channel, self.source)
+                rows = self._row_count(out, batch)
+            else:
+                if batch is None:
+                    batch = self._decode(message)
+                part = self._filter(batch, c)
+                rows = part.num_rows
+                if rows == 0:
+                    continue
+                out = encode_tuples(part, self.event_time, channel=c.channel, source=self.source)
+            self._outbox.append(out)
+            self.stats.rows_out += rows
+            self.stats.channels[c.channel] += rows
+
+    def _row_count(self, message, batch) -> int:
+        if batch is not None:
+            return batch.num_rows
+        # The IPC message's metadata holds the length; reading it costs no buffer copy.
+        return pa.ipc.read_record_batch(pa.py_buffer(message)[msg.HEADER_LENGTH:], self.schema).num_rows
+
+    def _decode(self, message) -> pa.RecordBatch:
+        try:
+            return pa.ipc.read_record_batch(pa.py_buffer(message)[msg.HEADER_LENGTH:], self.schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowException) as e:
+            raise ReplayerError(f"{self.spec.source}: a recorded batch does not decode with the function's "
+                                f"schema ({e})") from None
+
+    def _filter(self, batch: pa.RecordBatch, c: ChannelRange) -> pa.RecordBatch:
+        times = batch.column(self.event_time).cast(pa.timestamp("us")).cast(pa.int64())
+        mask = pc.and_(pc.greater_equal(times, c.since_us), pc.less(times, c.until_us))
+        return batch.filter(mask)
+
+
+# -- setting up ------------------------------------------------------------------------------------
+
+
+def load_spec(client, site: str, replayer_id: int) -> ReplayerSpec:
+    entry = client.get_or_none(keyspace.replayer_key(site, replayer_id))
+    if entry is None:
+        raise ReplayerError(f"no replayer key {keyspace.replayer_key(site, replayer_id)}")
+    return ReplayerSpec.from_value(entry.value)
+
+
+def load_function(client, qualified_name: str):
+    program_name, function_name = split_qualified(qualified_name)
+    if not program_name or not function_name:
+        raise ReplayerError(f"source {qualified_name!r} is not prog/func")
+    entry = client.get_or_none(keyspace.program_key(program_name))
+    if entry is None:
+        raise ReplayerError(f"source {qualified_name}: no program {program_name} loaded")
+    program = Program.from_dict(entry.value)
+    if function_name not in program:
+        raise ReplayerError(f"source {qualified_name}: program {program_name} has no function {function_name}")
+    function = program.function(function_name)
+    if function.event_time is None:
+        raise ReplayerError(f"source {qualified_name} has no event time: nothing to replay by time")
+    return function
+
+
+def open_readers(spec: ReplayerSpec, counters: CountersFile) -> list[RecordingReader]:
+    """A reader per recording of the source holding event times of the spec's whole range."""
+    archive_dir = Path(spec.archive_dir)
+    try:
+        ranges: list[RecordingRange] = recordings_for(archive_dir, spec.source, spec.since_us, spec.until_us)
+    except (CatalogError, TimeIndexError, OSError) as e:
+        raise ReplayerError(f"{archive_dir}: {e}") from None
+    if not ranges:
+        raise ReplayerError(f"no recording of {spec.source} in {archive_dir} covers "
+                            f"[{spec.since_us}, {spec.until_us}) µs")
+    readers = []
+    with Catalog.open(archive_dir) as catalog:
+        for r in ranges:
+            descriptor = catalog.get(r.recording_id)
+            checksum = checksums.get(spec.checksum) if spec.checksum else archive_checksum(catalog, r.recording_id)
+            follow = done_at = None
+            if r.stop_position is None:
+                follow = recording_position(counters, r.recording_id)
+                index = TimeIndex.open(index_path(archive_dir, r.recording_id), r.recording_id)
+                done_at = spec.until_us + index.disorder_us
+                index.close()
+            readers.append(RecordingReader(archive_dir, descriptor, r.start_position, r.stop_position,
+                                           checksum=checksum, follow=follow, done_at_min_time_us=done_at))
+    return readers
+
+
+def open_output(path: Path, counters: CountersFile) -> ExclusivePublication:
+    """The replayer's log: created with the transport's defaults, or opened if already there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        log_buffer = LogBuffer.create(path, LogBufferParams())
+    except LogBufferError:
+        log_buffer = LogBuffer.open(path)
+    return ExclusivePublication(log_buffer, counters)
+
+
+def wait_for_reader(publication: ExclusivePublication, stop: threading.Event) -> None:
+    deadline = time.monotonic() + SUBSCRIBER_WAIT_TIMEOUT_S
+    idle = BackoffIdleStrategy()
+    while not publication.is_connected:
+        if stop.is_set():
+            return
+        if time.monotonic() > deadline:
+            raise ReplayerError(f"nobody subscribed to {publication.log.path} within {SUBSCRIBER_WAIT_TIMEOUT_S:g} s")
+        idle.idle(0)
+
+
+def replay(client, site: str, replayer_id: int, stop: threading.Event) -> ReplayerStats | None:
+    """Do the whole replay; None when stopped by a signal before the end."""
+    spec = load_spec(client, site, replayer_id)
+    function = load_function(client, spec.source)
+    try:
+        counters = CountersFile.open(paths.counters_path())
+    except CountersFileError as e:
+        raise ReplayerError(str(e)) from None
+    readers = open_readers(spec, counters)
+    stats_key = keyspace.replayer_key(site, replayer_id) + "/stats"
+    bytes_counter = counters.allocate(REPLAYER_BYTES_READ_TYPE_ID, f"replayer {replayer_id} bytes read",
+                                      registration_id=replayer_id)
+    # Not freed at exit: the figure stays readable by `ramen stat` (and reclaimed once the file fills).
+    publication = open_output(Path(spec.log), counters)
+    replayer = Replayer(spec, function.schema, function.event_time, readers, publication, bytes_counter)
+    try:
+        wait_for_reader(publication, stop)
+        idle = BackoffIdleStrategy()
+        next_stats_s = time.monotonic() + STATS_INTERVAL_S
+        while not stop.is_set() and not replayer.done:
+            idle.idle(replayer.do_work())
+            if time.monotonic() >= next_stats_s:
+                client.set(stats_key, replayer.stats.to_value())
+                next_stats_s = time.monotonic() + STATS_INTERVAL_S
+        client.set(stats_key, replayer.stats.to_value())
+        if not replayer.done:
+            return None
+        log.info("replayer %d: %s", replayer_id, replayer.stats.to_value())
+        return replayer.stats
+    finally:
+        replayer.close()
+        publication.close(end_of_stream=replayer.done)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workers.replayer", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--site", default=keyspace.default_site())
+    parser.add_argument("--id", type=int, required=True, help="the replayer id (its key under sites/<site>/replayers)")
+    parser.add_argument("--debug", action="store_true", help="tracebacks and debug logs")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    import confserver
+    from confserver.errors import ConfError
+    try:
+        client = confserver.connect(None, identity=CONFSERVER_IDENTITY)
+    except (ConfError, OSError) as e:
+        print(f"ramen: replayer {args.id}: cannot reach the confserver: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        replay(client, args.site, args.id, stop)
+    except ReplayerError as e:
+        print(f"ramen: replayer {args.id}: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except (ConfError, OSError, ValueError, zlib.error) as e:
+        if args.debug:
+            raise
+        print(f"ramen: replayer {args.id}: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
