@@ -1,0 +1,355 @@
+"""The worker process (python -m workers.worker), with a real confserver and real log buffers:
+a generator source, a python function reading a parent's log, windows, a replay channel wired by
+hand, SIGTERM and the one-line errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import confserver
+from ramen import keyspace, paths
+from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, decode_header
+from ramen.program import loads
+from ramen.transport import (CountersFile, ExclusivePublication, FragmentAssembler, Image, LogBuffer,
+                             LogBufferError, LogBufferParams)
+from ramen.tuples import decode_tuples, encode_tuples, end_of_replay
+from workers.sources import generate_rows, step_of
+
+ROOT = Path(__file__).resolve().parents[2]
+WAIT_S = 30.0
+SECOND_US = 1_000_000
+MINUTE_US = 60 * SECOND_US
+TRAFFIC = pa.schema([("ts", pa.timestamp("us")), ("host", pa.string()), ("bytes", pa.int64())])
+
+PROGRAM = """
+[program]
+name = "{name}"
+
+[[function]]
+name = "traffic"
+source = {{ kind = "generator", rate = 1000, hosts = 7, seed = 5 }}
+schema = {{ ts = "timestamp[us]", host = "string", bytes = "int64" }}
+event_time = "ts"
+archive = {{ retention = "1d" }}
+
+[[function]]
+name = "per_minute"
+lazy = true
+from = ["traffic"]
+window = {{ every = "1 minute", lateness = "10s" }}
+engine = "python"
+call = "examples.net:per_minute"
+event_time = "start"
+
+[[function]]
+name = "wrong"
+from = ["traffic"]
+engine = "python"
+call = "tests.workers.test_worker:wrong_output"
+schema = {{ ts = "timestamp[us]", host = "string", bytes = "int64" }}
+event_time = "ts"
+
+[[function]]
+name = "heavy"
+from = ["traffic"]
+engine = "spark"
+sql = "SELECT * FROM traffic"
+"""
+
+
+def wrong_output(table: pa.Table) -> pa.Table:
+    """A callable whose output does not have its function's schema."""
+    return pa.table({"ts": table.column("ts"), "oops": pa.array([1] * table.num_rows)})
+
+
+def expected_per_minute(table: pa.Table) -> pa.Table:
+    """per_minute computed straight with pyarrow, as the anchor."""
+    start = pc.floor_temporal(table.column("ts"), unit="minute")
+    grouped = pa.table({"start": start, "host": table.column("host"), "bytes": table.column("bytes")}) \
+        .group_by(["start", "host"]).aggregate([("bytes", "sum")])
+    return grouped.rename_columns({"bytes_sum": "bytes"}).select(["start", "host", "bytes"]) \
+        .sort_by([("start", "ascending"), ("host", "ascending")])
+
+
+class Rig:
+    """A site of the test's own on the shared confserver, and the worker processes it started."""
+
+    def __init__(self, server, tmp_path: Path, monkeypatch) -> None:
+        self.server = server
+        self.site = f"w{uuid.uuid4().hex[:8]}"
+        self.program = f"p{uuid.uuid4().hex[:8]}"
+        self.dir = tmp_path / "ramen"
+        self.dir.mkdir()
+        monkeypatch.setenv("RAMEN_DIR", str(self.dir))
+        self.env = {**os.environ, "RAMEN_DIR": str(self.dir), "RAMEN_CONFSERVER": server.url,
+                    "RAMEN_CONFSERVER_AUTH": str(server.auth_file), "PYTHONPATH": str(ROOT)}
+        self.admin = confserver.connect(server.url, identity="admin", auth_file=server.auth_file)
+        self.counters = CountersFile.open(paths.counters_path())
+        self.processes: list[subprocess.Popen] = []
+        self.closables: list = []
+        text = PROGRAM.format(name=self.program)
+        self.loaded = loads(text, "test.toml", path=str(ROOT / "tests" / "workers" / "test.toml"))
+
+    def load(self, backfill: str | None = None) -> None:
+        data = self.loaded.to_dict()
+        if backfill:
+            traffic = next(f for f in data["functions"] if f["name"] == "traffic")
+            traffic["source"]["backfill"] = backfill
+        self.admin.set(keyspace.program_key(self.program), data)
+
+    def qualified(self, function: str) -> str:
+        return f"{self.program}/{function}"
+
+    def worker_key(self, function: str, **value) -> None:
+        name = self.qualified(function)
+        f = self.loaded.function(function)
+        record = {"program": self.program, "function": function, "is_used": True, "live": True, "replays": [],
+                  "lazy": f.lazy, "kind": f.kind, "archived": f.archived, "parents": list(f.parents),
+                  "children": [], "signature": f.signature, "program_version": self.loaded.version, **value}
+        self.admin.set(keyspace.worker_key(self.site, name), record)
+
+    def start(self, function: str) -> subprocess.Popen:
+        process = subprocess.Popen([sys.executable, "-m", "workers.worker", "--site", self.site,
+                                    "--function", self.qualified(function)], cwd=ROOT, env=self.env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.processes.append(process)
+        return process
+
+    def stop(self, process: subprocess.Popen) -> int:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=WAIT_S)
+        return process.returncode
+
+    @staticmethod
+    def error_of(process: subprocess.Popen) -> tuple[int, str]:
+        """Exit status and the last line on stderr (above it: the worker's log)."""
+        _, err = process.communicate(timeout=WAIT_S)
+        return process.returncode, err.rstrip("\n").rpartition("\n")[2]
+
+    def log_of(self, path: Path) -> LogBuffer:
+        opened = []
+
+        def try_open() -> bool:  # the file appears before its writer has written the metadata
+            try:
+                opened.append(LogBuffer.open(path))
+            except LogBufferError:
+                return False
+            return True
+
+        wait_for(try_open, f"{path} to appear")
+        self.closables.append(opened[0])
+        return opened[0]
+
+    def reader(self, path: Path, schema: pa.Schema, join_position: int | None = None) -> Reader:
+        buffer = self.log_of(path)
+        image = Image(buffer, self.counters, join_position=join_position, name=f"test <- {path.name}")
+        self.closables.insert(0, image)
+        return Reader(image, schema)
+
+    def publication(self, path: Path) -> ExclusivePublication:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        buffer = LogBuffer.create(path, LogBufferParams(term_length=1 << 20))
+        publication = ExclusivePublication(buffer, self.counters)
+        self.closables[:0] = [publication, buffer]
+        return publication
+
+    def stats(self, function: str) -> dict | None:
+        entry = self.admin.get_or_none(keyspace.function_key(self.site, self.qualified(function), "stats"))
+        return None if entry is None else entry.value
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+        for item in self.closables:
+            item.close()
+        self.counters.close()
+        self.admin.delete_tree(f"sites/{self.site}")
+        self.admin.delete_tree(keyspace.program_key(self.program))
+        self.admin.close()
+
+
+class Reader:
+    """Reads ramen messages from one log: batches and END_OF_REPLAYs, with their channels."""
+
+    def __init__(self, image: Image, schema: pa.Schema) -> None:
+        self.image = image
+        self.schema = schema
+        self.batches: list[pa.RecordBatch] = []
+        self.channels: list[int] = []
+        self.ends: list[tuple[int, int]] = []
+        self.bounds: list[tuple[int, int]] = []
+        self.assembler = FragmentAssembler(self._on_message)
+
+    def _on_message(self, buffer, offset, length, header) -> None:
+        message = bytes(buffer[offset:offset + length])
+        ramen = decode_header(message)
+        if ramen.kind == KIND_TUPLES:
+            self.batches.append(decode_tuples(message, self.schema))
+            self.channels.append(ramen.channel)
+            self.bounds.append((ramen.min_event_time_us, ramen.max_event_time_us))
+        elif ramen.kind == KIND_END_OF_REPLAY:
+            self.ends.append((ramen.channel, ramen.source))
+
+    def poll(self) -> int:
+        return self.image.poll(self.assembler.on_fragment, 1 << 20)
+
+    @property
+    def rows(self) -> int:
+        return sum(b.num_rows for b in self.batches)
+
+    def table(self) -> pa.Table:
+        return pa.Table.from_batches(self.batches, schema=self.schema)
+
+    def read_until(self, condition, what: str) -> None:
+        wait_for(lambda: self.poll() >= 0 and condition(), what)
+
+
+def wait_for(condition, what: str, timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def offer(publication: ExclusivePublication, message: bytes) -> None:
+    wait_for(lambda: publication.offer(message) > 0, "the worker to read its input")
+
+
+@pytest.fixture
+def rig(builtin_server, tmp_path, monkeypatch):
+    rig = Rig(builtin_server, tmp_path, monkeypatch)
+    try:
+        yield rig
+    finally:
+        rig.close()
+
+
+def test_generator_source_backfills_rows_equal_to_a_recomputation_and_a_restart_continues(rig):
+    rig.load(backfill="5s")
+    rig.worker_key("traffic")  # archived: the worker waits for its reader, so nothing is dropped
+    worker = rig.start("traffic")
+    reader = rig.reader(paths.output_log(rig.site, rig.qualified("traffic")), TRAFFIC, join_position=0)
+    reader.read_until(lambda: reader.rows >= 6000, "the backfill and a second of real time")
+    assert rig.stop(worker) == 0
+
+    restarted = rig.start("traffic")
+    first_run_rows = reader.rows
+    reader.read_until(lambda: reader.rows >= first_run_rows + 500, "rows of the restarted worker")
+    assert rig.stop(restarted) == 0
+    reader.poll()
+
+    table = reader.table()
+    times = table.column("ts").cast(pa.int64()).to_numpy()
+    step = step_of(1000)
+    gaps = times[1:] - times[:-1]
+    assert (gaps == step).all(), f"one grid, no gap and no duplicate across the restart: {gaps[gaps != step][:5]} " \
+                                 f"at {(gaps != step).nonzero()[0][:5]} of {len(times)}, {first_run_rows} before"
+    recomputed = generate_rows(TRAFFIC, "ts", seed=5, hosts=7, step_us=step, first_index=int(times[0]) // step,
+                               count=len(times))
+    assert table.equals(pa.Table.from_batches([recomputed]))
+    assert all(low == b.column("ts")[0].value and high == b.column("ts")[-1].value
+               for (low, high), b in zip(reader.bounds, reader.batches))
+    assert set(reader.channels) == {0}
+    wait_for(lambda: (rig.stats("traffic") or {}).get("tuples_out", 0) > 0, "the stats key")
+
+
+def test_windowed_python_function_commits_on_the_watermark_and_counts_late_rows(rig):
+    rig.load()
+    rig.worker_key("per_minute")
+    worker = rig.start("per_minute")
+    parent = rig.publication(paths.output_log(rig.site, rig.qualified("traffic")))
+    output = rig.reader(paths.output_log(rig.site, rig.qualified("per_minute")), rig.loaded.function(
+        "per_minute").schema, join_position=0)
+    base = 1_000 * MINUTE_US  # aligned to the minute
+    rows = generate_rows(TRAFFIC, "ts", seed=9, hosts=4, step_us=10 * SECOND_US, first_index=base // (10 * SECOND_US),
+                         count=18)  # minutes 0, 1 and 2, a row every 10 s
+    for start in range(0, 18, 5):
+        offer(parent, encode_tuples(rows.slice(start, 5), "ts"))
+    # The watermark is 2:50 − 10 s: minutes 0 and 1 commit, minute 2 stays open.
+    output.read_until(lambda: output.rows == len(expected_per_minute(pa.Table.from_batches([rows.slice(0, 12)]))),
+                      "minutes 0 and 1")
+    late = generate_rows(TRAFFIC, "ts", seed=9, hosts=4, step_us=10 * SECOND_US,
+                         first_index=base // (10 * SECOND_US), count=3)
+    offer(parent, encode_tuples(late, "ts"))
+    wait_for(lambda: (rig.stats("per_minute") or {}).get("late") == 3, "the late rows counted")
+    assert rig.stop(worker) == 0
+    output.poll()
+    assert output.table().equals(expected_per_minute(pa.Table.from_batches([rows.slice(0, 12)])))
+    assert output.bounds[0] == (base, base) and output.bounds[-1] == (base + MINUTE_US, base + MINUTE_US)
+
+
+def test_replay_channel_ends_in_the_recipient_after_every_end_of_replay_and_leaves_live_alone(rig):
+    rig.load()
+    channel = 9_000 + int(uuid.uuid4().int % 1000)
+    replayer_log = paths.replayer_log(rig.site, 77)
+    recipient_path = paths.recipient_log(channel)
+    recipient_path.parent.mkdir(parents=True, exist_ok=True)
+    LogBuffer.create(recipient_path, LogBufferParams(term_length=1 << 20)).close()
+    schema = rig.loaded.function("per_minute").schema
+    recipient = rig.reader(recipient_path, schema)
+    rig.admin.set(keyspace.replay_key(channel), {"target": rig.qualified("per_minute")})
+    rig.admin.set(keyspace.worker_replay_key(rig.site, rig.qualified("per_minute"), channel), {
+        "channel": channel, "since_us": 0, "until_us": 1, "inputs": [str(replayer_log)], "pass_through": False,
+        "expect_eor": 2, "recipient": str(recipient_path)})
+    rig.worker_key("per_minute", replays=[channel])
+    worker = rig.start("per_minute")
+    live = rig.reader(paths.output_log(rig.site, rig.qualified("per_minute")), schema, join_position=0)
+    replayer = rig.publication(replayer_log)
+
+    rows = generate_rows(TRAFFIC, "ts", seed=2, hosts=5, step_us=SECOND_US, first_index=500 * 60, count=150)
+    for start in range(0, 150, 40):
+        offer(replayer, encode_tuples(rows.slice(start, 40), "ts", channel=channel, source=77))
+    offer(replayer, end_of_replay(channel, 77))
+    wait_for(lambda: (rig.stats("per_minute") or {}).get("channels", {}).get(str(channel), {})
+             .get("eor_received") == 1, "the first END_OF_REPLAY")
+    recipient.poll()
+    assert recipient.ends == []  # one of two: windows still open, nothing ended
+    offer(replayer, end_of_replay(channel, 78))
+
+    recipient.read_until(lambda: recipient.ends, "the target's END_OF_REPLAY")
+    assert recipient.table().equals(expected_per_minute(pa.Table.from_batches([rows])))  # all 3 minutes, flushed
+    assert set(recipient.channels) == {channel} and len(recipient.ends) == 1 and recipient.ends[0][0] == channel
+    wait_for(lambda: rig.admin.get_or_none(keyspace.replay_key(channel)) is None, "the target to delete the replay")
+    assert rig.stop(worker) == 0
+    live.poll()
+    assert live.batches == [] and live.ends == []
+
+
+def test_bad_worker_key_program_or_engine_is_one_line_and_exit_1(rig):
+    assert rig.error_of(rig.start("traffic")) == (  # no worker key
+        1, f"ramen: worker {rig.qualified('traffic')}: no worker key "
+           f"{keyspace.worker_key(rig.site, rig.qualified('traffic'))}")
+    rig.worker_key("traffic")
+    assert rig.error_of(rig.start("traffic")) == (  # no program
+        1, f"ramen: worker {rig.qualified('traffic')}: program {rig.program} is not loaded "
+           f"(no key {keyspace.program_key(rig.program)})")
+    rig.load()
+    rig.worker_key("heavy")
+    assert rig.error_of(rig.start("heavy")) == (
+        1, f"ramen: worker {rig.qualified('heavy')}: {rig.qualified('heavy')}: spark engine comes with issue 7")
+
+
+def test_a_callable_returning_the_wrong_schema_stops_the_worker_with_one_line(rig):
+    rig.load()
+    rig.worker_key("wrong")
+    worker = rig.start("wrong")
+    parent = rig.publication(paths.output_log(rig.site, rig.qualified("traffic")))
+    rows = generate_rows(TRAFFIC, "ts", seed=1, hosts=2, step_us=SECOND_US, first_index=0, count=10)
+    wait_for(lambda: parent.offer(encode_tuples(rows, "ts")) > 0 or worker.poll() is not None, "the worker to read")
+    status, err = rig.error_of(worker)
+    assert status == 1
+    assert err.startswith(f"ramen: worker {rig.qualified('wrong')}: {rig.qualified('wrong')}: call "
+                          "'tests.workers.test_worker:wrong_output' returned (ts: timestamp[us], oops: int64)")

@@ -1,0 +1,656 @@
+"""The worker process: runs one function of a site, live and for replays (docs/runtime.md).
+
+    python -m workers.worker --site SITE --function PROG/FUNC
+
+It reads its worker key and program from the confserver, then, as an agent with a duty cycle:
+- live (channel 0): reads its parents' live output logs (waiting for logs that do not exist yet),
+  or generates rows if it is a source, runs its function and writes its live output log;
+- for each `…/<prog>/<func>/replays/<channel>` key the supervisor writes: reads the listed input
+  logs, keeps that channel's state (windows, counts) apart from live and other channels, passes
+  tuples through when it is one of the plan's sources, writes to its replay output log or, as
+  the target, to the client's recipient log; after `expect_eor` END_OF_REPLAYs it flushes the
+  channel's windows, writes one END_OF_REPLAY, and the target deletes `replays/<channel>`;
+- writes its stats key every second, and counts tuples in/out, late and dropped in counters.dat.
+
+Input logs are joined at their producer position when the worker first finds them: the supervisor
+writes the replay keys before it spawns the replayers, and a replayer (like any publication)
+writes nothing until a reader is connected.
+
+A live output nobody reads is dropped as Aeron drops it (NOT_CONNECTED), unless the function is
+archived: then the worker waits for its recorder. Replay outputs always wait for their reader.
+
+SIGTERM/SIGINT: the current batch is finished and written, the publications closed, exit 0. A bad
+worker key, program or callable: one line on stderr, exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+
+import confserver
+from confserver import ConfClient, ConfError, EventKind
+from ramen import keyspace, paths
+from ramen.message import (HEADER_LENGTH, KIND_END_OF_REPLAY, KIND_TUPLES, LIVE_CHANNEL, NO_EVENT_TIME,
+                           decode_header, event_time_bounds)
+from ramen.program.model import Function, Program, split_qualified
+from ramen.transport import (ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED, BackoffIdleStrategy, CountersFile,
+                             ExclusivePublication, FragmentAssembler, Image, LogBuffer, LogBufferError,
+                             LogBufferParams, Subscription, frame)
+from ramen.transport.logbuffer import END_OF_STREAM_UNSET
+from ramen.transport.position import int32
+from ramen.tuples import decode_tuples, encode_tuples, end_of_replay
+from workers.compute import ComputeError, PythonRunner, make_runner
+from workers.defaults import (BATCH_ROWS, EXIT_ERROR, LOG_WAIT_INTERVAL_S, MAX_PENDING_MESSAGES, MESSAGE_FILL,
+                              POLL_FRAGMENT_LIMIT, STATS_INTERVAL_S)
+from workers.sources import RowSource, SourceError, make_source
+from workers.stats import WorkerStats
+from workers.windows import WindowState
+
+log = logging.getLogger(__name__)
+
+IDENTITY = "worker"
+STOP_FLUSH_TIMEOUT_S = 2.0
+"""On SIGTERM, how long the worker tries to write what it already computed before it closes."""
+
+
+class WorkerError(Exception):
+    """The worker cannot run; the message is one line for the supervisor's log."""
+
+
+def worker_id(qualified_name: str) -> int:
+    """The `source` of the END_OF_REPLAYs this worker forwards: 32 bits of a hash of its name."""
+    return int.from_bytes(hashlib.blake2b(qualified_name.encode(), digest_size=4).digest(), "little")
+
+
+def open_or_create_log(path: Path, session_id: int = 0) -> LogBuffer:
+    """The writer's log buffer: created if absent, else reopened where its tail is (a restarted
+    worker continues its log), with the end of stream a clean stop left there cleared."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    session_id = int32(session_id)
+    try:
+        return LogBuffer.create(path, LogBufferParams(session_id=session_id, stream_id=session_id))
+    except LogBufferError:
+        if not path.exists():
+            raise
+    buffer = LogBuffer.open(path)
+    buffer.end_of_stream_position = END_OF_STREAM_UNSET
+    return buffer
+
+
+def last_event_time_us(buffer: LogBuffer) -> int | None:
+    """The largest event time in the messages of the active and previous terms of a log: where a
+    restarted source resumes. Frames from older rotations (a stale term id) are ignored."""
+    term_count = buffer.active_term_count
+    best = None
+    for count in (term_count - 1, term_count):
+        if count < 0:
+            continue
+        term = buffer.terms[count % 3]
+        term_id = buffer.initial_term_id + count
+        offset = 0
+        while offset + frame.HEADER_LENGTH <= buffer.term_length:
+            fields = frame.HEADER.unpack_from(term, offset)
+            length, flags, kind, found_term_id = fields[0], fields[2], fields[3], fields[7]
+            if length <= 0 or found_term_id != term_id:
+                break
+            if kind == frame.HDR_TYPE_DATA and flags & frame.BEGIN_FLAG and \
+                    length >= frame.HEADER_LENGTH + HEADER_LENGTH:
+                header = decode_header(term, offset + frame.HEADER_LENGTH)
+                if header is not None and header.kind == KIND_TUPLES and header.max_event_time_us != NO_EVENT_TIME:
+                    best = header.max_event_time_us if best is None else max(best, header.max_event_time_us)
+            offset += frame.align(length)
+    return best
+
+
+# -- outputs ------------------------------------------------------------------------------------
+
+@dataclass
+class Output:
+    """One publication and the messages flow control holds back, written in order."""
+    name: str
+    log: LogBuffer
+    publication: ExclusivePublication
+    drop_unread: bool = False
+    """Drop messages while no reader is connected (a live, non-archived output)."""
+    pending: deque = field(default_factory=deque)
+    dropped_rows: int = 0
+
+    @classmethod
+    def open(cls, path: Path, counters: CountersFile, *, create: bool, session_id: int = 0,
+             drop_unread: bool = False) -> Output:
+        buffer = open_or_create_log(path, session_id) if create else LogBuffer.open(path)
+        return cls(str(path), buffer, ExclusivePublication(buffer, counters), drop_unread)
+
+    def send(self, message: bytes, rows: int = 0, on_sent: Callable[[], None] | None = None) -> None:
+        self.pending.append((message, rows, on_sent))
+
+    def flush(self) -> int:
+        """Offer what is pending; returns how many messages went out (or were dropped)."""
+        done = 0
+        while self.pending:
+            message, rows, on_sent = self.pending[0]
+            result = self.publication.offer(message)
+            if result == ADMIN_ACTION:
+                result = self.publication.offer(message)
+            if result == NOT_CONNECTED and self.drop_unread:
+                self.dropped_rows += rows
+            elif result == BACK_PRESSURED or result == NOT_CONNECTED or result == ADMIN_ACTION:
+                break
+            elif result < 0:
+                raise WorkerError(f"{self.name}: cannot write (status {result})")
+            self.pending.popleft()
+            done += 1
+            if on_sent is not None:
+                on_sent()
+        return done
+
+    def close(self) -> None:
+        self.publication.close()
+        self.log.close()
+
+
+# -- inputs -------------------------------------------------------------------------------------
+
+@dataclass
+class Input:
+    """An input log: the schema its TUPLES decode with, and who needs it (live, replay channels)."""
+    path: Path
+    schema: pa.Schema
+    event_time: str | None
+    users: set = field(default_factory=set)
+    log: LogBuffer | None = None
+    image: Image | None = None
+    assembler: FragmentAssembler | None = None
+
+
+@dataclass
+class ChannelState:
+    channel: int
+    pass_through: bool = False
+    expect_eor: int = 1
+    windows: WindowState | None = None
+    output: Output | None = None
+    recipient: str | None = None
+    eor_received: int = 0
+    inputs: tuple[str, ...] = ()
+
+
+# -- the agent ----------------------------------------------------------------------------------
+
+class Worker:
+    def __init__(self, client: ConfClient, site: str, qualified_name: str, counters: CountersFile) -> None:
+        self.client = client
+        self.site = site
+        self.qualified_name = qualified_name
+        self.counters = counters
+        self.id = worker_id(qualified_name)
+        self.worker_key = keyspace.worker_key(site, qualified_name)
+        entry = client.get_or_none(self.worker_key)
+        if entry is None or not isinstance(entry.value, dict):
+            raise WorkerError(f"no worker key {self.worker_key}")
+        self.key_value: dict = entry.value
+        self.program, self.function = self._load_function(qualified_name)
+        self.parents: dict[str, Function] = {parent: self._parent(parent) for parent in self.function.parents}
+        self.runner: PythonRunner | None = None
+        self.source: RowSource | None = None
+        if self.function.source is None:
+            try:
+                self.runner = make_runner(self.function, self.program.path)
+            except ComputeError as e:
+                raise WorkerError(str(e)) from None
+        self.stats = WorkerStats(qualified_name, counters)
+        self.live_event_time_us: int | None = None
+        """The largest event time written on the live output (a restarted source resumes after it)."""
+        self.live = bool(self.key_value.get("live", True))
+        self.archived = bool(self.key_value.get("archived", self.function.archived))
+        self.live_output = Output.open(paths.output_log(site, qualified_name), counters, create=True,
+                                       session_id=self.id, drop_unread=not self.archived)
+        self.replay_output: Output | None = None
+        self.channels: dict[int, ChannelState] = {LIVE_CHANNEL: self._live_state()}
+        self.finished: set[int] = set()
+        self.closing: list[Output] = []
+        self.inputs: dict[Path, Input] = {}
+        self.subscription = Subscription()
+        self._images: dict[int, Input] = {}
+        self._inbox: list[tuple[Input, object, bytes]] = []
+        self._next_look_s = 0.0
+        self._next_stats_s = 0.0
+        self._watches = [client.watch(self.worker_key),
+                         client.watch(keyspace.function_key(site, qualified_name, "replays/*"))]
+        if self.function.source is not None:
+            try:
+                self.source = make_source(self.function, self.program.path,
+                                          start_us=self._resume_after())
+            except SourceError as e:
+                raise WorkerError(str(e)) from None
+        self._set_live(self.live)
+
+    # -- set-up -----------------------------------------------------------------------------
+
+    def _program(self, name: str) -> Program:
+        entry = self.client.get_or_none(keyspace.program_key(name))
+        if entry is None:
+            raise WorkerError(f"program {name} is not loaded (no key {keyspace.program_key(name)})")
+        try:
+            return Program.from_dict(entry.value)
+        except (KeyError, TypeError, ValueError) as e:
+            raise WorkerError(f"program {name}: unreadable ({type(e).__name__}: {e})") from None
+
+    def _load_function(self, qualified_name: str) -> tuple[Program, Function]:
+        program_name, function_name = split_qualified(qualified_name)
+        program = self._program(program_name)
+        try:
+            return program, program.function(function_name)
+        except KeyError:
+            raise WorkerError(f"program {program_name} has no function {function_name}") from None
+
+    def _parent(self, qualified_name: str) -> Function:
+        """The parent's function (for its event time), or a stand-in built from input_schemas."""
+        try:
+            return self._load_function(qualified_name)[1]
+        except WorkerError as e:
+            log.warning("%s: %s; reading it with the schema the program was validated with", qualified_name, e)
+            schema = dict(self.function.input_schemas).get(qualified_name)
+            if schema is None:
+                raise
+            program, name = split_qualified(qualified_name)
+            event_time = self.function.event_time if self.function.event_time in schema.names else None
+            return Function(program, name, schema, event_time=event_time)
+
+    def _live_state(self) -> ChannelState:
+        window = self.function.window
+        return ChannelState(LIVE_CHANNEL, output=self.live_output, expect_eor=0,
+                            windows=WindowState(window.every_us, window.lateness_us) if window else None)
+
+    def _resume_after(self) -> int | None:
+        """A restarted source continues after the last event time it wrote: its previous run's
+        stats say it (readers' cleaning zeroes a log behind them, so the log may not), else what
+        is left in its live log."""
+        entry = self.client.get_or_none(keyspace.function_key(self.site, self.qualified_name, "stats"))
+        previous = entry.value.get("live_event_time_us") if entry is not None and isinstance(entry.value, dict) \
+            else None
+        candidates = [t for t in (previous, last_event_time_us(self.live_output.log)) if t is not None]
+        if not candidates:
+            return None
+        self.live_event_time_us = max(candidates)
+        return self.live_event_time_us + 1
+
+    # -- inputs ------------------------------------------------------------------------------
+
+    def _use_input(self, path: Path, schema: pa.Schema, event_time: str | None, user) -> None:
+        found = self.inputs.get(path)
+        if found is None:
+            found = self.inputs[path] = Input(path, schema, event_time)
+        found.users.add(user)
+
+    def _release_input(self, path: Path, user) -> None:
+        found = self.inputs.get(path)
+        if found is None:
+            return
+        found.users.discard(user)
+        if not found.users:
+            del self.inputs[path]
+            if found.image is not None:
+                self._images.pop(id(found.image), None)
+                self.subscription.remove_image(found.image)
+                found.log.close()
+
+    def _open_waiting_inputs(self) -> None:
+        for found in self.inputs.values():
+            if found.image is not None or not found.path.exists():
+                continue
+            try:
+                found.log = LogBuffer.open(found.path)
+            except LogBufferError as e:
+                log.debug("%s not ready yet: %s", found.path, e)  # being created: look again
+                continue
+            found.image = Image(found.log, self.counters, name=f"{self.qualified_name} <- {found.path.name}")
+            found.assembler = FragmentAssembler(lambda b, o, n, h, inp=found: self._inbox.append(
+                (inp, None, bytes(b[o:o + n]))))
+            self._images[id(found.image)] = found
+            self.subscription.add_image(found.image)
+            log.info("%s reads %s from position %d", self.qualified_name, found.path, found.image.position)
+
+    def _set_live(self, live: bool) -> None:
+        self.live = live
+        for parent, function in self.parents.items():
+            path = paths.output_log(self.site, parent)
+            if live:
+                self._use_input(path, function.schema, function.event_time, LIVE_CHANNEL)
+            else:
+                self._release_input(path, LIVE_CHANNEL)
+
+    # -- confserver events -------------------------------------------------------------------
+
+    def _conf_events(self) -> int:
+        events = [event for watch in self._watches for event in watch.drain()]
+        for event in events:
+            if event.kind == EventKind.SYNCED:
+                continue
+            if event.key == self.worker_key:
+                if event.kind != EventKind.DELETED and isinstance(event.entry.value, dict):
+                    self.key_value = event.entry.value
+                    live = bool(self.key_value.get("live", True))
+                    if live != self.live:
+                        log.info("%s: live %s", self.qualified_name, live)
+                        self._set_live(live)
+                continue
+            channel = event.key.rpartition("/")[2]
+            if not channel.isdigit():
+                continue
+            if event.kind == EventKind.DELETED:
+                self._end_replay(int(channel), torn_down=True)
+            elif isinstance(event.entry.value, dict):
+                self._start_replay(int(channel), event.entry.value)
+        return len(events)
+
+    def _input_function(self, path: Path, pass_through: bool) -> Function:
+        if pass_through:
+            return self.function
+        for parent, function in self.parents.items():
+            if path == paths.replay_output_log(self.site, parent) or path == paths.output_log(self.site, parent):
+                return function
+        # A replayer's log of a parent: a python function's parents all output one schema.
+        return next(iter(self.parents.values()))
+
+    def _start_replay(self, channel: int, spec: dict) -> None:
+        if channel in self.finished:
+            return
+        pass_through = bool(spec.get("pass_through"))
+        if not pass_through and not self.parents:
+            log.error("%s: replay %d asks a source to compute (not pass_through): ignored", self.qualified_name,
+                      channel)
+            return
+        state = self.channels.get(channel)
+        if state is None:
+            window = self.function.window
+            state = self.channels[channel] = ChannelState(
+                channel, pass_through=pass_through,
+                windows=WindowState(window.every_us, window.lateness_us) if window and not pass_through else None)
+            log.info("%s: replay %d (%s) from %s", self.qualified_name, channel,
+                     "pass-through" if pass_through else "computed", spec.get("inputs"))
+        state.expect_eor = int(spec.get("expect_eor", 1))
+        recipient = spec.get("recipient")
+        if state.output is None:
+            try:
+                state.output = self._replay_output_for(channel, recipient)
+            except LogBufferError as e:
+                log.error("%s: replay %d: cannot open its output: %s", self.qualified_name, channel, e)
+                del self.channels[channel]
+                return
+            state.recipient = recipient
+        inputs = tuple(spec.get("inputs") or ())
+        for path in inputs:
+            function = self._input_function(Path(path), pass_through)
+            self._use_input(Path(path), function.schema, function.event_time, channel)
+        for path in set(state.inputs) - set(inputs):
+            self._release_input(Path(path), channel)
+        state.inputs = inputs
+
+    def _replay_output_for(self, channel: int, recipient: str | None) -> Output:
+        if recipient:
+            return Output.open(Path(recipient), self.counters, create=False)
+        if self.replay_output is None:
+            self.replay_output = Output.open(paths.replay_output_log(self.site, self.qualified_name),
+                                             self.counters, create=True, session_id=self.id)
+        return self.replay_output
+
+    def _end_replay(self, channel: int, *, torn_down: bool = False) -> None:
+        state = self.channels.pop(channel, None)
+        if torn_down:
+            self.finished.discard(channel)
+        if state is None:
+            return
+        if torn_down:
+            log.info("%s: replay %d torn down", self.qualified_name, channel)
+        for path in state.inputs:
+            self._release_input(Path(path), channel)
+        if state.recipient and state.output is not None:
+            if torn_down:
+                state.output.close()
+            else:
+                self.closing.append(state.output)
+
+    # -- data --------------------------------------------------------------------------------
+
+    def _read_inputs(self) -> int:
+        fragments = 0
+        for image in self.subscription.images:
+            found = self._images.get(id(image))
+            if found is not None:
+                fragments += image.poll(found.assembler.on_fragment, POLL_FRAGMENT_LIMIT)
+        if not self._inbox:
+            return fragments
+        inbox, self._inbox = self._inbox, []
+        run: list[tuple[Input, bytes]] = []
+        run_channel = None
+        for found, _, message in inbox:
+            header = decode_header(message)
+            if header is None:
+                continue
+            if header.channel != run_channel and run:
+                self._process(run_channel, run)
+                run = []
+            run_channel = header.channel
+            if header.kind == KIND_TUPLES:
+                run.append((found, message))
+            elif header.kind == KIND_END_OF_REPLAY:
+                if run:
+                    self._process(run_channel, run)
+                    run = []
+                self._on_end_of_replay(header.channel, header.source)
+        if run:
+            self._process(run_channel, run)
+        return fragments
+
+    def _process(self, channel: int, messages: list[tuple[Input, bytes]]) -> None:
+        state = self.channels.get(channel)
+        if state is None or (channel == LIVE_CHANNEL and not self.live):
+            log.debug("%s: %d messages of channel %d nobody here expects", self.qualified_name, len(messages),
+                      channel)
+            return
+        if state.pass_through:
+            for found, message in messages:
+                rows = decode_tuples(message, found.schema).num_rows
+                self.stats.add("tuples in", rows, channel)
+                self.stats.add("tuples out", rows, channel)
+                state.output.send(message, rows)
+            return
+        batches = [(found, decode_tuples(message, found.schema)) for found, message in messages]
+        self.stats.add("tuples in", sum(b.num_rows for _, b in batches), channel)
+        if state.windows is None:
+            table = pa.Table.from_batches([b for _, b in batches], schema=batches[0][1].schema)
+            self._emit(state, self.runner(table))
+            return
+        late_before = state.windows.late
+        for found, batch in batches:
+            for closed in state.windows.add(batch, found.event_time or self.function.event_time):
+                self._emit(state, self.runner(closed.table, (closed.start_us, closed.end_us)))
+        self.stats.add("late", state.windows.late - late_before, channel)
+
+    def _emit(self, state: ChannelState, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        max_bytes = int(state.output.publication.max_message_length * MESSAGE_FILL)
+        rows_per_message = BATCH_ROWS
+        if table.nbytes > max_bytes * max(1, table.num_rows // BATCH_ROWS):
+            rows_per_message = max(1, int(table.num_rows * max_bytes / max(table.nbytes, 1)))
+        live = state.channel == LIVE_CHANNEL
+        for batch in table.combine_chunks().to_batches(max_chunksize=rows_per_message):
+            message = encode_tuples(batch, self.function.event_time, state.channel, self.id)
+            state.output.send(message, batch.num_rows)
+            self.stats.add("tuples out", batch.num_rows, state.channel)
+            if live and (bounds := event_time_bounds(message)) is not None and \
+                    (self.live_event_time_us is None or bounds[1] > self.live_event_time_us):
+                self.live_event_time_us = bounds[1]
+
+    def _on_end_of_replay(self, channel: int, source: int) -> None:
+        state = self.channels.get(channel)
+        if state is None or channel == LIVE_CHANNEL:
+            log.warning("%s: END_OF_REPLAY of channel %d (from %d) nobody here expects", self.qualified_name,
+                        channel, source)
+            return
+        state.eor_received += 1
+        self.stats.channel(channel).eor_received += 1
+        if state.eor_received < state.expect_eor:
+            return
+        if state.windows is not None:
+            late_before = state.windows.late
+            for closed in state.windows.flush():
+                self._emit(state, self.runner(closed.table, (closed.start_us, closed.end_us)))
+            self.stats.add("late", state.windows.late - late_before, channel)
+        state.output.send(end_of_replay(channel, self.id), on_sent=lambda: self._replay_done(channel, state))
+        log.info("%s: replay %d ended (%d END_OF_REPLAY)", self.qualified_name, channel, state.eor_received)
+        self.finished.add(channel)
+        self._end_replay(channel)
+
+    def _replay_done(self, channel: int, state: ChannelState) -> None:
+        """The channel's END_OF_REPLAY is written: the target ends the replay."""
+        if not state.recipient:
+            return
+        try:
+            self.client.delete(keyspace.replay_key(channel))
+        except ConfError as e:  # the client or the supervisor may have removed it first
+            log.info("replays/%d: %s", channel, e)
+
+    def _generate(self) -> int:
+        batch = self.source.poll(time.time_ns() // 1000)
+        if batch is None or batch.num_rows == 0:
+            return 0
+        self.stats.add("tuples in", batch.num_rows, LIVE_CHANNEL)
+        self._emit(self.channels[LIVE_CHANNEL], pa.Table.from_batches([batch]))
+        return 1
+
+    # -- duty cycle --------------------------------------------------------------------------
+
+    def _outputs(self) -> list[Output]:
+        outputs = [self.live_output, *([self.replay_output] if self.replay_output else [])]
+        outputs += [s.output for s in self.channels.values() if s.recipient and s.output is not None]
+        return outputs + self.closing
+
+    def _flush(self) -> int:
+        work = 0
+        for output in self._outputs():
+            if output.pending:
+                work += output.flush()
+        if self.live_output.dropped_rows:
+            self.stats.add("dropped", self.live_output.dropped_rows, LIVE_CHANNEL)
+            self.live_output.dropped_rows = 0
+        if self.closing:
+            for output in [o for o in self.closing if not o.pending]:
+                output.close()
+                self.closing.remove(output)
+        return work
+
+    def pending(self) -> int:
+        return sum(len(o.pending) for o in self._outputs())
+
+    def do_work(self) -> int:
+        work = self._conf_events()
+        now = time.monotonic()
+        if now >= self._next_look_s:
+            self._open_waiting_inputs()
+            self._next_look_s = now + LOG_WAIT_INTERVAL_S
+        work += self._flush()
+        if self.pending() < MAX_PENDING_MESSAGES:
+            if self.source is not None and self.live:
+                work += self._generate()
+            work += self._read_inputs()
+            work += self._flush()
+        if now >= self._next_stats_s:
+            self._next_stats_s = now + STATS_INTERVAL_S
+            self.write_stats()
+        return work
+
+    def write_stats(self) -> None:
+        position_in = sum(image.position for image in self.subscription.images)
+        record = self.stats.record(position_in, self.live_output.publication.position)
+        record["live_event_time_us"] = self.live_event_time_us
+        try:
+            self.client.set(keyspace.function_key(self.site, self.qualified_name, "stats"), record)
+        except ConfError as e:
+            log.warning("%s: cannot write stats: %s", self.qualified_name, e)
+
+    def close(self, flush_timeout_s: float = STOP_FLUSH_TIMEOUT_S) -> None:
+        """Write what is computed (for a while), then close every publication and image."""
+        deadline = time.monotonic() + flush_timeout_s
+        idle = BackoffIdleStrategy()
+        while self.pending() and time.monotonic() < deadline:
+            idle.idle(self._flush())
+        for watch in self._watches:
+            watch.close()
+        self.write_stats()
+        for output in {id(o): o for o in self._outputs()}.values():
+            output.close()
+        self.closing.clear()
+        self.subscription.close()
+        for found in self.inputs.values():
+            if found.log is not None:
+                found.log.close()
+        self.stats.close()
+
+
+def run(worker: Worker, stop: threading.Event, idle: BackoffIdleStrategy | None = None) -> None:
+    idle = idle or BackoffIdleStrategy()
+    while not stop.is_set():
+        idle.idle(worker.do_work())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m workers.worker", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--site", default=keyspace.default_site(), help="the site (default $RAMEN_SITE or local)")
+    parser.add_argument("--function", required=True, metavar="PROG/FUNC", help="the function to run")
+    parser.add_argument("--confserver", default=None, help="confserver URL (default $RAMEN_CONFSERVER)")
+    return parser
+
+
+def serve(args) -> int:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    name = args.function
+    if "/" not in name:
+        print(f"ramen: worker: --function {name!r} must be PROG/FUNC", file=sys.stderr)
+        return EXIT_ERROR
+    client = counters = worker = None
+    try:
+        client = confserver.connect(args.confserver, identity=IDENTITY)
+        counters = CountersFile.open(paths.counters_path())
+        worker = Worker(client, args.site, name, counters)
+        log.info("worker %s on site %s running (pid ready)", name, args.site)
+        run(worker, stop)
+        return 0
+    except (WorkerError, ComputeError, SourceError, ConfError, LogBufferError, OSError) as e:
+        print(f"ramen: worker {name}: {e}".replace("\n", " "), file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        if worker is not None:
+            try:
+                worker.close()
+            except Exception as e:  # noqa: BLE001 - closing must not hide why we stopped
+                log.warning("%s: closing: %s", name, e)
+        if counters is not None:
+            counters.close()
+        if client is not None:
+            client.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return serve(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
