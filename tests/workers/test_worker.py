@@ -353,3 +353,26 @@ def test_a_callable_returning_the_wrong_schema_stops_the_worker_with_one_line(ri
     assert status == 1
     assert err.startswith(f"ramen: worker {rig.qualified('wrong')}: {rig.qualified('wrong')}: call "
                           "'tests.workers.test_worker:wrong_output' returned (ts: timestamp[us], oops: int64)")
+
+
+def test_a_plan_source_passes_replayed_tuples_through_to_its_replay_log_and_forwards_the_end(rig):
+    rig.load()
+    channel = 8_000 + int(uuid.uuid4().int % 1000)
+    replayer_log = paths.replayer_log(rig.site, 5)
+    rig.admin.set(keyspace.worker_replay_key(rig.site, rig.qualified("traffic"), channel), {
+        "channel": channel, "since_us": 0, "until_us": 1, "inputs": [str(replayer_log)], "pass_through": True,
+        "expect_eor": 1, "recipient": None})
+    rig.worker_key("traffic", live=False, replays=[channel])  # running for the replay only: no generation
+    worker = rig.start("traffic")
+    replayer = rig.publication(replayer_log)
+    rows = generate_rows(TRAFFIC, "ts", seed=3, hosts=3, step_us=SECOND_US, first_index=0, count=100)
+    offer(replayer, encode_tuples(rows, "ts", channel=channel, source=5))
+    replay_out = rig.reader(paths.replay_output_log(rig.site, rig.qualified("traffic")), TRAFFIC)
+    offer(replayer, end_of_replay(channel, 5))
+    replay_out.read_until(lambda: replay_out.ends, "the forwarded END_OF_REPLAY")
+    assert replay_out.table().equals(pa.Table.from_batches([rows])) and set(replay_out.channels) == {channel}
+    assert replay_out.ends[0][0] == channel and replay_out.ends[0][1] != 5  # forwarded under the worker's id
+    assert rig.stop(worker) == 0
+    live = rig.reader(paths.output_log(rig.site, rig.qualified("traffic")), TRAFFIC, join_position=0)
+    live.poll()
+    assert live.batches == []
