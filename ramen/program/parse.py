@@ -26,10 +26,10 @@ FUNCTION_KEYS = ("name", "source", "schema", "event_time", "archive", "lazy", "f
 WINDOW_KEYS = ("every", "lateness")
 ARCHIVE_KEYS = ("retention",)
 SOURCE_KEYS = {
-    "generator": ("kind", "rate", "hosts", "seed"),
+    "generator": ("kind", "rate", "hosts", "seed", "backfill"),
     "csv": ("kind", "path", "follow"),
     "jsonl": ("kind", "path", "follow"),
-    "parquet": ("kind", "path"),
+    "parquet": ("kind", "path", "follow"),
 }
 GENERATOR_DEFAULTS = {"rate": 1000, "hosts": 10, "seed": 0}
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
@@ -200,6 +200,11 @@ def _parse_source(table: dict | None, fail) -> Source | None:
                 fail(f"source {key!r} must be a positive number, not {value!r}")
         if isinstance(options["seed"], bool) or not isinstance(options["seed"], int):
             fail(f"source 'seed' must be an integer, not {options['seed']!r}")
+        if "backfill" in options:  # produce [now - backfill, now) at start, as fast as possible
+            try:
+                parse_duration(options["backfill"])
+            except ValueError as e:
+                fail(f"source 'backfill': {e}")
     else:
         if not isinstance(options.get("path"), str) or not options["path"]:
             fail(f"a {kind} source needs 'path' (a file, relative to the program file)")
