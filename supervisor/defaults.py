@@ -1,0 +1,26 @@
+"""The supervisor's tunables, in one place, with their units."""
+
+#: How long a new replay waits for others to arrive, so requests of the same data share a replayer.
+DELAY_BEFORE_REPLAY_S = 0.5
+#: Between SIGTERM and SIGKILL when a process is stopped.
+STOP_GRACE_S = 5.0
+#: The first restart of a crashed worker waits this long; each further crash doubles it, up to the max.
+RESTART_BACKOFF_INITIAL_S = 0.5
+RESTART_BACKOFF_FACTOR = 2.0
+RESTART_BACKOFF_MAX_S = 30.0
+#: A run at least this long proves the worker healthy again: the backoff starts over.
+RESTART_BACKOFF_RESET_S = 60.0
+#: This many crashes within the window put a worker in quarantine (no restart) for QUARANTINE_S.
+QUARANTINE_FAILURES = 5
+QUARANTINE_WINDOW_S = 60.0
+QUARANTINE_S = 300.0
+#: A replay request without its own timeout_s is deleted this long after it was created.
+REPLAY_TIMEOUT_S = 300.0
+#: Defunct runs kept per `…/instances/<signature>` key.
+MAX_DEFUNCT_RUNS = 10
+#: How often the supervisor looks at its children when no event arrives (it does not use SIGCHLD).
+POLL_INTERVAL_S = 0.05
+#: How often `sites/<site>/supervisor/stats` is written.
+STATS_INTERVAL_S = 1.0
+#: Hands out replayer ids (never 0, never repeated).
+REPLAYER_SEQUENCE = "sequences/replayer"

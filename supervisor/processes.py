@@ -1,0 +1,165 @@
+"""Child processes of the supervisor: spawn, stop (SIGTERM, then SIGKILL), and notice their end.
+
+Nothing here blocks: the supervisor's duty cycle polls its children (`Child.poll`) and enforces
+stop deadlines (`Child.enforce_stop`). Each child gets its own session (so a Ctrl-C on the
+supervisor's terminal reaches the supervisor only, which then stops its children in order) and is
+signalled as a process group, so whatever it started itself goes with it.
+
+A child may also be *adopted*: a process started by an earlier supervisor that died, found through
+its pid. It is not our child, so its exit status is unknown; we only see that it is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ramen.processes import pid_alive
+
+log = logging.getLogger(__name__)
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+@dataclass
+class Child:
+    """One process we watch. `returncode` follows subprocess: negative means killed by that signal;
+    None once ended means unknown (an adopted process)."""
+
+    name: str
+    pid: int
+    started_us: int
+    popen: subprocess.Popen | None = None
+    stop_deadline: float | None = None
+    """monotonic time after which a stopping child gets SIGKILL; None while it should run."""
+    killed: bool = False
+    ended: bool = False
+    ended_us: int | None = None
+    returncode: int | None = None
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_deadline is not None
+
+    @property
+    def adopted(self) -> bool:
+        return self.popen is None
+
+    def poll(self) -> bool:
+        """Whether the process has ended (reaping it if it is ours)."""
+        if self.ended:
+            return True
+        if self.popen is not None:
+            code = self.popen.poll()
+            if code is None:
+                return False
+            self.returncode = code
+        elif _running(self.pid):
+            return False
+        self.ended = True
+        self.ended_us = now_us()
+        return True
+
+    def stop(self, grace_s: float) -> None:
+        """SIGTERM now, SIGKILL after grace_s (see enforce_stop). Idempotent."""
+        if self.stopping or self.poll():
+            return
+        self.stop_deadline = time.monotonic() + grace_s
+        self._signal(signal.SIGTERM)
+
+    def enforce_stop(self, now: float) -> bool:
+        """SIGKILL a stopping child past its grace; returns whether it did."""
+        if self.stop_deadline is None or self.killed or now < self.stop_deadline or self.poll():
+            return False
+        log.warning("%s (pid %d) still running after SIGTERM: SIGKILL", self.name, self.pid)
+        self.killed = True
+        self._signal(signal.SIGKILL)
+        return True
+
+    def kill(self) -> None:
+        if not self.poll():
+            self.killed = True
+            self._signal(signal.SIGKILL)
+
+    def _signal(self, signum: int) -> None:
+        try:
+            if _leads_its_group(self.pid):
+                os.killpg(self.pid, signum)
+            else:
+                os.kill(self.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    @property
+    def run_time_s(self) -> float:
+        end = self.ended_us if self.ended_us is not None else now_us()
+        return max(0.0, (end - self.started_us) / 1e6)
+
+    def describe_exit(self) -> str:
+        return describe_exit(self.returncode)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an adopted process's new parent may be slow to reap it)."""
+    if not pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _leads_its_group(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
+
+
+def describe_exit(returncode: int | None) -> str:
+    """`exit 1`, `killed by signal 9`, or `exit status unknown` (an adopted process)."""
+    if returncode is None:
+        return "exit status unknown"
+    if returncode < 0:
+        return f"killed by signal {-returncode}"
+    return f"exit {returncode}"
+
+
+def spawn(name: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> Child:
+    """Start argv with env, its stdout and stderr appended to log_path (created with its folder)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as out:
+        popen = subprocess.Popen(list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                 start_new_session=True)
+    child = Child(name, popen.pid, now_us(), popen)
+    log.info("started %s: pid %d, log %s", name, popen.pid, log_path)
+    return child
+
+
+def adopt(name: str, pid: int, started_us: int, *, expect_args: Sequence[str] = ()) -> Child | None:
+    """A Child for a running process an earlier supervisor started, or None if pid is gone or is
+    now some other program (its command line lacks `expect_args` in order: a reused pid)."""
+    if pid <= 0 or not _running(pid) or not _has_args(pid, expect_args):
+        return None
+    log.info("adopted %s: pid %d", name, pid)
+    return Child(name, pid, started_us)
+
+
+def _has_args(pid: int, expected: Sequence[str]) -> bool:
+    if not expected:
+        return True
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    wanted = [a.encode() for a in expected]
+    return any(args[i:i + len(wanted)] == wanted for i in range(len(args)))

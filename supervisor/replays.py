@@ -1,0 +1,381 @@
+"""Replays, from the supervisor's side: wiring, merging, replayers, teardown and faults.
+
+A new `replays/<channel>` waits `delay_before_replay_s` so that requests arriving together can
+share replayers. Then the batch is launched: per source function, the requests whose ranges
+overlap (and that did not ask for `no_merge`) form one replayer; replayer ids come from a
+confserver sequence; every path worker gets its `…/replays/<channel>` key (its inputs name the
+replayer logs and parents' replay logs); then each replayer gets its key and its process.
+
+When `replays/<channel>` is deleted, the workers' keys of that channel go, and a replayer none of
+whose channels is alive any more is stopped, its key and log removed. A replayer that fails, or a
+worker on a launched replay's path that dies, sets `error` on the replays concerned; a replay
+older than its `timeout_s` is deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import confserver
+from confserver import ConfClient
+from ramen import keyspace, paths
+from ramen.program.plan import ReplayPlan
+from supervisor import defaults
+from supervisor.counters import SupervisorCounters
+from supervisor.processes import Child, adopt, now_us, spawn
+
+log = logging.getLogger(__name__)
+
+DEFAULT_REPLAYER_COMMAND = (sys.executable, "-m", "workers.replayer")
+
+
+# -- pure parts: plan, merge, wiring ------------------------------------------------------------
+
+def plan_of(request: dict) -> ReplayPlan:
+    """The request's plan (a JSON string, as ReplayPlan.to_json(), or the dict itself);
+    ValueError if it has none that reads."""
+    plan = request.get("plan")
+    try:
+        if isinstance(plan, dict):
+            return ReplayPlan.from_dict(plan)
+        if isinstance(plan, (str, bytes)):
+            return ReplayPlan.from_json(plan)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"unreadable plan ({e})") from None
+    raise ValueError("no plan")
+
+
+@dataclass
+class Request:
+    """A replay as the supervisor follows it."""
+
+    channel: int
+    value: dict
+    plan: ReplayPlan | None
+    seen_at: float
+    """monotonic time the supervisor first saw it."""
+    launched: bool = False
+    failed: bool = False
+    """error set (by us or found set): no further error is written."""
+    timed_out: bool = False
+
+    @property
+    def since_us(self) -> int:
+        return int(self.value.get("since_us", self.plan.since_us))
+
+    @property
+    def until_us(self) -> int:
+        return int(self.value.get("until_us", self.plan.until_us))
+
+    @property
+    def no_merge(self) -> bool:
+        return bool(self.value.get("no_merge"))
+
+
+@dataclass
+class Group:
+    """Requests one replayer serves: all read `source`."""
+
+    source: str
+    requests: list[Request]
+
+
+def merge(requests: Iterable[Request], *, allow: bool = True) -> list[Group]:
+    """One group per source and per run of overlapping [since, until) ranges; a request with
+    no_merge (or every request when `allow` is false) gets a group of its own."""
+    by_source: dict[str, list[Request]] = {}
+    for request in requests:
+        for source in request.plan.sources:
+            by_source.setdefault(source, []).append(request)
+    groups: list[Group] = []
+    for source, members in sorted(by_source.items()):
+        current: Group | None = None
+        current_until = 0
+        for request in sorted(members, key=lambda r: (r.since_us, r.channel)):
+            alone = request.no_merge or not allow
+            if current is not None and not alone and request.since_us < current_until:
+                current.requests.append(request)
+                current_until = max(current_until, request.until_us)
+                continue
+            group = Group(source, [request])
+            groups.append(group)
+            current, current_until = (None, 0) if alone else (group, request.until_us)
+    return groups
+
+
+def worker_replay_values(site: str, request: Request, replayer_of: Mapping[str, int]) -> dict[str, dict]:
+    """`…/replays/<channel>` of every function on the request's paths, by qualified name.
+    `replayer_of` maps each of the plan's sources to the replayer that feeds it this channel."""
+    plan = request.plan
+    values = {}
+    for name in plan.functions:
+        if name in plan.sources:
+            inputs = [str(paths.replayer_log(site, replayer_of[name]))]
+        else:
+            inputs = [str(paths.replay_output_log(site, parent)) for parent in plan.inputs_of(name)]
+        values[name] = {"channel": request.channel, "since_us": request.since_us, "until_us": request.until_us,
+                        "inputs": inputs, "pass_through": name in plan.sources, "expect_eor": len(inputs),
+                        "recipient": request.value.get("recipient") if name == plan.target else None}
+    return values
+
+
+def replayer_value(site: str, replayer_id: int, group: Group) -> dict:
+    return {"id": replayer_id, "source": group.source, "log": str(paths.replayer_log(site, replayer_id)),
+            "archive_dir": str(paths.archive_dir(site)),
+            "channels": [{"channel": r.channel, "since_us": r.since_us, "until_us": r.until_us}
+                         for r in sorted(group.requests, key=lambda r: r.channel)]}
+
+
+# -- the service part ---------------------------------------------------------------------------
+
+@dataclass
+class Replayer:
+    id: int
+    source: str
+    channels: set[int]
+    child: Child | None = None
+    retiring: bool = False
+    """None of its channels is alive: stop it, then remove its key and log."""
+
+
+class ReplaySupervision:
+    def __init__(self, client: ConfClient, site: str, counters: SupervisorCounters, *,
+                 command: Sequence[str] = DEFAULT_REPLAYER_COMMAND, env: Mapping[str, str],
+                 delay_s: float = defaults.DELAY_BEFORE_REPLAY_S, stop_grace_s: float = defaults.STOP_GRACE_S,
+                 merge: bool = True):
+        self.client = client
+        self.site = site
+        self.counters = counters
+        self.command = tuple(command)
+        self.env = dict(env)
+        self.delay_s = delay_s
+        self.stop_grace_s = stop_grace_s
+        self.merge = merge
+        self.requests: dict[int, Request] = {}
+        self.replayers: dict[int, Replayer] = {}
+        self._next_timeout_check = 0.0
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def adopt(self) -> None:
+        """Take over the replayers an earlier supervisor left: a replayer key means spawned (its
+        process adopted if its pid still runs); replays they serve count as launched."""
+        for entry in self.client.glob(f"{keyspace.replayers_prefix(self.site)}/*"):
+            value = entry.value if isinstance(entry.value, dict) else {}
+            try:
+                replayer_id = int(value.get("id", entry.key.rpartition("/")[2]))
+                channels = {int(c["channel"]) for c in value.get("channels", [])}
+            except (ValueError, TypeError, KeyError):
+                log.warning("ignoring %s: not a replayer key", entry.key)
+                continue
+            replayer = Replayer(replayer_id, str(value.get("source")), channels)
+            replayer.child = adopt(f"replayer {replayer_id} of {replayer.source}", int(value.get("pid") or 0),
+                                   int(value.get("started_us") or 0), expect_args=("--id", str(replayer_id)))
+            if replayer.child is not None:
+                self.counters.adopted += 1
+            self.replayers[replayer_id] = replayer
+
+    def on_replay(self, channel: int, value: dict | None, *, existing: bool = False) -> None:
+        """A replay key was created, updated (value) or deleted (None)."""
+        if value is None:
+            self.teardown(channel)
+            return
+        request = self.requests.get(channel)
+        if request is not None:
+            request.value = value
+            request.failed = request.failed or bool(value.get("error"))
+            return
+        request = Request(channel, value, None, time.monotonic(), failed=bool(value.get("error")))
+        self.requests[channel] = request
+        if existing and any(channel in r.channels for r in self.replayers.values()):
+            request.launched = True  # launched by an earlier supervisor
+        try:
+            request.plan = plan_of(value)
+        except ValueError as e:
+            request.launched = True
+            self.set_error(channel, f"replay {channel} cannot be wired: {e}")
+            return
+        log.info("replay %d of %s [%d, %d): %d sources%s", channel, request.plan.target, request.since_us,
+                 request.until_us, len(request.plan.sources), " (adopted)" if request.launched else "")
+
+    def synced(self) -> None:
+        """Every existing replay is known: clean what belongs to replays that ended meanwhile."""
+        for replayer in self.replayers.values():
+            if not replayer.channels & set(self.requests):
+                replayer.retiring = True
+        for entry in self.client.glob(keyspace.function_key(self.site, "*/*", "replays/*")):
+            channel = entry.key.rpartition("/")[2]
+            if not channel.isdigit() or int(channel) not in self.requests:
+                _delete(self.client, entry.key)
+
+    def on_worker_death(self, name: str, description: str) -> None:
+        """A worker that should run ended: every launched replay through it fails."""
+        for request in self.requests.values():
+            if request.launched and request.plan is not None and name in request.plan.functions:
+                self.set_error(request.channel, f"worker {name} died ({description}) during the replay")
+
+    # -- duty cycle ----------------------------------------------------------------------------
+
+    def do_work(self, now: float) -> int:
+        work = 0
+        pending = [r for r in self.requests.values() if not r.launched]
+        if pending and now - min(r.seen_at for r in pending) >= self.delay_s:
+            self.launch(pending)
+            work += 1
+        for replayer in list(self.replayers.values()):
+            work += self._step(replayer, now)
+        if now >= self._next_timeout_check:
+            self._next_timeout_check = now + 1.0
+            work += self._expire()
+        return work
+
+    def launch(self, batch: list[Request]) -> None:
+        groups = merge(batch, allow=self.merge)
+        replayer_of: dict[int, dict[str, int]] = {r.channel: {} for r in batch}
+        ids = []
+        for group in groups:
+            replayer_id = self.client.next_sequence(defaults.REPLAYER_SEQUENCE)
+            ids.append(replayer_id)
+            for request in group.requests:
+                replayer_of[request.channel][group.source] = replayer_id
+        for request in batch:
+            for name, value in worker_replay_values(self.site, request, replayer_of[request.channel]).items():
+                self.client.set(keyspace.worker_replay_key(self.site, name, request.channel), value)
+            request.launched = True
+            self.counters.replays_wired += 1
+        for replayer_id, group in zip(ids, groups):
+            self._spawn(replayer_id, group)
+
+    def _spawn(self, replayer_id: int, group: Group) -> None:
+        key = keyspace.replayer_key(self.site, replayer_id)
+        value = replayer_value(self.site, replayer_id, group)
+        self.client.set(key, value)
+        argv = [*self.command, "--site", self.site, "--id", str(replayer_id)]
+        name = f"replayer {replayer_id} of {group.source}"
+        child = spawn(name, argv, self.env, paths.logs_dir() / "replayers" / f"{replayer_id}.log")
+        # pid and start let a restarted supervisor adopt it (beyond the contract's fields)
+        self.client.set(key, dict(value, pid=child.pid, started_us=child.started_us))
+        channels = {r.channel for r in group.requests}
+        self.replayers[replayer_id] = Replayer(replayer_id, group.source, channels, child)
+        self.counters.replayers_spawned += 1
+        self.counters.merged_requests += len(channels) - 1
+        log.info("%s: channels %s", name, ", ".join(map(str, sorted(channels))))
+
+    def _step(self, replayer: Replayer, now: float) -> int:
+        child = replayer.child
+        if replayer.retiring:
+            if child is not None and not child.poll():
+                child.stop(self.stop_grace_s)
+                if child.enforce_stop(now):
+                    self.counters.kills += 1
+                return 0
+            self._remove(replayer)
+            return 1
+        if child is not None and child.ended is False and child.poll():
+            if child.returncode not in (0, None):  # None: adopted, its status is unknown
+                self.counters.replayer_failures += 1
+                description = f"replayer {replayer.id} of {replayer.source} died ({child.describe_exit()})"
+                log.error("%s", description)
+                for channel in sorted(replayer.channels):
+                    if channel in self.requests:
+                        self.set_error(channel, description)
+            else:
+                log.info("replayer %d of %s ended (%s)", replayer.id, replayer.source, child.describe_exit())
+            return 1
+        return 0
+
+    def _remove(self, replayer: Replayer) -> None:
+        del self.replayers[replayer.id]
+        try:
+            self.client.delete_tree(keyspace.replayer_key(self.site, replayer.id))
+        except confserver.ConfError as e:
+            log.error("replayer %d: cannot delete its keys: %s", replayer.id, e)
+        try:
+            os.unlink(paths.replayer_log(self.site, replayer.id))
+        except FileNotFoundError:
+            pass
+        log.info("replayer %d of %s removed", replayer.id, replayer.source)
+
+    def teardown(self, channel: int) -> None:
+        """The replay is over (done, failed, abandoned): unwire it and retire idle replayers."""
+        request = self.requests.pop(channel, None)
+        for entry in self.client.glob(keyspace.function_key(self.site, "*/*", f"replays/{channel}")):
+            _delete(self.client, entry.key)
+        for replayer in self.replayers.values():
+            if channel in replayer.channels and not replayer.channels & set(self.requests):
+                replayer.retiring = True
+        if request is not None:
+            self.counters.teardowns += 1
+            log.info("replay %d torn down", channel)
+
+    def _expire(self) -> int:
+        expired = 0
+        now = now_us()
+        for request in self.requests.values():
+            if request.timed_out:
+                continue
+            timeout_s = request.value.get("timeout_s") or defaults.REPLAY_TIMEOUT_S
+            created_us = request.value.get("created_us")
+            if not isinstance(created_us, int):
+                created_us = now - round((time.monotonic() - request.seen_at) * 1e6)
+            if now - created_us > timeout_s * 1e6:
+                request.timed_out = True
+                expired += 1
+                self.counters.replays_timed_out += 1
+                log.warning("replay %d is older than its timeout (%s s): deleted", request.channel, timeout_s)
+                _delete(self.client, keyspace.replay_key(request.channel))
+        return expired
+
+    def set_error(self, channel: int, message: str) -> None:
+        """Add `error` to replays/<channel>, keeping the rest; the first error stays."""
+        request = self.requests.get(channel)
+        if request is not None:
+            if request.failed:
+                return
+            request.failed = True
+        key = keyspace.replay_key(channel)
+        try:
+            entry = self.client.get(key)
+            if isinstance(entry.value, dict) and entry.value.get("error"):
+                return
+            value = dict(entry.value) if isinstance(entry.value, dict) else {"request": entry.value}
+            self.client.update(key, dict(value, error=message), version=entry.version)
+        except (confserver.NoSuchKey, confserver.VersionMismatch):
+            return  # gone, or changed under us (the next fault will say again)
+        self.counters.replay_errors += 1
+        log.error("replay %d failed: %s", channel, message)
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    def stop_all(self, timeout_s: float) -> None:
+        """Stop our replayers (their replays fail: nobody is left to watch them)."""
+        for channel, request in self.requests.items():
+            if request.launched:
+                self.set_error(channel, f"the supervisor of site {self.site} stopped during the replay")
+        children = [r.child for r in self.replayers.values() if r.child is not None]
+        for child in children:
+            child.stop(min(self.stop_grace_s, timeout_s))
+        deadline = time.monotonic() + timeout_s
+        while not all(child.poll() for child in children):
+            now = time.monotonic()
+            for child in children:
+                if now > deadline:
+                    child.kill()
+                else:
+                    child.enforce_stop(now)
+            time.sleep(defaults.POLL_INTERVAL_S)
+
+
+def _delete(client: ConfClient, key: str) -> None:
+    try:
+        client.delete(key)
+    except confserver.NoSuchKey:
+        pass
+
+
+__all__ = ["Group", "ReplaySupervision", "Request", "merge", "plan_of", "replayer_value", "worker_replay_values"]

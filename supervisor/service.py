@@ -1,0 +1,200 @@
+"""The supervisor of one site: runs the worker processes the choreographer asks for, and the
+replayers of replays (see docs/runtime.md, "Who does what, for one replay").
+
+It is an agent: the watches of `sites/<site>/workers/*/*/worker` and `replays/*` push their events
+into one queue; `do_work()` applies them, then looks at its children (ended? past their grace?),
+launches replays whose merge delay has passed, expires old replays, and writes
+`sites/<site>/supervisor/stats` every second.
+
+A supervisor that starts where an earlier one died adopts what it left: worker processes whose
+instance key names a live pid (a dead pid's key is deleted), replayer keys (their process adopted if
+its pid runs; replays they serve count as launched, not launched again), and it deletes the keys of
+replays that ended meanwhile. Adopted processes are not its children: their exit status is unknown.
+On SIGTERM it stops every process it runs (workers, then replayers), setting `error` on the replays
+in flight, and exits.
+
+Run it with `ramen supervisor` (or `python -m supervisor.service --site SITE`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+
+import confserver
+from confserver import ConfClient, EventKind
+from confserver.url import CONFSERVER_ENV
+from ramen import keyspace
+from supervisor import defaults
+from supervisor.counters import SupervisorCounters
+from supervisor.processes import now_us
+from supervisor.replays import DEFAULT_REPLAYER_COMMAND, ReplaySupervision
+from supervisor.workers import DEFAULT_WORKER_COMMAND, RestartPolicy, WorkerSupervision
+
+log = logging.getLogger(__name__)
+
+IDENTITY = "supervisor"
+#: How long a clean shutdown waits for the children (SIGKILL after their grace within it).
+SHUTDOWN_TIMEOUT_S = 10.0
+#: After a confserver error the duty cycle waits this long before trying again.
+ERROR_PAUSE_S = 0.5
+_WORKERS, _REPLAYS = "workers", "replays"
+
+
+def stats_key(site: str) -> str:
+    return f"{keyspace.SITES}/{site}/supervisor/stats"
+
+
+class Supervisor:
+    def __init__(self, client: ConfClient, site: str = keyspace.DEFAULT_SITE, *,
+                 env: Mapping[str, str] | None = None,
+                 worker_command: Sequence[str] = DEFAULT_WORKER_COMMAND,
+                 replayer_command: Sequence[str] = DEFAULT_REPLAYER_COMMAND,
+                 delay_before_replay_s: float = defaults.DELAY_BEFORE_REPLAY_S,
+                 stop_grace_s: float = defaults.STOP_GRACE_S,
+                 restart_policy: RestartPolicy = RestartPolicy(),
+                 merge: bool = True):
+        """`env` is what the children get (default: ours); the commands are prefixes to which
+        `--site SITE --function PROG/FUNC` (workers) or `--site SITE --id ID` (replayers) are added.
+        `merge=False` gives every replay request replayers of its own, as `no_merge` does per request."""
+        self.client = client
+        self.site = site
+        self.counters = SupervisorCounters()
+        env = dict(os.environ if env is None else env)
+        self.workers = WorkerSupervision(client, site, self.counters, command=worker_command, env=env,
+                                         policy=restart_policy, stop_grace_s=stop_grace_s,
+                                         on_death=self._on_worker_death)
+        self.replays = ReplaySupervision(client, site, self.counters, command=replayer_command, env=env,
+                                         delay_s=delay_before_replay_s, stop_grace_s=stop_grace_s, merge=merge)
+        self.events: queue.SimpleQueue = queue.SimpleQueue()
+        self._next_stats = 0.0
+        self.workers.adopt()
+        self.replays.adopt()
+        self._watches = [
+            client.watch(keyspace.worker_pattern(site), lambda event: self.events.put((_WORKERS, event))),
+            client.watch(keyspace.REPLAYS, lambda event: self.events.put((_REPLAYS, event))),
+        ]
+
+    def _on_worker_death(self, name: str, description: str) -> None:
+        self.replays.on_worker_death(name, description)
+
+    # -- duty cycle ----------------------------------------------------------------------------
+
+    def do_work(self, first: tuple | None = None) -> int:
+        """Apply the events received so far (after `first`, already taken off the queue), then
+        one pass over workers and replays; returns how much was done."""
+        work = 0
+        while True:
+            if first is not None:
+                item, first = first, None
+            else:
+                try:
+                    item = self.events.get_nowait()
+                except queue.Empty:
+                    break
+            self._on_event(*item)
+            work += 1
+        now = time.monotonic()
+        work += self.workers.do_work(now)
+        work += self.replays.do_work(now)
+        if now >= self._next_stats:
+            self._next_stats = now + defaults.STATS_INTERVAL_S
+            self.write_stats(now)
+        return work
+
+    def _on_event(self, source: str, event) -> None:
+        if source == _WORKERS:
+            if event.kind is EventKind.SYNCED:
+                return
+            value = None if event.kind is EventKind.DELETED else event.entry.value
+            self.workers.on_worker_key(keyspace.qualified_name_of(event.key), value)
+            return
+        if event.kind is EventKind.SYNCED:
+            self.replays.synced()
+            return
+        channel = keyspace.replay_channel_of(event.key)
+        if channel is None:
+            return  # replays/<x>/... or a non-numeric name: not a request
+        value = None if event.kind is EventKind.DELETED else event.entry.value
+        if value is not None and not isinstance(value, dict):
+            value = {}
+        self.replays.on_replay(channel, value, existing=event.kind is EventKind.EXISTING)
+
+    def write_stats(self, now: float) -> None:
+        stats = dict(self.counters.to_dict(), running_workers=len(self.workers.running()),
+                     quarantined=self.workers.quarantined(now),
+                     replayers=sorted(self.replays.replayers), replays=sorted(self.replays.requests),
+                     updated_us=now_us())
+        self.client.set(stats_key(self.site), stats)
+
+    def run(self, stop: threading.Event) -> None:
+        """Until stop is set: wait for an event or the poll interval, then do_work. A confserver
+        error is logged and the cycle tried again (the client reconnects by itself)."""
+        item = None
+        while not stop.is_set():
+            try:
+                self.do_work(item)
+            except confserver.ConfError as e:
+                log.error("confserver: %s; trying again", e)
+                stop.wait(ERROR_PAUSE_S)
+            try:
+                item = self.events.get(timeout=defaults.POLL_INTERVAL_S)
+            except queue.Empty:
+                item = None
+
+    def close(self, *, stop_children: bool = True, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
+        for watch in self._watches:
+            watch.close()
+        if stop_children:
+            self.workers.stop_all(timeout_s)
+            self.replays.stop_all(timeout_s)
+        log.info("supervisor of site %s stopped: %s", self.site, self.counters)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ramen supervisor",
+                                     description="Run the workers and replayers of one site.")
+    parser.add_argument("--confserver", metavar="URL", help="default $RAMEN_CONFSERVER, else the local server")
+    parser.add_argument("--site", default=keyspace.default_site(), help="site to supervise (default %(default)s)")
+    parser.add_argument("--delay-before-replay", type=float, default=defaults.DELAY_BEFORE_REPLAY_S, metavar="S",
+                        help="wait this long for concurrent replays to merge (default %(default)s s)")
+    parser.add_argument("--stop-grace", type=float, default=defaults.STOP_GRACE_S, metavar="S",
+                        help="between SIGTERM and SIGKILL (default %(default)s s)")
+    parser.add_argument("--no-merge", action="store_true", help="never merge replay requests")
+    parser.add_argument("--debug", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(logging.DEBUG if args.debug else logging.INFO)
+    if args.delay_before_replay < 0 or args.stop_grace < 0:
+        print("ramen: supervisor: --delay-before-replay and --stop-grace must not be negative", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    env = dict(os.environ)
+    if args.confserver:
+        env[CONFSERVER_ENV] = args.confserver  # so the children reach the same server
+    try:
+        with confserver.connect(args.confserver, identity=IDENTITY) as client:
+            supervisor = Supervisor(client, args.site, env=env, delay_before_replay_s=args.delay_before_replay,
+                                    stop_grace_s=args.stop_grace, merge=not args.no_merge)
+            log.info("supervisor of site %s on %s", args.site, args.confserver or "the local confserver")
+            try:
+                supervisor.run(stop)
+            finally:
+                supervisor.close()
+    except confserver.ConfError as e:
+        print(f"ramen: supervisor: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

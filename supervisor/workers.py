@@ -1,0 +1,260 @@
+"""Which worker processes run: one per used worker key, restarted with backoff when it crashes,
+quarantined when it keeps crashing, and every ended run recorded.
+
+The choreographer decides (`…/worker` {is_used, signature, …}); this module makes the processes
+follow: start what is used and not running, stop (SIGTERM, then SIGKILL) what is unused, restart
+what runs with an old signature. Each start writes the ephemeral `…/instance` {pid, started_us,
+signature}; each end appends a run to `…/instances/<signature>` and sets `last_exit` in `…/stats`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import confserver
+from confserver import ConfClient
+from ramen import keyspace, paths
+from supervisor import defaults
+from supervisor.counters import SupervisorCounters
+from supervisor.processes import Child, adopt, spawn
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WORKER_COMMAND = (sys.executable, "-m", "workers.worker")
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """Backoff and quarantine of crashing workers (see supervisor.defaults)."""
+
+    initial_s: float = defaults.RESTART_BACKOFF_INITIAL_S
+    factor: float = defaults.RESTART_BACKOFF_FACTOR
+    max_s: float = defaults.RESTART_BACKOFF_MAX_S
+    reset_after_s: float = defaults.RESTART_BACKOFF_RESET_S
+    quarantine_failures: int = defaults.QUARANTINE_FAILURES
+    quarantine_window_s: float = defaults.QUARANTINE_WINDOW_S
+    quarantine_s: float = defaults.QUARANTINE_S
+
+    def backoff_s(self, consecutive_failures: int) -> float:
+        return min(self.max_s, self.initial_s * self.factor ** max(0, consecutive_failures - 1))
+
+
+@dataclass
+class WorkerState:
+    name: str
+    wanted: dict | None = None
+    """The worker key's value, None once deleted."""
+    child: Child | None = None
+    signature: str | None = None
+    """Of the running child."""
+    failures: deque = field(default_factory=deque)
+    """monotonic times of recent crashes, for quarantine."""
+    consecutive: int = 0
+    not_before: float = 0.0
+    quarantined_until: float = 0.0
+    crashed: bool = False
+    """The last run crashed: the next start is a restart."""
+
+    @property
+    def should_run(self) -> bool:
+        return bool(self.wanted and self.wanted.get("is_used"))
+
+    @property
+    def wanted_signature(self) -> str | None:
+        return self.wanted.get("signature") if self.wanted else None
+
+
+def run_record(child: Child) -> dict:
+    return {"pid": child.pid, "started_us": child.started_us, "ended_us": child.ended_us,
+            "exit_status": child.returncode, "run_time_s": round(child.run_time_s, 3)}
+
+
+class WorkerSupervision:
+    def __init__(self, client: ConfClient, site: str, counters: SupervisorCounters, *,
+                 command: Sequence[str] = DEFAULT_WORKER_COMMAND, env: Mapping[str, str],
+                 policy: RestartPolicy = RestartPolicy(), stop_grace_s: float = defaults.STOP_GRACE_S,
+                 on_death: Callable[[str, str], None] = lambda name, description: None):
+        self.client = client
+        self.site = site
+        self.counters = counters
+        self.command = tuple(command)
+        self.env = dict(env)
+        self.policy = policy
+        self.stop_grace_s = stop_grace_s
+        self.on_death = on_death
+        """Called with (name, `exit 1`) when a worker that should run ends."""
+        self.workers: dict[str, WorkerState] = {}
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def on_worker_key(self, name: str, value: dict | None) -> None:
+        state = self.workers.setdefault(name, WorkerState(name))
+        state.wanted = value if isinstance(value, dict) else None
+
+    def adopt(self) -> None:
+        """Take over the processes an earlier supervisor of this site left running (their
+        ephemeral instance keys outlive it by its session timeout); delete the instance keys
+        of processes that are gone."""
+        for entry in self.client.glob(keyspace.function_key(self.site, "*/*", "instance")):
+            name = keyspace.qualified_name_of(entry.key)
+            value = entry.value if isinstance(entry.value, dict) else {}
+            child = adopt(f"worker {name}", int(value.get("pid") or 0), int(value.get("started_us") or 0),
+                          expect_args=("--function", name))
+            _delete(self.client, entry.key)
+            if child is None:
+                log.info("worker %s: instance of pid %s is gone; key deleted", name, value.get("pid"))
+                continue
+            state = self.workers.setdefault(name, WorkerState(name))
+            state.child, state.signature = child, value.get("signature")
+            self._write_instance(state)
+            self.counters.adopted += 1
+
+    # -- duty cycle ----------------------------------------------------------------------------
+
+    def do_work(self, now: float) -> int:
+        work = 0
+        for state in list(self.workers.values()):
+            work += self._step(state, now)
+            if state.wanted is None and state.child is None:
+                del self.workers[state.name]
+        return work
+
+    def _step(self, state: WorkerState, now: float) -> int:
+        child = state.child
+        if child is not None and child.poll():
+            self._ended(state, now)
+            return 1
+        if child is not None:
+            if not child.stopping and (not state.should_run or state.signature != state.wanted_signature):
+                why = "unused" if not state.should_run else "new signature"
+                log.info("stopping worker %s (pid %d): %s", state.name, child.pid, why)
+                child.stop(self.stop_grace_s)
+                return 1
+            if child.enforce_stop(now):
+                self.counters.kills += 1
+                return 1
+            return 0
+        if state.should_run and now >= state.not_before and now >= state.quarantined_until:
+            self._start(state)
+            return 1
+        return 0
+
+    def _start(self, state: WorkerState) -> None:
+        name = state.name
+        argv = [*self.command, "--site", self.site, "--function", name]
+        log_path = paths.logs_dir() / "workers" / f"{name}.log"
+        state.child = spawn(f"worker {name}", argv, self.env, log_path)
+        state.signature = state.wanted_signature
+        self.counters.starts += 1
+        if state.crashed:
+            self.counters.restarts += 1
+            state.crashed = False
+        self._write_instance(state)
+
+    def _write_instance(self, state: WorkerState) -> None:
+        key = keyspace.function_key(self.site, state.name, "instance")
+        value = {"pid": state.child.pid, "started_us": state.child.started_us, "signature": state.signature}
+        try:
+            self.client.create(key, value, ephemeral=True)
+        except confserver.KeyExists:  # left by an earlier session: make it ours, so it goes with us
+            _delete(self.client, key)
+            self.client.create(key, value, ephemeral=True)
+
+    def _ended(self, state: WorkerState, now: float) -> None:
+        child = state.child
+        state.child = None
+        _delete(self.client, keyspace.function_key(self.site, state.name, "instance"))
+        run = run_record(child)
+        quarantined_until_us = None
+        if child.stopping:
+            self.counters.stops += 1
+            log.info("worker %s (pid %d) stopped (%s)", state.name, child.pid, child.describe_exit())
+        else:
+            self.counters.crashes += 1
+            state.crashed = True
+            quarantined_until_us = self._count_failure(state, child, now)
+            self.on_death(state.name, child.describe_exit())
+        self._record_run(state.name, state.signature, child, run, quarantined_until_us)
+
+    def _count_failure(self, state: WorkerState, child: Child, now: float) -> int | None:
+        """Schedule the restart; returns the end of the quarantine (µs since the epoch) if one starts."""
+        policy = self.policy
+        state.consecutive = 1 if child.run_time_s >= policy.reset_after_s else state.consecutive + 1
+        state.failures.append(now)
+        while state.failures and state.failures[0] < now - policy.quarantine_window_s:
+            state.failures.popleft()
+        if len(state.failures) >= policy.quarantine_failures:
+            state.quarantined_until = now + policy.quarantine_s
+            state.failures.clear()
+            state.consecutive = 0
+            self.counters.quarantines += 1
+            log.error("worker %s crashed %d times within %.0f s (last: %s): quarantined for %.0f s",
+                      state.name, policy.quarantine_failures, policy.quarantine_window_s, child.describe_exit(),
+                      policy.quarantine_s)
+            return time.time_ns() // 1000 + round(policy.quarantine_s * 1e6)
+        delay = policy.backoff_s(state.consecutive)
+        state.not_before = now + delay
+        log.warning("worker %s (pid %d) died (%s) after %.1f s: restart in %.1f s", state.name, child.pid,
+                    child.describe_exit(), child.run_time_s, delay)
+        return None
+
+    def _record_run(self, name: str, signature: str | None, child: Child, run: dict,
+                    quarantined_until_us: int | None) -> None:
+        """Append the run to `…/instances/<signature>` (the last MAX_DEFUNCT_RUNS) and set the
+        stats key's last_exit, keeping what the worker wrote there."""
+        key = keyspace.function_key(self.site, name, f"instances/{signature or 'unknown'}")
+        try:
+            entry = self.client.get_or_none(key)
+            value = dict(entry.value) if entry is not None and isinstance(entry.value, dict) else {}
+            value["runs"] = [*value.get("runs", []), run][-defaults.MAX_DEFUNCT_RUNS:]
+            if quarantined_until_us is not None:
+                value["quarantined_until_us"] = quarantined_until_us
+            self.client.set(key, value)
+            stats_key = keyspace.function_key(self.site, name, "stats")
+            entry = self.client.get_or_none(stats_key)
+            stats = dict(entry.value) if entry is not None and isinstance(entry.value, dict) else {}
+            self.client.set(stats_key, dict(stats, last_exit=run))
+        except confserver.ConfError as e:
+            log.error("worker %s: cannot record its run of pid %d: %s", name, child.pid, e)
+
+    # -- views and shutdown --------------------------------------------------------------------
+
+    def running(self) -> dict[str, Child]:
+        return {name: s.child for name, s in self.workers.items() if s.child is not None and not s.child.ended}
+
+    def quarantined(self, now: float) -> list[str]:
+        return sorted(name for name, s in self.workers.items() if s.quarantined_until > now)
+
+    def stop_all(self, timeout_s: float) -> None:
+        """Stop every worker we run and wait for them (SIGKILL past the grace, within timeout_s)."""
+        for state in self.workers.values():
+            if state.child is not None:
+                state.child.stop(min(self.stop_grace_s, timeout_s))
+        deadline = time.monotonic() + timeout_s
+        while any(s.child is not None for s in self.workers.values()):
+            now = time.monotonic()
+            for state in self.workers.values():
+                child = state.child
+                if child is None:
+                    continue
+                if child.poll():
+                    state.child = None
+                    _delete(self.client, keyspace.function_key(self.site, state.name, "instance"))
+                    self._record_run(state.name, state.signature, child, run_record(child), None)
+                elif now > deadline:
+                    child.kill()
+                else:
+                    child.enforce_stop(now)
+            time.sleep(defaults.POLL_INTERVAL_S)
+
+
+def _delete(client: ConfClient, key: str) -> None:
+    try:
+        client.delete(key)
+    except confserver.NoSuchKey:
+        pass

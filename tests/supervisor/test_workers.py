@@ -1,0 +1,106 @@
+"""The supervisor runs the used workers of its site as processes, and only those."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from ramen import keyspace
+from supervisor.workers import RestartPolicy
+from tests.supervisor.conftest import SITE, pid_alive, set_worker, value_of, wait_for
+
+
+def instance(admin, name):
+    return value_of(admin, keyspace.function_key(SITE, name, "instance"))
+
+
+def log_text(ramen_dir, name) -> str:
+    path = ramen_dir / "logs" / "workers" / f"{name}.log"
+    return path.read_text() if path.exists() else ""
+
+
+def test_used_workers_start_with_their_environment_and_unused_ones_are_stopped(admin, start_supervisor,
+                                                                                ramen_dir, fresh_confserver):
+    set_worker(admin, "p/a")
+    set_worker(admin, "p/b", is_used=False)
+    admin.set(keyspace.function_key(SITE, "p/a", "stats"), {"tuples_in": 5})
+    supervisor = start_supervisor()
+    running = wait_for(lambda: instance(admin, "p/a"), what="p/a's instance key")
+    assert running["signature"] == "sig1" and pid_alive(running["pid"])
+    assert admin.get(keyspace.function_key(SITE, "p/a", "instance")).ephemeral
+    text = wait_for(lambda: log_text(ramen_dir, "p/a"), what="p/a's log")
+    assert f"RAMEN_DIR={ramen_dir}" in text and f"RAMEN_CONFSERVER={fresh_confserver.url}" in text
+    assert instance(admin, "p/b") is None and supervisor.counters.starts == 1
+
+    set_worker(admin, "p/a", is_used=False)
+    wait_for(lambda: instance(admin, "p/a") is None, what="p/a's instance key deleted")
+    wait_for(lambda: not pid_alive(running["pid"]), what="p/a stopped")
+    runs = wait_for(lambda: value_of(admin, keyspace.function_key(SITE, "p/a", "instances/sig1")))["runs"]
+    assert [(r["pid"], r["exit_status"]) for r in runs] == [(running["pid"], 0)]
+    stats = value_of(admin, keyspace.function_key(SITE, "p/a", "stats"))
+    assert stats["tuples_in"] == 5 and stats["last_exit"]["pid"] == running["pid"]
+    assert supervisor.counters.stops == 1 and supervisor.counters.crashes == 0
+
+
+def test_a_worker_that_ignores_sigterm_is_killed_after_the_grace(admin, start_supervisor, ramen_dir):
+    set_worker(admin, "p/stubborn")
+    supervisor = start_supervisor(stop_grace_s=0.3)
+    running = wait_for(lambda: instance(admin, "p/stubborn"))
+    wait_for(lambda: "ready" in log_text(ramen_dir, "p/stubborn"), what="handlers installed")
+    set_worker(admin, "p/stubborn", is_used=False)
+    wait_for(lambda: not pid_alive(running["pid"]), what="p/stubborn killed")
+    runs = wait_for(lambda: value_of(admin, keyspace.function_key(SITE, "p/stubborn", "instances/sig1")))["runs"]
+    assert runs[0]["exit_status"] == -signal.SIGKILL
+    assert supervisor.counters.kills == 1
+
+
+def test_a_new_signature_restarts_the_worker(admin, start_supervisor):
+    set_worker(admin, "p/a")
+    supervisor = start_supervisor()
+    first = wait_for(lambda: instance(admin, "p/a"))
+    set_worker(admin, "p/a", signature="sig2")
+    second = wait_for(lambda: (i := instance(admin, "p/a")) and i["signature"] == "sig2" and i)
+    assert second["pid"] != first["pid"] and not pid_alive(first["pid"])
+    assert supervisor.counters.starts == 2 and supervisor.counters.restarts == 0
+
+
+def test_a_crashing_worker_is_restarted_with_backoff_then_quarantined(admin, start_supervisor):
+    set_worker(admin, "p/crash")
+    policy = RestartPolicy(initial_s=0.05, factor=2.0, quarantine_failures=3, quarantine_window_s=60.0,
+                           quarantine_s=600.0)
+    supervisor = start_supervisor(policy=policy)
+    wait_for(lambda: supervisor.counters.quarantines == 1, what="quarantine")
+    record = value_of(admin, keyspace.function_key(SITE, "p/crash", "instances/sig1"))
+    assert [r["exit_status"] for r in record["runs"]] == [1, 1, 1]
+    assert record["quarantined_until_us"] > time.time() * 1e6 + 500e6
+    assert supervisor.counters.starts == 3 and supervisor.counters.restarts == 2
+    time.sleep(0.3)  # quarantined: no further start
+    assert supervisor.counters.starts == 3 and instance(admin, "p/crash") is None
+    wait_for(lambda: value_of(admin, f"sites/{SITE}/supervisor/stats")["quarantined"] == ["p/crash"],
+             what="quarantine in the supervisor's stats")
+
+
+def test_defunct_runs_keep_only_the_last_ten(admin, start_supervisor):
+    set_worker(admin, "p/crash")
+    policy = RestartPolicy(initial_s=0.01, factor=1.0, quarantine_failures=100)
+    supervisor = start_supervisor(policy=policy)
+    wait_for(lambda: supervisor.counters.crashes >= 12, what="twelve crashes")
+    runs = value_of(admin, keyspace.function_key(SITE, "p/crash", "instances/sig1"))["runs"]
+    assert len(runs) == 10
+    assert all(r["run_time_s"] >= 0 and r["ended_us"] >= r["started_us"] for r in runs)
+
+
+def test_a_restarted_supervisor_adopts_running_workers_and_cleans_keys_of_dead_ones(admin, start_supervisor):
+    set_worker(admin, "p/a")
+    first = start_supervisor(stop_children=False)
+    running = wait_for(lambda: instance(admin, "p/a"))
+    first.stop_thread()  # as if it died: its session (and so p/a's instance key) lingers a while
+    admin.set(keyspace.function_key(SITE, "p/gone", "instance"), {"pid": 2 ** 22 + 12345, "started_us": 1,
+                                                                  "signature": "x"})
+    second = start_supervisor()
+    wait_for(lambda: admin.get(keyspace.function_key(SITE, "p/a", "instance")).owner == "supervisor"
+             and second.counters.adopted == 1, what="adoption")
+    assert instance(admin, "p/a")["pid"] == running["pid"] and second.counters.starts == 0
+    assert instance(admin, "p/gone") is None
+    set_worker(admin, "p/a", is_used=False)
+    wait_for(lambda: not pid_alive(running["pid"]), what="adopted p/a stopped")
