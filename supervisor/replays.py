@@ -97,14 +97,14 @@ def merge(requests: Iterable[Request], *, allow: bool = True) -> list[Group]:
         current: Group | None = None
         current_until = 0
         for request in sorted(members, key=lambda r: (r.since_us, r.channel)):
-            alone = request.no_merge or not allow
-            if current is not None and not alone and request.since_us < current_until:
+            if request.no_merge or not allow:
+                groups.append(Group(source, [request]))
+            elif current is not None and request.since_us < current_until:
                 current.requests.append(request)
                 current_until = max(current_until, request.until_us)
-                continue
-            group = Group(source, [request])
-            groups.append(group)
-            current, current_until = (None, 0) if alone else (group, request.until_us)
+            else:
+                current, current_until = Group(source, [request]), request.until_us
+                groups.append(current)
     return groups
 
 
@@ -258,12 +258,12 @@ class ReplaySupervision:
         argv = [*self.command, "--site", self.site, "--id", str(replayer_id)]
         name = f"replayer {replayer_id} of {group.source}"
         child = spawn(name, argv, self.env, paths.logs_dir() / "replayers" / f"{replayer_id}.log")
-        # pid and start let a restarted supervisor adopt it (beyond the contract's fields)
-        self.client.set(key, dict(value, pid=child.pid, started_us=child.started_us))
         channels = {r.channel for r in group.requests}
         self.replayers[replayer_id] = Replayer(replayer_id, group.source, channels, child)
         self.counters.replayers_spawned += 1
         self.counters.merged_requests += len(channels) - 1
+        # pid and start let a restarted supervisor adopt it (beyond the contract's fields)
+        self.client.set(key, dict(value, pid=child.pid, started_us=child.started_us))
         log.info("%s: channels %s", name, ", ".join(map(str, sorted(channels))))
 
     def _step(self, replayer: Replayer, now: float) -> int:

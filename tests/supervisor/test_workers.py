@@ -70,7 +70,8 @@ def test_a_crashing_worker_is_restarted_with_backoff_then_quarantined(admin, sta
                            quarantine_s=600.0)
     supervisor = start_supervisor(policy=policy)
     wait_for(lambda: supervisor.counters.quarantines == 1, what="quarantine")
-    record = value_of(admin, keyspace.function_key(SITE, "p/crash", "instances/sig1"))
+    record = wait_for(lambda: (v := value_of(admin, keyspace.function_key(SITE, "p/crash", "instances/sig1")))
+                      and "quarantined_until_us" in v and v, what="the quarantine recorded")
     assert [r["exit_status"] for r in record["runs"]] == [1, 1, 1]
     assert record["quarantined_until_us"] > time.time() * 1e6 + 500e6
     assert supervisor.counters.starts == 3 and supervisor.counters.restarts == 2

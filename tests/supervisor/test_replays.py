@@ -1,0 +1,159 @@
+"""The supervisor's side of replays: wiring the path workers, merging requests into replayers,
+teardown, faults and timeouts. Replayers are tests/supervisor/fake_process.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from ramen import keyspace, paths
+from ramen.program.plan import ReplayPlan
+from supervisor.replays import Request, merge
+from tests.supervisor.conftest import SITE, pid_alive, set_worker, value_of, wait_for
+
+SOURCE = "p/src"
+CHAIN = ReplayPlan("p/t", 0, 100, ("p/src",), (("p/src", "p/t"),), ("p/src", "p/t"))
+DIAMOND = ReplayPlan("p/t", 0, 100, ("p/src",),
+                     (("p/a", "p/t"), ("p/b", "p/t"), ("p/src", "p/a"), ("p/src", "p/b")),
+                     ("p/a", "p/b", "p/src", "p/t"))
+
+
+def request_replay(admin, plan: ReplayPlan = CHAIN, since_us: int | None = None, until_us: int | None = None,
+                   **extra) -> int:
+    channel = admin.next_sequence(keyspace.REPLAY_CHANNEL_SEQUENCE)
+    value = {"target": plan.target, "since_us": plan.since_us if since_us is None else since_us,
+             "until_us": plan.until_us if until_us is None else until_us, "plan": plan.to_json(),
+             "functions": list(plan.functions), "recipient": str(paths.recipient_log(channel)),
+             "timeout_s": 300, "no_merge": False, "created_us": time.time_ns() // 1000}
+    admin.create(keyspace.replay_key(channel), dict(value, **extra))
+    return channel
+
+
+def replayers(admin) -> dict[int, dict]:
+    return {e.value["id"]: e.value for e in admin.glob(f"{keyspace.replayers_prefix(SITE)}/*")}
+
+
+def worker_replay(admin, name: str, channel: int) -> dict | None:
+    return value_of(admin, keyspace.worker_replay_key(SITE, name, channel))
+
+
+def channels_of(replayer: dict) -> list[int]:
+    return [c["channel"] for c in replayer["channels"]]
+
+
+def test_overlapping_requests_for_one_source_share_a_replayer_and_disjoint_ones_do_not():
+    def request(channel, since, until, no_merge=False):
+        return Request(channel, {"since_us": since, "until_us": until, "no_merge": no_merge}, CHAIN, 0.0)
+    groups = merge([request(1, 0, 100), request(2, 50, 200), request(3, 150, 300), request(4, 400, 500),
+                    request(5, 0, 100, no_merge=True)])
+    assert sorted([r.channel for r in g.requests] for g in groups) == [[1, 2, 3], [4], [5]]
+    assert len(merge([request(1, 0, 100), request(2, 0, 100)], allow=False)) == 2
+
+
+def test_requests_within_the_delay_that_overlap_are_merged_into_one_replayer(admin, start_supervisor):
+    supervisor = start_supervisor(delay_before_replay_s=1.0)
+    first = request_replay(admin, since_us=0, until_us=100)
+    second = request_replay(admin, since_us=50, until_us=200)
+    apart = request_replay(admin, since_us=300, until_us=400)
+    found = wait_for(lambda: len(r := replayers(admin)) == 2 and all("pid" in v for v in r.values()) and r,
+                     what="two replayer keys")
+    merged, alone = sorted(found.values(), key=lambda v: len(v["channels"]), reverse=True)
+    assert channels_of(merged) == [first, second] and channels_of(alone) == [apart]
+    assert merged["channels"][1] == {"channel": second, "since_us": 50, "until_us": 200}
+    assert merged["source"] == SOURCE and merged["log"] == str(paths.replayer_log(SITE, merged["id"]))
+    assert merged["archive_dir"] == str(paths.archive_dir(SITE))
+    assert pid_alive(merged["pid"]) and pid_alive(alone["pid"])
+    for channel in (first, second):
+        assert worker_replay(admin, SOURCE, channel)["inputs"] == [merged["log"]]
+    assert worker_replay(admin, SOURCE, apart)["inputs"] == [alone["log"]]
+    assert supervisor.counters.replayers_spawned == 2 and supervisor.counters.merged_requests == 1
+
+
+def test_no_merge_gives_each_request_its_own_replayer(admin, start_supervisor):
+    supervisor = start_supervisor(delay_before_replay_s=1.0)
+    request_replay(admin)
+    request_replay(admin, no_merge=True)
+    found = wait_for(lambda: len(r := replayers(admin)) == 2 and r, what="two replayer keys")
+    assert sorted(len(v["channels"]) for v in found.values()) == [1, 1]
+    wait_for(lambda: supervisor.counters.replayers_spawned == 2)
+    assert supervisor.counters.merged_requests == 0
+
+
+def test_path_workers_of_a_diamond_get_their_inputs_and_the_target_its_recipient(admin, start_supervisor):
+    start_supervisor()
+    channel = request_replay(admin, DIAMOND)
+    replayer = wait_for(lambda: next(iter(replayers(admin).values()), None), what="a replayer key")
+    keys = {name: wait_for(lambda: worker_replay(admin, name, channel)) for name in DIAMOND.functions}
+    assert keys["p/src"] == {"channel": channel, "since_us": 0, "until_us": 100, "inputs": [replayer["log"]],
+                             "pass_through": True, "expect_eor": 1, "recipient": None}
+    for middle in ("p/a", "p/b"):
+        assert keys[middle]["inputs"] == [str(paths.replay_output_log(SITE, "p/src"))]
+        assert not keys[middle]["pass_through"] and keys[middle]["recipient"] is None
+    assert keys["p/t"]["inputs"] == [str(paths.replay_output_log(SITE, "p/a")),
+                                     str(paths.replay_output_log(SITE, "p/b"))]
+    assert keys["p/t"]["expect_eor"] == 2 and keys["p/t"]["recipient"] == str(paths.recipient_log(channel))
+
+
+def test_deleting_the_replays_tears_down_their_keys_then_the_replayer_they_shared(admin, start_supervisor):
+    supervisor = start_supervisor(delay_before_replay_s=1.0)
+    first, second = request_replay(admin), request_replay(admin)
+    replayer = wait_for(lambda: (r := replayers(admin)) and "pid" in (v := next(iter(r.values()))) and v)
+    assert channels_of(replayer) == [first, second]
+    log_path = paths.replayer_log(SITE, replayer["id"])
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_bytes(b"")
+    admin.set(f"{keyspace.replayer_key(SITE, replayer['id'])}/stats", {"bytes_read": 1})
+
+    admin.delete(keyspace.replay_key(first))
+    wait_for(lambda: worker_replay(admin, "p/t", first) is None and worker_replay(admin, SOURCE, first) is None,
+             what="keys of the first channel deleted")
+    assert worker_replay(admin, "p/t", second) is not None and pid_alive(replayer["pid"]) and log_path.exists()
+
+    admin.delete(keyspace.replay_key(second))
+    wait_for(lambda: not replayers(admin) and not pid_alive(replayer["pid"]), what="replayer torn down")
+    wait_for(lambda: not log_path.exists(), what="replayer log removed")
+    assert admin.glob(f"{keyspace.replayers_prefix(SITE)}/**") == []
+    assert admin.glob(keyspace.function_key(SITE, "*/*", "replays/*")) == []
+    assert supervisor.counters.teardowns == 2
+
+
+def test_a_replayer_that_fails_sets_the_error_of_its_replays(admin, start_supervisor):
+    start_supervisor(replayer_mode="crash")
+    channel = request_replay(admin)
+    value = wait_for(lambda: (v := value_of(admin, keyspace.replay_key(channel))).get("error") and v)
+    replayer_id = next(iter(replayers(admin)))
+    assert value["error"] == f"replayer {replayer_id} of {SOURCE} died (exit 1)"
+    assert value["target"] == "p/t" and value["recipient"] == str(paths.recipient_log(channel))
+
+
+def test_a_worker_on_the_path_that_dies_fails_the_replay(admin, start_supervisor):
+    set_worker(admin, "p/t")
+    start_supervisor()
+    pid = wait_for(lambda: value_of(admin, keyspace.function_key(SITE, "p/t", "instance")))["pid"]
+    channel = request_replay(admin)
+    wait_for(lambda: replayers(admin), what="the replay launched")
+    os.kill(pid, signal.SIGKILL)
+    value = wait_for(lambda: (v := value_of(admin, keyspace.replay_key(channel))).get("error") and v)
+    assert value["error"] == "worker p/t died (killed by signal 9) during the replay"
+
+
+def test_a_replay_older_than_its_timeout_is_deleted(admin, start_supervisor):
+    supervisor = start_supervisor()
+    channel = request_replay(admin, timeout_s=1, created_us=time.time_ns() // 1000 - 2_000_000)
+    wait_for(lambda: value_of(admin, keyspace.replay_key(channel)) is None, what="replay deleted")
+    assert supervisor.counters.replays_timed_out == 1
+    wait_for(lambda: not replayers(admin), what="its replayer torn down")
+
+
+def test_a_restarted_supervisor_adopts_launched_replays_and_tears_them_down(admin, start_supervisor):
+    first = start_supervisor(stop_children=False)
+    channel = request_replay(admin)
+    replayer = wait_for(lambda: (r := replayers(admin)) and "pid" in (v := next(iter(r.values()))) and v)
+    first.stop_thread()  # as if it died
+    second = start_supervisor()
+    wait_for(lambda: second.counters.adopted == 1, what="replayer adopted")
+    time.sleep(0.5)  # past the merge delay: an adopted replay is not launched again
+    assert second.counters.replayers_spawned == 0 and list(replayers(admin)) == [replayer["id"]]
+    admin.delete(keyspace.replay_key(channel))
+    wait_for(lambda: not replayers(admin) and not pid_alive(replayer["pid"]), what="adopted replayer torn down")

@@ -1,0 +1,38 @@
+"""`python -m supervisor.service` as its own process: it reports its stats and exits on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import confserver
+from tests.supervisor.conftest import value_of, wait_for
+
+
+def test_the_service_writes_its_stats_and_exits_cleanly_on_sigterm(fresh_confserver, ramen_dir):
+    env = dict(os.environ, RAMEN_DIR=str(ramen_dir), RAMEN_CONFSERVER=fresh_confserver.url,
+               RAMEN_CONFSERVER_AUTH=str(fresh_confserver.auth_file))
+    process = subprocess.Popen([sys.executable, "-m", "supervisor.service", "--site", "svc"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        with confserver.connect(fresh_confserver.url, identity="admin", auth_file=fresh_confserver.auth_file) as c:
+            stats = wait_for(lambda: value_of(c, "sites/svc/supervisor/stats"), what="the supervisor's stats")
+            assert stats["starts"] == 0 and stats["replayers"] == []
+            assert c.get("sites/svc/supervisor/stats").owner == "supervisor"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(15) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+
+
+def test_bad_options_get_a_one_line_error(fresh_confserver, ramen_dir):
+    result = subprocess.run([sys.executable, "-m", "supervisor.service", "--stop-grace", "-1"],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "ramen: supervisor: --delay-before-replay and --stop-grace must not be negative"]
