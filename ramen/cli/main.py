@@ -12,12 +12,12 @@ import sys
 
 from ramen import __version__
 from ramen.cli import (archive, archiver, choreographer, confclient, confserver, demo, kill, logbuffer, ps, replay,
-                       run, start, stat, tail)
+                       run, start, stat, supervisor, tail)
 from ramen.cli import compile as compile_command
 from ramen.cli.errors import UserError
 
 COMMANDS = (logbuffer, stat, demo, archive, archiver, confserver, confclient, compile_command,
-            run, kill, ps, replay, tail, choreographer, start)
+            run, kill, ps, replay, tail, choreographer, supervisor, start)
 EXIT_USER_ERROR = 1
 EXIT_INTERRUPTED = 130
 
