@@ -43,7 +43,12 @@ def _row(r: dict) -> dict:
     return {"function": r["function"], "lazy": worker.get("lazy"), "used": worker.get("is_used", False),
             "running": bool(r["instance"]), "pid": instance.get("pid"), "tuples_in": stats.get("tuples_in"),
             "tuples_out": stats.get("tuples_out"), "cpu_s": stats.get("cpu_s"), "rss_bytes": stats.get("rss_bytes"),
-            "last_exit": stats.get("last_exit"), "replays": worker.get("replays", [])}
+            "last_exit": _exit_status(stats.get("last_exit")), "replays": worker.get("replays", [])}
+
+
+def _exit_status(last_exit):
+    """The exit status of the last run (the supervisor records the whole run; ps shows how it ended)."""
+    return last_exit.get("exit_status") if isinstance(last_exit, dict) else last_exit
 
 
 def collect_replayers(client, site: str) -> list[dict]:
