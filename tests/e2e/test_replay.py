@@ -1,0 +1,280 @@
+"""`ramen replay` end to end: `ramen start` (confserver, choreographer, supervisor, archiver, workers,
+replayers, all real processes) over a generator that back-fills ten minutes, then replays checked
+against the same computation done here with pyarrow over the raw tuples.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import confserver
+from ramen import keyspace, paths
+from ramen.archive.coverage import archive_coverage
+from ramen.program import Program
+from ramen.replay_client import Replay, ReplayFailed
+
+RATE = 1000
+BACKFILL_MIN = 10
+PROGRAM = f"""
+[program]
+name = "e2e"
+
+[[function]]
+name = "traffic"
+source = {{ kind = "generator", rate = {RATE}, hosts = 20, seed = 7, backfill = "{BACKFILL_MIN}m" }}
+schema = {{ ts = "timestamp[us]", host = "string", bytes = "int64" }}
+event_time = "ts"
+archive = {{ retention = "1d" }}
+
+[[function]]
+name = "per_minute"
+lazy = true
+from = ["traffic"]
+window = {{ every = "1 minute", lateness = "10s" }}
+engine = "python"
+call = "examples.net:per_minute"
+event_time = "start"
+
+[[function]]
+name = "top_talkers"
+lazy = true
+from = ["per_minute"]
+engine = "python"
+call = "examples.net:top_talkers"
+event_time = "start"
+"""
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+STARTUP_S = 60.0
+EVENTUALLY_S = 30.0
+MINUTE_US = 60_000_000
+
+
+def wait_for(predicate, timeout_s: float = EVENTUALLY_S, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"{what} not met within {timeout_s} s")
+
+
+class Stack:
+    """`ramen start` in a directory of its own, and what tests need to talk to it."""
+
+    def __init__(self, base: Path):
+        self.base = base
+        self.env = dict(os.environ, RAMEN_DIR=str(base), RAMEN_SITE="local", PYTHONPATH=str(EXAMPLES.parent))
+        self.env.pop("RAMEN_CONFSERVER", None)
+        self.env.pop("RAMEN_CONFSERVER_AUTH", None)
+
+    def ramen(self, *args, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "ramen.cli.main", *map(str, args)], capture_output=True,
+                              text=True, env=self.env, timeout=timeout)
+
+    def client(self, identity: str = "admin"):
+        url = (self.base / "run" / "ready").read_text().strip()
+        return confserver.connect(url, identity=identity, auth_file=self.base / "confserver" / "auth.json")
+
+    def programs(self, client) -> dict[str, Program]:
+        return {e.key.split("/", 1)[1]: Program.from_dict(e.value) for e in client.glob("programs/*")}
+
+    def replay_table(self, target: str, since_us: int, until_us: int) -> pa.Table:
+        result = self.ramen("replay", "--since", f"{since_us / 1e6:.6f}", "--until", f"{until_us / 1e6:.6f}",
+                            "--format", "csv", "--with-header", target)
+        assert result.returncode == 0, result.stderr
+        import io
+
+        import pyarrow.csv as pacsv
+        if not result.stdout.strip():
+            return pa.table({})
+        return pacsv.read_csv(io.BytesIO(result.stdout.encode()))
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    base = tmp_path_factory.mktemp("e2e")
+    program = base / "e2e.toml"
+    program.write_text(PROGRAM)
+    stack = Stack(base)
+    started = stack.ramen("start", "--daemon", "--dir", base, program, timeout=STARTUP_S)
+    assert started.returncode == 0, started.stderr + started.stdout
+    try:
+        now_us = time.time_ns() // 1000
+        want_since, want_until = now_us - (BACKFILL_MIN - 1) * MINUTE_US, now_us - MINUTE_US
+        os.environ["RAMEN_DIR"], saved = str(base), os.environ.get("RAMEN_DIR")
+        try:
+            wait_for(lambda: any(i.since_us <= want_since and i.until_us >= want_until
+                                 for i in archive_coverage(paths.archive_dir("local")).get("e2e/traffic", [])),
+                     STARTUP_S, "the archive covering the back-filled range")
+        finally:
+            os.environ.pop("RAMEN_DIR") if saved is None else os.environ.__setitem__("RAMEN_DIR", saved)
+        yield stack
+    finally:
+        stack.ramen("stop", "--dir", base)
+
+
+def minute_range(minutes_ago: int, minutes: int) -> tuple[int, int]:
+    now_minute = time.time_ns() // 1000 // MINUTE_US * MINUTE_US
+    since = now_minute - minutes_ago * MINUTE_US
+    return since, since + minutes * MINUTE_US
+
+
+def per_minute_by_pyarrow(traffic: pa.Table) -> pa.Table:
+    start = pc.floor_temporal(traffic["ts"], unit="minute")
+    summed = pa.table({"start": start, "host": traffic["host"], "bytes": traffic["bytes"]}) \
+        .group_by(["start", "host"]).aggregate([("bytes", "sum")])
+    return summed.rename_columns(["start", "host", "bytes"]).sort_by([("start", "ascending"), ("host", "ascending")])
+
+
+def test_replay_of_the_source_has_every_tuple_of_the_range_once(stack):
+    since, until = minute_range(8, 3)
+    traffic = stack.replay_table("e2e/traffic", since, until)
+    assert traffic.num_rows == 3 * 60 * RATE
+    ts = traffic["ts"].cast(pa.timestamp("us")).cast(pa.int64())
+    assert pc.min(ts).as_py() >= since and pc.max(ts).as_py() < until
+    assert pc.count_distinct(ts).as_py() == traffic.num_rows  # one row per grid point: no duplicate
+
+
+def test_replay_of_a_lazy_function_matches_pyarrow_over_the_raw_tuples(stack):
+    since, until = minute_range(8, 4)
+    expected = per_minute_by_pyarrow(stack.replay_table("e2e/traffic", since, until))
+    got = stack.replay_table("e2e/per_minute", since, until).sort_by([("start", "ascending"), ("host", "ascending")])
+    assert got.num_rows == expected.num_rows == 4 * 20
+    assert got["bytes"].to_pylist() == expected["bytes"].to_pylist()
+    assert got["host"].to_pylist() == expected["host"].to_pylist()
+
+
+def test_windows_are_cut_by_since_and_until(stack):
+    since, until = minute_range(8, 3)
+    since, until = since + 20_000_000, until - 15_000_000  # partial first and last minutes
+    expected = per_minute_by_pyarrow(stack.replay_table("e2e/traffic", since, until))
+    got = stack.replay_table("e2e/per_minute", since, until).sort_by([("start", "ascending"), ("host", "ascending")])
+    assert got["bytes"].to_pylist() == expected["bytes"].to_pylist()
+
+
+def test_a_lazy_chain_of_two_and_different_functions_at_once(stack):
+    since, until = minute_range(7, 2)
+    processes = [subprocess.Popen([sys.executable, "-m", "ramen.cli.main", "replay", "--since", f"{since / 1e6}",
+                                   "--until", f"{until / 1e6}", "--format", "jsonl", target],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=stack.env)
+                 for target in ("e2e/top_talkers", "e2e/per_minute", "e2e/traffic")]
+    outputs = [p.communicate(timeout=120) for p in processes]
+    assert [p.returncode for p in processes] == [0, 0, 0], [o[1] for o in outputs]
+    lines = [len(out.splitlines()) for out, _ in outputs]
+    assert lines == [2 * 10, 2 * 20, 2 * 60 * RATE]  # top 10 hosts a minute, 20 hosts a minute, every tuple
+
+
+def test_concurrent_replays_of_one_range_are_merged_and_read_the_archive_once(stack, monkeypatch):
+    monkeypatch.setenv("RAMEN_DIR", str(stack.base))
+    since, until = minute_range(9, 5)
+    with stack.client() as client:
+        stats = client.get_or_none("sites/local/supervisor/stats")
+        before = stats.value.get("replayers_spawned", 0) if stats else 0
+        programs = stack.programs(client)
+        replays = [Replay(client, programs, "e2e/per_minute", since, until, site="local") for _ in range(3)]
+        for replay in replays:  # all three within the merge delay
+            replay.start()
+        channels = {replay.channel for replay in replays}
+        merged = wait_for(lambda: [e.value for e in client.glob("sites/local/replayers/*")
+                                   if {c["channel"] for c in e.value.get("channels", [])} & channels],
+                          what="the replayer")
+        tables = [pa.Table.from_batches(list(replay.batches())) for replay in replays]
+        for replay in replays:
+            replay.close()
+        assert [t.num_rows for t in tables] == [5 * 20] * 3
+        assert tables[0].equals(tables[1]) and tables[0].equals(tables[2])
+        assert len(merged) == 1 and {c["channel"] for c in merged[0]["channels"]} == channels
+        stats = wait_for(lambda: client.get("sites/local/supervisor/stats").value)
+        assert stats["replayers_spawned"] - before == 1  # three channels, one read of the archive
+
+
+def test_lazy_workers_stop_after_the_replay(stack):
+    since, until = minute_range(6, 1)
+    stack.replay_table("e2e/per_minute", since, until)
+
+    def per_minute_stopped():
+        with stack.client() as client:
+            return client.get_or_none(keyspace.function_key("local", "e2e/per_minute", "instance")) is None
+    wait_for(per_minute_stopped, what="per_minute stopped")
+    with stack.client() as client:
+        assert client.get(keyspace.worker_key("local", "e2e/per_minute")).value["is_used"] is False
+
+
+def _stalled_replay(stack, client, target: str) -> Replay:
+    """A replay whose client does not read yet: back pressure holds every process of it mid-way."""
+    since, until = minute_range(9, 8)
+    replay = Replay(client, stack.programs(client), target, since, until, site="local")
+    replay.start()
+    return replay
+
+
+def _replayer_pid(client, channel: int) -> int:
+    def find():
+        for entry in client.glob("sites/local/replayers/*"):
+            if channel in [c["channel"] for c in entry.value.get("channels", [])] and entry.value.get("pid"):
+                return entry.value["pid"]
+        return None
+    return wait_for(find, what="the replayer")
+
+
+def test_a_killed_replayer_fails_the_replay_with_a_clear_error(stack, monkeypatch):
+    monkeypatch.setenv("RAMEN_DIR", str(stack.base))
+    with stack.client("user") as client, _stalled_replay(stack, client, "e2e/traffic") as replay:
+        os.kill(_replayer_pid(client, replay.channel), signal.SIGKILL)
+        with pytest.raises(ReplayFailed, match=r"replayer \d+ of e2e/traffic died \(killed by signal 9\)"):
+            for _ in replay.batches():
+                pass
+
+
+def test_a_killed_target_fails_the_replay_with_a_clear_error(stack, monkeypatch):
+    monkeypatch.setenv("RAMEN_DIR", str(stack.base))
+    with stack.client("user") as client, _stalled_replay(stack, client, "e2e/per_minute") as replay:
+        _replayer_pid(client, replay.channel)
+        instance = wait_for(lambda: client.get_or_none(keyspace.function_key("local", "e2e/per_minute", "instance")))
+        os.kill(instance.value["pid"], signal.SIGKILL)
+        with pytest.raises(ReplayFailed, match="worker e2e/per_minute died"):
+            for _ in replay.batches():
+                pass
+
+
+def test_a_killed_client_leaves_nothing_behind(stack):
+    since, until = minute_range(9, 8)
+    client_process = subprocess.Popen([sys.executable, "-m", "ramen.cli.main", "replay", "--since",
+                                       f"{since / 1e6}", "--until", f"{until / 1e6}", "e2e/traffic"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=stack.env)
+    with stack.client() as client:
+        wait_for(lambda: client.glob("replays/*"), what="the replay request")
+        client_process.kill()
+        client_process.wait()
+        wait_for(lambda: not client.glob("replays/*") and not client.glob("sites/local/replayers/*"),
+                 what="the replay torn down")
+
+
+def test_a_supervisor_restart_during_a_replay(stack, monkeypatch):
+    monkeypatch.setenv("RAMEN_DIR", str(stack.base))
+    with stack.client("user") as client, _stalled_replay(stack, client, "e2e/traffic") as replay:
+        _replayer_pid(client, replay.channel)
+        supervisor_pid = int(subprocess.run(["pgrep", "-f", "supervisor.service --site local"], capture_output=True,
+                                            text=True, env=stack.env).stdout.split()[0])
+        os.kill(supervisor_pid, signal.SIGKILL)  # `ramen start` restarts it; the new one adopts the replay
+        rows = sum(batch.num_rows for batch in replay.batches())
+        assert rows == 8 * 60 * RATE
+
+
+def test_live_output_is_unchanged_by_the_replays(stack):
+    """The replays above ran while traffic went on live: its archive of those minutes is still one
+    tuple per grid point, no replayed tuple mixed in and none missing."""
+    since, until = minute_range(4, 3)
+    traffic = stack.replay_table("e2e/traffic", since, until)
+    ts = traffic["ts"].cast(pa.timestamp("us")).cast(pa.int64())
+    assert traffic.num_rows == 3 * 60 * RATE == pc.count_distinct(ts).as_py()
