@@ -9,12 +9,16 @@ caller drains them when it likes (`drain()` never blocks, which suits `do_work`)
 from __future__ import annotations
 
 import abc
+import logging
 import queue
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from confserver.errors import NoSuchKey
 from confserver.model import Entry, Event
+
+log = logging.getLogger(__name__)
 
 #: How long a lock waits when the caller gives no timeout.
 DEFAULT_LOCK_TIMEOUT_S = 10.0
@@ -80,6 +84,29 @@ class Watch:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class Dispatcher:
+    """Delivers watch events on a thread of its own, in the order given, so that a callback may call
+    the client (a blocking call from the backend's reader thread would wait for itself)."""
+
+    def __init__(self, name: str):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def put(self, watch: Watch, event: Event) -> None:
+        self._queue.put((watch, event))
+
+    def close(self) -> None:
+        self._queue.put(None)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            watch, event = item
+            try:
+                watch.deliver(event)
+            except Exception:
+                log.exception("watch callback for %s failed", watch.pattern)
 
 
 class Lock:

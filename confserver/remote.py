@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import queue
 import socket
 import threading
 import time
@@ -23,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from confserver import wire
-from confserver.client import ConfClient, Watch
+from confserver.client import ConfClient, Dispatcher, Watch
 from confserver.errors import BadRequest, ConfError, Disconnected, SessionExpired, error_from_code
 from confserver.keys import check_key, check_pattern
 from confserver.model import Entry, Event, EventKind, encode_value
@@ -72,7 +71,7 @@ class RemoteClient(ConfClient):
         self._connected = threading.Event()
         self._closed = False
         self._expired: SessionExpired | None = None
-        self._dispatch: queue.SimpleQueue = queue.SimpleQueue()
+        self._dispatch = Dispatcher("confclient-dispatch")
         self.session: int | None = None
         self._secret: str | None = None
         self.identity = "anonymous"
@@ -82,7 +81,6 @@ class RemoteClient(ConfClient):
             raise first_error[0]
         self._io = threading.Thread(target=self._run_io, name=f"confclient-io-{self.session}", daemon=True)
         self._io.start()
-        threading.Thread(target=self._run_dispatch, name="confclient-dispatch", daemon=True).start()
         threading.Thread(target=self._run_heartbeat, name="confclient-heartbeat", daemon=True).start()
 
     # -- connection ----------------------------------------------------------------------------
@@ -196,7 +194,7 @@ class RemoteClient(ConfClient):
                         state.known.pop(event.key, None)
                     else:
                         state.known[event.key] = event.entry
-                    self._dispatch.put((state.watch, event))
+                    self._dispatch.put(state.watch, event)
             return
         with self._lock:
             call = self._calls.pop(message.get("id"), None)
@@ -209,17 +207,6 @@ class RemoteClient(ConfClient):
             if call.on_reply is not None:
                 call.on_reply(call.result)
         call.done.set()
-
-    def _run_dispatch(self) -> None:
-        while True:
-            item = self._dispatch.get()
-            if item is None:
-                return
-            watch, event = item
-            try:
-                watch.deliver(event)
-            except Exception:
-                log.exception("watch callback for %s failed", watch.pattern)
 
     def _run_heartbeat(self) -> None:
         interval = self._session_timeout_s / HEARTBEATS_PER_TIMEOUT
@@ -320,18 +307,18 @@ class RemoteClient(ConfClient):
         current = {e["key"]: Entry.from_json(e) for e in entries}
         if not resumed:
             for entry in current.values():
-                self._dispatch.put((state.watch, Event(EventKind.EXISTING, entry.key, entry)))
-            self._dispatch.put((state.watch, Event(EventKind.SYNCED, state.watch.pattern, None)))
+                self._dispatch.put(state.watch, Event(EventKind.EXISTING, entry.key, entry))
+            self._dispatch.put(state.watch, Event(EventKind.SYNCED, state.watch.pattern, None))
         else:
             for key, old in state.known.items():
                 if key not in current:
-                    self._dispatch.put((state.watch, Event(EventKind.DELETED, key, old)))
+                    self._dispatch.put(state.watch, Event(EventKind.DELETED, key, old))
             for key, entry in current.items():
                 old = state.known.get(key)
                 if old is None:
-                    self._dispatch.put((state.watch, Event(EventKind.CREATED, key, entry)))
+                    self._dispatch.put(state.watch, Event(EventKind.CREATED, key, entry))
                 elif (old.version, old.mtime) != (entry.version, entry.mtime):
-                    self._dispatch.put((state.watch, Event(EventKind.UPDATED, key, entry)))
+                    self._dispatch.put(state.watch, Event(EventKind.UPDATED, key, entry))
         state.known = current
 
     def _unwatch(self, watch: Watch) -> None:
@@ -373,7 +360,7 @@ class RemoteClient(ConfClient):
                 self._sock.close()
         for state in watches:
             state.watch.close()
-        self._dispatch.put(None)
+        self._dispatch.close()
 
 
 def _read_exactly(sock: socket.socket, n: int) -> bytes:

@@ -41,7 +41,7 @@ from kazoo.recipe.cache import TreeCache, TreeEvent
 from kazoo.retry import KazooRetry, RetryFailedError
 
 from confserver import auth
-from confserver.client import ConfClient, Watch
+from confserver.client import ConfClient, Dispatcher, Watch
 from confserver.errors import (
     BadRequest,
     Disconnected,
@@ -139,7 +139,8 @@ def _identify(config: auth.AuthConfig | None, identity: str | None, token: str |
 class _WatchFeed:
     """Turns one TreeCache's events into a Watch's: EXISTING (sorted by key) and SYNCED once the
     cache is initialised, then CREATED/UPDATED/DELETED as the cache learns of changes. Runs on the
-    cache's own event thread, one event at a time, so it needs no lock."""
+    cache's own event thread, one event at a time, so it needs no lock; the client's dispatcher
+    thread delivers them, so a callback may call the client."""
 
     def __init__(self, client: ZkClient, watch: Watch):
         self._client = client
@@ -147,13 +148,16 @@ class _WatchFeed:
         self._known: dict[str, Entry] = {}
         self._synced = False
 
+    def _deliver(self, event: Event) -> None:
+        self._client._dispatcher.put(self._watch, event)
+
     def __call__(self, event: TreeEvent) -> None:
         kind = event.event_type
         if kind == TreeEvent.INITIALIZED:
             if not self._synced:  # it comes again after a lost session is replaced; deliver once
                 for key in sorted(self._known):
-                    self._watch.deliver(Event(EventKind.EXISTING, key, self._known[key]))
-                self._watch.deliver(Event(EventKind.SYNCED, "", None))
+                    self._deliver(Event(EventKind.EXISTING, key, self._known[key]))
+                self._deliver(Event(EventKind.SYNCED, "", None))
                 self._synced = True
             return
         if kind not in (TreeEvent.NODE_ADDED, TreeEvent.NODE_UPDATED, TreeEvent.NODE_REMOVED):
@@ -170,11 +174,11 @@ class _WatchFeed:
             return
         if entry is None:
             if old is not None:
-                self._watch.deliver(Event(EventKind.DELETED, key, old))
+                self._deliver(Event(EventKind.DELETED, key, old))
         elif old is None:
-            self._watch.deliver(Event(EventKind.CREATED, key, entry))
+            self._deliver(Event(EventKind.CREATED, key, entry))
         else:
-            self._watch.deliver(Event(EventKind.UPDATED, key, entry))
+            self._deliver(Event(EventKind.UPDATED, key, entry))
 
 
 class _HeldLock:
@@ -203,6 +207,7 @@ class ZkClient(ConfClient):
         self._closed = False
         self._watches: set[Watch] = set()
         self._watch_caches: dict[Watch, TreeCache] = {}
+        self._dispatcher = Dispatcher("zk-watch-dispatch")
         self._held: dict[str, _HeldLock] = {}
         self._taking: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -629,6 +634,7 @@ class ZkClient(ConfClient):
             return
         for watch in list(self._watches):
             watch.close()
+        self._dispatcher.close()
         self._closed = True
         try:
             self._zk.stop()
