@@ -569,6 +569,8 @@ class Worker:
                 work += self._generate()
             work += self._read_inputs()
             work += self._flush()
+        else:
+            self.subscription.keep_alive()  # held back by our readers, not dead: the writers must wait
         if now >= self._next_stats_s:
             self._next_stats_s = now + STATS_INTERVAL_S
             self.write_stats()

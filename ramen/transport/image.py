@@ -245,6 +245,11 @@ class Image:
             return False
         return lengths[_TERM_ID_INDEX] != int32(self.header.initial_term_id + (position >> self.bits))
 
+    def keep_alive(self) -> None:
+        """Heartbeat without reading. A reader that holds back on purpose (its own output is back
+        pressured) is alive, and must not be dropped by the writer as a dead one would be."""
+        self._advance(self._position, 0)
+
     def _advance(self, position: int, consumed: int) -> None:
         if consumed:
             self._position = position = position + consumed

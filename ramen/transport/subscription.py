@@ -32,6 +32,11 @@ class Subscription:
         if close:
             image.close()
 
+    def keep_alive(self) -> None:
+        """Heartbeat every image without reading (see Image.keep_alive)."""
+        for image in self._images:
+            image.keep_alive()
+
     def close(self) -> None:
         for image in self._images:
             image.close()

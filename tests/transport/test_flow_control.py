@@ -616,3 +616,23 @@ def test_subscription_reads_images_added_and_removed_while_it_polls(tmp_path, sp
     assert {session: (c.next, c.errors) for session, c in checkers.items()} == \
         {session: (count, []) for session in sessions}
     assert all(counters.find(ctr.SUBSCRIBER_POSITION_TYPE_ID, log.correlation_id) == [] for log in logs)
+
+
+def test_a_reader_that_holds_back_but_keeps_alive_is_not_dropped(tmp_path):
+    """A worker whose own output is back pressured stops reading, on purpose: keep_alive() says it
+    is alive, so the writer waits for it instead of dropping it as dead."""
+    log, counters = make_log(tmp_path)
+    held = Image(log, counters, join_position=0, name="held back")
+    publication = ExclusivePublication(log, counters, subscriber_liveness_timeout_s=0.5)
+    writer = Writer(publication)
+    writer.offer_until_back_pressured()
+    quiet_until = time.monotonic() + 1.0  # twice the liveness timeout without a poll
+    while time.monotonic() < quiet_until:
+        held.keep_alive()
+        assert writer.offer_next() == BACK_PRESSURED
+        time.sleep(0.01)
+    assert counter_value(counters, ctr.SUBSCRIBERS_DROPPED_TYPE_ID, log) == 0
+    check = Checker()
+    while held.poll(check, 256):
+        pass
+    assert not held.is_dropped and check.errors == [] and check.next == writer.seq

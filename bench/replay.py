@@ -1,0 +1,172 @@
+"""Replay benchmark: an hour of generated traffic, replayed end to end through real processes.
+
+It runs `ramen start --daemon` in a temporary directory with examples/replay.toml (a generator that
+back-fills the last hour at 2,800 tuples/s: about 10 M tuples, archived; a lazy windowed python
+aggregate `per_minute` on top), waits for the archive to cover the hour, then measures:
+- a replay of the source over the hour: rows/s, time to the first row, total time;
+- a replay of the lazy aggregate over the hour (its rows/s counted in source tuples);
+- the anchor: the same aggregate computed by pyarrow over the source's tuples in memory;
+- 20 concurrent identical replays of the aggregate against one: time and archive bytes read.
+
+Run: `.venv/bin/python bench/replay.py [--json]` (about 2-3 minutes on this machine).
+Goals printed beside the figures: lazy light replay within 3x the anchor; 20 merged replays cost at
+most 1.5x one and read the archive once; the first row within 1 s of the merge delay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import confserver  # noqa: E402
+from ramen import paths  # noqa: E402
+from ramen.archive.coverage import archive_coverage  # noqa: E402
+from ramen.program import Program  # noqa: E402
+from ramen.replay_client import Replay  # noqa: E402
+from ramen.transport import CountersFile  # noqa: E402
+
+PROGRAM = ROOT / "examples" / "replay.toml"
+SOURCE, AGGREGATE = "demo/traffic", "demo/per_minute"
+CONCURRENT = 20
+MERGE_DELAY_S = 0.5
+HOUR_US = 3_600_000_000
+MINUTE_US = 60_000_000
+STARTUP_TIMEOUT_S = 300.0
+GOAL_ANCHOR_FACTOR = 3.0
+GOAL_MERGED_FACTOR = 1.5
+GOAL_FIRST_ROW_S = MERGE_DELAY_S + 1.0
+
+
+def progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def replayer_bytes_read(counters_path: Path) -> dict[str, int]:
+    counters = CountersFile.open(counters_path, create=False)
+    try:
+        return {c.label: c.value for c in counters.counters() if "bytes read" in c.label}
+    finally:
+        counters.close()
+
+
+def run_replays(client, programs, target: str, since: int, until: int, count: int) -> dict:
+    """Start `count` replays back to back (so they merge), read them all; time and rows."""
+    started = time.perf_counter()
+    replays = [Replay(client, programs, target, since, until, site="local") for _ in range(count)]
+    for replay in replays:
+        replay.start()
+    tables = []
+    for replay in replays:
+        tables.append(pa.Table.from_batches(list(replay.batches()), schema=replay.schema))
+    elapsed = time.perf_counter() - started
+    first_rows = [r.progress.first_row_s for r in replays if r.progress.first_row_s is not None]
+    for replay in replays:
+        replay.close()
+    return {"seconds": elapsed, "rows": tables[0].num_rows, "first_row_s": min(first_rows) if first_rows else None,
+            "table": tables[0]}
+
+
+def per_minute_anchor(traffic: pa.Table) -> tuple[float, pa.Table]:
+    started = time.perf_counter()
+    start = pc.floor_temporal(traffic["ts"], unit="minute")
+    result = pa.table({"start": start, "host": traffic["host"], "bytes": traffic["bytes"]}) \
+        .group_by(["start", "host"]).aggregate([("bytes", "sum")])
+    return time.perf_counter() - started, result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ramen-bench-replay-") as tmp:
+        base = Path(tmp)
+        env = dict(os.environ, RAMEN_DIR=str(base), PYTHONPATH=str(ROOT))
+        env.pop("RAMEN_CONFSERVER", None)
+        os.environ["RAMEN_DIR"] = str(base)
+        ramen = [sys.executable, "-m", "ramen.cli.main"]
+        progress("starting ramen and back-filling an hour of traffic")
+        subprocess.run([*ramen, "start", "--daemon", "--dir", str(base), str(PROGRAM)], env=env, check=True)
+        try:
+            report = measure(base)
+        finally:
+            subprocess.run([*ramen, "stop", "--dir", str(base)], env=env)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print_report(report)
+    return 0
+
+
+def measure(base: Path) -> dict:
+    now_minute = time.time_ns() // 1000 // MINUTE_US * MINUTE_US
+    until = now_minute - MINUTE_US
+    since = until - HOUR_US + 2 * MINUTE_US  # the back-fill starts a little after now - 1h
+    started = time.monotonic()
+    while not any(i.since_us <= since and i.until_us >= until
+                  for i in archive_coverage(paths.archive_dir("local")).get(SOURCE, [])):
+        if time.monotonic() - started > STARTUP_TIMEOUT_S:
+            raise SystemExit("the archive did not cover the hour in time")
+        time.sleep(1)
+    progress(f"archive ready after {time.monotonic() - started:.0f} s")
+    url = (base / "run" / "ready").read_text().strip()
+    with confserver.connect(url, identity="user", auth_file=base / "confserver" / "auth.json") as client:
+        programs = {e.key.split("/", 1)[1]: Program.from_dict(e.value) for e in client.glob("programs/*")}
+        progress("replaying the source")
+        source = run_replays(client, programs, SOURCE, since, until, 1)
+        traffic = source.pop("table")
+        progress("replaying the lazy aggregate")
+        aggregate = run_replays(client, programs, AGGREGATE, since, until, 1)
+        aggregate.pop("table")
+        anchor_s, _ = per_minute_anchor(traffic)
+        before = replayer_bytes_read(paths.counters_path())
+        progress("one replay of the aggregate, then 20 at once")
+        one = run_replays(client, programs, AGGREGATE, since, until, 1)
+        one.pop("table")
+        after_one = replayer_bytes_read(paths.counters_path())
+        many = run_replays(client, programs, AGGREGATE, since, until, CONCURRENT)
+        many.pop("table")
+        after_many = replayer_bytes_read(paths.counters_path())
+    one_bytes = sum(v for k, v in after_one.items() if k not in before)
+    many_bytes = sum(v for k, v in after_many.items() if k not in after_one)
+    return {"source_tuples": traffic.num_rows, "source": source, "aggregate": aggregate,
+            "anchor_seconds": anchor_s, "one": dict(one, bytes_read=one_bytes),
+            "concurrent": dict(many, bytes_read=many_bytes, replays=CONCURRENT)}
+
+
+def print_report(r: dict) -> None:
+    tuples = r["source_tuples"]
+    s, a, one, many = r["source"], r["aggregate"], r["one"], r["concurrent"]
+    print(f"{tuples:,} tuples of traffic (one hour)")
+    print(f"source replay      {s['seconds']:6.1f} s  {tuples / s['seconds']:>12,.0f} rows/s   "
+          f"first row {s['first_row_s']:.2f} s")
+    print(f"lazy aggregate     {a['seconds']:6.1f} s  {tuples / a['seconds']:>12,.0f} source rows/s   "
+          f"first row {a['first_row_s']:.2f} s   ({a['rows']:,} rows out)")
+    print(f"pyarrow anchor     {r['anchor_seconds']:6.2f} s  {tuples / r['anchor_seconds']:>12,.0f} rows/s")
+    print(f"1 replay           {one['seconds']:6.1f} s  {one['bytes_read']:>14,} archive bytes read")
+    print(f"{many['replays']} replays at once {many['seconds']:6.1f} s  {many['bytes_read']:>14,} archive bytes read")
+    factor = a["seconds"] / r["anchor_seconds"]
+    merged = many["seconds"] / one["seconds"]
+    print(f"goal: lazy replay <= {GOAL_ANCHOR_FACTOR:g}x anchor: {factor:.1f}x "
+          f"{'pass' if factor <= GOAL_ANCHOR_FACTOR else 'MISS'}")
+    print(f"goal: {many['replays']} merged <= {GOAL_MERGED_FACTOR:g}x one, archive read once: {merged:.2f}x, "
+          f"{many['bytes_read'] / max(one['bytes_read'], 1):.2f}x the bytes "
+          f"{'pass' if merged <= GOAL_MERGED_FACTOR and many['bytes_read'] <= one['bytes_read'] else 'MISS'}")
+    first = min(x for x in (s["first_row_s"], a["first_row_s"]) if x is not None)
+    print(f"goal: first row within 1 s of the merge delay: {first:.2f} s "
+          f"{'pass' if first <= GOAL_FIRST_ROW_S else 'MISS'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
