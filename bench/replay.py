@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -67,9 +68,17 @@ def run_replays(client, programs, target: str, since: int, until: int, count: in
     replays = [Replay(client, programs, target, since, until, site="local") for _ in range(count)]
     for replay in replays:
         replay.start()
-    tables = []
-    for replay in replays:
-        tables.append(pa.Table.from_batches(list(replay.batches()), schema=replay.schema))
+    tables: list[pa.Table | None] = [None] * count
+
+    def read(i: int) -> None:  # each client reads its own result, all at once, as separate clients would
+        tables[i] = pa.Table.from_batches(list(replays[i].batches()), schema=replays[i].schema)
+    readers = [threading.Thread(target=read, args=(i,)) for i in range(count)]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join()
+    if any(t is None for t in tables):
+        raise SystemExit("a replay failed: see the logs above")
     elapsed = time.perf_counter() - started
     first_rows = [r.progress.first_row_s for r in replays if r.progress.first_row_s is not None]
     for replay in replays:
