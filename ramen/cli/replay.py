@@ -32,7 +32,8 @@ def add_parser(sub) -> None:
     parser.add_argument("target", metavar="TARGET", help="the function, as prog/func")
     parser.add_argument("fields", nargs="*", metavar="FIELD", help="fields to print (default: all)")
     parser.add_argument("--since", required=True, help="start, included: -2h, -10min, now, epoch seconds, ISO-8601")
-    parser.add_argument("--until", default="now", help="end, excluded (default now)")
+    parser.add_argument("--until", default=None,
+                        help="end, excluded (default: now, or as far as the archives reach if they stop short of now)")
     parser.add_argument("--where", action="append", default=[], metavar="'FIELD OP VALUE'",
                         help="keep only rows where this holds (OP: = != < <= > >=); repeatable")
     parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default table)")
@@ -47,10 +48,10 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from ramen.program.plan import ReplayPlanError, check_range, parse_time
-    from ramen.replay_client import DEFAULT_REPLAY_TIMEOUT_S, Replay, ReplayFailed
+    from ramen.replay_client import DEFAULT_REPLAY_TIMEOUT_S, ReplayFailed
     now_us = time.time_ns() // 1000
     try:
-        since_us, until_us = parse_time(args.since, now_us), parse_time(args.until, now_us)
+        since_us, until_us = parse_time(args.since, now_us), parse_time(args.until or "now", now_us)
         check_range(since_us, until_us)
     except ReplayPlanError as e:
         raise UserError(str(e)) from None
@@ -60,8 +61,8 @@ def run(args) -> int:
         fields = _check_fields(args.fields, schema) if schema is not None else []
         filters = [_parse_where(w, schema) for w in args.where] if schema is not None else []
         try:
-            replay = Replay(client, programs, args.target, since_us, until_us, site=args.site,
-                            timeout_s=args.timeout or DEFAULT_REPLAY_TIMEOUT_S, no_merge=args.no_merge)
+            replay = _plan(client, programs, args, since_us, until_us,
+                           timeout_s=args.timeout or DEFAULT_REPLAY_TIMEOUT_S)
         except ReplayPlanError as e:
             raise UserError(str(e)) from None
         progress = _Progress() if sys.stderr.isatty() else None
@@ -83,6 +84,21 @@ def run(args) -> int:
         table = table.select(fields)
     _print(table, args.format, args.with_header)
     return 0
+
+
+def _plan(client, programs, args, since_us: int, until_us: int, timeout_s: float):
+    """The replay; without --until, "now" means as far as the archives reach: the newest tuples are
+    still on their way to the disk, and a gap of a second at the end is not worth an error."""
+    from ramen.program.plan import ReplayGapError
+    from ramen.replay_client import Replay
+    try:
+        return Replay(client, programs, args.target, since_us, until_us, site=args.site, timeout_s=timeout_s,
+                      no_merge=args.no_merge)
+    except ReplayGapError as e:
+        if args.until is not None or e.gap_until_us != until_us or e.gap_since_us <= since_us:
+            raise
+        return Replay(client, programs, args.target, since_us, e.gap_since_us, site=args.site, timeout_s=timeout_s,
+                      no_merge=args.no_merge)
 
 
 def _schema_of(programs, target: str) -> pa.Schema | None:
