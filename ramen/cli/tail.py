@@ -1,6 +1,7 @@
 """`ramen tail [-n N] [-f] [--since S] TARGET`: a function's latest output, or follow it live.
 
-- `-n N`: the last N tuples still in the function's live log buffer (its last term or two).
+- `-n N`: the last N tuples: from the archive (its last minute) for an archived function, else the
+  next N from the live stream (a live log keeps nothing behind its slowest reader: it is zeroed).
 - `-f`: follow: a `tails/<id>` key (ephemeral) makes the choreographer run the function and its
   ancestors, even a lazy one, for as long as this command runs.
 - `--since S`: first replay the archives from S, then go on live, without gap or duplicate: the live
@@ -26,6 +27,8 @@ from ramen.tuples import decode_tuples
 IDENTITY = "user"
 DEFAULT_LINES = 10
 LOG_WAIT_TIMEOUT_S = 30.0
+ARCHIVE_LOOKBACK_US = 60_000_000
+"""How far back `-n` looks in an archive for the last tuples."""
 FRAGMENT_LIMIT = 256
 
 
@@ -52,9 +55,12 @@ def run(args) -> int:
         if follow:
             client.create(tail_key, {"target": args.target}, ephemeral=True)
         try:
+            if not follow and function.archived:
+                _print_last_archived(client, programs, function, args)
+                return 0
             log = _wait_for_log(paths.output_log(args.site, args.target))
             if not follow:
-                _print_last(log, function.schema, args.lines)
+                _print_next(log, function.schema, args.lines)
                 return 0
             _follow(client, programs, function, log, args)
         finally:
@@ -70,13 +76,6 @@ def _wait_for_log(path) -> LogBuffer:
             raise UserError(f"{path} did not appear within {LOG_WAIT_TIMEOUT_S:g} s: is the function running?")
         time.sleep(0.1)
     return LogBuffer.open(path, writable=False)
-
-
-def _earliest_position(log: LogBuffer) -> int:
-    """The start of the term before the current one: still intact, and a frame boundary."""
-    producer = log.producer_position()
-    term_start = producer - (producer & (log.term_length - 1))
-    return max(0, term_start - log.term_length)
 
 
 def _read_batches(image: Image, schema: pa.Schema, until: int | None) -> list[pa.RecordBatch]:
@@ -96,10 +95,44 @@ def _read_batches(image: Image, schema: pa.Schema, until: int | None) -> list[pa
     return batches
 
 
-def _print_last(log: LogBuffer, schema: pa.Schema, lines: int) -> None:
-    image = Image(log, None, join_position=_earliest_position(log))
-    table = pa.Table.from_batches(_read_batches(image, schema, log.producer_position()), schema=schema)
-    _print_rows(table.slice(max(0, table.num_rows - lines)))
+def _print_last_archived(client, programs, function, args) -> None:
+    from ramen.program.plan import ReplayGapError, ReplayPlanError
+    from ramen.replay_client import Replay, ReplayFailed
+    until = time.time_ns() // 1000
+    since = until - ARCHIVE_LOOKBACK_US
+    try:
+        try:
+            replay = Replay(client, programs, function.qualified_name, since, until, site=args.site)
+        except ReplayGapError as e:  # the newest tuples are still on their way to the disk
+            if e.gap_until_us != until or e.gap_since_us <= since:
+                raise
+            replay = Replay(client, programs, function.qualified_name, since, e.gap_since_us, site=args.site)
+        with replay:
+            replay.start()
+            table = pa.Table.from_batches(list(replay.batches()), schema=function.schema)
+    except (ReplayPlanError, ReplayFailed) as e:
+        raise UserError(str(e)) from None
+    if function.event_time is not None and table.num_rows:
+        table = table.sort_by(function.event_time)
+    _print_rows(table.slice(max(0, table.num_rows - args.lines)))
+
+
+def _print_next(log: LogBuffer, schema: pa.Schema, lines: int) -> None:
+    """The next `lines` live tuples (a function that is not archived keeps no past)."""
+    counters = CountersFile.open(paths.counters_path())
+    image = Image(log, counters, name="tail -n")
+    idle = BackoffIdleStrategy()
+    deadline = time.monotonic() + LOG_WAIT_TIMEOUT_S
+    rows: list[pa.RecordBatch] = []
+    try:
+        while sum(b.num_rows for b in rows) < lines and time.monotonic() < deadline:
+            batches = _read_batches(image, schema, None)
+            rows.extend(batches)
+            idle.idle(len(batches))
+    finally:
+        image.close()
+        counters.close()
+    _print_rows(pa.Table.from_batches(rows, schema=schema).slice(0, lines))
 
 
 def _follow(client, programs, function, log: LogBuffer, args) -> None:

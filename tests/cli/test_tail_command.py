@@ -1,4 +1,4 @@
-"""`ramen tail -n`: the last tuples still in a function's live log."""
+"""`ramen tail`: the next tuples of a function that keeps no archive; bad input."""
 
 from __future__ import annotations
 
@@ -6,44 +6,51 @@ import json
 import os
 import subprocess
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
 
 from ramen import paths
 from ramen.program import load
-from ramen.transport import ADMIN_ACTION, ExclusivePublication, LogBuffer, LogBufferParams
+from ramen.transport import CountersFile, ExclusivePublication, LogBuffer, LogBufferParams
 from ramen.tuples import encode_tuples
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "net.toml"
+DEADLINE_S = 60.0
 
 
-def test_tail_prints_the_last_tuples_of_the_live_log(fresh_confserver, tmp_path, monkeypatch):
+def test_tail_n_of_a_function_without_archive_prints_the_next_tuples(fresh_confserver, tmp_path, monkeypatch):
     monkeypatch.setenv("RAMEN_DIR", str(tmp_path / "ramen"))
     env = dict(os.environ, RAMEN_CONFSERVER=fresh_confserver.url, RAMEN_CONFSERVER_AUTH=str(fresh_confserver.auth_file),
                RAMEN_SITE="local")
-
-    def ramen(*args):
-        return subprocess.run([sys.executable, "-m", "ramen.cli.main", *map(str, args)], capture_output=True,
-                              text=True, env=env, timeout=60)
-    assert ramen("run", EXAMPLE).returncode == 0
-    schema = load(EXAMPLE).function("traffic").schema
-    path = paths.output_log("local", "net/traffic")
+    run = [sys.executable, "-m", "ramen.cli.main"]
+    assert subprocess.run([*run, "run", EXAMPLE], env=env, capture_output=True).returncode == 0
+    schema = load(EXAMPLE).function("top_talkers").schema
+    path = paths.output_log("local", "net/top_talkers")
     path.parent.mkdir(parents=True)
     log = LogBuffer.create(path, LogBufferParams(term_length=64 * 1024))
-    publication = ExclusivePublication(log)
-    for start in range(0, 5000, 100):  # more than two terms: the oldest are gone, the last are there
-        batch = pa.record_batch([pa.array(range(start, start + 100), pa.timestamp("us")),
-                                 pa.array([f"h{i % 7}" for i in range(start, start + 100)]),
-                                 pa.array(range(start, start + 100), pa.int64())], schema=schema)
-        while (position := publication.offer(encode_tuples(batch, "ts"))) == ADMIN_ACTION:
-            pass  # the term rotated: offer again
-        assert position > 0
-    result = ramen("tail", "-n", "3", "net/traffic")
-    assert result.returncode == 0, result.stderr
-    assert [json.loads(line)["bytes"] for line in result.stdout.splitlines()] == [4997, 4998, 4999]
+    counters = CountersFile.open(paths.counters_path())
+    publication = ExclusivePublication(log, counters)
+    tail = subprocess.Popen([*run, "tail", "-n", "3", "net/top_talkers"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    n = 0
+    deadline = time.monotonic() + DEADLINE_S
+    while tail.poll() is None and time.monotonic() < deadline:  # write until it has its three tuples
+        batch = pa.record_batch([pa.array([n * 60_000_000], pa.timestamp("us")), pa.array([f"h{n}"]),
+                                 pa.array([n], pa.int64())], schema=schema)
+        if publication.offer(encode_tuples(batch, "start")) > 0:
+            n += 1
+        time.sleep(0.01)
+    out, err = tail.communicate(timeout=10)
+    assert tail.returncode == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert len(rows) == 3 and [r["bytes"] for r in rows] == sorted(r["bytes"] for r in rows)
+    assert all(datetime.fromisoformat(r["start"]) for r in rows)
     publication.close()
     log.close()
+    counters.close()
 
 
 def test_tail_of_an_unknown_function_is_one_line(fresh_confserver, tmp_path):

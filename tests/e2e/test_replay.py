@@ -285,3 +285,11 @@ def test_replay_without_until_goes_as_far_as_the_archive(stack):
     assert result.returncode == 0, result.stderr
     rows = result.stdout.splitlines()
     assert len(rows) > 2 * 60 * RATE  # most of three minutes, up to the last archived tuple
+
+
+def test_tail_n_of_an_archived_function_reads_its_archive(stack):
+    result = stack.ramen("tail", "-n", "5", "e2e/traffic")
+    assert result.returncode == 0, result.stderr
+    import json
+    times = [json.loads(line)["ts"] for line in result.stdout.splitlines()]
+    assert len(times) == 5 and times == sorted(times)
