@@ -23,6 +23,7 @@ from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, decode_header
 from ramen.program import Program
 from ramen.program.plan import ReplayPlan, plan_replay
 from ramen.transport import BackoffIdleStrategy, CountersFile, FragmentAssembler, Image, LogBuffer, LogBufferParams
+from ramen.transport.defaults import IPC_MTU_LENGTH
 from ramen.tuples import decode_tuples
 
 log = logging.getLogger(__name__)
@@ -77,8 +78,9 @@ class Replay:
         self.channel = self.client.next_sequence(keyspace.REPLAY_CHANNEL_SEQUENCE)
         recipient = paths.recipient_log(self.channel)
         recipient.parent.mkdir(parents=True, exist_ok=True)
-        self._log = LogBuffer.create(recipient, LogBufferParams(term_length=RECIPIENT_TERM_LENGTH,
-                                                                session_id=self.channel, stream_id=self.channel))
+        params = LogBufferParams(term_length=RECIPIENT_TERM_LENGTH, mtu_length=IPC_MTU_LENGTH,
+                                 session_id=self.channel, stream_id=self.channel)
+        self._log = LogBuffer.create(recipient, params)
         self._counters = CountersFile.open(paths.counters_path())
         self._image = Image(self._log, self._counters, name=f"replay {self.channel} client")
         self._assembler = FragmentAssembler(self._on_message)

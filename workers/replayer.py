@@ -54,6 +54,7 @@ from ramen.archive.time_index import TimeIndex, TimeIndexError, index_path
 from ramen.program import Program, split_qualified
 from ramen.transport import frame
 from ramen.transport.counters import CountersFile, CountersFileError
+from ramen.transport.defaults import IPC_MTU_LENGTH
 from ramen.transport.idle import BackoffIdleStrategy
 from ramen.transport.logbuffer import LogBuffer, LogBufferError, LogBufferParams
 from ramen.transport.publication import ExclusivePublication
@@ -482,7 +483,7 @@ def open_output(path: Path, counters: CountersFile) -> ExclusivePublication:
     """The replayer's log: created with the transport's defaults, or opened if already there."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        log_buffer = LogBuffer.create(path, LogBufferParams())
+        log_buffer = LogBuffer.create(path, LogBufferParams(mtu_length=IPC_MTU_LENGTH))
     except LogBufferError:
         log_buffer = LogBuffer.open(path)
     return ExclusivePublication(log_buffer, counters)

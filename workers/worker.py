@@ -49,6 +49,7 @@ from ramen.transport import (ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED, Backof
                              ExclusivePublication, FragmentAssembler, Image, LogBuffer, LogBufferError,
                              LogBufferParams, Subscription, frame)
 from ramen.transport.logbuffer import END_OF_STREAM_UNSET
+from ramen.transport.defaults import IPC_MTU_LENGTH
 from ramen.transport.position import int32
 from ramen.tuples import decode_tuples, encode_tuples, end_of_replay
 from workers.compute import ComputeError, PythonRunner, make_runner
@@ -80,7 +81,8 @@ def open_or_create_log(path: Path, session_id: int = 0) -> LogBuffer:
     path.parent.mkdir(parents=True, exist_ok=True)
     session_id = int32(session_id)
     try:
-        return LogBuffer.create(path, LogBufferParams(session_id=session_id, stream_id=session_id))
+        return LogBuffer.create(path, LogBufferParams(mtu_length=IPC_MTU_LENGTH, session_id=session_id,
+                                                      stream_id=session_id))
     except LogBufferError:
         if not path.exists():
             raise

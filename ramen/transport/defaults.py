@@ -26,3 +26,7 @@ IDLE_MAX_SPINS = 10
 IDLE_MAX_YIELDS = 20
 IDLE_MIN_PARK_S = 50e-6
 IDLE_MAX_PARK_S = 5e-3
+
+IPC_MTU_LENGTH = 65504
+"""MTU of the logs ramen's processes share on one host (Aeron's largest): an Arrow batch of a few
+thousand rows fits one frame, where 1408-byte frames would cost a Python call per 1.4 KB."""
