@@ -24,3 +24,7 @@ POLL_INTERVAL_S = 0.05
 STATS_INTERVAL_S = 1.0
 #: Hands out replayer ids (never 0, never repeated).
 REPLAYER_SEQUENCE = "sequences/replayer"
+
+WARM_REPLAYER_WAIT_S = 60.0
+"""A replayer is started when a replay is requested, before the merge delay ends, so its Python
+start-up overlaps the delay; it waits this long for the key that gives it its channels."""

@@ -158,6 +158,7 @@ class ReplaySupervision:
         self.merge = merge
         self.requests: dict[int, Request] = {}
         self.replayers: dict[int, Replayer] = {}
+        self._warm: tuple[int, Child] | None = None
         self._next_timeout_check = 0.0
 
     # -- inputs --------------------------------------------------------------------------------
@@ -202,6 +203,20 @@ class ReplaySupervision:
             return
         log.info("replay %d of %s [%d, %d): %d sources%s", channel, request.plan.target, request.since_us,
                  request.until_us, len(request.plan.sources), " (adopted)" if request.launched else "")
+        if not request.launched:
+            self._ensure_warm()
+
+    def _ensure_warm(self) -> None:
+        """Have one replayer started and waiting for its channels, so that after the merge delay
+        a replay waits for nothing but its data."""
+        if self._warm is not None:
+            return
+        replayer_id = self.client.next_sequence(defaults.REPLAYER_SEQUENCE)
+        argv = [*self.command, "--site", self.site, "--id", str(replayer_id),
+                "--wait-for-key", f"{defaults.WARM_REPLAYER_WAIT_S:g}"]
+        child = spawn(f"warm replayer {replayer_id}", argv, self.env,
+                      paths.logs_dir() / "replayers" / f"{replayer_id}.log")
+        self._warm = (replayer_id, child)
 
     def synced(self) -> None:
         """Every existing replay is known: clean what belongs to replays that ended meanwhile."""
@@ -223,6 +238,8 @@ class ReplaySupervision:
 
     def do_work(self, now: float) -> int:
         work = 0
+        if self._warm is not None and self._warm[1].poll():
+            self._warm = None  # it gave up waiting (or died): the next request starts another
         pending = [r for r in self.requests.values() if not r.launched]
         if pending and now - min(r.seen_at for r in pending) >= self.delay_s:
             self.launch(pending)
@@ -238,8 +255,13 @@ class ReplaySupervision:
         groups = merge(batch, allow=self.merge)
         replayer_of: dict[int, dict[str, int]] = {r.channel: {} for r in batch}
         ids = []
+        warm_children: dict[int, Child] = {}
         for group in groups:
-            replayer_id = self.client.next_sequence(defaults.REPLAYER_SEQUENCE)
+            if self._warm is not None and not self._warm[1].poll():
+                replayer_id, warm_children[replayer_id] = self._warm
+            else:
+                replayer_id = self.client.next_sequence(defaults.REPLAYER_SEQUENCE)
+            self._warm = None
             ids.append(replayer_id)
             for request in group.requests:
                 replayer_of[request.channel][group.source] = replayer_id
@@ -249,15 +271,17 @@ class ReplaySupervision:
             request.launched = True
             self.counters.replays_wired += 1
         for replayer_id, group in zip(ids, groups):
-            self._spawn(replayer_id, group)
+            self._spawn(replayer_id, group, warm_children.get(replayer_id))
 
-    def _spawn(self, replayer_id: int, group: Group) -> None:
+    def _spawn(self, replayer_id: int, group: Group, child: Child | None = None) -> None:
+        """Give a group its replayer: the warm one (its key wakes it up) or a new process."""
         key = keyspace.replayer_key(self.site, replayer_id)
         value = replayer_value(self.site, replayer_id, group)
         self.client.set(key, value)
-        argv = [*self.command, "--site", self.site, "--id", str(replayer_id)]
         name = f"replayer {replayer_id} of {group.source}"
-        child = spawn(name, argv, self.env, paths.logs_dir() / "replayers" / f"{replayer_id}.log")
+        if child is None:
+            argv = [*self.command, "--site", self.site, "--id", str(replayer_id)]
+            child = spawn(name, argv, self.env, paths.logs_dir() / "replayers" / f"{replayer_id}.log")
         channels = {r.channel for r in group.requests}
         self.replayers[replayer_id] = Replayer(replayer_id, group.source, channels, child)
         self.counters.replayers_spawned += 1
@@ -358,6 +382,9 @@ class ReplaySupervision:
             if request.launched:
                 self.set_error(channel, f"the supervisor of site {self.site} stopped during the replay")
         children = [r.child for r in self.replayers.values() if r.child is not None]
+        if self._warm is not None:
+            children.append(self._warm[1])
+            self._warm = None
         for child in children:
             child.stop(min(self.stop_grace_s, timeout_s))
         deadline = time.monotonic() + timeout_s

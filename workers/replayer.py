@@ -71,6 +71,8 @@ READ_CHUNK_LENGTH = 1024 * 1024
 """Bytes read from a segment file per duty cycle (Aeron's replay buffer)."""
 STATS_INTERVAL_S = 1.0
 """How often the stats key is rewritten while replaying (and once at the end)."""
+KEY_POLL_S = 0.1
+"""How often a warm replayer waiting for its key looks at the stop flag."""
 ACTIVE_RECORDING_QUIET_S = 1.0
 """An active recording that has not grown for this long is taken as read to its end."""
 REPLAYER_BYTES_READ_TYPE_ID = 1010
@@ -430,10 +432,23 @@ class Replayer:
 # -- setting up ------------------------------------------------------------------------------------
 
 
-def load_spec(client, site: str, replayer_id: int) -> ReplayerSpec:
-    entry = client.get_or_none(keyspace.replayer_key(site, replayer_id))
+def load_spec(client, site: str, replayer_id: int, wait_s: float = 0.0,
+              stop: threading.Event | None = None) -> ReplayerSpec | None:
+    """The replayer's key. A warm replayer (started before its replay is merged, so that its start-up
+    overlaps the merge delay) waits up to wait_s for it; None if it never comes."""
+    key = keyspace.replayer_key(site, replayer_id)
+    entry = client.get_or_none(key)
+    if entry is None and wait_s > 0:
+        with client.watch(key) as watch:
+            deadline = time.monotonic() + wait_s
+            while entry is None and time.monotonic() < deadline and not (stop and stop.is_set()):
+                event = watch.next(KEY_POLL_S)
+                if event is not None and event.entry is not None:
+                    entry = event.entry
+        if entry is None:
+            return None
     if entry is None:
-        raise ReplayerError(f"no replayer key {keyspace.replayer_key(site, replayer_id)}")
+        raise ReplayerError(f"no replayer key {key}")
     return ReplayerSpec.from_value(entry.value)
 
 
@@ -500,9 +515,13 @@ def wait_for_reader(publication: ExclusivePublication, stop: threading.Event) ->
         idle.idle(0)
 
 
-def replay(client, site: str, replayer_id: int, stop: threading.Event) -> ReplayerStats | None:
-    """Do the whole replay; None when stopped by a signal before the end."""
-    spec = load_spec(client, site, replayer_id)
+def replay(client, site: str, replayer_id: int, stop: threading.Event,
+           wait_for_key_s: float = 0.0) -> ReplayerStats | None:
+    """Do the whole replay; None when stopped by a signal before the end (or never given one)."""
+    spec = load_spec(client, site, replayer_id, wait_for_key_s, stop)
+    if spec is None:
+        log.info("replayer %d: no replay came within %g s", replayer_id, wait_for_key_s)
+        return None
     function = load_function(client, spec.source)
     try:
         counters = CountersFile.open(paths.counters_path())
@@ -538,6 +557,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workers.replayer", description=__doc__.split("\n\n")[0])
     parser.add_argument("--site", default=keyspace.default_site())
     parser.add_argument("--id", type=int, required=True, help="the replayer id (its key under sites/<site>/replayers)")
+    parser.add_argument("--wait-for-key", type=float, default=0.0, metavar="S",
+                        help="start warm: wait up to S seconds for the key (then exit 0 if none came)")
     parser.add_argument("--debug", action="store_true", help="tracebacks and debug logs")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
@@ -553,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ramen: replayer {args.id}: cannot reach the confserver: {e}", file=sys.stderr)
         return EXIT_ERROR
     try:
-        replay(client, args.site, args.id, stop)
+        replay(client, args.site, args.id, stop, args.wait_for_key)
     except ReplayerError as e:
         print(f"ramen: replayer {args.id}: {e}", file=sys.stderr)
         return EXIT_ERROR

@@ -157,3 +157,15 @@ def test_a_restarted_supervisor_adopts_launched_replays_and_tears_them_down(admi
     assert second.counters.replayers_spawned == 0 and list(replayers(admin)) == [replayer["id"]]
     admin.delete(keyspace.replay_key(channel))
     wait_for(lambda: not replayers(admin) and not pid_alive(replayer["pid"]), what="adopted replayer torn down")
+
+
+def test_a_replayer_is_started_warm_during_the_delay_and_given_the_merged_channels(admin, start_supervisor):
+    supervisor = start_supervisor(delay_before_replay_s=2.0)
+    channel = request_replay(admin)
+    warm = wait_for(lambda: supervisor.replays._warm, what="a warm replayer")  # before the delay is over
+    assert replayers(admin) == {}  # it has no key yet: it is waiting for one
+    found = wait_for(lambda: (r := replayers(admin)) and all("pid" in v for v in r.values()) and r,
+                     what="the replayer key")
+    (replayer,) = found.values()
+    assert (replayer["id"], replayer["pid"]) == (warm[0], warm[1].pid)  # the warm process got the channels
+    assert channels_of(replayer) == [channel] and supervisor.counters.replayers_spawned == 1

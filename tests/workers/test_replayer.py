@@ -274,3 +274,27 @@ def test_sigterm_stops_a_replayer_waiting_for_its_reader_with_exit_0(ramen_env):
             process.kill()
             process.wait()
         paths.replayer_log(ramen_env.site, replayer_id).unlink(missing_ok=True)
+
+
+def test_a_warm_replayer_without_a_key_gives_up_quietly(ramen_env):
+    result = subprocess.run([sys.executable, "-m", "workers.replayer", "--site", ramen_env.site, "--id",
+                             str(new_id()), "--wait-for-key", "0.5"], env=ramen_env.env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0 and result.stderr == ""
+
+
+def test_a_warm_replayer_replays_once_its_key_comes(ramen_env):
+    replayer_id = new_id()
+    process = subprocess.Popen([sys.executable, "-m", "workers.replayer", "--site", ramen_env.site, "--id",
+                                str(replayer_id), "--wait-for-key", "30"], env=ramen_env.env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)  # started, and waiting
+        assert process.poll() is None
+        write_key(ramen_env, replayer_id, [CHANNEL_A])
+        log_buffer = open_log(paths.replayer_log(ramen_env.site, replayer_id), process)
+        assert log_buffer is not None, process.communicate()[1]
+        log_buffer.close()
+    finally:
+        process.terminate()
+        process.wait(10)
