@@ -21,7 +21,7 @@ from ramen import keyspace, paths
 from ramen.archive.coverage import archive_coverage
 from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, decode_header
 from ramen.program import Program
-from ramen.program.plan import ReplayPlan, plan_replay
+from ramen.program.plan import ReplayGapError, ReplayPlan, plan_replay
 from ramen.transport import BackoffIdleStrategy, CountersFile, FragmentAssembler, Image, LogBuffer, LogBufferParams
 from ramen.transport.defaults import IPC_MTU_LENGTH
 from ramen.tuples import decode_tuples
@@ -167,3 +167,16 @@ class Replay:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def replay_to_newest(client, programs: dict[str, Program], target: str, since_us: int, until_us: int,
+                     **options) -> Replay:
+    """A Replay of [since_us, until_us), or, when the archives stop short of until_us, up to where
+    they reach: the newest tuples are still on their way to the disk, and a gap of a second at the
+    end of a range that ends "now" is not worth an error. Any other gap is one."""
+    try:
+        return Replay(client, programs, target, since_us, until_us, **options)
+    except ReplayGapError as e:
+        if e.gap_until_us != until_us or e.gap_since_us <= since_us:
+            raise
+        return Replay(client, programs, target, since_us, e.gap_since_us, **options)

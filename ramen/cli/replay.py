@@ -87,18 +87,11 @@ def run(args) -> int:
 
 
 def _plan(client, programs, args, since_us: int, until_us: int, timeout_s: float):
-    """The replay; without --until, "now" means as far as the archives reach: the newest tuples are
-    still on their way to the disk, and a gap of a second at the end is not worth an error."""
-    from ramen.program.plan import ReplayGapError
-    from ramen.replay_client import Replay
-    try:
-        return Replay(client, programs, args.target, since_us, until_us, site=args.site, timeout_s=timeout_s,
-                      no_merge=args.no_merge)
-    except ReplayGapError as e:
-        if args.until is not None or e.gap_until_us != until_us or e.gap_since_us <= since_us:
-            raise
-        return Replay(client, programs, args.target, since_us, e.gap_since_us, site=args.site, timeout_s=timeout_s,
-                      no_merge=args.no_merge)
+    """The replay; without --until, "now" means as far as the archives reach."""
+    from ramen.replay_client import Replay, replay_to_newest
+    make = Replay if args.until is not None else replay_to_newest
+    return make(client, programs, args.target, since_us, until_us, site=args.site, timeout_s=timeout_s,
+                no_merge=args.no_merge)
 
 
 def _schema_of(programs, target: str) -> pa.Schema | None:

@@ -96,17 +96,12 @@ def _read_batches(image: Image, schema: pa.Schema, until: int | None) -> list[pa
 
 
 def _print_last_archived(client, programs, function, args) -> None:
-    from ramen.program.plan import ReplayGapError, ReplayPlanError
-    from ramen.replay_client import Replay, ReplayFailed
+    from ramen.program.plan import ReplayPlanError
+    from ramen.replay_client import ReplayFailed, replay_to_newest
     until = time.time_ns() // 1000
-    since = until - ARCHIVE_LOOKBACK_US
     try:
-        try:
-            replay = Replay(client, programs, function.qualified_name, since, until, site=args.site)
-        except ReplayGapError as e:  # the newest tuples are still on their way to the disk
-            if e.gap_until_us != until or e.gap_since_us <= since:
-                raise
-            replay = Replay(client, programs, function.qualified_name, since, e.gap_since_us, site=args.site)
+        replay = replay_to_newest(client, programs, function.qualified_name, until - ARCHIVE_LOOKBACK_US, until,
+                                  site=args.site)
         with replay:
             replay.start()
             table = pa.Table.from_batches(list(replay.batches()), schema=function.schema)
