@@ -93,16 +93,19 @@ def run_start(args) -> int:
     env = dict(os.environ, RAMEN_SITE=args.site)
     services: list[Service] = []
     stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    for signum in (signal.SIGTERM, signal.SIGINT):  # SIGINT too: a shell may start us with it ignored
+        signal.signal(signum, lambda *_: stopping.append(True))
     try:
         url = args.confserver or _start_confserver(base, env, logs, services)
         # Children find their tokens in DIR/confserver/auth.json through RAMEN_DIR.
         env["RAMEN_CONFSERVER"] = os.environ["RAMEN_CONFSERVER"] = url
+        # The archiver before the supervisor: it records workers from their first tuple, and on the
+        # way down (in reverse) the workers stop while their recorder is still there.
         for name, argv in (
                 ("choreographer", ["choreographer.service", "--site", args.site]),
-                ("supervisor", ["supervisor.service", "--site", args.site]),
                 ("archiver", ["workers.archiver", "--dir", str(paths.archive_dir(args.site)),
-                              "--counters", str(paths.counters_path()), "--follow-site", args.site])):
+                              "--counters", str(paths.counters_path()), "--follow-site", args.site]),
+                ("supervisor", ["supervisor.service", "--site", args.site])):
             service = Service(name, argv, log_path=logs / f"{name}.log")
             service.start(env)
             services.append(service)
