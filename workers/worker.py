@@ -462,6 +462,8 @@ class Worker:
         if state is None or (channel == LIVE_CHANNEL and not self.live):
             log.debug("%s: %d messages of channel %d nobody here expects", self.qualified_name, len(messages),
                       channel)
+            if channel != LIVE_CHANNEL:
+                self.stats.add("unexpected", len(messages))
             return
         if state.pass_through:
             for found, message in messages:

@@ -196,6 +196,8 @@ def test_concurrent_replays_of_one_range_are_merged_and_read_the_archive_once(st
         assert len(merged) == 1 and {c["channel"] for c in merged[0]["channels"]} == channels
         stats = wait_for(lambda: client.get("sites/local/supervisor/stats").value)
         assert stats["replayers_spawned"] - before == 1  # three channels, one read of the archive
+        for name in ("e2e/traffic", "e2e/per_minute"):  # no replayed tuple came before its wiring
+            assert client.get(keyspace.function_key("local", name, "stats")).value.get("unexpected", 0) == 0
 
 
 def test_lazy_workers_stop_after_the_replay(stack):
