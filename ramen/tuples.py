@@ -9,11 +9,16 @@ without decoding them.
 
 from __future__ import annotations
 
+import struct
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ramen.message import (HEADER_LENGTH, KIND_END_OF_REPLAY, KIND_TUPLES, LIVE_CHANNEL, NO_EVENT_TIME,
+from ramen.message import (CHANNEL_OFFSET, HEADER_LENGTH, KIND_END_OF_REPLAY, KIND_TUPLES, LIVE_CHANNEL, NO_EVENT_TIME,
                            MessageHeader, encode)
+
+
+_CHANNEL = struct.Struct("<I")
 
 
 def event_time_bounds(batch: pa.RecordBatch | pa.Table, event_time: str | None) -> tuple[int, int]:
@@ -45,3 +50,8 @@ def end_of_replay(channel: int, source: int) -> bytes:
     """The message that ends `channel` from one input; `source` names who ends it (a replayer id,
     or the worker id forwarding it)."""
     return encode(MessageHeader(KIND_END_OF_REPLAY, channel, source))
+
+
+def with_channel(message: bytes, channel: int) -> bytes:
+    """The same message tagged with another channel (the body is untouched)."""
+    return message[:CHANNEL_OFFSET] + _CHANNEL.pack(channel) + message[CHANNEL_OFFSET + _CHANNEL.size:]

@@ -60,6 +60,8 @@ class Request:
     seen_at: float
     """monotonic time the supervisor first saw it."""
     launched: bool = False
+    leader: int | None = None
+    """The channel of an identical request this one rides along with (see collapse_identical)."""
     failed: bool = False
     """error set (by us or found set): no further error is written."""
     timed_out: bool = False
@@ -83,6 +85,25 @@ class Group:
 
     source: str
     requests: list[Request]
+
+
+def collapse_identical(requests: Iterable[Request], *, allow: bool = True) -> dict[int, list[Request]]:
+    """Identical requests (same plan, same range, merging allowed) by the channel of the first one.
+
+    They travel as one channel, the leader's, through the replayer and every worker; only the
+    target writes the result to each of their recipients. Twenty dashboards asking for the same
+    hour then cost one replay, not twenty copies of it flowing through every worker."""
+    leaders: dict[tuple, int] = {}
+    by_leader: dict[int, list[Request]] = {}
+    for request in sorted(requests, key=lambda r: r.channel):
+        identity = (request.plan.to_json(), request.since_us, request.until_us)
+        leader = leaders.get(identity) if allow and not request.no_merge else None
+        if leader is None:
+            leaders[identity] = request.channel
+            by_leader[request.channel] = [request]
+        else:
+            by_leader[leader].append(request)
+    return by_leader
 
 
 def merge(requests: Iterable[Request], *, allow: bool = True) -> list[Group]:
@@ -252,6 +273,13 @@ class ReplaySupervision:
         return work
 
     def launch(self, batch: list[Request]) -> None:
+        identical = collapse_identical(batch, allow=self.merge)
+        followers = {leader: members[1:] for leader, members in identical.items()}
+        batch = [members[0] for members in identical.values()]
+        for members in identical.values():
+            for follower in members[1:]:
+                follower.leader, follower.launched = members[0].channel, True
+                self.counters.replays_wired += 1
         groups = merge(batch, allow=self.merge)
         replayer_of: dict[int, dict[str, int]] = {r.channel: {} for r in batch}
         ids = []
@@ -266,14 +294,20 @@ class ReplaySupervision:
             for request in group.requests:
                 replayer_of[request.channel][group.source] = replayer_id
         for request in batch:
-            for name, value in worker_replay_values(self.site, request, replayer_of[request.channel]).items():
+            values = worker_replay_values(self.site, request, replayer_of[request.channel])
+            also = [{"channel": f.channel, "recipient": f.value.get("recipient")} for f in followers[request.channel]]
+            if also:
+                values[request.plan.target]["also"] = also
+            for name, value in values.items():
                 self.client.set(keyspace.worker_replay_key(self.site, name, request.channel), value)
             request.launched = True
             self.counters.replays_wired += 1
         for replayer_id, group in zip(ids, groups):
-            self._spawn(replayer_id, group, warm_children.get(replayer_id))
+            riders = {f.channel for r in group.requests for f in followers[r.channel]}
+            self._spawn(replayer_id, group, warm_children.get(replayer_id), riders)
 
-    def _spawn(self, replayer_id: int, group: Group, child: Child | None = None) -> None:
+    def _spawn(self, replayer_id: int, group: Group, child: Child | None = None,
+               riders: set[int] = frozenset()) -> None:
         """Give a group its replayer: the warm one (its key wakes it up) or a new process."""
         key = keyspace.replayer_key(self.site, replayer_id)
         value = replayer_value(self.site, replayer_id, group)
@@ -283,9 +317,10 @@ class ReplaySupervision:
             argv = [*self.command, "--site", self.site, "--id", str(replayer_id)]
             child = spawn(name, argv, self.env, paths.logs_dir() / "replayers" / f"{replayer_id}.log")
         channels = {r.channel for r in group.requests}
-        self.replayers[replayer_id] = Replayer(replayer_id, group.source, channels, child)
+        # It serves the riders too (through their leaders): it lives, and fails them, as theirs.
+        self.replayers[replayer_id] = Replayer(replayer_id, group.source, channels | riders, child)
         self.counters.replayers_spawned += 1
-        self.counters.merged_requests += len(channels) - 1
+        self.counters.merged_requests += len(channels | riders) - 1
         # pid and start let a restarted supervisor adopt it (beyond the contract's fields)
         self.client.set(key, dict(value, pid=child.pid, started_us=child.started_us))
         log.info("%s: channels %s", name, ", ".join(map(str, sorted(channels))))
@@ -330,6 +365,9 @@ class ReplaySupervision:
         request = self.requests.pop(channel, None)
         for entry in self.client.glob(keyspace.function_key(self.site, "*/*", f"replays/{channel}")):
             _delete(self.client, entry.key)
+        for rider in [r for r in self.requests.values() if r.leader == channel]:
+            # The target ends leader and riders together; a leader gone alone took their data with it.
+            self.set_error(rider.channel, f"replay {rider.channel} rode with replay {channel}, which ended first")
         for replayer in self.replayers.values():
             if channel in replayer.channels and not replayer.channels & set(self.requests):
                 replayer.retiring = True

@@ -51,7 +51,7 @@ from ramen.transport import (ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED, Backof
 from ramen.transport.logbuffer import END_OF_STREAM_UNSET
 from ramen.transport.defaults import IPC_MTU_LENGTH
 from ramen.transport.position import int32
-from ramen.tuples import decode_tuples, encode_tuples, end_of_replay
+from ramen.tuples import decode_tuples, encode_tuples, end_of_replay, with_channel
 from workers.compute import ComputeError, PythonRunner, make_runner
 from workers.defaults import (BATCH_ROWS, EXIT_ERROR, LOG_WAIT_INTERVAL_S, MAX_PENDING_MESSAGES, MESSAGE_FILL,
                               POLL_FRAGMENT_LIMIT, STATS_INTERVAL_S)
@@ -185,7 +185,11 @@ class ChannelState:
     windows: WindowState | None = None
     output: Output | None = None
     recipient: str | None = None
+    riders: list[tuple[int, Output]] = field(default_factory=list)
+    """Identical replays riding with this one: the target writes the same result to their
+    recipients too, tagged with their channels (docs/runtime.md, "also")."""
     eor_received: int = 0
+    eor_unsent: int = 0
     inputs: tuple[str, ...] = ()
 
 
@@ -393,6 +397,13 @@ class Worker:
                 del self.channels[channel]
                 return
             state.recipient = recipient
+        if recipient and not state.riders:
+            try:
+                state.riders = [(int(also["channel"]), Output.open(Path(also["recipient"]), self.counters,
+                                                                   create=False))
+                                for also in spec.get("also") or ()]
+            except (LogBufferError, KeyError, TypeError, ValueError) as e:
+                log.error("%s: replay %d: cannot open a rider's recipient: %s", self.qualified_name, channel, e)
         inputs = tuple(spec.get("inputs") or ())
         for path in inputs:
             function = self._input_function(Path(path), pass_through)
@@ -420,10 +431,11 @@ class Worker:
         for path in state.inputs:
             self._release_input(Path(path), channel)
         if state.recipient and state.output is not None:
-            if torn_down:
-                state.output.close()
-            else:
-                self.closing.append(state.output)
+            for output in [state.output, *(o for _, o in state.riders)]:
+                if torn_down:
+                    output.close()
+                else:
+                    self.closing.append(output)
 
     # -- data --------------------------------------------------------------------------------
 
@@ -470,7 +482,7 @@ class Worker:
                 rows = decode_tuples(message, found.schema).num_rows
                 self.stats.add("tuples in", rows, channel)
                 self.stats.add("tuples out", rows, channel)
-                state.output.send(message, rows)
+                self._send(state, message, rows)
             return
         batches = [(found, decode_tuples(message, found.schema)) for found, message in messages]
         self.stats.add("tuples in", sum(b.num_rows for _, b in batches), channel)
@@ -494,11 +506,17 @@ class Worker:
         live = state.channel == LIVE_CHANNEL
         for batch in table.combine_chunks().to_batches(max_chunksize=rows_per_message):
             message = encode_tuples(batch, self.function.event_time, state.channel, self.id)
-            state.output.send(message, batch.num_rows)
+            self._send(state, message, batch.num_rows)
             self.stats.add("tuples out", batch.num_rows, state.channel)
             if live and (bounds := event_time_bounds(message)) is not None and \
                     (self.live_event_time_us is None or bounds[1] > self.live_event_time_us):
                 self.live_event_time_us = bounds[1]
+
+    def _send(self, state: ChannelState, message: bytes, rows: int) -> None:
+        """To the channel's output, and the same tuples to every rider, re-tagged with its channel."""
+        state.output.send(message, rows)
+        for channel, output in state.riders:
+            output.send(with_channel(message, channel), rows)
 
     def _on_end_of_replay(self, channel: int, source: int) -> None:
         state = self.channels.get(channel)
@@ -515,19 +533,25 @@ class Worker:
             for closed in state.windows.flush():
                 self._emit(state, self.runner(closed.table, (closed.start_us, closed.end_us)))
             self.stats.add("late", state.windows.late - late_before, channel)
+        state.eor_unsent = 1 + len(state.riders)
         state.output.send(end_of_replay(channel, self.id), on_sent=lambda: self._replay_done(channel, state))
+        for rider, output in state.riders:
+            output.send(end_of_replay(rider, self.id), on_sent=lambda: self._replay_done(channel, state))
         log.info("%s: replay %d ended (%d END_OF_REPLAY)", self.qualified_name, channel, state.eor_received)
         self.finished.add(channel)
         self._end_replay(channel)
 
     def _replay_done(self, channel: int, state: ChannelState) -> None:
-        """The channel's END_OF_REPLAY is written: the target ends the replay."""
-        if not state.recipient:
+        """One END_OF_REPLAY is written; once all are, the target ends the replay: the riders'
+        keys first, so that nobody takes the leader's end for theirs."""
+        state.eor_unsent -= 1
+        if not state.recipient or state.eor_unsent > 0:
             return
-        try:
-            self.client.delete(keyspace.replay_key(channel))
-        except ConfError as e:  # the client or the supervisor may have removed it first
-            log.info("replays/%d: %s", channel, e)
+        for key_channel in [*(rider for rider, _ in state.riders), channel]:
+            try:
+                self.client.delete(keyspace.replay_key(key_channel))
+            except ConfError as e:  # the client or the supervisor may have removed it first
+                log.info("replays/%d: %s", key_channel, e)
 
     def _generate(self) -> int:
         batch = self.source.poll(time.time_ns() // 1000)
@@ -542,6 +566,7 @@ class Worker:
     def _outputs(self) -> list[Output]:
         outputs = [self.live_output, *([self.replay_output] if self.replay_output else [])]
         outputs += [s.output for s in self.channels.values() if s.recipient and s.output is not None]
+        outputs += [o for s in self.channels.values() for _, o in s.riders]
         return outputs + self.closing
 
     def _flush(self) -> int:

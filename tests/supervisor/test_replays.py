@@ -97,7 +97,7 @@ def test_path_workers_of_a_diamond_get_their_inputs_and_the_target_its_recipient
 
 def test_deleting_the_replays_tears_down_their_keys_then_the_replayer_they_shared(admin, start_supervisor):
     supervisor = start_supervisor(delay_before_replay_s=1.0)
-    first, second = request_replay(admin), request_replay(admin)
+    first, second = request_replay(admin), request_replay(admin, since_us=50, until_us=150)  # overlapping
     replayer = wait_for(lambda: (r := replayers(admin)) and "pid" in (v := next(iter(r.values()))) and v)
     assert channels_of(replayer) == [first, second]
     log_path = paths.replayer_log(SITE, replayer["id"])
@@ -169,3 +169,24 @@ def test_a_replayer_is_started_warm_during_the_delay_and_given_the_merged_channe
     (replayer,) = found.values()
     assert (replayer["id"], replayer["pid"]) == (warm[0], warm[1].pid)  # the warm process got the channels
     assert channels_of(replayer) == [channel] and supervisor.counters.replayers_spawned == 1
+
+
+def test_identical_requests_ride_on_one_channel_and_the_target_writes_to_each(admin, start_supervisor):
+    supervisor = start_supervisor(delay_before_replay_s=1.0)
+    leader = request_replay(admin)
+    riders = [request_replay(admin), request_replay(admin)]
+    different = request_replay(admin, since_us=50, until_us=150)  # overlaps: same replayer, its own channel
+    found = wait_for(lambda: (r := replayers(admin)) and all("pid" in v for v in r.values()) and r,
+                     what="the replayer key")
+    (replayer,) = found.values()
+    assert channels_of(replayer) == [leader, different]
+    target = wait_for(lambda: worker_replay(admin, "p/t", leader), what="the target's key")
+    assert [a["channel"] for a in target["also"]] == riders
+    assert [a["recipient"] for a in target["also"]] == [str(paths.recipient_log(c)) for c in riders]
+    assert all(worker_replay(admin, name, rider) is None for name in ("p/t", "p/src") for rider in riders)
+    assert "also" not in worker_replay(admin, "p/t", different)
+    admin.delete(keyspace.replay_key(leader))  # the leader gone alone: its riders cannot finish
+    for rider in riders:
+        wait_for(lambda: (value_of(admin, keyspace.replay_key(rider)) or {}).get("error"), what="the rider's error")
+        assert f"rode with replay {leader}" in value_of(admin, keyspace.replay_key(rider))["error"]
+    assert supervisor.counters.replayers_spawned == 1
