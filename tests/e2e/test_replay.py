@@ -296,3 +296,24 @@ def test_tail_n_of_an_archived_function_reads_its_archive(stack):
     import json
     times = [json.loads(line)["ts"] for line in result.stdout.splitlines()]
     assert len(times) == 5 and times == sorted(times)
+
+
+def test_tail_since_replays_then_goes_live_without_gap_or_duplicate(stack):
+    import json
+    from datetime import datetime, timezone
+    tail = subprocess.Popen([sys.executable, "-m", "ramen.cli.main", "tail", "--since", "-1min", "e2e/traffic"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=stack.env)
+    times = []
+    try:
+        deadline = time.monotonic() + EVENTUALLY_S
+        while len(times) < 70 * RATE and time.monotonic() < deadline:  # the replayed minute, then live ones
+            line = tail.stdout.readline()
+            if not line:
+                break
+            times.append(datetime.fromisoformat(json.loads(line)["ts"]).replace(tzinfo=timezone.utc))
+    finally:
+        tail.send_signal(signal.SIGINT)
+        tail.wait(30)
+    assert len(times) >= 65 * RATE, tail.stderr.read()
+    steps = {round((b - a).total_seconds() * 1e6) for a, b in zip(times, times[1:])}
+    assert steps == {1_000_000 // RATE}  # every grid point once, in order, across the switch to live
