@@ -4,7 +4,8 @@ It runs `ramen start --daemon` in a temporary directory with examples/replay.tom
 back-fills the last hour at 2,800 tuples/s: about 10 M tuples, archived; a lazy windowed python
 aggregate `per_minute` on top), waits for the archive to cover the hour, then measures:
 - a replay of the source over the hour: rows/s, time to the first row, total time;
-- a replay of the lazy aggregate over the hour (its rows/s counted in source tuples);
+- a replay of the lazy aggregate over the hour (its rows/s counted in source tuples), with and
+  without the merge window (`--no-merge`);
 - the anchor: the same aggregate computed by pyarrow over the source's tuples in memory;
 - 20 concurrent identical replays of the aggregate against one: time and archive bytes read.
 
@@ -62,10 +63,10 @@ def replayer_bytes_read(counters_path: Path) -> dict[str, int]:
         counters.close()
 
 
-def run_replays(client, programs, target: str, since: int, until: int, count: int) -> dict:
+def run_replays(client, programs, target: str, since: int, until: int, count: int, no_merge: bool = False) -> dict:
     """Start `count` replays back to back (so they merge), read them all; time and rows."""
     started = time.perf_counter()
-    replays = [Replay(client, programs, target, since, until, site="local") for _ in range(count)]
+    replays = [Replay(client, programs, target, since, until, site="local", no_merge=no_merge) for _ in range(count)]
     for replay in replays:
         replay.start()
     tables: list[pa.Table | None] = [None] * count
@@ -138,6 +139,9 @@ def measure(base: Path) -> dict:
         progress("replaying the lazy aggregate")
         aggregate = run_replays(client, programs, AGGREGATE, since, until, 1)
         aggregate.pop("table")
+        progress("replaying the lazy aggregate without the merge window")
+        unmerged = run_replays(client, programs, AGGREGATE, since, until, 1, no_merge=True)
+        unmerged.pop("table")
         anchor_s, _ = per_minute_anchor(traffic)
         before = replayer_bytes_read(paths.counters_path())
         progress("one replay of the aggregate, then 20 at once")
@@ -149,7 +153,7 @@ def measure(base: Path) -> dict:
         after_many = replayer_bytes_read(paths.counters_path())
     one_bytes = sum(v for k, v in after_one.items() if k not in before)
     many_bytes = sum(v for k, v in after_many.items() if k not in after_one)
-    return {"source_tuples": traffic.num_rows, "source": source, "aggregate": aggregate,
+    return {"source_tuples": traffic.num_rows, "source": source, "aggregate": aggregate, "unmerged": unmerged,
             "anchor_seconds": anchor_s, "one": dict(one, bytes_read=one_bytes),
             "concurrent": dict(many, bytes_read=many_bytes, replays=CONCURRENT)}
 
@@ -162,6 +166,9 @@ def print_report(r: dict) -> None:
           f"first row {s['first_row_s']:.2f} s")
     print(f"lazy aggregate     {a['seconds']:6.1f} s  {tuples / a['seconds']:>12,.0f} source rows/s   "
           f"first row {a['first_row_s']:.2f} s   ({a['rows']:,} rows out)")
+    u = r["unmerged"]
+    print(f"  --no-merge       {u['seconds']:6.1f} s  {tuples / u['seconds']:>12,.0f} source rows/s   "
+          f"first row {u['first_row_s']:.2f} s   (no merge window, for measurements)")
     print(f"pyarrow anchor     {r['anchor_seconds']:6.2f} s  {tuples / r['anchor_seconds']:>12,.0f} rows/s")
     print(f"1 replay           {one['seconds']:6.1f} s  {one['bytes_read']:>14,} archive bytes read")
     print(f"{many['replays']} replays at once {many['seconds']:6.1f} s  {many['bytes_read']:>14,} archive bytes read")

@@ -262,6 +262,11 @@ class ReplaySupervision:
         if self._warm is not None and self._warm[1].poll():
             self._warm = None  # it gave up waiting (or died): the next request starts another
         pending = [r for r in self.requests.values() if not r.launched]
+        unmerged = [r for r in pending if r.no_merge]  # no merge window: nothing to wait for
+        if unmerged:
+            self.launch(unmerged)
+            pending = [r for r in pending if not r.no_merge]
+            work += 1
         if pending and now - min(r.seen_at for r in pending) >= self.delay_s:
             self.launch(pending)
             work += 1

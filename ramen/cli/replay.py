@@ -39,7 +39,7 @@ def add_parser(sub) -> None:
     parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default table)")
     parser.add_argument("--with-header", action="store_true", help="print a header line with csv")
     parser.add_argument("--no-merge", action="store_true",
-                        help="do not merge with concurrent replays of the same data (for measurements)")
+                        help="no merge window: neither wait for nor merge with concurrent replays (for measurements)")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="give up after S seconds (default 300)")
     conf.add_arguments(parser, IDENTITY, site=True)

@@ -317,3 +317,16 @@ def test_tail_since_replays_then_goes_live_without_gap_or_duplicate(stack):
     assert len(times) >= 65 * RATE, tail.stderr.read()
     steps = {round((b - a).total_seconds() * 1e6) for a, b in zip(times, times[1:])}
     assert steps == {1_000_000 // RATE}  # every grid point once, in order, across the switch to live
+
+
+def test_no_merge_replays_at_once_and_alone(stack):
+    since, until = minute_range(7, 2)
+    expected = per_minute_by_pyarrow(stack.replay_table("e2e/traffic", since, until))
+    result = stack.ramen("replay", "--no-merge", "--since", f"{since / 1e6}", "--until", f"{until / 1e6}",
+                         "--format", "csv", "--with-header", "e2e/per_minute")
+    assert result.returncode == 0, result.stderr
+    import io
+
+    import pyarrow.csv as pacsv
+    got = pacsv.read_csv(io.BytesIO(result.stdout.encode())).sort_by([("start", "ascending"), ("host", "ascending")])
+    assert got["bytes"].to_pylist() == expected["bytes"].to_pylist()
