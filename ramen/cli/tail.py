@@ -27,6 +27,9 @@ from ramen.tuples import decode_tuples
 IDENTITY = "user"
 DEFAULT_LINES = 10
 LOG_WAIT_TIMEOUT_S = 30.0
+ARCHIVE_CATCH_UP_S = 10.0
+"""How long --since waits for the archive to reach the first live tuple."""
+ARCHIVE_POLL_S = 0.1
 ARCHIVE_LOOKBACK_US = 60_000_000
 """How far back `-n` looks in an archive for the last tuples."""
 FRAGMENT_LIMIT = 256
@@ -168,7 +171,9 @@ def _replay_until(client, programs, function, args, until_us: int) -> None:
     if since_us >= until_us:
         return
     try:
-        with Replay(client, programs, function.qualified_name, since_us, until_us, site=args.site) as replay:
+        replay = _when_archived(lambda: Replay(client, programs, function.qualified_name, since_us, until_us,
+                                               site=args.site), until_us)
+        with replay:
             replay.start()
             table = pa.Table.from_batches(list(replay.batches()), schema=function.schema)
     except (ReplayPlanError, ReplayFailed) as e:
@@ -176,6 +181,20 @@ def _replay_until(client, programs, function, args, until_us: int) -> None:
     if function.event_time is not None and table.num_rows:
         table = table.sort_by(function.event_time)
     _print_rows(table)
+
+
+def _when_archived(make_replay, until_us: int):
+    """The replay, once the archive reaches until_us: the first live tuple was just written, and
+    its recorder, reading the same log, is a moment behind it. Any other gap is an error at once."""
+    from ramen.program.plan import ReplayGapError
+    deadline = time.monotonic() + ARCHIVE_CATCH_UP_S
+    while True:
+        try:
+            return make_replay()
+        except ReplayGapError as e:
+            if e.gap_until_us != until_us or time.monotonic() > deadline:
+                raise
+            time.sleep(ARCHIVE_POLL_S)
 
 
 def _print_rows(table: pa.Table) -> None:
