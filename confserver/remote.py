@@ -281,9 +281,9 @@ class RemoteClient(ConfClient):
 
     def watch(self, pattern: str, callback: Callable[[Event], None] | None = None) -> Watch:
         check_pattern(pattern)
-        watch = Watch(pattern, callback, on_close=self._unwatch)
-        state = _WatchState(next(self._ids), watch)
-        watch._wid = state.wid
+        wid = next(self._ids)
+        watch = Watch(pattern, callback, on_close=lambda _: self._unwatch(wid))
+        state = _WatchState(wid, watch)
         with self._lock:
             self._watches[state.wid] = state
         try:
@@ -321,8 +321,7 @@ class RemoteClient(ConfClient):
                     self._dispatch.put(state.watch, Event(EventKind.UPDATED, key, entry))
         state.known = current
 
-    def _unwatch(self, watch: Watch) -> None:
-        wid = getattr(watch, "_wid", None)
+    def _unwatch(self, wid: int) -> None:
         with self._lock:
             state = self._watches.pop(wid, None)
         if state is not None and not self._closed and self._expired is None:
