@@ -195,8 +195,10 @@ def test_concurrent_replays_of_one_range_are_merged_and_read_the_archive_once(st
         assert tables[0].equals(tables[1]) and tables[0].equals(tables[2])
         # Identical requests ride on the first one's channel: one replayer, one channel through the workers.
         assert len(merged) == 1 and [c["channel"] for c in merged[0]["channels"]] == [min(channels)]
-        stats = wait_for(lambda: client.get("sites/local/supervisor/stats").value)
-        assert stats["replayers_spawned"] - before == 1  # three channels, one read of the archive
+        # The supervisor's stats key is rewritten every second: wait for the spawn to show in it.
+        spawned = wait_for(lambda: client.get("sites/local/supervisor/stats").value["replayers_spawned"] - before,
+                           what="the spawn in the supervisor's stats")
+        assert spawned == 1  # three requests, one read of the archive
         for name in ("e2e/traffic", "e2e/per_minute"):  # no replayed tuple came before its wiring
             assert client.get(keyspace.function_key("local", name, "stats")).value.get("unexpected", 0) == 0
 
