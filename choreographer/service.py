@@ -180,10 +180,7 @@ class Choreographer:
                 self.client.set(key, desired[key])
                 self.counters.writes += 1
             for key in removed:
-                try:
-                    self.client.delete(key)
-                except confserver.NoSuchKey:
-                    pass
+                self.client.discard(key)
                 self.counters.deletes += 1
         log.info("%d worker keys written, %d deleted", len(changed), len(removed))
 

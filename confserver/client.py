@@ -178,6 +178,15 @@ class ConfClient(abc.ABC):
     def delete(self, key: str, *, version: int | None = None) -> None:
         """Remove key's value; NoSuchKey if absent, VersionMismatch as for update."""
 
+    def discard(self, key: str) -> bool:
+        """Delete key if it holds a value; whether it did. For clean-ups that someone else (a
+        client, a supervisor, a session's end) may have done first."""
+        try:
+            self.delete(key)
+            return True
+        except NoSuchKey:
+            return False
+
     @abc.abstractmethod
     def delete_tree(self, key: str) -> int:
         """Remove key and every key below it; returns how many values were removed."""

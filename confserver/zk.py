@@ -147,6 +147,9 @@ class _WatchFeed:
         self._watch = watch
         self._known: dict[str, Entry] = {}
         self._synced = False
+        self.synced = threading.Event()
+        """Set once the initial keys are known: watch() returns then, as the built-in client's
+        does, so that a change made after it returns is delivered as a change, not as EXISTING."""
 
     def _deliver(self, event: Event) -> None:
         self._client._dispatcher.put(self._watch, event)
@@ -159,6 +162,7 @@ class _WatchFeed:
                     self._deliver(Event(EventKind.EXISTING, key, self._known[key]))
                 self._deliver(Event(EventKind.SYNCED, "", None))
                 self._synced = True
+                self.synced.set()
             return
         if kind not in (TreeEvent.NODE_ADDED, TreeEvent.NODE_UPDATED, TreeEvent.NODE_REMOVED):
             return
@@ -545,12 +549,17 @@ class ZkClient(ConfClient):
             start = self._watch_root(start)
         watch = Watch(pattern, callback, on_close=self._forget_watch)
         cache = TreeCache(self._zk, self._path(start))
-        cache.listen(_WatchFeed(self, watch))
+        feed = _WatchFeed(self, watch)
+        cache.listen(feed)
         cache.listen_fault(lambda e: log.warning("watch %s: %r", pattern, e))
         self._watches.add(watch)
         self._watch_caches[watch] = cache
         with self._errors(auth.READ, pattern):
             cache.start()
+        if not feed.synced.wait(self._request_timeout_s):
+            watch.close()
+            raise Disconnected(f"zk: watch {pattern}: the initial keys did not come within "
+                               f"{self._request_timeout_s:g} s")
         return watch
 
     def _watch_root(self, start: str) -> str:

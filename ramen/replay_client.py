@@ -4,7 +4,7 @@
 recipient log buffer and subscribe to it, write `replays/<channel>` (ephemeral, so it goes if this
 client dies), then read Arrow batches until the target's END_OF_REPLAY. The confserver client is
 passed in (ramen does not import the confserver package); it only needs next_sequence, create,
-get_or_none, glob, delete and watch.
+glob, discard and watch.
 """
 
 from __future__ import annotations
@@ -150,8 +150,7 @@ class Replay:
         if self.channel is not None:
             key = keyspace.replay_key(self.channel)
             try:
-                if self.client.get_or_none(key) is not None:
-                    self.client.delete(key)
+                self.client.discard(key)
             except Exception as e:  # noqa: BLE001 - cleanup must not hide the result or the real error
                 log.warning("could not delete %s: %s", key, e)
         if self._image is not None:

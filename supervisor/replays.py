@@ -247,7 +247,7 @@ class ReplaySupervision:
         for entry in self.client.glob(keyspace.function_key(self.site, "*/*", "replays/*")):
             channel = entry.key.rpartition("/")[2]
             if not channel.isdigit() or int(channel) not in self.requests:
-                _delete(self.client, entry.key)
+                self.client.discard(entry.key)
 
     def on_worker_death(self, name: str, description: str) -> None:
         """A worker that should run ended: every launched replay through it fails."""
@@ -369,7 +369,7 @@ class ReplaySupervision:
         """The replay is over (done, failed, abandoned): unwire it and retire idle replayers."""
         request = self.requests.pop(channel, None)
         for entry in self.client.glob(keyspace.function_key(self.site, "*/*", f"replays/{channel}")):
-            _delete(self.client, entry.key)
+            self.client.discard(entry.key)
         for rider in [r for r in self.requests.values() if r.leader == channel]:
             # The target ends leader and riders together; a leader gone alone took their data with it.
             self.set_error(rider.channel, f"replay {rider.channel} rode with replay {channel}, which ended first")
@@ -395,7 +395,7 @@ class ReplaySupervision:
                 expired += 1
                 self.counters.replays_timed_out += 1
                 log.warning("replay %d is older than its timeout (%s s): deleted", request.channel, timeout_s)
-                _delete(self.client, keyspace.replay_key(request.channel))
+                self.client.discard(keyspace.replay_key(request.channel))
         return expired
 
     def set_error(self, channel: int, message: str) -> None:
@@ -440,12 +440,6 @@ class ReplaySupervision:
                     child.enforce_stop(now)
             time.sleep(defaults.POLL_INTERVAL_S)
 
-
-def _delete(client: ConfClient, key: str) -> None:
-    try:
-        client.delete(key)
-    except confserver.NoSuchKey:
-        pass
 
 
 __all__ = ["Group", "ReplaySupervision", "Request", "merge", "plan_of", "replayer_value", "worker_replay_values"]

@@ -105,7 +105,7 @@ class WorkerSupervision:
             value = entry.value if isinstance(entry.value, dict) else {}
             child = adopt(f"worker {name}", int(value.get("pid") or 0), int(value.get("started_us") or 0),
                           expect_args=("--function", name))
-            _delete(self.client, entry.key)
+            self.client.discard(entry.key)
             if child is None:
                 log.info("worker %s: instance of pid %s is gone; key deleted", name, value.get("pid"))
                 continue
@@ -162,13 +162,13 @@ class WorkerSupervision:
         try:
             self.client.create(key, value, ephemeral=True)
         except confserver.KeyExists:  # left by an earlier session: make it ours, so it goes with us
-            _delete(self.client, key)
+            self.client.discard(key)
             self.client.create(key, value, ephemeral=True)
 
     def _ended(self, state: WorkerState, now: float) -> None:
         child = state.child
         state.child = None
-        _delete(self.client, keyspace.function_key(self.site, state.name, "instance"))
+        self.client.discard(keyspace.function_key(self.site, state.name, "instance"))
         run = run_record(child)
         quarantined_until_us = None
         if child.stopping:
@@ -244,7 +244,7 @@ class WorkerSupervision:
                     continue
                 if child.poll():
                     state.child = None
-                    _delete(self.client, keyspace.function_key(self.site, state.name, "instance"))
+                    self.client.discard(keyspace.function_key(self.site, state.name, "instance"))
                     self._record_run(state.name, state.signature, child, run_record(child), None)
                 elif now > deadline:
                     child.kill()
@@ -252,9 +252,3 @@ class WorkerSupervision:
                     child.enforce_stop(now)
             time.sleep(defaults.POLL_INTERVAL_S)
 
-
-def _delete(client: ConfClient, key: str) -> None:
-    try:
-        client.delete(key)
-    except confserver.NoSuchKey:
-        pass

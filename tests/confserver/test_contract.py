@@ -117,6 +117,13 @@ def test_delete_with_version_and_delete_tree(client, ns):
     assert client.glob(f"{ns}/**") == []
 
 
+def test_discard_deletes_a_key_if_it_is_there(client, ns):
+    client.set(f"{ns}/a", 1)
+    assert client.discard(f"{ns}/a") is True
+    assert client.get_or_none(f"{ns}/a") is None
+    assert client.discard(f"{ns}/a") is False
+
+
 def test_children_and_glob_see_intermediate_levels(client, ns):
     for key in ("sites/s1/workers/p/f/worker", "sites/s1/workers/p/g/worker", "sites/s2/x"):
         client.set(f"{ns}/{key}", key)
