@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
 import confserver
 from choreographer.service import Choreographer, run
 from ramen import keyspace
+from tests import waiting
 from tests.choreographer.programs import program
 
 EVENTUALLY_S = 10.0
+wait_for = functools.partial(waiting.wait_for, timeout_s=EVENTUALLY_S, poll_s=0.01)
 QUIET_S = 0.5
 SITE = "s1"
 NET = [("traffic", False, []), ("per_minute", True, ["net/traffic"]), ("top", True, ["net/per_minute"]),
@@ -45,15 +47,6 @@ def choreographer(fresh_confserver):
 
 def workers(admin) -> dict[str, dict]:
     return {keyspace.qualified_name_of(e.key): e.value for e in admin.glob(keyspace.worker_pattern(SITE))}
-
-
-def wait_for(predicate, timeout_s=EVENTUALLY_S):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not met in time")
 
 
 def used(admin) -> set[str]:

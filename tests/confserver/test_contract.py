@@ -6,6 +6,7 @@ other; tests that kill the server get their own.
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 import threading
@@ -16,11 +17,13 @@ import pytest
 
 import confserver
 from confserver import EventKind
+from tests import waiting
 from tests.confserver.backends import BACKENDS, Backend, BuiltinBackend, ZkBackend
 from tests.confserver.builtin import BuiltinServer
 
 #: Generous bound on "eventually" for things that happen after a session timeout.
 EVENTUALLY_S = 15.0
+wait_for = functools.partial(waiting.wait_for, timeout_s=EVENTUALLY_S, poll_s=0.05)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -37,16 +40,6 @@ def ns() -> str:
 def client(backend):
     with backend.client() as c:
         yield c
-
-
-def wait_until(predicate, timeout_s: float = EVENTUALLY_S, interval_s: float = 0.05):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError(f"condition not met within {timeout_s} s")
 
 
 def events_until_synced(watch) -> list:
@@ -375,7 +368,7 @@ def test_ephemeral_key_goes_with_a_closed_session(backend, ns):
         with backend.client() as b:
             assert b.get(f"{ns}/e").ephemeral
     with backend.client() as b:
-        wait_until(lambda: b.get_or_none(f"{ns}/e") is None)
+        wait_for(lambda: b.get_or_none(f"{ns}/e") is None)
         assert b.get(f"{ns}/p").value == 1
 
 
@@ -445,7 +438,7 @@ def test_client_reconnects_after_a_restart_and_its_watch_goes_on(restartable_bac
         c.set(f"{ns}/before", 1)
         assert watch.next(EVENTUALLY_S).key == f"{ns}/before"
         backend.kill_and_restart()
-        wait_until(lambda: _try(lambda: c.set(f"{ns}/after", 2)))
+        wait_for(lambda: _try(lambda: c.set(f"{ns}/after", 2)))
         keys = []
         while f"{ns}/after" not in keys:
             event = watch.next(EVENTUALLY_S)
@@ -463,7 +456,7 @@ def test_ephemeral_keys_of_sessions_dead_across_a_restart_are_gone(restartable_b
         owner.wait()
         backend.kill_and_restart()
         with backend.client() as c:
-            wait_until(lambda: c.get_or_none(f"{ns}/e") is None)
+            wait_for(lambda: c.get_or_none(f"{ns}/e") is None)
     finally:
         owner.kill()
 

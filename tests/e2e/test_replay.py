@@ -21,6 +21,7 @@ from ramen import keyspace, paths
 from ramen.archive.coverage import archive_coverage
 from ramen.program import Program
 from ramen.replay_client import Replay, ReplayFailed
+from tests.waiting import wait_for
 
 RATE = 1000
 BACKFILL_MIN = 10
@@ -56,16 +57,6 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 STARTUP_S = 60.0
 EVENTUALLY_S = 30.0
 MINUTE_US = 60_000_000
-
-
-def wait_for(predicate, timeout_s: float = EVENTUALLY_S, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not met within {timeout_s} s")
 
 
 class Stack:
@@ -115,7 +106,7 @@ def stack(tmp_path_factory):
         try:
             wait_for(lambda: any(i.since_us <= want_since and i.until_us >= want_until
                                  for i in archive_coverage(paths.archive_dir("local")).get("e2e/traffic", [])),
-                     STARTUP_S, "the archive covering the back-filled range")
+                     "the archive covering the back-filled range", timeout_s=STARTUP_S)
         finally:
             os.environ.pop("RAMEN_DIR") if saved is None else os.environ.__setitem__("RAMEN_DIR", saved)
         yield stack

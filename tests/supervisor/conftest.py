@@ -4,35 +4,27 @@ tests/supervisor/fake_process.py standing in for workers and replayers."""
 from __future__ import annotations
 
 import os
+import functools
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 import confserver
 from ramen import keyspace
+from tests import waiting
 from supervisor.service import Supervisor
 from supervisor.workers import RestartPolicy
 
 FAKE = str(Path(__file__).with_name("fake_process.py"))
 SITE = "s1"
 EVENTUALLY_S = 15.0
+wait_for = functools.partial(waiting.wait_for, timeout_s=EVENTUALLY_S)
 
 
 def fake_command(mode: str) -> list[str]:
     return [sys.executable, FAKE, mode]
-
-
-def wait_for(predicate, timeout_s: float = EVENTUALLY_S, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"{what} not met within {timeout_s} s")
 
 
 @pytest.fixture

@@ -6,12 +6,12 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from ramen.archive.catalog import NULL_POSITION, Catalog
 from ramen.archive.markfile import read_info
 from ramen.archive.recorder import RECORDING_POSITION_TYPE_ID
 from ramen.transport import ADMIN_ACTION, CountersFile, ExclusivePublication, LogBuffer, LogBufferParams
+from tests.waiting import wait_for
 
 WAIT_S = 30.0
 
@@ -20,16 +20,6 @@ def start_archiver(tmp_path, *args):
     return subprocess.Popen([sys.executable, "-m", "workers.archiver", "--dir", str(tmp_path / "archive"),
                              "--counters", str(tmp_path / "counters.dat"), "--segment-length", str(256 * 1024), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_for(condition, what):
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def stop(process):

@@ -25,6 +25,7 @@ from ramen.archive.recorder import RECORDING_POSITION_TYPE_ID
 from ramen.program import loads
 from ramen.transport import ADMIN_ACTION, CountersFile, ExclusivePublication, LogBuffer, LogBufferParams
 from ramen.tuples import encode_tuples
+from tests.waiting import wait_for
 
 WAIT_S = 30.0
 TERM_LENGTH = 256 * 1024  # several terms (and PAD frames) in a small archive
@@ -56,16 +57,6 @@ source = {{ kind = "generator", rate = 10, hosts = 2, seed = 3 }}
 schema = {{ ts = "timestamp[us]", host = "string", bytes = "int64" }}
 event_time = "ts"
 '''
-
-
-def wait_for(condition, what: str, timeout_s: float = WAIT_S):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def process_env(server, ramen_dir: Path) -> dict:

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from ramen.program import loads
 from ramen.transport import (CountersFile, ExclusivePublication, FragmentAssembler, Image, LogBuffer,
                              LogBufferError, LogBufferParams)
 from ramen.tuples import decode_tuples, encode_tuples, end_of_replay
+from tests.waiting import wait_for
 from workers.sources import generate_rows, step_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -214,14 +214,6 @@ class Reader:
 
     def read_until(self, condition, what: str) -> None:
         wait_for(lambda: self.poll() >= 0 and condition(), what)
-
-
-def wait_for(condition, what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def offer(publication: ExclusivePublication, message: bytes) -> None:
