@@ -13,6 +13,8 @@
     sites/<site>/replayers/<id>                        what a replayer reads and for which channels
     sites/<site>/replayers/<id>/stats                  its bytes read, messages, rows, per channel
     sequences/replay_channel                          hands out replay channels (never 0: 0 is live)
+    spark/server                                      the deployment's Spark Connect endpoint (ramen start)
+    spark/wanted                                      a program needs Spark: start the local one (ramen run)
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ REPLAYS = "replays"
 TAILS = "tails"
 SITES = "sites"
 REPLAY_CHANNEL_SEQUENCE = "sequences/replay_channel"
+SPARK_SERVER = "spark/server"
+"""{"remote": "sc://host:port", "local": bool, "staging": dir or null}: where heavy workers send
+their jobs; `staging` is a directory that server reads too (a local one), for Parquet hand-over."""
+SPARK_WANTED = "spark/wanted"
 SITE_ENV = "RAMEN_SITE"
 DEFAULT_SITE = "local"
 

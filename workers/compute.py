@@ -10,7 +10,7 @@ anything else is a one-line error naming the function, and the worker exits non-
   µs since the epoch, as decimal strings; the window is [start, end)).
 
 Parents' tables are concatenated (all parents of a python function output the same schema).
-Spark functions come with issue 7: asking for one is a one-line error.
+Spark functions run in workers/heavy.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Callable
 import pyarrow as pa
 
 from ramen.program.callables import CallableError, load_callable
-from ramen.program.model import ENGINE_PYTHON, ENGINE_SPARK, Function
+from ramen.program.model import ENGINE_PYTHON, Function
 
 WINDOW_START_KEY = b"ramen.window_start_us"
 WINDOW_END_KEY = b"ramen.window_end_us"
@@ -60,29 +60,28 @@ class PythonRunner:
 def conform(function: Function, output) -> pa.Table:
     """The output as a table of exactly the function's schema, or ComputeError."""
     name = function.qualified_name
+    what = f"call {function.call!r}" if function.call else "its SQL"
     if isinstance(output, pa.RecordBatch):
         output = pa.Table.from_batches([output])
     if not isinstance(output, pa.Table):
-        raise ComputeError(f"{name}: call {function.call!r} returned a {type(output).__name__}, "
+        raise ComputeError(f"{name}: {what} returned a {type(output).__name__}, "
                            "not a pyarrow.Table")
     schema = function.schema
     if output.schema.remove_metadata().equals(schema):
         return output.replace_schema_metadata(None) if output.schema.metadata else output
     missing = [f.name for f in schema if f.name not in output.column_names]
     if missing:
-        raise ComputeError(f"{name}: call {function.call!r} returned ({_describe(output.schema)}), "
+        raise ComputeError(f"{name}: {what} returned ({_describe(output.schema)}), "
                            f"expected ({_describe(schema)}): missing {', '.join(missing)}")
     try:
         return output.select(schema.names).cast(schema)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-        raise ComputeError(f"{name}: call {function.call!r} returned ({_describe(output.schema)}), "
+        raise ComputeError(f"{name}: {what} returned ({_describe(output.schema)}), "
                            f"expected ({_describe(schema)}): {_one_line(e)}") from None
 
 
 def make_runner(function: Function, program_path: str | None) -> PythonRunner:
-    """The executor of a non-source function, or ComputeError (one line) when it cannot run here."""
-    if function.engine == ENGINE_SPARK:
-        raise ComputeError(f"{function.qualified_name}: spark engine comes with issue 7")
+    """The executor of a python function, or ComputeError (one line) when it cannot run here."""
     if function.engine != ENGINE_PYTHON:
         raise ComputeError(f"{function.qualified_name}: unknown engine {function.engine!r}")
     try:

@@ -38,3 +38,16 @@ FOLLOW_INTERVAL_S = 0.5
 
 EXIT_ERROR = 1
 """Exit status of a worker that cannot run: bad key, bad program, failing callable."""
+
+SPARK_JOB_ROWS = 4_000_000
+"""A replay channel of a heavy worker gathers committed windows until they hold this many rows,
+then runs them as one Spark job (Spark costs 0.1-0.3 s a job, whatever its size); its last
+END_OF_REPLAY runs the rest. A live channel runs its windows as soon as they commit."""
+
+SPARK_STAGING_FILE_ROWS = 1_000_000
+"""Rows per Parquet file a heavy worker stages for a local Spark: each file is a task, so a big
+job uses every core."""
+
+SPARK_RETRY_S = (0.5, 1.0, 2.0, 5.0)
+"""Waits between attempts at a job while Spark is unreachable (restarting, say); the last repeats.
+The job's rows are kept until it succeeds: nothing is lost or computed twice."""

@@ -21,15 +21,20 @@ import pyarrow as pa
 class ClosedWindow:
     start_us: int
     end_us: int
-    table: pa.Table
-    """Every row of the window, in arrival order."""
+    batches: tuple[tuple[object, pa.RecordBatch], ...]
+    """Every row of the window, in arrival order, each batch with the part (parent) it came from."""
+
+    @property
+    def table(self) -> pa.Table:
+        """All the rows as one table (the parts must share a schema, as a python function's do)."""
+        return pa.Table.from_batches([batch for _, batch in self.batches])
 
 
 @dataclass
 class WindowState:
     every_us: int
     lateness_us: int = 0
-    open: dict[int, list[pa.RecordBatch]] = field(default_factory=dict)
+    open: dict[int, list[tuple[object, pa.RecordBatch]]] = field(default_factory=dict)
     """Window index -> the rows received for it so far."""
     max_event_us: int | None = None
     committed_below: int | None = None
@@ -40,9 +45,10 @@ class WindowState:
     def watermark_us(self) -> int | None:
         return None if self.max_event_us is None else self.max_event_us - self.lateness_us
 
-    def add(self, batch: pa.RecordBatch, event_time: str) -> list[ClosedWindow]:
+    def add(self, batch: pa.RecordBatch, event_time: str, part: object = None) -> list[ClosedWindow]:
         """Take a batch's rows into their windows; returns the windows this commits, oldest first.
-        Rows without an event time cannot be placed and count as late."""
+        Rows without an event time cannot be placed and count as late. `part` tags the rows (a
+        Spark function's parents stay apart within a window)."""
         if batch.num_rows == 0:
             return []
         column = batch.column(event_time)
@@ -62,7 +68,7 @@ class WindowState:
                 indices = np.flatnonzero(keep)
                 batch = batch.take(pa.array(indices))
                 windows, times = windows[indices], times[indices]
-            self._place(batch, windows)
+            self._place(batch, windows, part)
             high = int(times.max())
             if self.max_event_us is None or high > self.max_event_us:
                 self.max_event_us = high
@@ -74,12 +80,12 @@ class WindowState:
 
     @property
     def open_rows(self) -> int:
-        return sum(b.num_rows for batches in self.open.values() for b in batches)
+        return sum(b.num_rows for batches in self.open.values() for _, b in batches)
 
-    def _place(self, batch: pa.RecordBatch, windows: np.ndarray) -> None:
+    def _place(self, batch: pa.RecordBatch, windows: np.ndarray, part: object) -> None:
         first, last = int(windows.min()), int(windows.max())
         if first == last:  # the usual case: a batch inside one window
-            self.open.setdefault(first, []).append(batch)
+            self.open.setdefault(first, []).append((part, batch))
             return
         order = np.argsort(windows, kind="stable")
         ordered = windows[order]
@@ -88,7 +94,7 @@ class WindowState:
         ends = np.concatenate((cuts, [len(ordered)]))
         for begin, end in zip(starts.tolist(), ends.tolist()):
             rows = batch.take(pa.array(order[begin:end]))
-            self.open.setdefault(int(ordered[begin]), []).append(rows)
+            self.open.setdefault(int(ordered[begin]), []).append((part, rows))
 
     def _commit(self, below: int | None, *, everything: bool = False) -> list[ClosedWindow]:
         if below is not None and (self.committed_below is None or below > self.committed_below):
@@ -100,8 +106,7 @@ class WindowState:
         closed = []
         for w in ready:
             batches = self.open.pop(w)
-            closed.append(ClosedWindow(w * self.every_us, (w + 1) * self.every_us,
-                                       pa.Table.from_batches(batches)))
+            closed.append(ClosedWindow(w * self.every_us, (w + 1) * self.every_us, tuple(batches)))
         if everything and ready:
             self.committed_below = max(ready[-1] + 1, self.committed_below or ready[-1] + 1)
         return closed

@@ -44,7 +44,8 @@ from confserver import ConfClient, ConfError, EventKind
 from ramen import keyspace, paths
 from ramen.message import (HEADER_LENGTH, KIND_END_OF_REPLAY, KIND_TUPLES, LIVE_CHANNEL, NO_EVENT_TIME,
                            decode_header, event_time_bounds)
-from ramen.program.model import Function, Program, split_qualified
+from ramen.program.model import ENGINE_SPARK, Function, Program, split_qualified
+from ramen.spark.session import SparkUnavailable
 from ramen.transport import (ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED, BackoffIdleStrategy, CountersFile,
                              ExclusivePublication, FragmentAssembler, Image, LogBuffer, LogBufferError,
                              LogBufferParams, Subscription, frame)
@@ -54,7 +55,8 @@ from ramen.transport.position import int32
 from ramen.tuples import decode_tuples, encode_tuples, end_of_replay, with_channel
 from workers.compute import ComputeError, PythonRunner, make_runner
 from workers.defaults import (BATCH_ROWS, EXIT_ERROR, LOG_WAIT_INTERVAL_S, MAX_PENDING_MESSAGES, MESSAGE_FILL,
-                              POLL_FRAGMENT_LIMIT, STATS_INTERVAL_S)
+                              POLL_FRAGMENT_LIMIT, SPARK_JOB_ROWS, SPARK_RETRY_S, STATS_INTERVAL_S)
+from workers.heavy import SparkExecutor
 from workers.sources import RowSource, SourceError, make_source
 from workers.stats import WorkerStats
 from workers.windows import WindowState
@@ -171,6 +173,8 @@ class Input:
     path: Path
     schema: pa.Schema
     event_time: str | None
+    parent: str
+    """The parent whose rows this log carries (this function itself for a pass-through source)."""
     users: set = field(default_factory=set)
     log: LogBuffer | None = None
     image: Image | None = None
@@ -191,6 +195,13 @@ class ChannelState:
     eor_received: int = 0
     eor_unsent: int = 0
     inputs: tuple[str, ...] = ()
+    gathered: list[tuple[str, pa.RecordBatch]] = field(default_factory=list)
+    """A heavy worker's committed rows (parent, batch) not run through Spark yet."""
+    gathered_rows: int = 0
+    ending: bool = False
+    """Every END_OF_REPLAY is in: the channel ends once its gathered rows have run."""
+    retry_at: float = 0.0
+    retries: int = 0
 
 
 # -- the agent ----------------------------------------------------------------------------------
@@ -210,8 +221,11 @@ class Worker:
         self.program, self.function = self._load_function(qualified_name)
         self.parents: dict[str, Function] = {parent: self._parent(parent) for parent in self.function.parents}
         self.runner: PythonRunner | None = None
+        self.heavy: SparkExecutor | None = None
         self.source: RowSource | None = None
-        if self.function.source is None:
+        if self.function.engine == ENGINE_SPARK:
+            self.heavy = SparkExecutor(self.function, client)
+        elif self.function.source is None:
             try:
                 self.runner = make_runner(self.function, self.program.path)
             except ComputeError as e:
@@ -295,10 +309,10 @@ class Worker:
 
     # -- inputs ------------------------------------------------------------------------------
 
-    def _use_input(self, path: Path, schema: pa.Schema, event_time: str | None, user) -> None:
+    def _use_input(self, path: Path, function: Function, user) -> None:
         found = self.inputs.get(path)
         if found is None:
-            found = self.inputs[path] = Input(path, schema, event_time)
+            found = self.inputs[path] = Input(path, function.schema, function.event_time, function.qualified_name)
         found.users.add(user)
 
     def _release_input(self, path: Path, user) -> None:
@@ -334,7 +348,7 @@ class Worker:
         for parent, function in self.parents.items():
             path = paths.output_log(self.site, parent)
             if live:
-                self._use_input(path, function.schema, function.event_time, LIVE_CHANNEL)
+                self._use_input(path, function, LIVE_CHANNEL)
             else:
                 self._release_input(path, LIVE_CHANNEL)
 
@@ -368,7 +382,7 @@ class Worker:
         for parent, function in self.parents.items():
             if path == paths.replay_output_log(self.site, parent) or path == paths.output_log(self.site, parent):
                 return function
-        # A replayer's log of a parent: a python function's parents all output one schema.
+        # Only a plan's sources read replayer logs, and they pass through (above).
         return next(iter(self.parents.values()))
 
     def _start_replay(self, channel: int, spec: dict) -> None:
@@ -407,7 +421,7 @@ class Worker:
         inputs = tuple(spec.get("inputs") or ())
         for path in inputs:
             function = self._input_function(Path(path), pass_through)
-            self._use_input(Path(path), function.schema, function.event_time, channel)
+            self._use_input(Path(path), function, channel)
         for path in set(state.inputs) - set(inputs):
             self._release_input(Path(path), channel)
         state.inputs = inputs
@@ -486,6 +500,9 @@ class Worker:
             return
         batches = [(found, decode_tuples(message, found.schema)) for found, message in messages]
         self.stats.add("tuples in", sum(b.num_rows for _, b in batches), channel)
+        if self.heavy is not None:
+            self._gather(state, batches)
+            return
         if state.windows is None:
             table = pa.Table.from_batches([b for _, b in batches], schema=batches[0][1].schema)
             self._emit(state, self.runner(table))
@@ -495,6 +512,66 @@ class Worker:
             for closed in state.windows.add(batch, found.event_time or self.function.event_time):
                 self._emit(state, self.runner(closed.table, (closed.start_us, closed.end_us)))
         self.stats.add("late", state.windows.late - late_before, channel)
+
+    # -- heavy (Spark) functions: committed rows are gathered, then run as one job --------------
+
+    def _gather(self, state: ChannelState, batches: list[tuple[Input, pa.RecordBatch]]) -> None:
+        late_before = state.windows.late if state.windows is not None else 0
+        for found, batch in batches:
+            if state.windows is None:
+                self._keep(state, [(found.parent, batch)])
+                continue
+            for closed in state.windows.add(batch, found.event_time or self.function.event_time, found.parent):
+                self._keep(state, closed.batches)
+        if state.windows is not None:
+            self.stats.add("late", state.windows.late - late_before, state.channel)
+        self._run_gathered(state)
+
+    @staticmethod
+    def _keep(state: ChannelState, batches) -> None:
+        state.gathered.extend(batches)
+        state.gathered_rows += sum(batch.num_rows for _, batch in batches)
+
+    def _run_gathered(self, state: ChannelState) -> bool:
+        """Run the channel's gathered rows as one Spark job when it is time: at once for live,
+        once enough rows wait (or at the end) for a replay. False while Spark is unreachable."""
+        if not state.gathered:
+            return True
+        if not (state.ending or state.channel == LIVE_CHANNEL or state.gathered_rows >= SPARK_JOB_ROWS):
+            return True
+        now = time.monotonic()
+        if now < state.retry_at:
+            return False
+        parts: dict[str, list[pa.RecordBatch]] = {}
+        for parent, batch in state.gathered:
+            parts.setdefault(parent, []).append(batch)
+        jobs_before, job_s_before = self.heavy.jobs, self.heavy.job_s
+        try:
+            table = self.heavy.run(parts)
+        except SparkUnavailable as e:
+            delay = SPARK_RETRY_S[min(state.retries, len(SPARK_RETRY_S) - 1)]
+            state.retries += 1
+            state.retry_at = now + delay
+            log.warning("%s: channel %d: Spark unavailable (%s); %d rows kept, retrying in %g s",
+                        self.qualified_name, state.channel, e, state.gathered_rows, delay)
+            return False
+        self.stats.add("spark jobs", self.heavy.jobs - jobs_before)
+        self.stats.add("spark ms", round((self.heavy.job_s - job_s_before) * 1000))
+        log.info("%s: channel %d: one Spark job over %d rows gave %d", self.qualified_name, state.channel,
+                 state.gathered_rows, table.num_rows)
+        state.gathered, state.gathered_rows, state.retries, state.retry_at = [], 0, 0, 0.0
+        self._emit(state, table)
+        return True
+
+    def _retry_gathered(self) -> int:
+        """Channels whose job waits for Spark to come back; a replay then ends."""
+        work = 0
+        for state in [s for s in self.channels.values() if s.gathered and s.retry_at]:
+            if self._run_gathered(state):
+                work += 1
+                if state.ending:
+                    self._send_end_of_replay(state)
+        return work
 
     def _emit(self, state: ChannelState, table: pa.Table) -> None:
         if table.num_rows == 0:
@@ -528,11 +605,21 @@ class Worker:
         self.stats.channel(channel).eor_received += 1
         if state.eor_received < state.expect_eor:
             return
+        state.ending = True
         if state.windows is not None:
             late_before = state.windows.late
             for closed in state.windows.flush():
-                self._emit(state, self.runner(closed.table, (closed.start_us, closed.end_us)))
+                if self.heavy is not None:
+                    self._keep(state, closed.batches)
+                else:
+                    self._emit(state, self.runner(closed.table, (closed.start_us, closed.end_us)))
             self.stats.add("late", state.windows.late - late_before, channel)
+        if self.heavy is not None and not self._run_gathered(state):
+            return  # ends when Spark is back and the job has run (_retry_gathered)
+        self._send_end_of_replay(state)
+
+    def _send_end_of_replay(self, state: ChannelState) -> None:
+        channel = state.channel
         state.eor_unsent = 1 + len(state.riders)
         state.output.send(end_of_replay(channel, self.id), on_sent=lambda: self._replay_done(channel, state))
         for rider, output in state.riders:
@@ -593,6 +680,8 @@ class Worker:
             self._open_waiting_inputs()
             self._next_look_s = now + LOG_WAIT_INTERVAL_S
         work += self._flush()
+        if self.heavy is not None:
+            work += self._retry_gathered()
         if self.pending() < MAX_PENDING_MESSAGES:
             if self.source is not None and self.live:
                 work += self._generate()

@@ -320,7 +320,7 @@ def test_replay_channel_ends_in_the_recipient_after_every_end_of_replay_and_leav
     assert live.batches == [] and live.ends == []
 
 
-def test_bad_worker_key_program_or_engine_is_one_line_and_exit_1(rig):
+def test_bad_worker_key_or_program_is_one_line_and_exit_1(rig):
     assert rig.error_of(rig.start("traffic")) == (  # no worker key
         1, f"ramen: worker {rig.qualified('traffic')}: no worker key "
            f"{keyspace.worker_key(rig.site, rig.qualified('traffic'))}")
@@ -328,10 +328,6 @@ def test_bad_worker_key_program_or_engine_is_one_line_and_exit_1(rig):
     assert rig.error_of(rig.start("traffic")) == (  # no program
         1, f"ramen: worker {rig.qualified('traffic')}: program {rig.program} is not loaded "
            f"(no key {keyspace.program_key(rig.program)})")
-    rig.load()
-    rig.worker_key("heavy")
-    assert rig.error_of(rig.start("heavy")) == (
-        1, f"ramen: worker {rig.qualified('heavy')}: {rig.qualified('heavy')}: spark engine comes with issue 7")
 
 
 def test_a_callable_returning_the_wrong_schema_stops_the_worker_with_one_line(rig):

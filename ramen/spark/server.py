@@ -1,0 +1,84 @@
+"""The local Spark Connect server: its command line, and knowing when it accepts clients.
+
+It runs in the foreground (`spark-submit --class SparkConnectServer`, not the daemonizing sbin
+script) so that whoever started it sees it die and can restart it on the same port: clients then
+keep their URL and only reconnect.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ramen.spark.defaults import (CONNECT_SERVER_CLASS, DRIVER_MEMORY, LOCAL_HOST, READY_POLL_S, READY_TIMEOUT_S,
+                                  SERVER_CONF)
+
+
+class SparkServerError(RuntimeError):
+    """The local server cannot start; the message is one line and names its log."""
+
+
+def spark_home() -> Path:
+    """The Spark that ships inside the pyspark package (its jars include Spark Connect's)."""
+    import pyspark
+    return Path(pyspark.__file__).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOCAL_HOST, 0))
+        return s.getsockname()[1]
+
+
+def remote_url(port: int) -> str:
+    return f"sc://{LOCAL_HOST}:{port}"
+
+
+def server_command(port: int, *, driver_memory: str = DRIVER_MEMORY) -> list[str]:
+    home = spark_home()
+    command = [str(home / "bin" / "spark-submit"), "--class", CONNECT_SERVER_CLASS, "--name", "ramen-spark",
+               "--driver-memory", driver_memory, "--conf", f"spark.connect.grpc.binding.port={port}"]
+    for key, value in SERVER_CONF.items():
+        command += ["--conf", f"{key}={value}"]
+    return command + ["spark-internal"]
+
+
+def server_env(base: dict | None = None) -> dict:
+    env = dict(os.environ if base is None else base)
+    env["SPARK_HOME"] = str(spark_home())
+    env["SPARK_LOCAL_IP"] = LOCAL_HOST  # else Spark binds (and advertises) a non-loopback address
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    return env
+
+
+def java_missing() -> str | None:
+    """Why Spark cannot run here, or None."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        return "no Java found (install a JRE >= 17, e.g. apt-get install default-jre-headless)"
+    return None
+
+
+def accepts(port: int) -> bool:
+    try:
+        with socket.create_connection((LOCAL_HOST, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def wait_ready(port: int, process: subprocess.Popen, log_path: Path, timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Return once the server accepts connections; SparkServerError if it exits or takes too long."""
+    deadline = time.monotonic() + timeout_s
+    while not accepts(port):
+        status = process.poll()
+        if status is not None:
+            raise SparkServerError(f"the Spark Connect server exited with status {status}: see {log_path}")
+        if time.monotonic() > deadline:
+            raise SparkServerError(f"the Spark Connect server did not accept connections within {timeout_s:g} s: "
+                                   f"see {log_path}")
+        time.sleep(READY_POLL_S)

@@ -1,0 +1,84 @@
+"""Spark Connect sessions, and telling "Spark is not there" from "the SQL is wrong".
+
+The difference decides what a heavy worker does: an unavailable server means keep the batch
+and retry once it is back; a SQL error is the user's and is reported in one line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import warnings
+
+from ramen.spark.defaults import SPARK_REMOTE_ENV
+
+log = logging.getLogger(__name__)
+
+UNAVAILABLE_CODES = ("UNAVAILABLE", "CANCELLED", "DEADLINE_EXCEEDED", "UNKNOWN", "INTERNAL")
+"""gRPC statuses of a server that is gone or restarting (a killed server can end a call with any
+of them); Spark's own errors carry an error class instead."""
+PYSPARK_QUERY_LOGGER = "SQLQueryContextLogger"
+"""pyspark logs every failed query's JVM stack there; our errors say what matters in one line."""
+CLIENT_RETRIES = 4
+CLIENT_MAX_BACKOFF_MS = 2000
+"""About 3 s of retries (50, 200, 800, 2000 ms) before a call reports the server unreachable."""
+SESSION_GONE_CLASSES = ("INVALID_HANDLE",)
+"""The server restarted and no longer knows our session (or its operation): reconnect."""
+
+
+GRPC_DETAILS = re.compile(r'details = "([^"]*)"')
+
+
+class SparkUnavailable(RuntimeError):
+    """The Spark Connect server cannot be reached, or forgot us: retry once it is back."""
+
+
+def connect(remote: str):
+    """A new Spark Connect session (never a cached one: after a server restart the old is dead).
+    Its calls give up after a few seconds of an unreachable server, not pyspark's ten minutes:
+    the caller decides how long to wait (a worker retries its batch, the CLI reports)."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+    logging.getLogger(PYSPARK_QUERY_LOGGER).setLevel(logging.CRITICAL)  # it logs whole JVM stacks
+    warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")  # we say it, in one line
+    try:
+        session = SparkSession.builder.remote(remote).create()
+        session.client.set_retry_policies([DefaultPolicy(max_retries=CLIENT_RETRIES, max_backoff=CLIENT_MAX_BACKOFF_MS)])
+        return session
+    except Exception as e:  # noqa: BLE001 - a bad URL is the user's; anything else means not there
+        raise SparkUnavailable(f"{remote}: {one_line(e)}") from None
+
+
+def is_unavailable(error: BaseException) -> bool:
+    import grpc
+    from pyspark.errors import PySparkException
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+    if isinstance(error, (ConnectionError, grpc.RpcError)):
+        return True
+    if isinstance(error, PySparkException):
+        error_class = error.getCondition() or ""
+        if error_class.startswith(SESSION_GONE_CLASSES):
+            return True
+        if isinstance(error, SparkConnectGrpcException) and not error_class:
+            text = str(error)
+            return any(f"StatusCode.{code}" in text for code in UNAVAILABLE_CODES) \
+                or "failed to connect" in text.lower()
+    return False
+
+
+def one_line(error: BaseException) -> str:
+    """Spark's message without its stack, JVM frames or hints: the first meaningful line."""
+    text = str(error)
+    found = GRPC_DETAILS.search(text)  # a gRPC error's text is its repr; its details say why
+    if found:
+        text = found.group(1)
+    for line in text.splitlines():
+        line = line.strip()
+        if line:
+            return line
+    return type(error).__name__
+
+
+def configured_remote() -> str | None:
+    return os.environ.get(SPARK_REMOTE_ENV) or None
