@@ -34,3 +34,27 @@ def fresh_confserver(tmp_path):
     server = BuiltinServer(tmp_path / "conf").start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_remote(tmp_path_factory) -> str:
+    """One real local Spark Connect server for the whole run (2 GB of JVM: never one per test),
+    started as `ramen start` starts its own; its URL."""
+    import subprocess
+
+    from ramen.spark.server import free_port, remote_url, server_command, server_env, wait_ready
+    log_path = tmp_path_factory.mktemp("spark") / "spark.log"
+    port = free_port()
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(server_command(port), env=server_env(), stdin=subprocess.DEVNULL, stdout=log,
+                                   stderr=subprocess.STDOUT)
+    try:
+        wait_ready(port, process, log_path)
+        yield remote_url(port)
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -6,6 +6,8 @@ The choreographer picks it up from `programs/<name>`; nothing is written if the 
 from __future__ import annotations
 
 import json
+import sys
+import time
 
 from ramen import keyspace
 from ramen.cli import conf
@@ -45,6 +47,7 @@ def load_program(client, file, *, replace: bool):
         program = load(file, loaded)
     except ProgramError as e:
         raise UserError(str(e)) from None
+    check_spark_sql(client, program)
     key = keyspace.program_key(program.name)
     existing = client.get_or_none(key)
     if existing is not None and not replace:
@@ -59,3 +62,41 @@ def load_program(client, file, *, replace: bool):
     except (confserver.KeyExists, confserver.VersionMismatch):
         raise UserError(f"program {program.name} was changed by someone else meanwhile: run again") from None
     return program, "replaced" if existing is not None else "loaded"
+
+
+def check_spark_sql(client, program) -> None:
+    """Spark analyses every Spark function's SQL against its parents' schemas (UserError if it
+    refuses one). Asks `ramen start` for its local Spark (the `spark/wanted` key) if none is up."""
+    from ramen.spark.check import SparkSqlError, check_program, spark_functions
+    from ramen.spark.session import SparkUnavailable, connect
+    if not spark_functions(program):
+        return
+    remote = _spark_remote(client)
+    try:
+        check_program(connect(remote), program)
+    except SparkSqlError as e:
+        raise UserError(str(e)) from None
+    except SparkUnavailable as e:
+        raise UserError(f"cannot check the Spark SQL of {program.name}: Spark at {remote}: {e}") from None
+
+
+def _spark_remote(client) -> str:
+    from ramen.spark.defaults import READY_TIMEOUT_S
+    from ramen.spark.session import configured_remote
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    asked = False
+    while True:
+        entry = client.get_or_none(keyspace.SPARK_SERVER)
+        if entry is not None and isinstance(entry.value, dict) and entry.value.get("remote"):
+            return entry.value["remote"]
+        if configured_remote():
+            return configured_remote()
+        if not asked:
+            client.set(keyspace.SPARK_WANTED, {"by": "ramen run", "since_us": time.time_ns() // 1000})
+            print("ramen: waiting for Spark to start (ramen start starts it; a cold start takes 10-20 s)",
+                  file=sys.stderr, flush=True)
+            asked = True
+        if time.monotonic() > deadline:
+            raise UserError(f"no Spark after {READY_TIMEOUT_S:g} s: is `ramen start` running "
+                            f"(or give an endpoint in $RAMEN_SPARK_REMOTE)?")
+        time.sleep(0.25)

@@ -1,7 +1,8 @@
 """`ramen start [--dir DIR] [PROGRAM…]` and `ramen stop`: the embedded default on this host.
 
 `ramen start` runs the confserver (unless --confserver names one), the choreographer, the
-supervisor and the archiver as child processes, each logging to `DIR/logs/<service>.log`, loads
+supervisor and the archiver as child processes (and a local Spark Connect server when a program
+needs Spark, unless --spark names one: ramen/cli/spark_service.py), each logging to `DIR/logs/<service>.log`, loads
 the programs given, and keeps the services running (a service that dies is restarted, with
 backoff) until Ctrl-C or SIGTERM, when it stops them in reverse order. `--daemon` runs all that
 in the background; `ramen stop` stops it.
@@ -20,9 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ramen import keyspace, paths
+from ramen.cli import conf
+from ramen.cli.spark_service import SparkService, programs_need_spark
 from ramen.cli.errors import UserError
+from ramen.spark.session import configured_remote
 
 STARTUP_TIMEOUT_S = 30.0
+DAEMON_READY_TIMEOUT_S = 180.0
+"""--daemon waits this long for the services, Spark's cold start and the programs' SQL checks."""
 STOP_GRACE_S = 10.0
 POLL_INTERVAL_S = 0.2
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
@@ -38,11 +44,14 @@ class Service:
     restarts: int = 0
     next_start: float = 0.0
     log_path: Path = field(default_factory=Path)
+    command: list[str] | None = None
+    """A command that is not a Python module of ours (Spark's server), with its own `env`."""
+    env: dict | None = None
 
     def start(self, env: dict) -> None:
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen([sys.executable, "-m", *self.argv], env=env, stdin=subprocess.DEVNULL,
-                                            stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(self.command or [sys.executable, "-m", *self.argv], env=self.env or env,
+                                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
@@ -64,6 +73,9 @@ def add_parser(sub) -> None:
     start.add_argument("--confserver", metavar="URL", help="use this confserver instead of starting one")
     start.add_argument("--site", default=keyspace.default_site(), help="this host's site (default %(default)s)")
     start.add_argument("--daemon", action="store_true", help="run in the background; `ramen stop` stops it")
+    start.add_argument("--spark", metavar="sc://HOST:PORT", default=configured_remote(),
+                       help="run heavy functions on this Spark Connect endpoint (default $RAMEN_SPARK_REMOTE; "
+                            "without it, a local one starts when a program needs Spark)")
     start.set_defaults(run=run_start)
     stop = sub.add_parser("stop", help="stop what `ramen start --daemon` started",
                           description="Stop the services started by `ramen start --daemon`.")
@@ -109,11 +121,22 @@ def run_start(args) -> int:
             service = Service(name, argv, log_path=logs / f"{name}.log")
             service.start(env)
             services.append(service)
-        _load_programs(args.programs)
-        (run_dir / READY_FILE).write_text(f"{url}\n")
-        print(f"ramen: running from {base} (confserver {url}, site {args.site}); logs in {logs}; Ctrl-C stops",
-              file=sys.stderr, flush=True)
-        _keep_running(services, env, stopping)
+
+        def start_service(name: str, command: list[str], service_env: dict, log_name: str) -> Service:
+            service = Service(name, [], log_path=logs / log_name, command=command, env=service_env)
+            service.start(env)
+            services.append(service)
+            return service
+
+        with conf.connected(_user_args()) as client:
+            spark = SparkService(client, base, args.spark, start_service)
+            if programs_need_spark(args.programs):
+                spark.start_local(wait=True)
+            _load_programs(client, args.programs)
+            (run_dir / READY_FILE).write_text(f"{url}\n")
+            print(f"ramen: running from {base} (confserver {url}, site {args.site}); logs in {logs}; Ctrl-C stops",
+                  file=sys.stderr, flush=True)
+            _keep_running(services, env, stopping, spark)
     except KeyboardInterrupt:
         pass
     finally:
@@ -140,21 +163,22 @@ def _start_confserver(base: Path, env: dict, logs: Path, services: list[Service]
     return f"ramen://{ready.read_text().strip()}"
 
 
-def _load_programs(files: list[str]) -> None:
+def _user_args():
     import argparse
+    return argparse.Namespace(confserver=None, identity="user", token=None)
 
-    from ramen.cli import conf
+
+def _load_programs(client, files: list[str]) -> None:
     from ramen.cli.run import load_program
-    args = argparse.Namespace(confserver=None, identity="user", token=None)
-    with conf.connected(args) as client:
-        for file in files:
-            program, outcome = load_program(client, file, replace=True)
-            print(f"ramen: {outcome} {program.name} ({len(program.functions)} functions)", file=sys.stderr)
+    for file in files:
+        program, outcome = load_program(client, file, replace=True)
+        print(f"ramen: {outcome} {program.name} ({len(program.functions)} functions)", file=sys.stderr)
 
 
-def _keep_running(services: list[Service], env: dict, stopping: list) -> None:
-    """Restart a service that dies, with backoff, until asked to stop."""
+def _keep_running(services: list[Service], env: dict, stopping: list, spark: SparkService) -> None:
+    """Restart a service that dies, with backoff, until asked to stop; start Spark when wanted."""
     while not stopping:
+        spark.poll()
         now = time.monotonic()
         for service in services:
             status = service.process.poll()
@@ -175,14 +199,15 @@ def _keep_running(services: list[Service], env: dict, stopping: list) -> None:
 def _daemonize(args, base: Path, run_dir: Path) -> int:
     """Run `ramen start` (without --daemon) detached, and return once it is ready or has failed."""
     argv = [sys.executable, "-m", "ramen.cli.main", "start", "--dir", str(base), "--site", args.site,
-            *(["--confserver", args.confserver] if args.confserver else []), *map(str, map(_absolute, args.programs))]
+            *(["--confserver", args.confserver] if args.confserver else []),
+            *(["--spark", args.spark] if args.spark else []), *map(str, map(_absolute, args.programs))]
     (run_dir / READY_FILE).unlink(missing_ok=True)
     log_path = base / "logs" / "start.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    deadline = time.monotonic() + DAEMON_READY_TIMEOUT_S
     while not (run_dir / READY_FILE).exists():
         if process.poll() is not None or time.monotonic() > deadline:
             tail = log_path.read_text().strip().splitlines()[-1:] or ["no output"]
