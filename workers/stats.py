@@ -76,16 +76,18 @@ class WorkerStats:
             stats = self.channels[channel] = ChannelStats()
         return stats
 
-    def record(self, position_in: int, position_out: int) -> dict:
-        """The value of the stats key."""
-        return {"tuples_in": self._local["tuples in"], "tuples_out": self._local["tuples out"],
+    def record(self, position_in: int, position_out: int, *, heavy: bool = False) -> dict:
+        """The value of the stats key (with Spark's job count and time for a heavy worker)."""
+        record = {"tuples_in": self._local["tuples in"], "tuples_out": self._local["tuples out"],
                 "late": self._local["late"], "dropped": self._local["dropped"],
-                "unexpected": self._local["unexpected"], "spark_jobs": self._local["spark jobs"],
-                "spark_s": self._local["spark ms"] / 1000,
+                "unexpected": self._local["unexpected"],
                 "cpu_s": round(time.process_time(), 3), "rss_bytes": rss_bytes(),
                 "position_in": position_in, "position_out": position_out, "pid": os.getpid(),
                 "updated_us": time.time_ns() // 1000,
                 "channels": {str(c): s.to_json() for c, s in sorted(self.channels.items())}}
+        if heavy:
+            record.update(spark_jobs=self._local["spark jobs"], spark_s=self._local["spark ms"] / 1000)
+        return record
 
     def close(self) -> None:
         for counter in self._counters.values():

@@ -696,7 +696,7 @@ class Worker:
 
     def write_stats(self) -> None:
         position_in = sum(image.position for image in self.subscription.images)
-        record = self.stats.record(position_in, self.live_output.publication.position)
+        record = self.stats.record(position_in, self.live_output.publication.position, heavy=self.heavy is not None)
         record["live_event_time_us"] = self.live_event_time_us
         try:
             self.client.set(keyspace.function_key(self.site, self.qualified_name, "stats"), record)

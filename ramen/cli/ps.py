@@ -13,7 +13,7 @@ from ramen.cli import conf
 
 IDENTITY = "user"
 NONE = "-"
-COLUMNS = ("FUNCTION", "LAZY", "USED", "RUNNING", "PID", "IN", "OUT", "CPU_S", "RSS_MB", "LAST_EXIT")
+COLUMNS = ("FUNCTION", "LAZY", "USED", "RUNNING", "PID", "IN", "OUT", "CPU_S", "RSS_MB", "SPARK", "LAST_EXIT")
 BYTES_PER_MB = 1024 * 1024
 
 
@@ -43,6 +43,7 @@ def _row(r: dict) -> dict:
     return {"function": r["function"], "lazy": worker.get("lazy"), "used": worker.get("is_used", False),
             "running": bool(r["instance"]), "pid": instance.get("pid"), "tuples_in": stats.get("tuples_in"),
             "tuples_out": stats.get("tuples_out"), "cpu_s": stats.get("cpu_s"), "rss_bytes": stats.get("rss_bytes"),
+            "spark_jobs": stats.get("spark_jobs"), "spark_s": stats.get("spark_s"),
             "last_exit": _exit_status(stats.get("last_exit")), "replays": worker.get("replays", [])}
 
 
@@ -60,9 +61,17 @@ def collect_replayers(client, site: str) -> list[dict]:
         stats = stats.value if stats is not None and isinstance(stats.value, dict) else {}
         rows.append({"function": f"replayer {entry.key.rsplit('/', 1)[1]} of {spec.get('source', '?')}",
                      "lazy": None, "used": True, "running": True, "pid": spec.get("pid"), "tuples_in": None,
-                     "tuples_out": stats.get("rows_out"), "cpu_s": None, "rss_bytes": None, "last_exit": None,
+                     "tuples_out": stats.get("rows_out"), "cpu_s": None, "rss_bytes": None, "spark_jobs": None,
+                     "spark_s": None, "last_exit": None,
                      "replays": [c.get("channel") for c in spec.get("channels", [])]})
     return rows
+
+
+def _spark(row: dict) -> str:
+    """A heavy worker's Spark jobs and their total time: `3 jobs 1.2s`."""
+    if row["spark_jobs"] is None:
+        return NONE
+    return f"{row['spark_jobs']} jobs {row['spark_s'] or 0:.1f}s"
 
 
 def run(args) -> int:
@@ -76,7 +85,8 @@ def run(args) -> int:
         return 0
     table = [COLUMNS] + [(r["function"], _flag(r["lazy"]), _flag(r["used"]), _flag(r["running"]), _show(r["pid"]),
                           _show(r["tuples_in"]), _show(r["tuples_out"]), _show(r["cpu_s"], "{:.1f}"),
-                          _show(r["rss_bytes"] and r["rss_bytes"] / BYTES_PER_MB, "{:.0f}"), _show(r["last_exit"]))
+                          _show(r["rss_bytes"] and r["rss_bytes"] / BYTES_PER_MB, "{:.0f}"), _spark(r),
+                          _show(r["last_exit"]))
                          for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
     for row in table:

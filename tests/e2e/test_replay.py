@@ -100,18 +100,23 @@ def stack(tmp_path_factory):
     started = stack.ramen("start", "--daemon", "--dir", base, program, timeout=STARTUP_S)
     assert started.returncode == 0, started.stderr + started.stdout
     try:
-        now_us = time.time_ns() // 1000
-        want_since, want_until = now_us - (BACKFILL_MIN - 1) * MINUTE_US, now_us - MINUTE_US
-        os.environ["RAMEN_DIR"], saved = str(base), os.environ.get("RAMEN_DIR")
-        try:
-            wait_for(lambda: any(i.since_us <= want_since and i.until_us >= want_until
-                                 for i in archive_coverage(paths.archive_dir("local")).get("e2e/traffic", [])),
-                     "the archive covering the back-filled range", timeout_s=STARTUP_S)
-        finally:
-            os.environ.pop("RAMEN_DIR") if saved is None else os.environ.__setitem__("RAMEN_DIR", saved)
+        wait_for_backfill(base, "e2e/traffic")
         yield stack
     finally:
         stack.ramen("stop", "--dir", base)
+
+
+def wait_for_backfill(base: Path, source: str) -> None:
+    """Until the archive under `base` covers the back-filled range of `source` but its last minute."""
+    now_us = time.time_ns() // 1000
+    want_since, want_until = now_us - (BACKFILL_MIN - 1) * MINUTE_US, now_us - MINUTE_US
+    os.environ["RAMEN_DIR"], saved = str(base), os.environ.get("RAMEN_DIR")
+    try:
+        wait_for(lambda: any(i.since_us <= want_since and i.until_us >= want_until
+                             for i in archive_coverage(paths.archive_dir("local")).get(source, [])),
+                 "the archive covering the back-filled range", timeout_s=STARTUP_S)
+    finally:
+        os.environ.pop("RAMEN_DIR") if saved is None else os.environ.__setitem__("RAMEN_DIR", saved)
 
 
 def minute_range(minutes_ago: int, minutes: int) -> tuple[int, int]:
