@@ -122,9 +122,9 @@ def test_ps_shows_used_or_running_workers_and_all_with_all(ramen, fresh_confserv
         ("net/traffic", True, True, 4242, 1200)]
     everything = ramen("ps", "--all").stdout.splitlines()
     assert everything[0].split() == ["FUNCTION", "LAZY", "USED", "RUNNING", "PID", "IN", "OUT", "CPU_S", "RSS_MB",
-                                     "LAST_EXIT"]
-    assert everything[1].split() == ["net/top_talkers", "yes", "no", "no", "-", "-", "-", "-", "-", "-"]
-    assert everything[2].split() == ["net/traffic", "no", "yes", "yes", "4242", "0", "1200", "0.5", "50", "-"]
+                                     "SPARK", "LAST_EXIT"]
+    assert everything[1].split() == ["net/top_talkers", "yes", "no", "no", "-", "-", "-", "-", "-", "-", "-"]
+    assert everything[2].split() == ["net/traffic", "no", "yes", "yes", "4242", "0", "1200", "0.5", "50", "-", "-"]
 
 
 def test_ps_shows_replayers(ramen, fresh_confserver):
