@@ -51,3 +51,7 @@ job uses every core."""
 SPARK_RETRY_S = (0.5, 1.0, 2.0, 5.0)
 """Waits between attempts at a job while Spark is unreachable (restarting, say); the last repeats.
 The job's rows are kept until it succeeds: nothing is lost or computed twice."""
+
+SPARK_HEARTBEAT_S = 0.5
+"""While a Spark job runs, the worker heartbeats its inputs this often (their writers drop a reader
+silent for 5 s)."""

@@ -55,7 +55,8 @@ from ramen.transport.position import int32
 from ramen.tuples import decode_tuples, encode_tuples, end_of_replay, with_channel
 from workers.compute import ComputeError, PythonRunner, make_runner
 from workers.defaults import (BATCH_ROWS, EXIT_ERROR, LOG_WAIT_INTERVAL_S, MAX_PENDING_MESSAGES, MESSAGE_FILL,
-                              POLL_FRAGMENT_LIMIT, SPARK_JOB_ROWS, SPARK_RETRY_S, STATS_INTERVAL_S)
+                              POLL_FRAGMENT_LIMIT, SPARK_HEARTBEAT_S, SPARK_JOB_ROWS, SPARK_RETRY_S,
+                              STATS_INTERVAL_S)
 from workers.heavy import SparkExecutor
 from workers.sources import RowSource, SourceError, make_source
 from workers.stats import WorkerStats
@@ -205,6 +206,28 @@ class ChannelState:
 
 
 # -- the agent ----------------------------------------------------------------------------------
+
+def heartbeating(job: Callable[[], pa.Table], heartbeat: Callable[[], None],
+                interval_s: float = SPARK_HEARTBEAT_S) -> pa.Table:
+    """Run a job that takes seconds (a Spark job) in a thread while this one calls `heartbeat`:
+    the writers of our inputs drop a reader silent for SUBSCRIBER_LIVENESS_TIMEOUT_S, and a replay
+    with it. The job's exception is raised here, in the duty cycle's thread."""
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["table"] = job()
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            outcome["error"] = e
+    thread = threading.Thread(target=run, name="spark job", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        heartbeat()
+        thread.join(interval_s)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["table"]
+
 
 class Worker:
     def __init__(self, client: ConfClient, site: str, qualified_name: str, counters: CountersFile) -> None:
@@ -547,7 +570,7 @@ class Worker:
             parts.setdefault(parent, []).append(batch)
         jobs_before, job_s_before = self.heavy.jobs, self.heavy.job_s
         try:
-            table = self.heavy.run(parts)
+            table = heartbeating(lambda: self.heavy.run(parts), self.subscription.keep_alive)
         except SparkUnavailable as e:
             delay = SPARK_RETRY_S[min(state.retries, len(SPARK_RETRY_S) - 1)]
             state.retries += 1

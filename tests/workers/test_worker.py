@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 
@@ -19,11 +20,13 @@ import confserver
 from ramen import keyspace, paths
 from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, decode_header
 from ramen.program import loads
+from ramen.spark.session import SparkUnavailable
 from ramen.transport import (CountersFile, ExclusivePublication, FragmentAssembler, Image, LogBuffer,
                              LogBufferError, LogBufferParams)
 from ramen.tuples import decode_tuples, encode_tuples, end_of_replay
 from tests.waiting import wait_for
 from workers.sources import generate_rows, step_of
+from workers.worker import heartbeating
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 30.0
@@ -364,3 +367,22 @@ def test_a_plan_source_passes_replayed_tuples_through_to_its_replay_log_and_forw
     live = rig.reader(paths.output_log(rig.site, rig.qualified("traffic")), TRAFFIC, join_position=0)
     live.poll()
     assert live.batches == []
+
+
+def test_a_long_job_keeps_heartbeating_and_its_error_reaches_the_caller():
+    """A Spark job can outlast the writers' liveness timeout: the inputs must hear from us meanwhile."""
+    beats = []
+    release = threading.Event()
+
+    def job() -> pa.Table:
+        wait_for(lambda: len(beats) >= 3, "heartbeats during the job")
+        release.set()
+        return pa.table({"n": [1]})
+
+    table = heartbeating(job, lambda: beats.append(1), interval_s=0.01)
+    assert release.is_set() and table.column("n").to_pylist() == [1]
+
+    def failing() -> pa.Table:
+        raise SparkUnavailable("Spark unavailable: connection refused")
+    with pytest.raises(SparkUnavailable, match="connection refused"):
+        heartbeating(failing, lambda: None, interval_s=0.01)
