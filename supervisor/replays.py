@@ -4,7 +4,9 @@ A new `replays/<channel>` waits `delay_before_replay_s` so that requests arrivin
 share replayers. Then the batch is launched: per source function, the requests whose ranges
 overlap (and that did not ask for `no_merge`) form one replayer; replayer ids come from a
 confserver sequence; every path worker gets its `…/replays/<channel>` key (its inputs name the
-replayer logs and parents' replay logs); then each replayer gets its key and its process.
+replayer logs and parents' replay logs); then each replayer gets its key and its process. A
+replay through a worker whose process is on its way out (a lazy worker stopping after the last
+replay) waits for it to go, so that the worker's next process is the one that reads it.
 
 When `replays/<channel>` is deleted, the workers' keys of that channel go, and a replayer none of
 whose channels is alive any more is stopped, its key and log removed. A replayer that fails, or a
@@ -18,7 +20,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import confserver
@@ -168,7 +170,9 @@ class ReplaySupervision:
     def __init__(self, client: ConfClient, site: str, counters: SupervisorCounters, *,
                  command: Sequence[str] = DEFAULT_REPLAYER_COMMAND, env: Mapping[str, str],
                  delay_s: float = defaults.DELAY_BEFORE_REPLAY_S, stop_grace_s: float = defaults.STOP_GRACE_S,
-                 merge: bool = True):
+                 merge: bool = True, worker_leaving: Callable[[str], bool] = lambda name: False):
+        """`worker_leaving(name)`: a replay through that worker waits until its process is gone or
+        wanted again (WorkerSupervision.leaving)."""
         self.client = client
         self.site = site
         self.counters = counters
@@ -177,6 +181,7 @@ class ReplaySupervision:
         self.delay_s = delay_s
         self.stop_grace_s = stop_grace_s
         self.merge = merge
+        self.worker_leaving = worker_leaving
         self.requests: dict[int, Request] = {}
         self.replayers: dict[int, Replayer] = {}
         self._warm: tuple[int, Child] | None = None
@@ -261,7 +266,8 @@ class ReplaySupervision:
         work = 0
         if self._warm is not None and self._warm[1].poll():
             self._warm = None  # it gave up waiting (or died): the next request starts another
-        pending = [r for r in self.requests.values() if not r.launched]
+        pending = [r for r in self.requests.values()
+                   if not r.launched and not any(map(self.worker_leaving, r.plan.functions))]
         unmerged = [r for r in pending if r.no_merge]  # no merge window: nothing to wait for
         if unmerged:
             self.launch(unmerged)

@@ -72,7 +72,8 @@ class Supervisor:
                                          policy=restart_policy, stop_grace_s=stop_grace_s,
                                          on_death=self._on_worker_death)
         self.replays = ReplaySupervision(client, site, self.counters, command=replayer_command, env=env,
-                                         delay_s=delay_before_replay_s, stop_grace_s=stop_grace_s, merge=merge)
+                                         delay_s=delay_before_replay_s, stop_grace_s=stop_grace_s, merge=merge,
+                                         worker_leaving=self.workers.leaving)
         self.events: queue.SimpleQueue = queue.SimpleQueue()
         self._next_stats = 0.0
         self.workers.adopt()

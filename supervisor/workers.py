@@ -227,6 +227,15 @@ class WorkerSupervision:
     def running(self) -> dict[str, Child]:
         return {name: s.child for name, s in self.workers.items() if s.child is not None and not s.child.ended}
 
+    def leaving(self, name: str) -> bool:
+        """Whether the process of this worker is on its way out (being stopped, unused, or of an
+        old signature): a replay wired to it now would be read by a process about to exit, and the
+        rows it took lost to its successor, which joins the log where the writer is."""
+        state = self.workers.get(name)
+        if state is None or state.child is None:
+            return False
+        return state.child.stopping or not state.should_run or state.signature != state.wanted_signature
+
     def quarantined(self, now: float) -> list[str]:
         return sorted(name for name, s in self.workers.items() if s.quarantined_until > now)
 

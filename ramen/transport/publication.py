@@ -537,10 +537,10 @@ class ExclusivePublication:
         if self._closed:
             return CLOSED
         position = self._term_begin + self._term_offset
-        if position < self._limit:
-            if self.counters is not None and time.monotonic_ns() >= self._next_refresh_ns:
-                self._update_limit()
+        if position < self._limit and (self.counters is None or time.monotonic_ns() < self._next_refresh_ns):
             return position
+        # The refreshed limit decides, not the old one: a message written after the last reader
+        # left is lost to the next, who joins where the writer is.
         if self.counters is None or position >= self.max_possible_position:
             return MAX_POSITION_EXCEEDED
         self._update_limit()

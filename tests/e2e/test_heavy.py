@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from ramen import keyspace
+from ramen.replay_client import Replay
 from ramen.spark.frames import for_spark
 from ramen.spark.session import connect
 from tests.e2e.test_replay import (BACKFILL_MIN, RATE, STARTUP_S, Stack, minute_range, per_minute_by_pyarrow,
@@ -84,6 +85,22 @@ def test_a_heavy_replay_matches_spark_over_the_raw_replay_and_pyarrow(stack, spa
     assert got.num_rows == 4 * 20
     assert got["bytes"].to_pylist() == by_spark["bytes"].to_pylist() == by_pyarrow["bytes"].to_pylist()
     assert got["host"].to_pylist() == by_spark["host"].to_pylist() == by_pyarrow["host"].to_pylist()
+
+
+def test_back_to_back_replays_lose_nothing(stack, monkeypatch):
+    """Each replay is asked for while the supervisor stops the lazy worker the last one left unused
+    (a heavy worker takes a second or two to go): it must reach the next process of that worker,
+    whole, not the one on its way out."""
+    monkeypatch.setenv("RAMEN_DIR", str(stack.base))
+    since, until = minute_range(8, 3)
+    expected = per_minute_by_pyarrow(stack.replay_table("hv/traffic", since, until))
+    with stack.client("user") as client:
+        programs = stack.programs(client)
+        for _ in range(3):
+            with Replay(client, programs, "hv/per_minute", since, until, site="local", no_merge=True) as replay:
+                replay.start()
+                got = sorted_rows(pa.Table.from_batches(list(replay.batches()), schema=replay.schema))
+            assert got["bytes"].to_pylist() == expected["bytes"].to_pylist()
 
 
 def test_live_and_replay_channels_of_one_heavy_worker_stay_apart(stack):

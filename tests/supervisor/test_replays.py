@@ -190,3 +190,26 @@ def test_identical_requests_ride_on_one_channel_and_the_target_writes_to_each(ad
         wait_for(lambda: (value_of(admin, keyspace.replay_key(rider)) or {}).get("error"), what="the rider's error")
         assert f"rode with replay {leader}" in value_of(admin, keyspace.replay_key(rider))["error"]
     assert supervisor.counters.replayers_spawned == 1
+
+
+def test_a_replay_through_a_worker_being_stopped_waits_for_its_next_process(admin, start_supervisor, ramen_dir):
+    """The old process would read the replay's first rows and exit with them (its successor joins
+    the log where the writer is): the replay is wired once that process is gone."""
+    set_worker(admin, "p/stubborn")
+    supervisor = start_supervisor(stop_grace_s=2.0)  # the old process lives 2 s after its SIGTERM, well past the delay
+    old = wait_for(lambda: value_of(admin, keyspace.function_key(SITE, "p/stubborn", "instance")))["pid"]
+    wait_for(lambda: "ready" in (ramen_dir / "logs" / "workers" / "p" / "stubborn.log").read_text(),
+             what="handlers installed")
+    set_worker(admin, "p/stubborn", is_used=False)
+    wait_for(lambda: supervisor.workers.leaving("p/stubborn") and supervisor.workers.running()["p/stubborn"].stopping,
+             what="the stop begun")
+    set_worker(admin, "p/stubborn")
+    plan = ReplayPlan("p/stubborn", 0, 100, ("p/src",), (("p/src", "p/stubborn"),), ("p/src", "p/stubborn"))
+    channel = request_replay(admin, plan)
+    time.sleep(0.8)  # past the merge delay (0.3 s)
+    assert pid_alive(old) and worker_replay(admin, "p/stubborn", channel) is None and not replayers(admin)
+
+    wait_for(lambda: worker_replay(admin, "p/stubborn", channel), what="the replay wired")
+    assert not pid_alive(old)
+    wait_for(lambda: (value_of(admin, keyspace.function_key(SITE, "p/stubborn", "instance")) or {}).get("pid"),
+             what="the next process")

@@ -409,6 +409,25 @@ def test_closed_subscriber_no_longer_holds_the_writer(tmp_path):
     assert check.errors == [] and check.next == writer.seq
 
 
+def test_no_message_is_written_after_the_last_subscriber_left(tmp_path):
+    """A reader joining later starts where the writer is: whatever went in while nobody read is lost
+    to it, so the writer must see the leaving on its very next offer, within its window or not."""
+    log, counters = make_log(tmp_path)
+    publication = ExclusivePublication(log, counters)
+    leaver = Image(log, counters, name="leaver")
+    deadline = Deadline("the publication to see the subscriber")
+    while not publication.is_connected:
+        time.sleep(0.001)
+        deadline.check()
+    assert publication.offer(b"read") > 0
+    leaver.close()
+    time.sleep(0.01)  # past the limit's refresh interval, far inside the window
+
+    assert publication.offer(b"nobody reads this") == NOT_CONNECTED
+    joiner = Image(log, counters, name="joiner")
+    assert joiner.position == publication.position
+
+
 # -- dead and idle subscribers -------------------------------------------------------------------
 
 @pytest.mark.parametrize("tethered", [False, True], ids=["untethered", "tethered"])
