@@ -44,6 +44,10 @@ SPARK_JOB_ROWS = 4_000_000
 then runs them as one Spark job (Spark costs 0.1-0.3 s a job, whatever its size); its last
 END_OF_REPLAY runs the rest. A live channel runs its windows as soon as they commit."""
 
+SPARK_STAGED_JOB_ROWS = 32_000_000
+"""The same for rows staged on disk for a local Spark (memory holds a file's worth only): an hour
+of 10 M tuples is then one job, not three, each of which would read its files apart."""
+
 SPARK_STAGING_FILE_ROWS = 1_000_000
 """Rows per Parquet file a heavy worker stages for a local Spark: each file is a task, so a big
 job uses every core."""

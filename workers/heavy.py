@@ -10,7 +10,9 @@ Spark costs 0.1-0.3 s a job whatever its size, so the worker gathers many window
 How rows reach Spark depends on where it runs (the `spark/server` key):
 - a local server (`staging` set): Parquet files in the staging directory, read by Spark, deleted
   after the job. Measured: 1 M rows in 1.4 s this way, 14-22 s through createDataFrame, whose
-  local relation the Connect server converts row by row;
+  local relation the Connect server converts row by row. The files are written while the rows
+  arrive (Gathered), in a thread, so a long replay holds one file's rows in memory and runs as
+  one job whose input is already on disk;
 - a remote one: `createDataFrame` from the Arrow table, over the Connect channel.
 
 An unreachable Spark raises SparkUnavailable and keeps nothing half-done: the caller keeps the
@@ -23,7 +25,8 @@ import logging
 import shutil
 import time
 import uuid
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -32,10 +35,10 @@ import pyarrow.parquet as pq
 from confserver import ConfClient
 from ramen import keyspace
 from ramen.program.model import Function
-from ramen.spark.frames import for_spark, view_name
+from ramen.spark.frames import for_spark, utc_schema, view_name
 from ramen.spark.session import SparkUnavailable, configured_remote, connect, is_unavailable, one_line
 from workers.compute import ComputeError, conform
-from workers.defaults import SPARK_STAGING_FILE_ROWS
+from workers.defaults import SPARK_JOB_ROWS, SPARK_STAGED_JOB_ROWS, SPARK_STAGING_FILE_ROWS
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,84 @@ def find_server(client: ConfClient) -> SparkServer:
     raise SparkUnavailable(f"no Spark yet (no {keyspace.SPARK_SERVER} key, no $RAMEN_SPARK_REMOTE)")
 
 
+class Gathered:
+    """A channel's committed rows waiting for their Spark job, per parent. With a staging directory
+    (a local Spark) every SPARK_STAGING_FILE_ROWS rows of a parent go to a Parquet file, written by
+    `writer` while more rows arrive; without one they stay in memory for createDataFrame."""
+
+    def __init__(self, directory: Path | None, writer: ThreadPoolExecutor) -> None:
+        self.directory = directory
+        self.writer = writer
+        self.batches: dict[str, list[pa.RecordBatch]] = {}
+        self._unstaged: dict[str, int] = {}
+        self._files: dict[str, int] = {}
+        self._writes: list[Future] = []
+        self.rows = 0
+
+    def __bool__(self) -> bool:
+        return self.rows > 0
+
+    @property
+    def job_due(self) -> bool:
+        """Enough rows for a replay channel's job (more when they wait on disk, not in memory)."""
+        return self.rows >= (SPARK_STAGED_JOB_ROWS if self.directory is not None else SPARK_JOB_ROWS)
+
+    def add(self, parent: str, batch: pa.RecordBatch) -> None:
+        self.batches.setdefault(parent, []).append(batch)
+        self.rows += batch.num_rows
+        unstaged = self._unstaged[parent] = self._unstaged.get(parent, 0) + batch.num_rows
+        if self.directory is not None and unstaged >= SPARK_STAGING_FILE_ROWS:
+            self._stage(parent)
+
+    def _stage(self, parent: str) -> None:
+        batches = self.batches.pop(parent, [])
+        self._unstaged[parent] = 0
+        if not batches:
+            return
+        directory = self.directory / view_name(parent)
+        number = self._files.get(parent, 0)
+        self._files[parent] = number + 1
+        table = for_spark(pa.Table.from_batches(batches))
+
+        def write() -> None:
+            directory.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, directory / f"{number:05d}.parquet", compression="none")
+        self._writes.append(self.writer.submit(write))
+
+    def staged(self) -> dict[str, Path]:
+        """Every parent's rows on disk (the rest written now); the directory of each parent."""
+        for parent in list(self.batches):
+            self._stage(parent)
+        for write in self._writes:
+            write.result()  # an OSError (disk full) stops the worker: its rows cannot reach Spark
+        self._writes.clear()
+        return {parent: self.directory / view_name(parent) for parent in self._files}
+
+    def in_memory(self) -> dict[str, pa.Table]:
+        """Every parent's rows as one table (what staged files there are read back)."""
+        tables = {}
+        for parent in set(self.batches) | set(self._files):
+            parts = [pq.read_table(self.directory / view_name(parent))] if parent in self._files else []
+            parts += [pa.Table.from_batches([b]) for b in self.batches.get(parent, [])]
+            tables[parent] = pa.concat_tables([for_spark(t) for t in parts], promote_options="permissive")
+        return tables
+
+    def discard(self) -> None:
+        """After the job ran (or the channel went): nothing kept, no file left."""
+        for write in self._writes:
+            write.cancel()
+        for write in self._writes:
+            if not write.cancelled():
+                write.exception()
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        self.batches.clear()
+        self._unstaged.clear()
+        self._files.clear()
+        self._writes.clear()
+        self.rows = 0
+
+
 @dataclass
 class SparkExecutor:
     function: Function
@@ -66,24 +147,34 @@ class SparkExecutor:
     job_s: float = 0.0
     _server: SparkServer | None = None
     _spark: object = None
+    _writer: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "staging"))
 
-    def run(self, parts: dict[str, list[pa.RecordBatch]]) -> pa.Table:
-        """The SQL over these rows (parent -> its batches; a parent without rows is an empty view).
-        SparkUnavailable: nothing ran, call again; ComputeError: the SQL failed on this data."""
+    def gathered(self) -> Gathered:
+        """An empty Gathered for a channel, staging on disk if Spark is known to be local."""
+        staging = None
+        if self._server is None:
+            try:
+                self._server = find_server(self.client)
+            except SparkUnavailable:
+                pass  # not known yet: in memory
+        if self._server is not None and self._server.staging is not None:
+            staging = self._server.staging / f"{self.function.program}.{self.function.name}.{uuid.uuid4().hex}"
+        return Gathered(staging, self._writer)
+
+    def run(self, gathered: Gathered) -> pa.Table:
+        """The SQL over these rows (a parent without rows is an empty view). SparkUnavailable:
+        nothing ran, call again; ComputeError: the SQL failed on this data. The rows are kept
+        either way: the caller discards them once the job's result is out."""
         started = time.monotonic()
         spark = self._session()
-        staged = None
         try:
-            staged = self._register(spark, parts)
+            self._register(spark, gathered)
             result = spark.sql(self.function.sql).toArrow()
         except Exception as e:  # noqa: BLE001 - classified: Spark gone (retry) or the SQL's error
             if is_unavailable(e):
-                self._spark = None
+                self._spark = self._server = None
                 raise SparkUnavailable(one_line(e)) from None
             raise ComputeError(f"{self.function.qualified_name}: Spark SQL failed: {one_line(e)}") from None
-        finally:
-            if staged is not None:
-                shutil.rmtree(staged, ignore_errors=True)
         self.jobs += 1
         self.job_s += time.monotonic() - started
         return conform(self.function, result)
@@ -96,23 +187,18 @@ class SparkExecutor:
                      f"staging in {self._server.staging}" if self._server.staging else "rows over Spark Connect")
         return self._spark
 
-    def _register(self, spark, parts: dict[str, list[pa.RecordBatch]]) -> Path | None:
-        """Each parent's rows as a temporary view; the staging directory used, if any."""
+    def _register(self, spark, gathered: Gathered) -> None:
+        """Each parent's rows as a temporary view: its staged files for a local Spark (staged
+        before, for a server that has gone remote, are read back), else createDataFrame."""
         from pyspark.sql.pandas.types import from_arrow_schema
-        staged = None
+        local = self._server.staging is not None and gathered.directory is not None
+        directories = gathered.staged() if local else {}
+        tables = {} if local else gathered.in_memory()
         for parent, schema in self.function.input_schemas:
-            batches = parts.get(parent) or []
-            table = for_spark(pa.Table.from_batches(batches, schema=batches[0].schema) if batches
-                              else schema.empty_table())
-            if self._server.staging is not None and table.num_rows:
-                if staged is None:
-                    staged = self._server.staging / f"{self.function.program}.{self.function.name}.{uuid.uuid4().hex}"
-                directory = staged / view_name(parent)
-                directory.mkdir(parents=True)
-                for number, offset in enumerate(range(0, table.num_rows, SPARK_STAGING_FILE_ROWS)):
-                    pq.write_table(table.slice(offset, SPARK_STAGING_FILE_ROWS), directory / f"{number:05d}.parquet")
-                frame = spark.read.schema(from_arrow_schema(table.schema)).parquet(str(directory))
+            spark_schema = from_arrow_schema(utc_schema(schema))
+            if parent in directories:
+                frame = spark.read.schema(spark_schema).parquet(str(directories[parent]))
             else:
-                frame = spark.createDataFrame(table, schema=from_arrow_schema(table.schema))
+                table = tables.get(parent, for_spark(schema.empty_table()))
+                frame = spark.createDataFrame(table, schema=spark_schema)
             frame.createOrReplaceTempView(view_name(parent))
-        return staged

@@ -55,9 +55,9 @@ from ramen.transport.position import int32
 from ramen.tuples import decode_tuples, encode_tuples, end_of_replay, with_channel
 from workers.compute import ComputeError, PythonRunner, make_runner
 from workers.defaults import (BATCH_ROWS, EXIT_ERROR, LOG_WAIT_INTERVAL_S, MAX_PENDING_MESSAGES, MESSAGE_FILL,
-                              POLL_FRAGMENT_LIMIT, SPARK_HEARTBEAT_S, SPARK_JOB_ROWS, SPARK_RETRY_S,
+                              POLL_FRAGMENT_LIMIT, SPARK_HEARTBEAT_S, SPARK_RETRY_S,
                               STATS_INTERVAL_S)
-from workers.heavy import SparkExecutor
+from workers.heavy import Gathered, SparkExecutor
 from workers.sources import RowSource, SourceError, make_source
 from workers.stats import WorkerStats
 from workers.windows import WindowState
@@ -196,9 +196,8 @@ class ChannelState:
     eor_received: int = 0
     eor_unsent: int = 0
     inputs: tuple[str, ...] = ()
-    gathered: list[tuple[str, pa.RecordBatch]] = field(default_factory=list)
-    """A heavy worker's committed rows (parent, batch) not run through Spark yet."""
-    gathered_rows: int = 0
+    gathered: Gathered | None = None
+    """A heavy worker's committed rows not run through Spark yet."""
     ending: bool = False
     """Every END_OF_REPLAY is in: the channel ends once its gathered rows have run."""
     retry_at: float = 0.0
@@ -465,6 +464,8 @@ class Worker:
             return
         if torn_down:
             log.info("%s: replay %d torn down", self.qualified_name, channel)
+        if state.gathered is not None:
+            state.gathered.discard()
         for path in state.inputs:
             self._release_input(Path(path), channel)
         if state.recipient and state.output is not None:
@@ -550,39 +551,39 @@ class Worker:
             self.stats.add("late", state.windows.late - late_before, state.channel)
         self._run_gathered(state)
 
-    @staticmethod
-    def _keep(state: ChannelState, batches) -> None:
-        state.gathered.extend(batches)
-        state.gathered_rows += sum(batch.num_rows for _, batch in batches)
+    def _keep(self, state: ChannelState, batches) -> None:
+        if state.gathered is None:
+            state.gathered = self.heavy.gathered()
+        for parent, batch in batches:
+            state.gathered.add(parent, batch)
 
     def _run_gathered(self, state: ChannelState) -> bool:
         """Run the channel's gathered rows as one Spark job when it is time: at once for live,
         once enough rows wait (or at the end) for a replay. False while Spark is unreachable."""
-        if not state.gathered:
+        gathered = state.gathered
+        if not gathered:
             return True
-        if not (state.ending or state.channel == LIVE_CHANNEL or state.gathered_rows >= SPARK_JOB_ROWS):
+        if not (state.ending or state.channel == LIVE_CHANNEL or gathered.job_due):
             return True
         now = time.monotonic()
         if now < state.retry_at:
             return False
-        parts: dict[str, list[pa.RecordBatch]] = {}
-        for parent, batch in state.gathered:
-            parts.setdefault(parent, []).append(batch)
         jobs_before, job_s_before = self.heavy.jobs, self.heavy.job_s
         try:
-            table = heartbeating(lambda: self.heavy.run(parts), self.subscription.keep_alive)
+            table = heartbeating(lambda: self.heavy.run(gathered), self.subscription.keep_alive)
         except SparkUnavailable as e:
             delay = SPARK_RETRY_S[min(state.retries, len(SPARK_RETRY_S) - 1)]
             state.retries += 1
             state.retry_at = now + delay
             log.warning("%s: channel %d: Spark unavailable (%s); %d rows kept, retrying in %g s",
-                        self.qualified_name, state.channel, e, state.gathered_rows, delay)
+                        self.qualified_name, state.channel, e, gathered.rows, delay)
             return False
         self.stats.add("spark jobs", self.heavy.jobs - jobs_before)
         self.stats.add("spark ms", round((self.heavy.job_s - job_s_before) * 1000))
         log.info("%s: channel %d: one Spark job over %d rows gave %d", self.qualified_name, state.channel,
-                 state.gathered_rows, table.num_rows)
-        state.gathered, state.gathered_rows, state.retries, state.retry_at = [], 0, 0, 0.0
+                 gathered.rows, table.num_rows)
+        gathered.discard()
+        state.gathered, state.retries, state.retry_at = None, 0, 0.0
         self._emit(state, table)
         return True
 
@@ -734,6 +735,9 @@ class Worker:
             idle.idle(self._flush())
         for watch in self._watches:
             watch.close()
+        for state in self.channels.values():
+            if state.gathered is not None:
+                state.gathered.discard()  # staged files: the rows are the replayer's to send again
         self.write_stats()
         for output in {id(o): o for o in self._outputs()}.values():
             output.close()
