@@ -161,7 +161,8 @@ class RecordingReader:
     """The whole ramen messages of [start, stop) of one recording, a chunk at a time.
 
     Each archive byte is consumed once: a frame cut by the chunk's end is moved to the front of the
-    buffer and the next read appends to it; a PAD frame's body is skipped, not read. An active
+    other of two buffers (the messages returned point into this one) and the next read appends to
+    it; a PAD frame's body is skipped, not read. An active
     recording (stop unknown) is followed through its recording-position counter."""
 
     def __init__(self, archive_dir: str | os.PathLike, descriptor: RecordingDescriptor, start: int,
@@ -178,8 +179,10 @@ class RecordingReader:
         self.consumed = 0
         self.done = False
         self._reader = SegmentReader.for_recording(archive_dir, descriptor)
-        self._buffer = bytearray(max(chunk_length, descriptor.mtu_length * 2))
-        self._view = memoryview(self._buffer)
+        length = max(chunk_length, descriptor.mtu_length * 2)
+        self._buffers = (bytearray(length), bytearray(length))
+        self._views = tuple(memoryview(b) for b in self._buffers)
+        self._buffer, self._view = self._buffers[0], self._views[0]
         self._filled = 0  # bytes of the buffer holding data (a carried partial frame)
         self._fragments: bytearray | None = None
         self._last_growth_s = time.monotonic()
@@ -286,10 +289,13 @@ class RecordingReader:
         return messages
 
     def _advance(self, offset: int, end: int) -> None:
-        """Move the unconsumed tail (a partial frame) to the front; past a PAD, drop what was read."""
+        """Move the unconsumed tail (a partial frame) to the front of the other buffer, leaving the
+        messages just found intact; past a PAD, drop what was read."""
         carry = max(0, end - offset)
         if carry:
-            self._buffer[:carry] = self._view[offset:end]
+            other = 1 if self._buffer is self._buffers[0] else 0
+            self._buffers[other][:carry] = self._view[offset:end]
+            self._buffer, self._view = self._buffers[other], self._views[other]
         self.position += offset
         self.consumed += offset
         self._filled = carry

@@ -167,9 +167,10 @@ def stopped_recordings(archive_dir: Path) -> dict[str, list[int]]:
     return out
 
 
-def build_archive(server, ramen_dir: Path, checks=None) -> SiteArchive:
+def build_archive(server, ramen_dir: Path, checks=None, mtu_length: int | None = None) -> SiteArchive:
     """Two recordings of `src` (recorded, unused, used again), by a follow-mode archiver; `checks`,
     if given, is called at each step with (step, state) for the follow-mode tests to look in.
+    `mtu_length`: the source log's (whole messages in one frame with IPC_MTU_LENGTH).
     $RAMEN_DIR must already be `ramen_dir` (monkeypatch it)."""
     site = f"follow-{uuid.uuid4().hex[:8]}"
     name = f"rp{uuid.uuid4().hex[:8]}"
@@ -187,7 +188,8 @@ def build_archive(server, ramen_dir: Path, checks=None) -> SiteArchive:
         for qualified in (src, other, f"{name}/unarchived"):
             paths.output_log(site, qualified).parent.mkdir(parents=True, exist_ok=True)
             log_buffers.append(LogBuffer.create(paths.output_log(site, qualified),
-                                                LogBufferParams(term_length=TERM_LENGTH, session_id=7, stream_id=1)))
+                                                LogBufferParams(term_length=TERM_LENGTH, session_id=7, stream_id=1,
+                                                                **({"mtu_length": mtu_length} if mtu_length else {}))))
         publication = ExclusivePublication(log_buffers[0], counters)
         chor.set(keyspace.worker_key(site, src), worker_value(program, "src", is_used=True))
         chor.set(keyspace.worker_key(site, other), worker_value(program, "other", is_used=True))

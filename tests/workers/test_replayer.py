@@ -26,7 +26,8 @@ from ramen.transport import CountersFile, FragmentAssembler, Image, LogBuffer, L
 from ramen.tuples import decode_tuples
 from tests.workers.test_archiver_follow import (BASE_US, ROW_SPACING_US, WAIT_S, SiteArchive, build_archive,
                                                 wait_for)
-from workers.replayer import REPLAYER_BYTES_READ_TYPE_ID
+from ramen.transport.defaults import IPC_MTU_LENGTH
+from workers.replayer import REPLAYER_BYTES_READ_TYPE_ID, RecordingReader
 
 
 @pytest.fixture(scope="module")
@@ -298,3 +299,32 @@ def test_a_warm_replayer_replays_once_its_key_comes(ramen_env):
     finally:
         process.terminate()
         process.wait(10)
+
+
+
+@pytest.fixture(scope="module")
+def unfragmented(builtin_server, tmp_path_factory):
+    """The same archive with the IPC MTU: each message one frame, read in place, not reassembled."""
+    ramen_dir = tmp_path_factory.mktemp("ramen-ipc-mtu")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAMEN_DIR", str(ramen_dir))
+        yield build_archive(builtin_server, ramen_dir, mtu_length=IPC_MTU_LENGTH)
+
+
+@pytest.mark.parametrize("mtu", ["fragmented", "unfragmented"])
+@pytest.mark.parametrize("chunk_length", [1, 4096, 100_000], ids=["smallest", "4K", "100K"])
+def test_messages_come_back_whole_whatever_frames_the_chunks_cut(request, monkeypatch, mtu, chunk_length):
+    """A frame cut by the end of a chunk is carried to the front of the buffer: the messages already
+    returned from that buffer must not be overwritten by it."""
+    site = request.getfixturevalue("archive" if mtu == "fragmented" else "unfragmented")
+    monkeypatch.setenv("RAMEN_DIR", str(site.ramen_dir))
+    with Catalog.open(site.archive_dir) as catalog:
+        descriptors = [catalog.get(r.recording_id) for r in recordings_for(site.archive_dir, site.source, 0, 2**62)]
+    got = []
+    for descriptor, stop in zip(descriptors, site.stop_positions):
+        reader = RecordingReader(site.archive_dir, descriptor, descriptor.start_position, stop,
+                                 chunk_length=chunk_length)
+        while not reader.done:
+            got.extend(decode_tuples(bytes(m), site.schema) for m in reader.read())
+        reader.close()
+    assert len(descriptors) == 2 and pa.Table.from_batches(got, site.schema).equals(site.table)
