@@ -66,6 +66,7 @@ class Archiver:
         except BaseException:
             self.mark.close()
             raise
+        self.mark.signal_ready()
         if repaired:
             log.warning("%s: recovered the stop positions of recordings %s after an unclean shutdown",
                         self.archive_dir, repaired)

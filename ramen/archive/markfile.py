@@ -100,6 +100,11 @@ class MarkFileInfo:
     def age_ms(self, now_ms: int | None = None) -> int:
         return (epoch_ms() if now_ms is None else now_ms) - self.activity_timestamp
 
+    @property
+    def is_ready(self) -> bool:
+        """The owner has finished starting (its version is stored)."""
+        return self.version != 0
+
     def is_active(self, now_ms: int | None = None) -> bool:
         """Alive by Aeron's rule: activity less than LIVENESS_TIMEOUT_MS ago (or in the future)."""
         return self.activity_timestamp != NULL_VALUE and self.age_ms(now_ms) < LIVENESS_TIMEOUT_MS
@@ -173,7 +178,7 @@ class ArchiveMarkFile:
                 os.ftruncate(fd, total_length)
             mapped = mmap.mmap(fd, total_length)
             now = epoch_ms()
-            # Not ready (version 0) while we fill the header in; the version is stored last.
+            # Not ready (version 0) until signal_ready(): the owner still has to recover its catalog.
             _I32.pack_into(mapped, VERSION_OFFSET, 0)
             mapped[:HEADER_LENGTH] = bytes(HEADER_LENGTH)
             _MESSAGE_HEADER.pack_into(mapped, 0, BLOCK_LENGTH, TEMPLATE_ID, SCHEMA_ID, SCHEMA_VERSION)
@@ -188,7 +193,6 @@ class ArchiveMarkFile:
                 _U32.pack_into(mapped, at, len(data))
                 mapped[at + _U32.size:at + _U32.size + len(data)] = data
                 at += _U32.size + len(data)
-            _I32.pack_into(mapped, VERSION_OFFSET, SEMANTIC_VERSION)
             mapped.flush()
             fcntl.flock(fd, fcntl.LOCK_UN)
         except BaseException:
@@ -223,6 +227,12 @@ class ArchiveMarkFile:
     @property
     def activity_timestamp(self) -> int:
         return _I64.unpack_from(self._mm, ACTIVITY_TIMESTAMP_OFFSET)[0]
+
+    def signal_ready(self) -> None:
+        """Store the version, last, as Aeron does once its archive is set up: readers of the file
+        may then rely on what the owner recovered at start (the catalog's stop positions)."""
+        _I32.pack_into(self._mm, VERSION_OFFSET, SEMANTIC_VERSION)
+        self._mm.flush()
 
     def update_activity(self, now_ms: int | None = None) -> None:
         """Proof of life: call at least every UPDATE_INTERVAL_MS."""

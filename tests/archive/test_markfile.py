@@ -57,7 +57,9 @@ def test_aerons_mark_files_read_as_cleanly_closed(aeron_vectors, name):
 def test_acquire_writes_aerons_header_layout(tmp_path):
     before = epoch_ms()
     with ArchiveMarkFile.acquire(tmp_path, archive_id=7, local_control_channel="aeron:ipc",
-                                 aeron_directory="/dev/shm/aeron"):
+                                 aeron_directory="/dev/shm/aeron") as mark:
+        assert not read_info(tmp_path).is_ready  # until the owner has recovered its catalog
+        mark.signal_ready()
         data = (tmp_path / MARK_FILE_NAME).read_bytes()
     assert len(data) == 8192 + 1024 * 1024
     assert struct.unpack_from("<HHHH", data, 0) == (128, 200, 100, 2)  # SBE message header

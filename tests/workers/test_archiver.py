@@ -34,7 +34,7 @@ def stop(process):
 def test_a_second_archiver_on_the_same_directory_is_refused(tmp_path):
     first = start_archiver(tmp_path)
     try:
-        wait_for(lambda: (info := read_info(tmp_path / "archive")) and info.is_active(), "the first archiver")
+        wait_for(lambda: (info := read_info(tmp_path / "archive")) and info.is_ready and info.is_active(), "the first archiver")
         second = start_archiver(tmp_path)
         _, err = second.communicate(timeout=WAIT_S)
         assert second.returncode == 1
@@ -75,7 +75,7 @@ def test_an_archiver_killed_mid_recording_recovers_the_stop_position_at_restart(
 
     restarted = start_archiver(tmp_path)
     try:
-        wait_for(lambda: (info := read_info(tmp_path / "archive")) and info.is_active() and info.pid == restarted.pid,
+        wait_for(lambda: (info := read_info(tmp_path / "archive")) and info.is_ready and info.pid == restarted.pid,
                  "the restarted archiver")
         with Catalog.open(tmp_path / "archive") as catalog:
             stop_position = catalog.get(0).stop_position
