@@ -27,10 +27,11 @@ class ChannelStats:
     tuples_out: int = 0
     eor_received: int = 0
     late: int = 0
+    dropped: int = 0
 
     def to_json(self) -> dict:
         return {"tuples_in": self.tuples_in, "tuples_out": self.tuples_out, "eor_received": self.eor_received,
-                "late": self.late}
+                "late": self.late, "dropped": self.dropped}
 
 
 def rss_bytes() -> int:
