@@ -12,6 +12,7 @@
                                                       how this worker takes part in a replay (supervisor)
     sites/<site>/replayers/<id>                        what a replayer reads and for which channels
     sites/<site>/replayers/<id>/stats                  its bytes read, messages, rows, per channel
+    sites/<site>/spares/<id>                           the function a spare worker is to run (supervisor)
     sequences/replay_channel                          hands out replay channels (never 0: 0 is live)
     spark/server                                      the deployment's Spark Connect endpoint (ramen start)
     spark/wanted                                      a program needs Spark: start the local one (ramen run)
@@ -78,6 +79,10 @@ def replayers_prefix(site: str) -> str:
 
 def replayer_key(site: str, replayer_id: int) -> str:
     return f"{replayers_prefix(site)}/{replayer_id}"
+
+
+def spare_key(site: str, spare_id: int) -> str:
+    return f"{SITES}/{site}/spares/{spare_id}"
 
 
 def replay_channel_of(key: str) -> int | None:

@@ -18,6 +18,8 @@ class SupervisorCounters:
     kills: int = 0
     """Processes (workers and replayers) that needed SIGKILL after their grace."""
     quarantines: int = 0
+    spares: int = 0
+    """Spare workers started (workers/spare.py); `starts` counts those given a function too."""
     adopted: int = 0
     """Processes of an earlier supervisor taken over at start."""
     replays_wired: int = 0

@@ -28,3 +28,8 @@ REPLAYER_SEQUENCE = "sequences/replayer"
 WARM_REPLAYER_WAIT_S = 60.0
 """A replayer is started when a replay is requested, before the merge delay ends, so its Python
 start-up overlaps the delay; it waits this long for the key that gives it its channels."""
+
+SPARE_WORKER_SEQUENCE = "sequences/spare_worker"
+SPARE_QUIET_S = 2.0
+"""A new spare worker starts only once every worker has run this long (and no replay is under way):
+its imports take a core for about 0.6 s, which a starting worker or a replay needs more."""

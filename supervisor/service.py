@@ -60,17 +60,19 @@ class Supervisor:
                  delay_before_replay_s: float = defaults.DELAY_BEFORE_REPLAY_S,
                  stop_grace_s: float = defaults.STOP_GRACE_S,
                  restart_policy: RestartPolicy = RestartPolicy(),
-                 merge: bool = True):
+                 merge: bool = True, spare_workers: bool = True):
         """`env` is what the children get (default: ours); the commands are prefixes to which
         `--site SITE --function PROG/FUNC` (workers) or `--site SITE --id ID` (replayers) are added.
-        `merge=False` gives every replay request replayers of its own, as `no_merge` does per request."""
+        `merge=False` gives every replay request replayers of its own, as `no_merge` does per request.
+        `spare_workers` keeps a worker process started ahead of need (workers/spare.py)."""
         self.client = client
         self.site = site
         self.counters = SupervisorCounters()
         env = dict(os.environ if env is None else env)
         self.workers = WorkerSupervision(client, site, self.counters, command=worker_command, env=env,
                                          policy=restart_policy, stop_grace_s=stop_grace_s,
-                                         on_death=self._on_worker_death)
+                                         on_death=self._on_worker_death, spares=spare_workers,
+                                         busy=lambda: bool(self.replays.requests))
         self.replays = ReplaySupervision(client, site, self.counters, command=replayer_command, env=env,
                                          delay_s=delay_before_replay_s, stop_grace_s=stop_grace_s, merge=merge,
                                          worker_leaving=self.workers.leaving)
@@ -169,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-grace", type=float, default=defaults.STOP_GRACE_S, metavar="S",
                         help="between SIGTERM and SIGKILL (default %(default)s s)")
     parser.add_argument("--no-merge", action="store_true", help="never merge replay requests")
+    parser.add_argument("--no-spare-worker", action="store_true",
+                        help="start each worker when needed, not from a spare started ahead (saves a process)")
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -185,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with confserver.connect(args.confserver, identity=IDENTITY) as client:
             supervisor = Supervisor(client, args.site, env=env, delay_before_replay_s=args.delay_before_replay,
-                                    stop_grace_s=args.stop_grace, merge=not args.no_merge)
+                                    stop_grace_s=args.stop_grace, merge=not args.no_merge,
+                                    spare_workers=not args.no_spare_worker)
             log.info("supervisor of site %s on %s", args.site, args.confserver or "the local confserver")
             try:
                 supervisor.run(stop)

@@ -59,6 +59,10 @@ class WorkerState:
     quarantined_until: float = 0.0
     crashed: bool = False
     """The last run crashed: the next start is a restart."""
+    spare_id: int | None = None
+    """The running child started as this spare (its command line says --spare, not --function)."""
+    started_at: float = 0.0
+    """monotonic time the running child became this worker (a spare may have waited long before)."""
 
     @property
     def should_run(self) -> bool:
@@ -78,7 +82,8 @@ class WorkerSupervision:
     def __init__(self, client: ConfClient, site: str, counters: SupervisorCounters, *,
                  command: Sequence[str] = DEFAULT_WORKER_COMMAND, env: Mapping[str, str],
                  policy: RestartPolicy = RestartPolicy(), stop_grace_s: float = defaults.STOP_GRACE_S,
-                 on_death: Callable[[str, str], None] = lambda name, description: None):
+                 on_death: Callable[[str, str], None] = lambda name, description: None,
+                 spares: bool = True, busy: Callable[[], bool] = lambda: False):
         self.client = client
         self.site = site
         self.counters = counters
@@ -88,7 +93,13 @@ class WorkerSupervision:
         self.stop_grace_s = stop_grace_s
         self.on_death = on_death
         """Called with (name, `exit 1`) when a worker that should run ends."""
+        self.spares = spares
+        """Keep a spare worker started (workers/spare.py), so that a worker starts without waiting
+        for Python's imports."""
+        self.busy = busy
+        """Whether replays are under way: a new spare's start-up would take CPU from them, so it waits."""
         self.workers: dict[str, WorkerState] = {}
+        self._spare: tuple[int, Child] | None = None
 
     # -- inputs --------------------------------------------------------------------------------
 
@@ -103,14 +114,15 @@ class WorkerSupervision:
         for entry in self.client.glob(keyspace.function_key(self.site, "*/*", "instance")):
             name = keyspace.qualified_name_of(entry.key)
             value = entry.value if isinstance(entry.value, dict) else {}
+            spare_id = value.get("spare")
             child = adopt(f"worker {name}", int(value.get("pid") or 0), int(value.get("started_us") or 0),
-                          expect_args=("--function", name))
+                          expect_args=("--function", name) if spare_id is None else ("--spare", str(spare_id)))
             self.client.discard(entry.key)
             if child is None:
                 log.info("worker %s: instance of pid %s is gone; key deleted", name, value.get("pid"))
                 continue
             state = self.workers.setdefault(name, WorkerState(name))
-            state.child, state.signature = child, value.get("signature")
+            state.child, state.signature, state.spare_id = child, value.get("signature"), spare_id
             self._write_instance(state)
             self.counters.adopted += 1
 
@@ -122,7 +134,28 @@ class WorkerSupervision:
             work += self._step(state, now)
             if state.wanted is None and state.child is None:
                 del self.workers[state.name]
-        return work
+        return work + self._keep_spare(now)
+
+    def _keep_spare(self, now: float) -> int:
+        """Start a spare when there is none and nothing else needs the CPU."""
+        if not self.spares:
+            return 0
+        if self._spare is not None:
+            if not self._spare[1].poll():
+                return 0
+            self._spare = None  # it waited its time out (or died): another one
+        if self.busy() or any(s.child is not None and now - s.started_at < defaults.SPARE_QUIET_S
+                              for s in self.workers.values()):
+            return 0
+        spare_id = self.client.next_sequence(defaults.SPARE_WORKER_SEQUENCE)
+        argv = [*self.command, "--site", self.site, "--spare", str(spare_id)]
+        self._spare = (spare_id, spawn(f"spare worker {spare_id}", argv, self.env, self._spare_log(spare_id)))
+        self.counters.spares += 1
+        return 1
+
+    @staticmethod
+    def _spare_log(spare_id: int):
+        return paths.logs_dir() / "workers" / f"spare-{spare_id}.log"
 
     def _step(self, state: WorkerState, now: float) -> int:
         child = state.child
@@ -140,16 +173,24 @@ class WorkerSupervision:
                 return 1
             return 0
         if state.should_run and now >= state.not_before and now >= state.quarantined_until:
-            self._start(state)
+            self._start(state, now)
             return 1
         return 0
 
-    def _start(self, state: WorkerState) -> None:
+    def _start(self, state: WorkerState, now: float) -> None:
         name = state.name
-        argv = [*self.command, "--site", self.site, "--function", name]
         log_path = paths.logs_dir() / "workers" / f"{name}.log"
-        state.child = spawn(f"worker {name}", argv, self.env, log_path)
-        state.signature = state.wanted_signature
+        spare, self._spare = self._spare, None
+        if spare is not None and not spare[1].poll():
+            state.spare_id, state.child = spare
+            state.child.name = f"worker {name}"
+            self.client.set(keyspace.spare_key(self.site, state.spare_id),
+                            {"function": name, "log": str(log_path), "spare_log": str(self._spare_log(state.spare_id))})
+            log.info("worker %s: spare %d (pid %d), log %s", name, state.spare_id, state.child.pid, log_path)
+        else:
+            argv = [*self.command, "--site", self.site, "--function", name]
+            state.spare_id, state.child = None, spawn(f"worker {name}", argv, self.env, log_path)
+        state.signature, state.started_at = state.wanted_signature, now
         self.counters.starts += 1
         if state.crashed:
             self.counters.restarts += 1
@@ -159,6 +200,8 @@ class WorkerSupervision:
     def _write_instance(self, state: WorkerState) -> None:
         key = keyspace.function_key(self.site, state.name, "instance")
         value = {"pid": state.child.pid, "started_us": state.child.started_us, "signature": state.signature}
+        if state.spare_id is not None:
+            value["spare"] = state.spare_id
         try:
             self.client.create(key, value, ephemeral=True)
         except confserver.KeyExists:  # left by an earlier session: make it ours, so it goes with us
@@ -169,6 +212,9 @@ class WorkerSupervision:
         child = state.child
         state.child = None
         self.client.discard(keyspace.function_key(self.site, state.name, "instance"))
+        if state.spare_id is not None:
+            self.client.discard(keyspace.spare_key(self.site, state.spare_id))
+            state.spare_id = None
         run = run_record(child)
         quarantined_until_us = None
         if child.stopping:
@@ -227,6 +273,11 @@ class WorkerSupervision:
     def running(self) -> dict[str, Child]:
         return {name: s.child for name, s in self.workers.items() if s.child is not None and not s.child.ended}
 
+    @property
+    def spare(self) -> Child | None:
+        """The spare worker waiting for a function, if one is started."""
+        return self._spare[1] if self._spare is not None else None
+
     def leaving(self, name: str) -> bool:
         """Whether the process of this worker is on its way out (being stopped, unused, or of an
         old signature): a replay wired to it now would be read by a process about to exit, and the
@@ -240,13 +291,20 @@ class WorkerSupervision:
         return sorted(name for name, s in self.workers.items() if s.quarantined_until > now)
 
     def stop_all(self, timeout_s: float) -> None:
-        """Stop every worker we run and wait for them (SIGKILL past the grace, within timeout_s)."""
+        """Stop every worker we run, and the spare, and wait for them (SIGKILL past the grace, within
+        timeout_s)."""
         for state in self.workers.values():
             if state.child is not None:
                 state.child.stop(min(self.stop_grace_s, timeout_s))
+        spare = self._spare[1] if self._spare is not None else None
+        self._spare = None
+        if spare is not None:
+            spare.stop(min(self.stop_grace_s, timeout_s))
         deadline = time.monotonic() + timeout_s
-        while any(s.child is not None for s in self.workers.values()):
+        while any(s.child is not None for s in self.workers.values()) or (spare is not None and not spare.poll()):
             now = time.monotonic()
+            if spare is not None and not spare.poll():
+                spare.kill() if now > deadline else spare.enforce_stop(now)
             for state in self.workers.values():
                 child = state.child
                 if child is None:

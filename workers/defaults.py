@@ -59,3 +59,7 @@ The job's rows are kept until it succeeds: nothing is lost or computed twice."""
 SPARK_HEARTBEAT_S = 0.5
 """While a Spark job runs, the worker heartbeats its inputs this often (their writers drop a reader
 silent for 5 s)."""
+
+SPARE_WORKER_WAIT_S = 600.0
+"""How long a spare worker waits to be given a function before it exits (the supervisor then
+starts another): bounds what an orphaned spare costs if its supervisor died."""

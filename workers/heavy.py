@@ -74,6 +74,7 @@ class Gathered:
         self._files: dict[str, int] = {}
         self._writes: list[Future] = []
         self.rows = 0
+        self.created_s = time.monotonic()
 
     def __bool__(self) -> bool:
         return self.rows > 0
@@ -168,15 +169,21 @@ class SparkExecutor:
         started = time.monotonic()
         spark = self._session()
         try:
+            connected = time.monotonic()
             self._register(spark, gathered)
+            registered = time.monotonic()
             result = spark.sql(self.function.sql).toArrow()
         except Exception as e:  # noqa: BLE001 - classified: Spark gone (retry) or the SQL's error
             if is_unavailable(e):
                 self._spark = self._server = None
                 raise SparkUnavailable(one_line(e)) from None
             raise ComputeError(f"{self.function.qualified_name}: Spark SQL failed: {one_line(e)}") from None
+        ended = time.monotonic()
         self.jobs += 1
-        self.job_s += time.monotonic() - started
+        self.job_s += ended - started
+        log.info("%s: Spark job: %.2f s session, %.2f s registering its %d rows, %.2f s SQL",
+                 self.function.qualified_name, connected - started, registered - connected, gathered.rows,
+                 ended - registered)
         return conform(self.function, result)
 
     def _session(self):

@@ -1,6 +1,7 @@
 """The worker process: runs one function of a site, live and for replays (docs/runtime.md).
 
     python -m workers.worker --site SITE --function PROG/FUNC
+    python -m workers.worker --site SITE --spare ID [--wait-for-key S]   (workers/spare.py)
 
 It reads its worker key and program from the confserver, then, as an agent with a duty cycle:
 - live (channel 0): reads its parents' live output logs (waiting for logs that do not exist yet),
@@ -55,8 +56,9 @@ from ramen.transport.position import int32
 from ramen.tuples import decode_tuples, encode_tuples, end_of_replay, with_channel
 from workers.compute import ComputeError, PythonRunner, make_runner
 from workers.defaults import (BATCH_ROWS, EXIT_ERROR, LOG_WAIT_INTERVAL_S, MAX_PENDING_MESSAGES, MESSAGE_FILL,
-                              POLL_FRAGMENT_LIMIT, SPARK_HEARTBEAT_S, SPARK_RETRY_S,
+                              POLL_FRAGMENT_LIMIT, SPARE_WORKER_WAIT_S, SPARK_HEARTBEAT_S, SPARK_RETRY_S,
                               STATS_INTERVAL_S)
+from workers import spare
 from workers.heavy import Gathered, SparkExecutor
 from workers.sources import RowSource, SourceError, make_source
 from workers.stats import WorkerStats
@@ -580,8 +582,8 @@ class Worker:
             return False
         self.stats.add("spark jobs", self.heavy.jobs - jobs_before)
         self.stats.add("spark ms", round((self.heavy.job_s - job_s_before) * 1000))
-        log.info("%s: channel %d: one Spark job over %d rows gave %d", self.qualified_name, state.channel,
-                 gathered.rows, table.num_rows)
+        log.info("%s: channel %d: one Spark job over %d rows (gathered over %.2f s) gave %d", self.qualified_name,
+                 state.channel, gathered.rows, time.monotonic() - gathered.created_s, table.num_rows)
         gathered.discard()
         state.gathered, state.retries, state.retry_at = None, 0, 0.0
         self._emit(state, table)
@@ -758,7 +760,12 @@ def run(worker: Worker, stop: threading.Event, idle: BackoffIdleStrategy | None 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m workers.worker", description=__doc__.split("\n\n")[0])
     parser.add_argument("--site", default=keyspace.default_site(), help="the site (default $RAMEN_SITE or local)")
-    parser.add_argument("--function", required=True, metavar="PROG/FUNC", help="the function to run")
+    role = parser.add_mutually_exclusive_group(required=True)
+    role.add_argument("--function", metavar="PROG/FUNC", help="the function to run")
+    role.add_argument("--spare", type=int, metavar="ID",
+                      help="start as a spare: wait for the key sites/SITE/spares/ID to name the function")
+    parser.add_argument("--wait-for-key", type=float, default=SPARE_WORKER_WAIT_S, metavar="S",
+                        help="how long a spare waits for its key, then exits 0 (default %(default)g)")
     parser.add_argument("--confserver", default=None, help="confserver URL (default $RAMEN_CONFSERVER)")
     return parser
 
@@ -767,13 +774,24 @@ def serve(args) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    name = args.function
-    if "/" not in name:
+    name = args.function or f"spare {args.spare}"
+    if args.function is not None and "/" not in name:
         print(f"ramen: worker: --function {name!r} must be PROG/FUNC", file=sys.stderr)
         return EXIT_ERROR
     client = counters = worker = None
     try:
         client = confserver.connect(args.confserver, identity=IDENTITY)
+        if args.spare is not None:
+            spare.prewarm(client)
+            log.info("spare worker %d on site %s waiting for its function", args.spare, args.site)
+            assignment = spare.wait_for_assignment(client, args.site, args.spare, args.wait_for_key, stop)
+            if assignment is None:
+                log.info("spare worker %d: no function came; exiting", args.spare)
+                return 0
+            if "/" not in assignment.function:
+                raise WorkerError(f"its key names {assignment.function!r}, not PROG/FUNC")
+            spare.move_output(assignment)
+            name = assignment.function
         counters = CountersFile.open(paths.counters_path())
         worker = Worker(client, args.site, name, counters)
         log.info("worker %s on site %s running (pid ready)", name, args.site)

@@ -105,3 +105,54 @@ def test_a_restarted_supervisor_adopts_running_workers_and_cleans_keys_of_dead_o
     assert instance(admin, "p/gone") is None
     set_worker(admin, "p/a", is_used=False)
     wait_for(lambda: not pid_alive(running["pid"]), what="adopted p/a stopped")
+
+
+def spare_pids(ramen_dir) -> dict[int, int]:
+    """Spare id -> pid, from the spare logs the fake wrote `ready <pid>` into."""
+    pids = {}
+    for path in (ramen_dir / "logs" / "workers").glob("spare-*.log"):
+        words = path.read_text().split()
+        if "ready" in words:
+            pids[int(path.stem.partition("-")[2])] = int(words[words.index("ready") + 1])
+    return pids
+
+
+def test_a_spare_worker_started_ahead_becomes_the_next_worker_and_another_takes_its_place(
+        admin, start_supervisor, ramen_dir):
+    supervisor = start_supervisor(spare_workers=True)
+    (spare_id, spare_pid), = wait_for(lambda: spare_pids(ramen_dir), what="a spare").items()
+    assert supervisor.counters.spares == 1 and supervisor.counters.starts == 0
+
+    set_worker(admin, "p/a")
+    running = wait_for(lambda: instance(admin, "p/a"), what="p/a's instance key")
+    assert (running["pid"], running["spare"]) == (spare_pid, spare_id)  # no new process
+    assigned = value_of(admin, keyspace.spare_key(SITE, spare_id))
+    assert assigned["function"] == "p/a"
+    assert assigned["log"] == str(ramen_dir / "logs" / "workers" / "p/a.log")
+    assert supervisor.counters.starts == 1
+
+    # Once p/a has run a while, a new spare waits for the next worker.
+    wait_for(lambda: len(spare_pids(ramen_dir)) == 2, what="the next spare")
+    (next_id, next_pid), = ((i, p) for i, p in spare_pids(ramen_dir).items() if i != spare_id)
+    assert next_pid != spare_pid and supervisor.counters.spares == 2
+
+    set_worker(admin, "p/a", is_used=False)
+    wait_for(lambda: not pid_alive(spare_pid), what="p/a stopped")
+    wait_for(lambda: value_of(admin, keyspace.spare_key(SITE, spare_id)) is None, what="the used spare's key deleted")
+    supervisor.stop_thread()
+    supervisor.close(timeout_s=5)
+    assert not pid_alive(next_pid)  # the waiting spare goes with the supervisor
+
+
+def test_a_restarted_supervisor_adopts_a_worker_that_started_as_a_spare(admin, start_supervisor, ramen_dir):
+    first = start_supervisor(spare_workers=True, stop_children=False)
+    wait_for(lambda: spare_pids(ramen_dir), what="a spare")
+    set_worker(admin, "p/a")
+    running = wait_for(lambda: instance(admin, "p/a"), what="p/a's instance key")
+    assert running["spare"] is not None
+    first.stop_thread()
+    second = start_supervisor()
+    wait_for(lambda: second.counters.adopted == 1, what="adoption")
+    assert instance(admin, "p/a")["pid"] == running["pid"] and second.counters.starts == 0
+    set_worker(admin, "p/a", is_used=False)
+    wait_for(lambda: not pid_alive(running["pid"]), what="adopted p/a stopped")

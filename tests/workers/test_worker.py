@@ -223,15 +223,6 @@ def offer(publication: ExclusivePublication, message: bytes) -> None:
     wait_for(lambda: publication.offer(message) > 0, "the worker to read its input")
 
 
-@pytest.fixture
-def rig(builtin_server, tmp_path, monkeypatch):
-    rig = Rig(builtin_server, tmp_path, monkeypatch)
-    try:
-        yield rig
-    finally:
-        rig.close()
-
-
 def test_generator_source_backfills_rows_equal_to_a_recomputation_and_a_restart_continues(rig):
     rig.load(backfill="5s")
     rig.worker_key("traffic")  # archived: the worker waits for its reader, so nothing is dropped

@@ -1,0 +1,50 @@
+"""A spare worker (python -m workers.worker --spare ID): started before its function is known, it
+runs the function its key names, logging where that function's worker logs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from ramen import keyspace, paths
+from tests.waiting import wait_for
+from tests.workers.test_worker import ROOT, TRAFFIC, WAIT_S, Rig
+
+
+def start_spare(rig: Rig, spare_id: int, *args: str, log_path=None) -> subprocess.Popen:
+    out = open(log_path, "ab") if log_path is not None else subprocess.PIPE
+    process = subprocess.Popen([sys.executable, "-m", "workers.worker", "--site", rig.site, "--spare", str(spare_id),
+                                *args], cwd=ROOT, env=rig.env, stdout=out, stderr=out, text=True)
+    if log_path is not None:
+        out.close()
+    rig.processes.append(process)
+    return process
+
+
+def test_a_spare_runs_the_function_its_key_names_and_logs_where_that_worker_logs(rig, tmp_path):
+    rig.load(backfill="2s")
+    rig.worker_key("traffic")
+    spare_log, worker_log = tmp_path / "spare-7.log", tmp_path / "traffic.log"
+    spare = start_spare(rig, 7, log_path=spare_log)
+    wait_for(lambda: "waiting for its function" in spare_log.read_text(), "the spare to wait")
+    assert not paths.output_log(rig.site, rig.qualified("traffic")).exists()  # nothing runs yet
+
+    rig.admin.set(keyspace.spare_key(rig.site, 7), {"function": rig.qualified("traffic"), "log": str(worker_log),
+                                                     "spare_log": str(spare_log)})
+    reader = rig.reader(paths.output_log(rig.site, rig.qualified("traffic")), TRAFFIC, join_position=0)
+    reader.read_until(lambda: reader.rows >= 2000, "the back-fill of the function the spare was given")
+    assert rig.stop(spare) == 0
+    assert f"worker {rig.qualified('traffic')} on site {rig.site} running" in worker_log.read_text()
+    assert not spare_log.exists()
+
+
+def test_a_spare_nobody_needs_exits_0_after_its_wait(rig):
+    spare = start_spare(rig, 8, "--wait-for-key", "0.5")
+    out, err = spare.communicate(timeout=WAIT_S)
+    assert spare.returncode == 0
+    assert "spare worker 8: no function came" in err
+
+
+def test_a_spare_given_no_function_fails_in_one_line(rig):
+    rig.admin.set(keyspace.spare_key(rig.site, 9), {"function": "nothing"})
+    assert rig.error_of(start_spare(rig, 9)) == (1, "ramen: worker spare 9: its key names 'nothing', not PROG/FUNC")

@@ -1,0 +1,84 @@
+"""A spare worker: a worker process started before anyone needs it, told later which function to be.
+
+    python -m workers.worker --site SITE --spare ID [--wait-for-key S]
+
+A worker's start-up is mostly Python importing pyarrow, numpy and the program model (about 0.6 s
+on these machines; a heavy worker adds about 0.9 s of pyspark's Connect client). A lazy worker
+starts when a replay needs it, so that start-up was the first thing every replay of a lazy function
+waited for. The supervisor keeps one spare started while nothing else runs; when it needs a worker
+it writes the spare's key (`sites/<site>/spares/<id>` = {"function", "log"}) and the spare goes on
+as `--function` would have, with its output moved to that function's log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from confserver import ConfClient
+from ramen import keyspace
+from ramen.spark.defaults import SPARK_REMOTE_ENV
+
+log = logging.getLogger(__name__)
+
+KEY_POLL_S = 0.1
+"""How often a spare waiting for its key looks at the stop flag."""
+
+
+@dataclass(frozen=True)
+class Assignment:
+    function: str
+    log_path: Path | None
+    """Where the function's worker logs; None: where the spare did."""
+    spare_log_path: Path | None
+    """Where the spare logged while it waited: removed once the output has moved."""
+
+
+def wait_for_assignment(client: ConfClient, site: str, spare_id: int, wait_s: float,
+                        stop: threading.Event) -> Assignment | None:
+    """The function this spare is to run, once the supervisor says; None after wait_s or a stop."""
+    key = keyspace.spare_key(site, spare_id)
+    with client.watch(key) as watch:
+        entry = client.get_or_none(key)
+        deadline = time.monotonic() + wait_s
+        while entry is None and time.monotonic() < deadline and not stop.is_set():
+            event = watch.next(KEY_POLL_S)
+            if event is not None and event.entry is not None:
+                entry = event.entry
+    if entry is None:
+        return None
+    value = entry.value if isinstance(entry.value, dict) else {}
+    return Assignment(str(value.get("function") or ""), _path(value.get("log")), _path(value.get("spare_log")))
+
+
+def _path(value) -> Path | None:
+    return Path(value) if value else None
+
+
+def move_output(assignment: Assignment) -> None:
+    """From now on stdout and stderr (where the logging handler writes) append to the function's
+    log; the spare's own log, which said only that it waited, goes."""
+    if assignment.log_path is None:
+        return
+    assignment.log_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(assignment.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    finally:
+        os.close(fd)
+    if assignment.spare_log_path is not None:
+        assignment.spare_log_path.unlink(missing_ok=True)
+
+
+def prewarm(client: ConfClient) -> None:
+    """Import what a heavy worker needs if this deployment has Spark: paid now, while idle."""
+    if client.get_or_none(keyspace.SPARK_SERVER) is None and not os.environ.get(SPARK_REMOTE_ENV):
+        return
+    started = time.monotonic()
+    import pyspark.sql.connect.session  # noqa: F401 - the import is the point
+    log.info("pyspark's Connect client imported in %.2f s", time.monotonic() - started)
