@@ -5,11 +5,14 @@ back-fills the last hour at 2,800 tuples/s: about 10 M tuples, archived; a lazy 
 aggregate `per_minute` on top), waits for the archive to cover the hour, then measures:
 - a replay of the source over the hour: rows/s, time to the first row, total time;
 - a replay of the lazy aggregate over the hour (its rows/s counted in source tuples), with and
-  without the merge window (`--no-merge`);
-- the anchor: the same aggregate computed by pyarrow over the source's tuples in memory;
+  without the merge window (`--no-merge`), each --runs times (medians): between runs the bench
+  waits for the lazy worker to be stopped and the supervisor's spare worker to be started, so every
+  run starts the lazy worker anew as a first replay would;
+- the anchor: the same aggregate computed by pyarrow over the source's tuples in memory (median of
+  --runs);
 - 20 concurrent identical replays of the aggregate against one: time and archive bytes read.
 
-Run: `.venv/bin/python bench/replay.py [--json]` (about 2-3 minutes on this machine).
+Run: `.venv/bin/python bench/replay.py [--runs N] [--json]` (about a minute on this machine).
 Goals printed beside the figures: lazy light replay within 3x the anchor; 20 merged replays cost at
 most 1.5x one and read the archive once; the first row within 1 s of the merge delay.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,8 +37,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import confserver  # noqa: E402
-from ramen import paths  # noqa: E402
+from ramen import keyspace, paths  # noqa: E402
 from ramen.archive.coverage import archive_coverage  # noqa: E402
+from ramen.cli.ps import collect  # noqa: E402
 from ramen.program import Program  # noqa: E402
 from ramen.replay_client import Replay  # noqa: E402
 from ramen.transport import CountersFile  # noqa: E402
@@ -49,6 +54,11 @@ STARTUP_TIMEOUT_S = 300.0
 GOAL_ANCHOR_FACTOR = 3.0
 GOAL_MERGED_FACTOR = 1.5
 GOAL_FIRST_ROW_S = MERGE_DELAY_S + 1.0
+DEFAULT_RUNS = 3
+WORKER_STOP_WAIT_S = 10.0
+SPARE_SETTLE_S = 1.5
+"""After a lazy worker stopped: the supervisor's next spare worker starts and imports in about 1 s."""
+POLL_S = 0.1
 
 
 def progress(text: str) -> None:
@@ -88,6 +98,32 @@ def run_replays(client, programs, target: str, since: int, until: int, count: in
             "table": tables[0]}
 
 
+def wait_worker_stopped(client, function: str) -> None:
+    """Untimed, between replays: until the supervisor has stopped the now unused lazy worker, so
+    that every timed replay starts the same way (a lazy worker's new process)."""
+    deadline = time.monotonic() + WORKER_STOP_WAIT_S
+    while time.monotonic() < deadline:
+        rows = [r for r in collect(client, keyspace.DEFAULT_SITE) if r["function"] == function]
+        if not rows or not rows[0]["running"]:
+            return
+        time.sleep(POLL_S)
+    progress(f"{function} still runs {WORKER_STOP_WAIT_S:g} s after its replay")
+
+
+def lazy_replays(client, programs, since: int, until: int, runs: int, no_merge: bool = False) -> dict:
+    """`runs` replays of the lazy aggregate, one after the other, each from a stopped worker; the
+    median run, with every run's time."""
+    results = []
+    for _ in range(runs):
+        wait_worker_stopped(client, AGGREGATE)
+        time.sleep(SPARE_SETTLE_S)
+        result = run_replays(client, programs, AGGREGATE, since, until, 1, no_merge=no_merge)
+        result.pop("table")
+        results.append(result)
+    median = sorted(results, key=lambda r: r["seconds"])[len(results) // 2]
+    return dict(median, runs=[r["seconds"] for r in results])
+
+
 def per_minute_anchor(traffic: pa.Table) -> tuple[float, pa.Table]:
     started = time.perf_counter()
     start = pc.floor_temporal(traffic["ts"], unit="minute")
@@ -98,8 +134,12 @@ def per_minute_anchor(traffic: pa.Table) -> tuple[float, pa.Table]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS,
+                        help="timed runs of the lazy replays and of the anchor (default %(default)s)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
     with tempfile.TemporaryDirectory(prefix="ramen-bench-replay-") as tmp:
         base = Path(tmp)
         env = dict(os.environ, RAMEN_DIR=str(base), PYTHONPATH=str(ROOT))
@@ -109,7 +149,7 @@ def main() -> int:
         progress("starting ramen and back-filling an hour of traffic")
         subprocess.run([*ramen, "start", "--daemon", "--dir", str(base), str(PROGRAM)], env=env, check=True)
         try:
-            report = measure(base)
+            report = measure(base, args.runs)
         finally:
             subprocess.run([*ramen, "stop", "--dir", str(base)], env=env)
     if args.json:
@@ -119,7 +159,7 @@ def main() -> int:
     return 0
 
 
-def measure(base: Path) -> dict:
+def measure(base: Path, runs: int) -> dict:
     now_minute = time.time_ns() // 1000 // MINUTE_US * MINUTE_US
     until = now_minute - MINUTE_US
     since = until - HOUR_US + 2 * MINUTE_US  # the back-fill starts a little after now - 1h
@@ -136,13 +176,12 @@ def measure(base: Path) -> dict:
         progress("replaying the source")
         source = run_replays(client, programs, SOURCE, since, until, 1)
         traffic = source.pop("table")
-        progress("replaying the lazy aggregate")
-        aggregate = run_replays(client, programs, AGGREGATE, since, until, 1)
-        aggregate.pop("table")
-        progress("replaying the lazy aggregate without the merge window")
-        unmerged = run_replays(client, programs, AGGREGATE, since, until, 1, no_merge=True)
-        unmerged.pop("table")
-        anchor_s, _ = per_minute_anchor(traffic)
+        progress(f"replaying the lazy aggregate ({runs} runs)")
+        aggregate = lazy_replays(client, programs, since, until, runs)
+        progress(f"replaying the lazy aggregate without the merge window ({runs} runs)")
+        unmerged = lazy_replays(client, programs, since, until, runs, no_merge=True)
+        anchors = [per_minute_anchor(traffic)[0] for _ in range(runs)]
+        anchor_s = statistics.median(anchors)
         before = replayer_bytes_read(paths.counters_path())
         progress("one replay of the aggregate, then 20 at once")
         one = run_replays(client, programs, AGGREGATE, since, until, 1)
@@ -154,8 +193,12 @@ def measure(base: Path) -> dict:
     one_bytes = sum(v for k, v in after_one.items() if k not in before)
     many_bytes = sum(v for k, v in after_many.items() if k not in after_one)
     return {"source_tuples": traffic.num_rows, "source": source, "aggregate": aggregate, "unmerged": unmerged,
-            "anchor_seconds": anchor_s, "one": dict(one, bytes_read=one_bytes),
+            "anchor_seconds": anchor_s, "anchor_runs": anchors, "one": dict(one, bytes_read=one_bytes),
             "concurrent": dict(many, bytes_read=many_bytes, replays=CONCURRENT)}
+
+
+def spread(seconds: list[float]) -> str:
+    return ", ".join(f"{s:.2f}" for s in seconds) + " s"
 
 
 def print_report(r: dict) -> None:
@@ -165,11 +208,12 @@ def print_report(r: dict) -> None:
     print(f"source replay      {s['seconds']:6.1f} s  {tuples / s['seconds']:>12,.0f} rows/s   "
           f"first row {s['first_row_s']:.2f} s")
     print(f"lazy aggregate     {a['seconds']:6.1f} s  {tuples / a['seconds']:>12,.0f} source rows/s   "
-          f"first row {a['first_row_s']:.2f} s   ({a['rows']:,} rows out)")
+          f"first row {a['first_row_s']:.2f} s   ({a['rows']:,} rows out; runs {spread(a['runs'])})")
     u = r["unmerged"]
     print(f"  --no-merge       {u['seconds']:6.1f} s  {tuples / u['seconds']:>12,.0f} source rows/s   "
-          f"first row {u['first_row_s']:.2f} s   (no merge window, for measurements)")
-    print(f"pyarrow anchor     {r['anchor_seconds']:6.2f} s  {tuples / r['anchor_seconds']:>12,.0f} rows/s")
+          f"first row {u['first_row_s']:.2f} s   (no merge window; runs {spread(u['runs'])})")
+    print(f"pyarrow anchor     {r['anchor_seconds']:6.2f} s  {tuples / r['anchor_seconds']:>12,.0f} rows/s   "
+          f"(runs {spread(r['anchor_runs'])})")
     print(f"1 replay           {one['seconds']:6.1f} s  {one['bytes_read']:>14,} archive bytes read")
     print(f"{many['replays']} replays at once {many['seconds']:6.1f} s  {many['bytes_read']:>14,} archive bytes read")
     factor = a["seconds"] / r["anchor_seconds"]

@@ -10,6 +10,7 @@ signature}; each end appends a run to `…/instances/<signature>` and sets `last
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections import deque
@@ -148,7 +149,7 @@ class WorkerSupervision:
                               for s in self.workers.values()):
             return 0
         spare_id = self.client.next_sequence(defaults.SPARE_WORKER_SEQUENCE)
-        argv = [*self.command, "--site", self.site, "--spare", str(spare_id)]
+        argv = [*self.command, "--site", self.site, "--spare", str(spare_id), "--parent", str(os.getpid())]
         self._spare = (spare_id, spawn(f"spare worker {spare_id}", argv, self.env, self._spare_log(spare_id)))
         self.counters.spares += 1
         return 1

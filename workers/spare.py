@@ -39,13 +39,17 @@ class Assignment:
 
 
 def wait_for_assignment(client: ConfClient, site: str, spare_id: int, wait_s: float,
-                        stop: threading.Event) -> Assignment | None:
-    """The function this spare is to run, once the supervisor says; None after wait_s or a stop."""
+                        stop: threading.Event, parent: int | None = None) -> Assignment | None:
+    """The function this spare is to run, once the supervisor says; None after wait_s, a stop, or
+    the death of the supervisor that started it (`parent`; a new one starts spares of its own)."""
     key = keyspace.spare_key(site, spare_id)
     with client.watch(key) as watch:
         entry = client.get_or_none(key)
         deadline = time.monotonic() + wait_s
         while entry is None and time.monotonic() < deadline and not stop.is_set():
+            if parent is not None and os.getppid() != parent:
+                log.info("spare worker %d: the supervisor that started it is gone", spare_id)
+                return None
             event = watch.next(KEY_POLL_S)
             if event is not None and event.entry is not None:
                 entry = event.entry

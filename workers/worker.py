@@ -1,7 +1,7 @@
 """The worker process: runs one function of a site, live and for replays (docs/runtime.md).
 
     python -m workers.worker --site SITE --function PROG/FUNC
-    python -m workers.worker --site SITE --spare ID [--wait-for-key S]   (workers/spare.py)
+    python -m workers.worker --site SITE --spare ID [--parent PID] [--wait-for-key S]   (workers/spare.py)
 
 It reads its worker key and program from the confserver, then, as an agent with a duty cycle:
 - live (channel 0): reads its parents' live output logs (waiting for logs that do not exist yet),
@@ -534,8 +534,8 @@ class Worker:
             self._emit(state, self.runner(table))
             return
         late_before = state.windows.late
-        for found, batch in batches:
-            for closed in state.windows.add(batch, found.event_time or self.function.event_time):
+        for found, table in by_input(batches):
+            for closed in state.windows.add(table, found.event_time or self.function.event_time):
                 self._emit(state, self.runner(closed.table, (closed.start_us, closed.end_us)))
         self.stats.add("late", state.windows.late - late_before, channel)
 
@@ -543,12 +543,12 @@ class Worker:
 
     def _gather(self, state: ChannelState, batches: list[tuple[Input, pa.RecordBatch]]) -> None:
         late_before = state.windows.late if state.windows is not None else 0
-        for found, batch in batches:
-            if state.windows is None:
-                self._keep(state, [(found.parent, batch)])
-                continue
-            for closed in state.windows.add(batch, found.event_time or self.function.event_time, found.parent):
-                self._keep(state, closed.batches)
+        if state.windows is None:
+            self._keep(state, [(found.parent, batch) for found, batch in batches])
+        else:
+            for found, table in by_input(batches):
+                for closed in state.windows.add(table, found.event_time or self.function.event_time, found.parent):
+                    self._keep(state, closed.batches)
         if state.windows is not None:
             self.stats.add("late", state.windows.late - late_before, state.channel)
         self._run_gathered(state)
@@ -751,6 +751,17 @@ class Worker:
         self.stats.close()
 
 
+def by_input(batches: list[tuple[Input, pa.RecordBatch]]) -> list[tuple[Input, pa.Table]]:
+    """Consecutive batches of one input as one table: windows then cost a pass per poll, not per message."""
+    runs: list[tuple[Input, list[pa.RecordBatch]]] = []
+    for found, batch in batches:
+        if runs and runs[-1][0] is found:
+            runs[-1][1].append(batch)
+        else:
+            runs.append((found, [batch]))
+    return [(found, pa.Table.from_batches(run)) for found, run in runs]
+
+
 def run(worker: Worker, stop: threading.Event, idle: BackoffIdleStrategy | None = None) -> None:
     idle = idle or BackoffIdleStrategy()
     while not stop.is_set():
@@ -764,6 +775,8 @@ def build_parser() -> argparse.ArgumentParser:
     role.add_argument("--function", metavar="PROG/FUNC", help="the function to run")
     role.add_argument("--spare", type=int, metavar="ID",
                       help="start as a spare: wait for the key sites/SITE/spares/ID to name the function")
+    parser.add_argument("--parent", type=int, metavar="PID",
+                        help="a spare exits once this process is no longer its parent (its supervisor died)")
     parser.add_argument("--wait-for-key", type=float, default=SPARE_WORKER_WAIT_S, metavar="S",
                         help="how long a spare waits for its key, then exits 0 (default %(default)g)")
     parser.add_argument("--confserver", default=None, help="confserver URL (default $RAMEN_CONFSERVER)")
@@ -784,7 +797,8 @@ def serve(args) -> int:
         if args.spare is not None:
             spare.prewarm(client)
             log.info("spare worker %d on site %s waiting for its function", args.spare, args.site)
-            assignment = spare.wait_for_assignment(client, args.site, args.spare, args.wait_for_key, stop)
+            assignment = spare.wait_for_assignment(client, args.site, args.spare, args.wait_for_key, stop,
+                                                    parent=args.parent)
             if assignment is None:
                 log.info("spare worker %d: no function came; exiting", args.spare)
                 return 0

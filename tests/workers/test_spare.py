@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from ramen import keyspace, paths
+from tests.supervisor.conftest import pid_alive
 from tests.waiting import wait_for
 from tests.workers.test_worker import ROOT, TRAFFIC, WAIT_S, Rig
 
@@ -48,3 +49,20 @@ def test_a_spare_nobody_needs_exits_0_after_its_wait(rig):
 def test_a_spare_given_no_function_fails_in_one_line(rig):
     rig.admin.set(keyspace.spare_key(rig.site, 9), {"function": "nothing"})
     assert rig.error_of(start_spare(rig, 9)) == (1, "ramen: worker spare 9: its key names 'nothing', not PROG/FUNC")
+
+
+ORPHANING_PARENT = """
+import os, subprocess, sys
+child = subprocess.Popen([*sys.argv[1:], "--parent", str(os.getpid())])
+print(child.pid, flush=True)
+"""
+
+
+def test_a_spare_whose_supervisor_died_exits(rig):
+    """A spare is only its supervisor's: orphaned (its parent killed), it goes instead of waiting."""
+    parent = subprocess.Popen([sys.executable, "-c", ORPHANING_PARENT, sys.executable, "-m", "workers.worker",
+                               "--site", rig.site, "--spare", "10"], cwd=ROOT, env=rig.env, stdout=subprocess.PIPE,
+                              text=True)
+    spare_pid = int(parent.stdout.readline())
+    parent.wait(timeout=WAIT_S)  # the parent exits at once: the spare is orphaned while it starts or waits
+    wait_for(lambda: not pid_alive(spare_pid), "the orphaned spare to exit", timeout_s=WAIT_S)

@@ -55,3 +55,32 @@ def test_flush_commits_every_open_window_in_order_and_later_rows_for_them_are_la
     assert windows.open == {}
     windows.add(rows(190), "ts")
     assert windows.late == 1
+
+
+def committed(windows: WindowState, *adds) -> list[tuple[int, list[int], list[int]]]:
+    out = []
+    for batch in adds:
+        out += windows.add(batch, "ts", part="p")
+    out += windows.flush()
+    return [(c.start_us // MINUTE_US, c.table.column("ts").cast(pa.int64()).to_pylist(), c.table.column("v").to_pylist())
+            for c in out]
+
+
+def test_a_table_of_many_messages_gives_the_windows_its_batches_give_one_by_one():
+    batches = [rows(1, 30, value=1), rows(59, 61, value=2), rows(62, value=3), rows(125, 170, 185, value=4),
+               rows(186, value=5)]
+    expected = committed(WindowState(MINUTE_US, 10 * SECOND_US), *batches)
+    assert committed(WindowState(MINUTE_US, 10 * SECOND_US), pa.Table.from_batches(batches)) == expected
+    assert [w for w, _, _ in expected] == [0, 1, 2, 3]
+    # out of order within the table: still every row in its window, in arrival order
+    shuffled = [rows(125, value=1), rows(5, 61, value=2), rows(2, value=3)]
+    assert committed(WindowState(MINUTE_US), pa.Table.from_batches(shuffled)) == [
+        (0, [5 * SECOND_US, 2 * SECOND_US], [2, 3]), (1, [61 * SECOND_US], [2]), (2, [125 * SECOND_US], [1])]
+
+
+def test_a_window_of_a_table_keeps_the_batches_it_was_cut_from_not_a_copy():
+    table = pa.Table.from_batches([rows(1, 2), rows(3, 61)])
+    windows = WindowState(MINUTE_US, 10 * MINUTE_US)  # nothing commits yet
+    windows.add(table, "ts", part="p")
+    assert [(part, b.num_rows) for part, b in windows.open[0]] == [("p", 2), ("p", 1)]
+    assert [(part, b.num_rows) for part, b in windows.open[1]] == [("p", 1)]
