@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import confserver  # noqa: E402
-from bench.replay import progress, run_replays  # noqa: E402
+from bench.replay import SPARE_SETTLE_S, progress, run_replays, wait_worker_stopped  # noqa: E402
 from ramen import keyspace, paths  # noqa: E402
 from ramen.archive.coverage import archive_coverage  # noqa: E402
 from ramen.cli.ps import collect  # noqa: E402
@@ -85,7 +85,6 @@ SPARK_TIMEOUT_S = 180.0
 REPLAY_TIMEOUT_S = 300.0
 PARQUET_FILE_ROWS = 1_000_000  # a few files, as an export would leave them; Spark reads them in parallel
 STATS_WAIT_S = 5.0
-WORKER_STOP_WAIT_S = 10.0
 STATS_POLL_S = 0.1
 STOP_GRACE_S = 10.0
 GOAL_PARQUET_FACTOR = 2.0
@@ -143,26 +142,25 @@ def measure(base: Path, runs: int, spark_pids: list[int]) -> dict:
         progress(f"{tuples:,} tuples in {files} Parquet files ({export_s:.1f} s)")
 
         jobs = SparkJobs(client)
-        replays = []
-        for i in range(runs):
-            progress(f"replaying the heavy aggregate over the hour ({i + 1}/{runs})")
-            replays.append(heavy_replay(client, programs, since, until, jobs))
-            progress(f"  {replays[-1][0]:.1f} s, {replays[-1][1].num_rows:,} rows out")
-        replay_table = replays[-1][1]
-        spark_jobs, spark_s = jobs.totals()
-        workers = {r["function"]: r for r in collect(client, keyspace.DEFAULT_SITE)}  # what `ramen ps --json` says
-        worker = workers.get(AGGREGATE, {})
-
+        replays, queries, query_table = [], [], None
         spark = connect(remote)
         try:
-            queries, query_table = [], None
+            # Interleaved, so that both see the JVM as warm (its JIT keeps improving over the first
+            # few queries: run back to back, the later kind would look faster than it is).
             for i in range(runs):
+                progress(f"replaying the heavy aggregate over the hour ({i + 1}/{runs})")
+                replays.append(heavy_replay(client, programs, since, until, jobs))
+                progress(f"  {replays[-1][0]:.1f} s, {replays[-1][1].num_rows:,} rows out")
                 progress(f"Spark batch query over Parquet ({i + 1}/{runs})")
                 seconds, query_table = parquet_query(spark, parquet_dir)
                 queries.append(seconds)
                 progress(f"  {seconds:.1f} s, {query_table.num_rows:,} rows out")
         finally:
             spark.stop()
+        replay_table = replays[-1][1]
+        spark_jobs, spark_s = jobs.totals()
+        workers = {r["function"]: r for r in collect(client, keyspace.DEFAULT_SITE)}  # what `ramen ps --json` says
+        worker = workers.get(AGGREGATE, {})
     return {"source_tuples": tuples, "since_us": since, "until_us": until, "parquet_files": files,
             "export_seconds": export_s, "spark_job_rows": SPARK_JOB_ROWS,
             "replay_seconds": [seconds for seconds, _ in replays], "replay_rows": replay_table.num_rows,
@@ -211,7 +209,8 @@ class SparkJobs:
 
 def heavy_replay(client, programs, since: int, until: int, jobs: SparkJobs) -> tuple[float, pa.Table]:
     """One replay of the heavy aggregate: its time (the waits for the worker to stop and for its
-    stats afterwards are not counted) and its rows."""
+    stats afterwards, and for the supervisor's next spare worker, are not counted) and its rows."""
+    time.sleep(SPARE_SETTLE_S)
     started = time.perf_counter()
     with Replay(client, programs, AGGREGATE, since, until, site=keyspace.DEFAULT_SITE, timeout_s=REPLAY_TIMEOUT_S,
                 no_merge=True) as replay:
@@ -219,21 +218,9 @@ def heavy_replay(client, programs, since: int, until: int, jobs: SparkJobs) -> t
         table = pa.Table.from_batches(list(replay.batches()), schema=replay.schema)
     elapsed = time.perf_counter() - started
     ended_us = time.time_ns() // 1000
-    wait_worker_stopped(client)
+    wait_worker_stopped(client, AGGREGATE)
     jobs.after_replay(ended_us)
     return elapsed, table
-
-
-def wait_worker_stopped(client) -> None:
-    """Untimed, between replays: until the supervisor has stopped the now unused per_minute worker,
-    so that every timed replay starts the same way (a lazy worker's new process)."""
-    deadline = time.monotonic() + WORKER_STOP_WAIT_S
-    while time.monotonic() < deadline:
-        rows = [r for r in collect(client, keyspace.DEFAULT_SITE) if r["function"] == AGGREGATE]
-        if not rows or not rows[0]["running"]:
-            return
-        time.sleep(STATS_POLL_S)
-    progress(f"the per_minute worker still runs {WORKER_STOP_WAIT_S:g} s after its replay")
 
 
 def wait_spark(client) -> str:
