@@ -25,9 +25,10 @@ STATS_INTERVAL_S = 1.0
 #: Hands out replayer ids (never 0, never repeated).
 REPLAYER_SEQUENCE = "sequences/replayer"
 
-WARM_REPLAYER_WAIT_S = 60.0
-"""A replayer is started when a replay is requested, before the merge delay ends, so its Python
-start-up overlaps the delay; it waits this long for the key that gives it its channels."""
+WARM_REPLAYER_WAIT_S = 600.0
+"""A warm replayer is started ahead, while no replay runs (or, at the latest, when one is asked, so
+that its start-up overlaps the merge delay); it waits this long for the key that gives it its
+channels, then exits and another starts: what an orphaned one costs is bounded."""
 
 SPARE_WORKER_SEQUENCE = "sequences/spare_worker"
 SPARE_QUIET_S = 2.0

@@ -170,7 +170,8 @@ class ReplaySupervision:
     def __init__(self, client: ConfClient, site: str, counters: SupervisorCounters, *,
                  command: Sequence[str] = DEFAULT_REPLAYER_COMMAND, env: Mapping[str, str],
                  delay_s: float = defaults.DELAY_BEFORE_REPLAY_S, stop_grace_s: float = defaults.STOP_GRACE_S,
-                 merge: bool = True, worker_leaving: Callable[[str], bool] = lambda name: False):
+                 merge: bool = True, worker_leaving: Callable[[str], bool] = lambda name: False,
+                 keep_warm: bool = True):
         """`worker_leaving(name)`: a replay through that worker waits until its process is gone or
         wanted again (WorkerSupervision.leaving)."""
         self.client = client
@@ -185,6 +186,8 @@ class ReplaySupervision:
         self.requests: dict[int, Request] = {}
         self.replayers: dict[int, Replayer] = {}
         self._warm: tuple[int, Child] | None = None
+        self.keep_warm = keep_warm
+        """Start the warm replayer ahead, while no replay runs, not only when a replay is asked."""
         self._next_timeout_check = 0.0
 
     # -- inputs --------------------------------------------------------------------------------
@@ -232,14 +235,20 @@ class ReplaySupervision:
         if not request.launched:
             self._ensure_warm()
 
+    @property
+    def warm(self) -> Child | None:
+        """The replayer started ahead and waiting for its channels, if one is."""
+        return self._warm[1] if self._warm is not None else None
+
     def _ensure_warm(self) -> None:
-        """Have one replayer started and waiting for its channels, so that after the merge delay
-        a replay waits for nothing but its data."""
+        """Have one replayer started and waiting for its channels, so that a replay waits for
+        nothing but its data (started while no replay runs, or at the latest when one is asked,
+        to overlap the merge delay)."""
         if self._warm is not None:
             return
         replayer_id = self.client.next_sequence(defaults.REPLAYER_SEQUENCE)
         argv = [*self.command, "--site", self.site, "--id", str(replayer_id),
-                "--wait-for-key", f"{defaults.WARM_REPLAYER_WAIT_S:g}"]
+                "--wait-for-key", f"{defaults.WARM_REPLAYER_WAIT_S:g}", "--parent", str(os.getpid())]
         child = spawn(f"warm replayer {replayer_id}", argv, self.env,
                       paths.logs_dir() / "replayers" / f"{replayer_id}.log")
         self._warm = (replayer_id, child)
@@ -265,7 +274,10 @@ class ReplaySupervision:
     def do_work(self, now: float) -> int:
         work = 0
         if self._warm is not None and self._warm[1].poll():
-            self._warm = None  # it gave up waiting (or died): the next request starts another
+            self._warm = None  # it gave up waiting (or died): another one
+        if self._warm is None and self.keep_warm and not self.requests:
+            self._ensure_warm()
+            work += 1
         pending = [r for r in self.requests.values()
                    if not r.launched and not any(map(self.worker_leaving, r.plan.functions))]
         unmerged = [r for r in pending if r.no_merge]  # no merge window: nothing to wait for

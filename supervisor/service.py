@@ -60,22 +60,23 @@ class Supervisor:
                  delay_before_replay_s: float = defaults.DELAY_BEFORE_REPLAY_S,
                  stop_grace_s: float = defaults.STOP_GRACE_S,
                  restart_policy: RestartPolicy = RestartPolicy(),
-                 merge: bool = True, spare_workers: bool = True):
+                 merge: bool = True, spares: bool = True):
         """`env` is what the children get (default: ours); the commands are prefixes to which
         `--site SITE --function PROG/FUNC` (workers) or `--site SITE --id ID` (replayers) are added.
         `merge=False` gives every replay request replayers of its own, as `no_merge` does per request.
-        `spare_workers` keeps a worker process started ahead of need (workers/spare.py)."""
+        `spares` keeps a worker (workers/spare.py) and a replayer started ahead of need, so that
+        neither makes a replay wait for Python's start-up."""
         self.client = client
         self.site = site
         self.counters = SupervisorCounters()
         env = dict(os.environ if env is None else env)
         self.workers = WorkerSupervision(client, site, self.counters, command=worker_command, env=env,
                                          policy=restart_policy, stop_grace_s=stop_grace_s,
-                                         on_death=self._on_worker_death, spares=spare_workers,
+                                         on_death=self._on_worker_death, spares=spares,
                                          busy=lambda: bool(self.replays.requests))
         self.replays = ReplaySupervision(client, site, self.counters, command=replayer_command, env=env,
                                          delay_s=delay_before_replay_s, stop_grace_s=stop_grace_s, merge=merge,
-                                         worker_leaving=self.workers.leaving)
+                                         worker_leaving=self.workers.leaving, keep_warm=spares)
         self.events: queue.SimpleQueue = queue.SimpleQueue()
         self._next_stats = 0.0
         self.workers.adopt()
@@ -171,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-grace", type=float, default=defaults.STOP_GRACE_S, metavar="S",
                         help="between SIGTERM and SIGKILL (default %(default)s s)")
     parser.add_argument("--no-merge", action="store_true", help="never merge replay requests")
-    parser.add_argument("--no-spare-worker", action="store_true",
-                        help="start each worker when needed, not from a spare started ahead (saves a process)")
+    parser.add_argument("--no-spares", action="store_true",
+                        help="start workers and replayers when needed, not ahead (saves two idle processes)")
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -190,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         with confserver.connect(args.confserver, identity=IDENTITY) as client:
             supervisor = Supervisor(client, args.site, env=env, delay_before_replay_s=args.delay_before_replay,
                                     stop_grace_s=args.stop_grace, merge=not args.no_merge,
-                                    spare_workers=not args.no_spare_worker)
+                                    spares=not args.no_spares)
             log.info("supervisor of site %s on %s", args.site, args.confserver or "the local confserver")
             try:
                 supervisor.run(stop)

@@ -439,15 +439,18 @@ class Replayer:
 
 
 def load_spec(client, site: str, replayer_id: int, wait_s: float = 0.0,
-              stop: threading.Event | None = None) -> ReplayerSpec | None:
+              stop: threading.Event | None = None, parent: int | None = None) -> ReplayerSpec | None:
     """The replayer's key. A warm replayer (started before its replay is merged, so that its start-up
-    overlaps the merge delay) waits up to wait_s for it; None if it never comes."""
+    overlaps the merge delay) waits up to wait_s for it; None if it never comes, or once `parent`
+    (the supervisor that started it) is no longer its parent."""
     key = keyspace.replayer_key(site, replayer_id)
     entry = client.get_or_none(key)
     if entry is None and wait_s > 0:
         with client.watch(key) as watch:
             deadline = time.monotonic() + wait_s
             while entry is None and time.monotonic() < deadline and not (stop and stop.is_set()):
+                if parent is not None and os.getppid() != parent:
+                    return None
                 event = watch.next(KEY_POLL_S)
                 if event is not None and event.entry is not None:
                     entry = event.entry
@@ -522,9 +525,9 @@ def wait_for_reader(publication: ExclusivePublication, stop: threading.Event) ->
 
 
 def replay(client, site: str, replayer_id: int, stop: threading.Event,
-           wait_for_key_s: float = 0.0) -> ReplayerStats | None:
+           wait_for_key_s: float = 0.0, parent: int | None = None) -> ReplayerStats | None:
     """Do the whole replay; None when stopped by a signal before the end (or never given one)."""
-    spec = load_spec(client, site, replayer_id, wait_for_key_s, stop)
+    spec = load_spec(client, site, replayer_id, wait_for_key_s, stop, parent)
     if spec is None:
         log.info("replayer %d: no replay came within %g s", replayer_id, wait_for_key_s)
         return None
@@ -565,6 +568,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--id", type=int, required=True, help="the replayer id (its key under sites/<site>/replayers)")
     parser.add_argument("--wait-for-key", type=float, default=0.0, metavar="S",
                         help="start warm: wait up to S seconds for the key (then exit 0 if none came)")
+    parser.add_argument("--parent", type=int, metavar="PID",
+                        help="a warm replayer exits once this process is no longer its parent (its supervisor died)")
     parser.add_argument("--debug", action="store_true", help="tracebacks and debug logs")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
@@ -580,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ramen: replayer {args.id}: cannot reach the confserver: {e}", file=sys.stderr)
         return EXIT_ERROR
     try:
-        replay(client, args.site, args.id, stop, args.wait_for_key)
+        replay(client, args.site, args.id, stop, args.wait_for_key, args.parent)
     except ReplayerError as e:
         print(f"ramen: replayer {args.id}: {e}", file=sys.stderr)
         return EXIT_ERROR

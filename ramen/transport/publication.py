@@ -609,8 +609,9 @@ class ExclusivePublication:
         live = []
         for counter_id, tethered in self._subscribers:
             if counters.state(counter_id) != ctr.RECORD_ALLOCATED or \
+                    counters.type_id(counter_id) != ctr.SUBSCRIBER_POSITION_TYPE_ID or \
                     counters.get(counter_id, ctr.REGISTRATION_ID_OFFSET) != self.log.correlation_id:
-                continue  # the subscriber closed
+                continue  # the subscriber closed (its slot may be another counter of this log's by now)
             if counters.get(counter_id, ctr.STATUS_OFFSET) == ctr.COUNTER_DROPPED:
                 continue
             if now_ms - counters.get(counter_id, ctr.HEARTBEAT_OFFSET) > self.subscriber_liveness_timeout_ms and \

@@ -51,7 +51,7 @@ def start_supervisor(fresh_confserver, ramen_dir):
         client = confserver.connect(fresh_confserver.url, identity="supervisor", auth_file=fresh_confserver.auth_file)
         options.setdefault("delay_before_replay_s", 0.3)
         options.setdefault("stop_grace_s", 2.0)
-        options.setdefault("spare_workers", False)  # the fake stands in for a spare only where a test says
+        options.setdefault("spares", False)  # the fake stands in for a spare only where a test says
         service = Supervisor(client, SITE, env=env, worker_command=fake_command(worker_mode),
                              replayer_command=fake_command(replayer_mode),
                              restart_policy=policy or RestartPolicy(initial_s=0.05), **options)
@@ -70,7 +70,7 @@ def start_supervisor(fresh_confserver, ramen_dir):
             service.close(stop_children=stop_children, timeout_s=5)
             client.close()
         for service, _, _ in running:  # what a "dead" supervisor left and nobody adopted
-            for child in [*service.workers.running().values(), service.workers.spare]:
+            for child in [*service.workers.running().values(), service.workers.spare, service.replays.warm]:
                 if child is not None:
                     child.kill()
             for replayer in service.replays.replayers.values():

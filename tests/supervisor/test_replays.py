@@ -162,13 +162,29 @@ def test_a_restarted_supervisor_adopts_launched_replays_and_tears_them_down(admi
 def test_a_replayer_is_started_warm_during_the_delay_and_given_the_merged_channels(admin, start_supervisor):
     supervisor = start_supervisor(delay_before_replay_s=2.0)
     channel = request_replay(admin)
-    warm = wait_for(lambda: supervisor.replays._warm, what="a warm replayer")  # before the delay is over
+    warm = wait_for(lambda: supervisor.replays.warm, what="a warm replayer")  # before the delay is over
     assert replayers(admin) == {}  # it has no key yet: it is waiting for one
     found = wait_for(lambda: (r := replayers(admin)) and all("pid" in v for v in r.values()) and r,
                      what="the replayer key")
     (replayer,) = found.values()
-    assert (replayer["id"], replayer["pid"]) == (warm[0], warm[1].pid)  # the warm process got the channels
+    assert replayer["pid"] == warm.pid  # the warm process got the channels
     assert channels_of(replayer) == [channel] and supervisor.counters.replayers_spawned == 1
+
+
+def test_with_spares_a_warm_replayer_waits_before_any_replay_and_another_follows_once_it_ends(admin,
+                                                                                              start_supervisor):
+    supervisor = start_supervisor(spares=True, delay_before_replay_s=0.1)
+    warm = wait_for(lambda: supervisor.replays.warm, what="a replayer started ahead")
+    assert replayers(admin) == {} and supervisor.counters.replayers_spawned == 0
+    channel = request_replay(admin)
+    (replayer,) = wait_for(lambda: (r := replayers(admin)) and all("pid" in v for v in r.values()) and r,
+                           what="the replayer key").values()
+    assert replayer["pid"] == warm.pid and channels_of(replayer) == [channel]
+    assert supervisor.replays.warm is None  # not while the replay runs
+    admin.delete(keyspace.replay_key(channel))
+    wait_for(lambda: not pid_alive(warm.pid), what="the replayer stopped at teardown")
+    follower = wait_for(lambda: supervisor.replays.warm, what="the next replayer started ahead")
+    assert follower.pid != warm.pid
 
 
 def test_identical_requests_ride_on_one_channel_and_the_target_writes_to_each(admin, start_supervisor):

@@ -119,7 +119,7 @@ def spare_pids(ramen_dir) -> dict[int, int]:
 
 def test_a_spare_worker_started_ahead_becomes_the_next_worker_and_another_takes_its_place(
         admin, start_supervisor, ramen_dir):
-    supervisor = start_supervisor(spare_workers=True)
+    supervisor = start_supervisor(spares=True)
     (spare_id, spare_pid), = wait_for(lambda: spare_pids(ramen_dir), what="a spare").items()
     assert supervisor.counters.spares == 1 and supervisor.counters.starts == 0
 
@@ -145,7 +145,7 @@ def test_a_spare_worker_started_ahead_becomes_the_next_worker_and_another_takes_
 
 
 def test_a_restarted_supervisor_adopts_a_worker_that_started_as_a_spare(admin, start_supervisor, ramen_dir):
-    first = start_supervisor(spare_workers=True, stop_children=False)
+    first = start_supervisor(spares=True, stop_children=False)
     wait_for(lambda: spare_pids(ramen_dir), what="a spare")
     set_worker(admin, "p/a")
     running = wait_for(lambda: instance(admin, "p/a"), what="p/a's instance key")

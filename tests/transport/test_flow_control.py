@@ -428,6 +428,28 @@ def test_no_message_is_written_after_the_last_subscriber_left(tmp_path):
     assert joiner.position == publication.position
 
 
+def test_a_left_subscribers_counter_reused_by_another_counter_of_the_same_log_is_no_subscriber(tmp_path,
+                                                                                               monkeypatch):
+    """The next reader's other counters (same log, so same registration id) may take the slot the
+    last reader's position freed: the writer must not take one of them for a reader at position 0."""
+    monkeypatch.setattr(ctr, "COUNTER_FREE_TO_REUSE_DELAY_S", 0.0)
+    log, counters = make_log(tmp_path)
+    publication = ExclusivePublication(log, counters)
+    leaver = Image(log, counters, name="leaver")
+    deadline = Deadline("the publication to see the subscriber")
+    while not publication.is_connected:
+        time.sleep(0.001)
+        deadline.check()
+    position_slot = leaver._sub_pos.id
+    leaver.close()
+    reused = counters.allocate(ctr.UNBLOCKED_FRAMES_TYPE_ID, "unblocked: next reader",
+                               registration_id=log.correlation_id)
+    assert reused.id == position_slot  # the case under test: the very slot, another type
+    time.sleep(0.01)  # past the limit's refresh interval
+
+    assert publication.offer(b"nobody reads this") == NOT_CONNECTED
+
+
 # -- dead and idle subscribers -------------------------------------------------------------------
 
 @pytest.mark.parametrize("tethered", [False, True], ids=["untethered", "tethered"])

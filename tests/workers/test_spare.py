@@ -1,10 +1,13 @@
 """A spare worker (python -m workers.worker --spare ID): started before its function is known, it
-runs the function its key names, logging where that function's worker logs."""
+runs the function its key names, logging where that function's worker logs; it (and a warm
+replayer) exits once the supervisor that started it is gone."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+
+import pytest
 
 from ramen import keyspace, paths
 from tests.supervisor.conftest import pid_alive
@@ -58,11 +61,14 @@ print(child.pid, flush=True)
 """
 
 
-def test_a_spare_whose_supervisor_died_exits(rig):
-    """A spare is only its supervisor's: orphaned (its parent killed), it goes instead of waiting."""
-    parent = subprocess.Popen([sys.executable, "-c", ORPHANING_PARENT, sys.executable, "-m", "workers.worker",
-                               "--site", rig.site, "--spare", "10"], cwd=ROOT, env=rig.env, stdout=subprocess.PIPE,
-                              text=True)
-    spare_pid = int(parent.stdout.readline())
-    parent.wait(timeout=WAIT_S)  # the parent exits at once: the spare is orphaned while it starts or waits
-    wait_for(lambda: not pid_alive(spare_pid), "the orphaned spare to exit", timeout_s=WAIT_S)
+@pytest.mark.parametrize("command", [("workers.worker", "--spare", "10"),
+                                     ("workers.replayer", "--id", "10", "--wait-for-key", "600")],
+                         ids=["spare worker", "warm replayer"])
+def test_a_process_started_ahead_whose_supervisor_died_exits(rig, command):
+    """Started ahead, it is only its supervisor's: orphaned (its parent killed), it goes instead of waiting."""
+    module, *args = command
+    parent = subprocess.Popen([sys.executable, "-c", ORPHANING_PARENT, sys.executable, "-m", module,
+                               "--site", rig.site, *args], cwd=ROOT, env=rig.env, stdout=subprocess.PIPE, text=True)
+    child_pid = int(parent.stdout.readline())
+    parent.wait(timeout=WAIT_S)  # the parent exits at once: the child is orphaned while it starts or waits
+    wait_for(lambda: not pid_alive(child_pid), "the orphan to exit", timeout_s=WAIT_S)
