@@ -138,7 +138,8 @@ def recording_position(counters: CountersFile, recording_id: int):
 
     def position() -> int:
         if counters.state(counter_id) != ctr.RECORD_ALLOCATED or \
+                counters.type_id(counter_id) != RECORDING_POSITION_TYPE_ID or \
                 counters.get(counter_id, ctr.REGISTRATION_ID_OFFSET) != recording_id:
-            return NULL_POSITION
+            return NULL_POSITION  # stopped (its slot may hold another counter by now)
         return counters.get(counter_id)
     return position
