@@ -13,6 +13,7 @@
     sites/<site>/replayers/<id>                        what a replayer reads and for which channels
     sites/<site>/replayers/<id>/stats                  its bytes read, messages, rows, per channel
     sites/<site>/spares/<id>                           the function a spare worker is to run (supervisor)
+    sites/<site>/supervisor/stats                      the supervisor's counters, and its spare processes
     sequences/replay_channel                          hands out replay channels (never 0: 0 is live)
     spark/server                                      the deployment's Spark Connect endpoint (ramen start)
     spark/wanted                                      a program needs Spark: start the local one (ramen run)
@@ -79,6 +80,10 @@ def replayers_prefix(site: str) -> str:
 
 def replayer_key(site: str, replayer_id: int) -> str:
     return f"{replayers_prefix(site)}/{replayer_id}"
+
+
+def supervisor_stats_key(site: str) -> str:
+    return f"{SITES}/{site}/supervisor/stats"
 
 
 def spare_key(site: str, spare_id: int) -> str:

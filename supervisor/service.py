@@ -48,10 +48,6 @@ ERROR_PAUSE_S = 0.5
 _WORKERS, _REPLAYS = "workers", "replays"
 
 
-def stats_key(site: str) -> str:
-    return f"{keyspace.SITES}/{site}/supervisor/stats"
-
-
 class Supervisor:
     def __init__(self, client: ConfClient, site: str = keyspace.DEFAULT_SITE, *,
                  env: Mapping[str, str] | None = None,
@@ -135,8 +131,9 @@ class Supervisor:
         stats = dict(self.counters.to_dict(), running_workers=len(self.workers.running()),
                      quarantined=self.workers.quarantined(now),
                      replayers=sorted(self.replays.replayers), replays=sorted(self.replays.requests),
+                     spare_worker=_standby(self.workers.spare), warm_replayer=_standby(self.replays.warm),
                      updated_us=now_us())
-        self.client.set(stats_key(self.site), stats)
+        self.client.set(keyspace.supervisor_stats_key(self.site), stats)
 
     def run(self, stop: threading.Event) -> None:
         """Until stop is set: wait for an event or the poll interval, then do_work. A confserver
@@ -160,6 +157,11 @@ class Supervisor:
             self.workers.stop_all(timeout_s)
             self.replays.stop_all(timeout_s)
         log.info("supervisor of site %s stopped: %s", self.site, self.counters)
+
+
+def _standby(child) -> dict | None:
+    """A process started ahead of need, for `ramen ps --all`."""
+    return None if child is None or child.ended else {"pid": child.pid, "started_us": child.started_us}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,7 @@ BYTES_PER_MB = 1024 * 1024
 def add_parser(sub) -> None:
     parser = sub.add_parser("ps", help="list the workers: used, running, counts, CPU, memory",
                             description="List the workers of a site. Without --all, only those used or running.")
-    parser.add_argument("--all", action="store_true", help="also unused workers that are not running")
+    parser.add_argument("--all", action="store_true", help="also unused workers that are not running, and the spare processes the supervisor keeps started")
     parser.add_argument("--json", action="store_true", help="one JSON object per worker")
     conf.add_arguments(parser, IDENTITY, site=True)
     parser.set_defaults(run=run)
@@ -67,6 +67,20 @@ def collect_replayers(client, site: str) -> list[dict]:
     return rows
 
 
+def collect_standby(client, site: str) -> list[dict]:
+    """The processes the supervisor keeps started ahead of need (shown with --all: they run, unused)."""
+    entry = client.get_or_none(keyspace.supervisor_stats_key(site))
+    stats = entry.value if entry is not None and isinstance(entry.value, dict) else {}
+    rows = []
+    for field, what in (("spare_worker", "spare worker (waiting)"), ("warm_replayer", "warm replayer (waiting)")):
+        standby = stats.get(field)
+        if isinstance(standby, dict):
+            rows.append({"function": what, "lazy": None, "used": False, "running": True, "pid": standby.get("pid"),
+                         "tuples_in": None, "tuples_out": None, "cpu_s": None, "rss_bytes": None,
+                         "spark_jobs": None, "spark_s": None, "last_exit": None, "replays": []})
+    return rows
+
+
 def _spark(row: dict) -> str:
     """A heavy worker's Spark jobs and their total time: `3 jobs 1.2s`."""
     if row["spark_jobs"] is None:
@@ -77,8 +91,10 @@ def _spark(row: dict) -> str:
 def run(args) -> int:
     with conf.connected(args) as client:
         rows = collect(client, args.site) + collect_replayers(client, args.site)
+        standby = collect_standby(client, args.site) if args.all else []
     if not args.all:
         rows = [r for r in rows if r["used"] or r["running"]]
+    rows += standby
     if args.json:
         for r in rows:
             print(json.dumps(r))

@@ -135,3 +135,13 @@ def test_ps_shows_replayers(ramen, fresh_confserver):
     rows = [json.loads(line) for line in ramen("ps", "--json").stdout.splitlines()]
     assert [(r["function"], r["pid"], r["tuples_out"], r["replays"]) for r in rows] == [
         ("replayer 3 of net/traffic", 99, 10, [7])]
+
+
+def test_ps_all_shows_the_processes_the_supervisor_keeps_started_ahead(ramen, fresh_confserver):
+    with confserver.connect(fresh_confserver.url, identity="supervisor", auth_file=fresh_confserver.auth_file) as c:
+        c.set(keyspace.supervisor_stats_key("local"), {"spare_worker": {"pid": 71, "started_us": 1},
+                                                       "warm_replayer": {"pid": 72, "started_us": 1}})
+    assert ramen("ps", "--json").stdout == ""  # nothing used or running a function
+    rows = [json.loads(line) for line in ramen("ps", "--json", "--all").stdout.splitlines()]
+    assert [(r["function"], r["pid"], r["running"]) for r in rows] == [
+        ("spare worker (waiting)", 71, True), ("warm replayer (waiting)", 72, True)]

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import confserver
-from tests.supervisor.conftest import value_of, wait_for
+from tests.supervisor.conftest import pid_alive, value_of, wait_for
 
 
 def test_the_service_writes_its_stats_and_exits_cleanly_on_sigterm(fresh_confserver, ramen_dir):
@@ -21,8 +21,13 @@ def test_the_service_writes_its_stats_and_exits_cleanly_on_sigterm(fresh_confser
             stats = wait_for(lambda: value_of(c, "sites/svc/supervisor/stats"), what="the supervisor's stats")
             assert stats["starts"] == 0 and stats["replayers"] == []
             assert c.get("sites/svc/supervisor/stats").owner == "supervisor"
+            stats = wait_for(lambda: (v := value_of(c, "sites/svc/supervisor/stats")) and v["spare_worker"]
+                             and v["warm_replayer"] and v, what="a spare worker and a warm replayer started ahead")
+            ahead = [stats["spare_worker"]["pid"], stats["warm_replayer"]["pid"]]
+            assert all(pid_alive(pid) for pid in ahead)
         process.send_signal(signal.SIGTERM)
         assert process.wait(15) == 0
+        assert not any(pid_alive(pid) for pid in ahead)  # they go with the supervisor
     finally:
         if process.poll() is None:
             process.kill()
