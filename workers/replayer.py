@@ -60,6 +60,7 @@ from ramen.transport.logbuffer import LogBuffer, LogBufferError, LogBufferParams
 from ramen.transport.publication import ExclusivePublication
 from ramen.transport.status import ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED
 from ramen.tuples import encode_tuples, end_of_replay
+from workers.spare import wait_for_key
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +72,6 @@ READ_CHUNK_LENGTH = 1024 * 1024
 """Bytes read from a segment file per duty cycle (Aeron's replay buffer)."""
 STATS_INTERVAL_S = 1.0
 """How often the stats key is rewritten while replaying (and once at the end)."""
-KEY_POLL_S = 0.1
-"""How often a warm replayer waiting for its key looks at the stop flag."""
 ACTIVE_RECORDING_QUIET_S = 1.0
 """An active recording that has not grown for this long is taken as read to its end."""
 REPLAYER_BYTES_READ_TYPE_ID = 1010
@@ -444,18 +443,12 @@ def load_spec(client, site: str, replayer_id: int, wait_s: float = 0.0,
     overlaps the merge delay) waits up to wait_s for it; None if it never comes, or once `parent`
     (the supervisor that started it) is no longer its parent."""
     key = keyspace.replayer_key(site, replayer_id)
-    entry = client.get_or_none(key)
-    if entry is None and wait_s > 0:
-        with client.watch(key) as watch:
-            deadline = time.monotonic() + wait_s
-            while entry is None and time.monotonic() < deadline and not (stop and stop.is_set()):
-                if parent is not None and os.getppid() != parent:
-                    return None
-                event = watch.next(KEY_POLL_S)
-                if event is not None and event.entry is not None:
-                    entry = event.entry
+    if wait_s > 0:
+        entry = wait_for_key(client, key, wait_s, stop, parent)
         if entry is None:
             return None
+    else:
+        entry = client.get_or_none(key)
     if entry is None:
         raise ReplayerError(f"no replayer key {key}")
     return ReplayerSpec.from_value(entry.value)

@@ -26,7 +26,7 @@ from ramen.spark.defaults import SPARK_REMOTE_ENV
 log = logging.getLogger(__name__)
 
 KEY_POLL_S = 0.1
-"""How often a spare waiting for its key looks at the stop flag."""
+"""How often a process waiting for its key looks at the stop flag and its parent."""
 
 
 @dataclass(frozen=True)
@@ -42,21 +42,28 @@ def wait_for_assignment(client: ConfClient, site: str, spare_id: int, wait_s: fl
                         stop: threading.Event, parent: int | None = None) -> Assignment | None:
     """The function this spare is to run, once the supervisor says; None after wait_s, a stop, or
     the death of the supervisor that started it (`parent`; a new one starts spares of its own)."""
-    key = keyspace.spare_key(site, spare_id)
-    with client.watch(key) as watch:
-        entry = client.get_or_none(key)
-        deadline = time.monotonic() + wait_s
-        while entry is None and time.monotonic() < deadline and not stop.is_set():
-            if parent is not None and os.getppid() != parent:
-                log.info("spare worker %d: the supervisor that started it is gone", spare_id)
-                return None
-            event = watch.next(KEY_POLL_S)
-            if event is not None and event.entry is not None:
-                entry = event.entry
+    entry = wait_for_key(client, keyspace.spare_key(site, spare_id), wait_s, stop, parent)
     if entry is None:
         return None
     value = entry.value if isinstance(entry.value, dict) else {}
     return Assignment(str(value.get("function") or ""), _path(value.get("log")), _path(value.get("spare_log")))
+
+
+def wait_for_key(client: ConfClient, key: str, wait_s: float, stop: threading.Event | None = None,
+                 parent: int | None = None):
+    """The key's entry once it exists (a process started ahead waits so for its work); None after
+    wait_s, a stop, or once `parent` is no longer our parent (the supervisor that started us died)."""
+    with client.watch(key) as watch:
+        entry = client.get_or_none(key)
+        deadline = time.monotonic() + wait_s
+        while entry is None and time.monotonic() < deadline and not (stop is not None and stop.is_set()):
+            if parent is not None and os.getppid() != parent:
+                log.info("%s: the supervisor that started us is gone", key)
+                return None
+            event = watch.next(KEY_POLL_S)
+            if event is not None and event.entry is not None:
+                entry = event.entry
+    return entry
 
 
 def _path(value) -> Path | None:

@@ -52,6 +52,14 @@ class Deadline:
         assert time.monotonic() < self.end, f"gave up after {TIMEOUT_S} s waiting for {self.what}"
 
 
+def wait_connected(publication: ExclusivePublication) -> None:
+    """Until the publication has seen a subscriber (it looks for them every few milliseconds)."""
+    deadline = Deadline("the publication to see the subscriber")
+    while not publication.is_connected:
+        time.sleep(0.001)
+        deadline.check()
+
+
 class Checker:
     """A fragment handler that checks messages arrive in sequence, whole: nothing lost or duplicated."""
 
@@ -381,10 +389,7 @@ def test_offer_without_a_subscriber_is_not_connected_until_one_joins(tmp_path):
     assert not publication.is_connected and publication.position == 0
 
     image = Image(log, counters)
-    deadline = Deadline("the publication to see the subscriber")
-    while not publication.is_connected:  # it looks for subscribers every few milliseconds
-        time.sleep(0.001)
-        deadline.check()
+    wait_connected(publication)
     assert publication.offer(b"somebody") == 64
     received = []
     image.poll(lambda buf, offset, length, header: received.append(bytes(buf[offset:offset + length])), 10)
@@ -415,10 +420,7 @@ def test_no_message_is_written_after_the_last_subscriber_left(tmp_path):
     log, counters = make_log(tmp_path)
     publication = ExclusivePublication(log, counters)
     leaver = Image(log, counters, name="leaver")
-    deadline = Deadline("the publication to see the subscriber")
-    while not publication.is_connected:
-        time.sleep(0.001)
-        deadline.check()
+    wait_connected(publication)
     assert publication.offer(b"read") > 0
     leaver.close()
     time.sleep(0.01)  # past the limit's refresh interval, far inside the window
@@ -436,10 +438,7 @@ def test_a_left_subscribers_counter_reused_by_another_counter_of_the_same_log_is
     log, counters = make_log(tmp_path)
     publication = ExclusivePublication(log, counters)
     leaver = Image(log, counters, name="leaver")
-    deadline = Deadline("the publication to see the subscriber")
-    while not publication.is_connected:
-        time.sleep(0.001)
-        deadline.check()
+    wait_connected(publication)
     position_slot = leaver._sub_pos.id
     leaver.close()
     reused = counters.allocate(ctr.UNBLOCKED_FRAMES_TYPE_ID, "unblocked: next reader",
