@@ -1,13 +1,15 @@
 """A spare worker: a worker process started before anyone needs it, told later which function to be.
 
-    python -m workers.worker --site SITE --spare ID [--wait-for-key S]
+    python -m workers.worker --site SITE --spare ID [--parent PID] [--wait-for-key S]
 
 A worker's start-up is mostly Python importing pyarrow, numpy and the program model (about 0.6 s
 on these machines; a heavy worker adds about 0.9 s of pyspark's Connect client). A lazy worker
 starts when a replay needs it, so that start-up was the first thing every replay of a lazy function
 waited for. The supervisor keeps one spare started while nothing else runs; when it needs a worker
-it writes the spare's key (`sites/<site>/spares/<id>` = {"function", "log"}) and the spare goes on
-as `--function` would have, with its output moved to that function's log.
+it writes the spare's key (`sites/<site>/spares/<id>` = {"function", "log", "spare_log"}) and the
+spare goes on as `--function` would have, with its output moved to that function's log. A spare
+(like a warm replayer, which waits the same way) exits once the supervisor that started it, its
+`--parent`, is gone: the next supervisor starts its own.
 """
 
 from __future__ import annotations

@@ -542,14 +542,13 @@ class Worker:
     # -- heavy (Spark) functions: committed rows are gathered, then run as one job --------------
 
     def _gather(self, state: ChannelState, batches: list[tuple[Input, pa.RecordBatch]]) -> None:
-        late_before = state.windows.late if state.windows is not None else 0
         if state.windows is None:
             self._keep(state, [(found.parent, batch) for found, batch in batches])
         else:
+            late_before = state.windows.late
             for found, table in by_input(batches):
                 for closed in state.windows.add(table, found.event_time or self.function.event_time, found.parent):
                     self._keep(state, closed.batches)
-        if state.windows is not None:
             self.stats.add("late", state.windows.late - late_before, state.channel)
         self._run_gathered(state)
 
