@@ -20,7 +20,9 @@ BYTES_PER_MB = 1024 * 1024
 def add_parser(sub) -> None:
     parser = sub.add_parser("ps", help="list the workers: used, running, counts, CPU, memory",
                             description="List the workers of a site. Without --all, only those used or running.")
-    parser.add_argument("--all", action="store_true", help="also unused workers that are not running, and the spare processes the supervisor keeps started")
+    parser.add_argument("--all", action="store_true",
+                        help="also unused workers that are not running, and the processes the supervisor keeps "
+                             "started ahead")
     parser.add_argument("--json", action="store_true", help="one JSON object per worker")
     conf.add_arguments(parser, IDENTITY, site=True)
     parser.set_defaults(run=run)
