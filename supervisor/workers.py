@@ -181,14 +181,18 @@ class WorkerSupervision:
     def _start(self, state: WorkerState, now: float) -> None:
         name = state.name
         log_path = paths.logs_dir() / "workers" / f"{name}.log"
-        spare, self._spare = self._spare, None
+        spare = self._spare
         if spare is not None and not spare[1].poll():
-            state.spare_id, state.child = spare
-            state.child.name = f"worker {name}"
-            self.client.set(keyspace.spare_key(self.site, state.spare_id),
-                            {"function": name, "log": str(log_path), "spare_log": str(self._spare_log(state.spare_id))})
-            log.info("worker %s: spare %d (pid %d), log %s", name, state.spare_id, state.child.pid, log_path)
+            spare_id, child = spare
+            # The key first: if the confserver fails us here, the spare stays a spare for the next try.
+            self.client.set(keyspace.spare_key(self.site, spare_id),
+                            {"function": name, "log": str(log_path), "spare_log": str(self._spare_log(spare_id))})
+            self._spare = None
+            state.spare_id, state.child = spare_id, child
+            child.name = f"worker {name}"
+            log.info("worker %s: spare %d (pid %d), log %s", name, spare_id, child.pid, log_path)
         else:
+            self._spare = None  # gone (it waited its time out, or died)
             argv = [*self.command, "--site", self.site, "--function", name]
             state.spare_id, state.child = None, spawn(f"worker {name}", argv, self.env, log_path)
         state.signature, state.started_at = state.wanted_signature, now
