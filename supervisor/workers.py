@@ -144,7 +144,7 @@ class WorkerSupervision:
         if self._spare is not None:
             if not self._spare[1].poll():
                 return 0
-            self._spare = None  # it waited its time out (or died): another one
+            self._spare_ended(*self._spare)  # it waited its time out (or died): another one
         if self.busy() or any(s.child is not None and now - s.started_at < defaults.SPARE_QUIET_S
                               for s in self.workers.values()):
             return 0
@@ -157,6 +157,16 @@ class WorkerSupervision:
     @staticmethod
     def _spare_log(spare_id: int):
         return paths.logs_dir() / "workers" / f"spare-{spare_id}.log"
+
+    def _spare_ended(self, spare_id: int, child: Child) -> None:
+        """A spare that was never given a function ended: its log says only that it waited, unless
+        it failed (kept, for its error)."""
+        self._spare = None
+        if child.returncode == 0 or child.stopping:
+            self._spare_log(spare_id).unlink(missing_ok=True)
+        else:
+            log.warning("spare worker %d (pid %d) ended (%s): see %s", spare_id, child.pid, child.describe_exit(),
+                        self._spare_log(spare_id))
 
     def _step(self, state: WorkerState, now: float) -> int:
         child = state.child
@@ -192,7 +202,8 @@ class WorkerSupervision:
             child.name = f"worker {name}"
             log.info("worker %s: spare %d (pid %d), log %s", name, spare_id, child.pid, log_path)
         else:
-            self._spare = None  # gone (it waited its time out, or died)
+            if spare is not None:
+                self._spare_ended(*spare)
             argv = [*self.command, "--site", self.site, "--function", name]
             state.spare_id, state.child = None, spawn(f"worker {name}", argv, self.env, log_path)
         state.signature, state.started_at = state.wanted_signature, now
@@ -301,7 +312,7 @@ class WorkerSupervision:
         for state in self.workers.values():
             if state.child is not None:
                 state.child.stop(min(self.stop_grace_s, timeout_s))
-        spare = self._spare[1] if self._spare is not None else None
+        spare_id, spare = self._spare if self._spare is not None else (None, None)
         self._spare = None
         if spare is not None:
             spare.stop(min(self.stop_grace_s, timeout_s))
@@ -323,4 +334,6 @@ class WorkerSupervision:
                 else:
                     child.enforce_stop(now)
             time.sleep(defaults.POLL_INTERVAL_S)
+        if spare is not None and spare.poll():
+            self._spare_ended(spare_id, spare)
 

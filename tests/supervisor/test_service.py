@@ -28,6 +28,7 @@ def test_the_service_writes_its_stats_and_exits_cleanly_on_sigterm(fresh_confser
         process.send_signal(signal.SIGTERM)
         assert process.wait(15) == 0
         assert not any(pid_alive(pid) for pid in ahead)  # they go with the supervisor
+        assert not list((ramen_dir / "logs" / "workers").glob("spare-*.log"))  # and the spare's log, unused
     finally:
         if process.poll() is None:
             process.kill()

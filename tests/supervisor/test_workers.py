@@ -142,6 +142,7 @@ def test_a_spare_worker_started_ahead_becomes_the_next_worker_and_another_takes_
     supervisor.stop_thread()
     supervisor.close(timeout_s=5)
     assert not pid_alive(next_pid)  # the waiting spare goes with the supervisor
+    assert not (ramen_dir / "logs" / "workers" / f"spare-{next_id}.log").exists()  # it only said it waited
 
 
 def test_a_restarted_supervisor_adopts_a_worker_that_started_as_a_spare(admin, start_supervisor, ramen_dir):
