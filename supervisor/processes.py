@@ -44,6 +44,8 @@ class Child:
     ended: bool = False
     ended_us: int | None = None
     returncode: int | None = None
+    log_path: Path | None = None
+    """Where its output goes (None for an adopted process)."""
 
     @property
     def stopping(self) -> bool:
@@ -83,6 +85,23 @@ class Child:
         self.killed = True
         self._signal(signal.SIGKILL)
         return True
+
+    def follow_stop(self, now: float, deadline: float) -> None:
+        """For a stopping child: SIGKILL past its grace, or at once past `deadline` (a shutdown's bound)."""
+        if now > deadline:
+            self.kill()
+        else:
+            self.enforce_stop(now)
+
+    def drop_unused_log(self) -> None:
+        """For an ended child started ahead and never given work: its log says only that it
+        waited, so it goes; unless the child failed (the log is kept, for its error)."""
+        if self.log_path is None:
+            return
+        if self.returncode == 0 or self.stopping:
+            self.log_path.unlink(missing_ok=True)
+        else:
+            log.warning("%s (pid %d) ended (%s): see %s", self.name, self.pid, self.describe_exit(), self.log_path)
 
     def kill(self) -> None:
         if not self.poll():
@@ -140,7 +159,7 @@ def spawn(name: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path
     with open(log_path, "ab") as out:
         popen = subprocess.Popen(list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                  start_new_session=True)
-    child = Child(name, popen.pid, now_us(), popen)
+    child = Child(name, popen.pid, now_us(), popen, log_path=log_path)
     log.info("started %s: pid %d, log %s", name, popen.pid, log_path)
     return child
 

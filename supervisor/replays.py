@@ -274,7 +274,8 @@ class ReplaySupervision:
     def do_work(self, now: float) -> int:
         work = 0
         if self._warm is not None and self._warm[1].poll():
-            self._warm = None  # it gave up waiting (or died): another one
+            self._warm[1].drop_unused_log()  # it gave up waiting (or died): another one
+            self._warm = None
         if self._warm is None and self.keep_warm and not self.requests:
             self._ensure_warm()
             work += 1
@@ -443,20 +444,20 @@ class ReplaySupervision:
             if request.launched:
                 self.set_error(channel, f"the supervisor of site {self.site} stopped during the replay")
         children = [r.child for r in self.replayers.values() if r.child is not None]
-        if self._warm is not None:
-            children.append(self._warm[1])
-            self._warm = None
+        warm = self.warm
+        self._warm = None
+        if warm is not None:
+            children.append(warm)
         for child in children:
             child.stop(min(self.stop_grace_s, timeout_s))
         deadline = time.monotonic() + timeout_s
         while not all(child.poll() for child in children):
             now = time.monotonic()
             for child in children:
-                if now > deadline:
-                    child.kill()
-                else:
-                    child.enforce_stop(now)
+                child.follow_stop(now, deadline)
             time.sleep(defaults.POLL_INTERVAL_S)
+        if warm is not None:
+            warm.drop_unused_log()
 
 
 

@@ -144,29 +144,17 @@ class WorkerSupervision:
         if self._spare is not None:
             if not self._spare[1].poll():
                 return 0
-            self._spare_ended(*self._spare)  # it waited its time out (or died): another one
+            self._spare[1].drop_unused_log()  # it waited its time out (or died): another one
+            self._spare = None
         if self.busy() or any(s.child is not None and now - s.started_at < defaults.SPARE_QUIET_S
                               for s in self.workers.values()):
             return 0
         spare_id = self.client.next_sequence(defaults.SPARE_WORKER_SEQUENCE)
         argv = [*self.command, "--site", self.site, "--spare", str(spare_id), "--parent", str(os.getpid())]
-        self._spare = (spare_id, spawn(f"spare worker {spare_id}", argv, self.env, self._spare_log(spare_id)))
+        self._spare = (spare_id, spawn(f"spare worker {spare_id}", argv, self.env,
+                                       paths.logs_dir() / "workers" / f"spare-{spare_id}.log"))
         self.counters.spares += 1
         return 1
-
-    @staticmethod
-    def _spare_log(spare_id: int):
-        return paths.logs_dir() / "workers" / f"spare-{spare_id}.log"
-
-    def _spare_ended(self, spare_id: int, child: Child) -> None:
-        """A spare that was never given a function ended: its log says only that it waited, unless
-        it failed (kept, for its error)."""
-        self._spare = None
-        if child.returncode == 0 or child.stopping:
-            self._spare_log(spare_id).unlink(missing_ok=True)
-        else:
-            log.warning("spare worker %d (pid %d) ended (%s): see %s", spare_id, child.pid, child.describe_exit(),
-                        self._spare_log(spare_id))
 
     def _step(self, state: WorkerState, now: float) -> int:
         child = state.child
@@ -196,14 +184,15 @@ class WorkerSupervision:
             spare_id, child = spare
             # The key first: if the confserver fails us here, the spare stays a spare for the next try.
             self.client.set(keyspace.spare_key(self.site, spare_id),
-                            {"function": name, "log": str(log_path), "spare_log": str(self._spare_log(spare_id))})
+                            {"function": name, "log": str(log_path), "spare_log": str(child.log_path)})
             self._spare = None
             state.spare_id, state.child = spare_id, child
             child.name = f"worker {name}"
             log.info("worker %s: spare %d (pid %d), log %s", name, spare_id, child.pid, log_path)
         else:
             if spare is not None:
-                self._spare_ended(*spare)
+                spare[1].drop_unused_log()
+                self._spare = None
             argv = [*self.command, "--site", self.site, "--function", name]
             state.spare_id, state.child = None, spawn(f"worker {name}", argv, self.env, log_path)
         state.signature, state.started_at = state.wanted_signature, now
@@ -312,7 +301,7 @@ class WorkerSupervision:
         for state in self.workers.values():
             if state.child is not None:
                 state.child.stop(min(self.stop_grace_s, timeout_s))
-        spare_id, spare = self._spare if self._spare is not None else (None, None)
+        spare = self.spare
         self._spare = None
         if spare is not None:
             spare.stop(min(self.stop_grace_s, timeout_s))
@@ -320,7 +309,7 @@ class WorkerSupervision:
         while any(s.child is not None for s in self.workers.values()) or (spare is not None and not spare.poll()):
             now = time.monotonic()
             if spare is not None and not spare.poll():
-                spare.kill() if now > deadline else spare.enforce_stop(now)
+                spare.follow_stop(now, deadline)
             for state in self.workers.values():
                 child = state.child
                 if child is None:
@@ -329,11 +318,9 @@ class WorkerSupervision:
                     state.child = None
                     self.client.discard(keyspace.function_key(self.site, state.name, "instance"))
                     self._record_run(state.name, state.signature, child, run_record(child), None)
-                elif now > deadline:
-                    child.kill()
                 else:
-                    child.enforce_stop(now)
+                    child.follow_stop(now, deadline)
             time.sleep(defaults.POLL_INTERVAL_S)
         if spare is not None and spare.poll():
-            self._spare_ended(spare_id, spare)
+            spare.drop_unused_log()
 

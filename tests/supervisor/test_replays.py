@@ -185,6 +185,11 @@ def test_with_spares_a_warm_replayer_waits_before_any_replay_and_another_follows
     wait_for(lambda: not pid_alive(warm.pid), what="the replayer stopped at teardown")
     follower = wait_for(lambda: supervisor.replays.warm, what="the next replayer started ahead")
     assert follower.pid != warm.pid
+    wait_for(lambda: follower.log_path.exists() and "ready" in follower.log_path.read_text(), what="its handlers")
+    supervisor.stop_thread()
+    supervisor.close(timeout_s=5)
+    assert not pid_alive(follower.pid) and not follower.log_path.exists()  # unused: its log said only that it waited
+    assert warm.log_path.exists()  # the one that replayed keeps its log
 
 
 def test_identical_requests_ride_on_one_channel_and_the_target_writes_to_each(admin, start_supervisor):
