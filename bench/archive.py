@@ -40,10 +40,11 @@ from ramen.archive.recorder import Recorder  # noqa: E402
 from ramen.archive.replay import REPLAY_BUFFER_LENGTH, ReplaySession, replay_log_params  # noqa: E402
 from ramen.transport import (ADMIN_ACTION, BackoffIdleStrategy, CountersFile, ExclusivePublication, Image,  # noqa: E402
                              LogBuffer, LogBufferParams)
+from ramen.transport.defaults import DEFAULT_TERM_LENGTH, IPC_MTU_LENGTH  # noqa: E402
 
-TERM_LENGTH = 16 * 1024 * 1024
+TERM_LENGTH = DEFAULT_TERM_LENGTH
 SEGMENT_LENGTH = 128 * 1024 * 1024
-MTU = 1408
+MTU = IPC_MTU_LENGTH  # what ramen's own logs use, so what its recordings hold
 GOAL_REPLAY_GBPS = 1.0
 GOAL_RAW_FRACTION = 0.5
 
@@ -141,12 +142,12 @@ READERS = {"block": _block_reader, "fragment": _fragment_reader}
 
 
 def measure(size: int, total_bytes: int, workdir: Path, logdir: Path, *, reader_kind: str = "block",
-            replay_buffer: int = REPLAY_BUFFER_LENGTH) -> dict:
+            replay_buffer: int = REPLAY_BUFFER_LENGTH, term_length: int = TERM_LENGTH, mtu: int = MTU) -> dict:
     count = max(1, total_bytes // size)
     ctx = multiprocessing.get_context("spawn")
     counters = CountersFile.open(logdir / "counters.dat")
     live = LogBuffer.create(logdir / f"live-{size}.logbuffer",
-                            LogBufferParams(term_length=TERM_LENGTH, mtu_length=MTU, session_id=1, stream_id=1))
+                            LogBufferParams(term_length=term_length, mtu_length=mtu, session_id=1, stream_id=1))
     catalog = Catalog.open_or_create(workdir / "archive")
     recorder = Recorder(catalog, live, counters, segment_length=SEGMENT_LENGTH, index_event_time=False)
     writer = ctx.Process(target=_writer, args=(str(live.path), str(counters.path), size, count))
@@ -266,6 +267,10 @@ def main() -> int:
                         help="how the subscriber reads: whole blocks (default) or a handler per fragment")
     parser.add_argument("--replay-buffer", type=int, default=REPLAY_BUFFER_LENGTH, metavar="BYTES",
                         help=f"bytes a replay reads per duty cycle (default {REPLAY_BUFFER_LENGTH}, as Aeron)")
+    parser.add_argument("--term-length", type=int, default=TERM_LENGTH, metavar="BYTES",
+                        help=f"term length of the recorded log and so of the replay log (default {TERM_LENGTH})")
+    parser.add_argument("--mtu", type=int, default=MTU, metavar="BYTES",
+                        help=f"MTU of the recorded log (default {MTU}, ramen's; Aeron's UDP default is 1408)")
     args = parser.parse_args()
     total = (128 if args.quick else args.megabytes) * 1_000_000
     workdir = Path(tempfile.mkdtemp(prefix="ramen-bench-archive-"))
@@ -274,9 +279,10 @@ def main() -> int:
     logdir = Path(tempfile.mkdtemp(prefix="ramen-bench-logs-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
     progress(f"archive bench: {os.cpu_count()} CPUs, {total / 1e6:,.0f} MB per size, segments under {workdir} "
              f"(written to disk, read back from the page cache), log buffers under {logdir}, "
-             f"replay buffer {args.replay_buffer} B, {args.reader} reader")
+             f"replay buffer {args.replay_buffer} B, {args.reader} reader, term {args.term_length} B, MTU {args.mtu} B")
     try:
-        rows = [measure(size, total, workdir, logdir, reader_kind=args.reader, replay_buffer=args.replay_buffer)
+        rows = [measure(size, total, workdir, logdir, reader_kind=args.reader, replay_buffer=args.replay_buffer,
+                        term_length=args.term_length, mtu=args.mtu)
                 for size in (64 * 1024, 1024)]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -42,9 +42,11 @@ log = logging.getLogger(__name__)
 REPLAY_BUFFER_LENGTH = 1024 * 1024
 """Bytes read per duty cycle, as Aeron's default replay buffer."""
 
-WALK_MAX_FRAMES = 16
-"""Frames a block may hold and still be walked one by one in Python (about 1 µs a frame) rather
-than scanned with numpy (a fixed cost of tens of µs, plus about 2 ns per 32-byte slot)."""
+SCAN_FIXED_STEPS = 30
+"""The numpy scan's fixed cost per block (about 30 µs), in steps of the Python walk (about 1 µs a frame)."""
+
+SCAN_SLOTS_PER_STEP = 400
+"""32-byte slots the scan covers in the time of one walk step (about 2.5 ns a slot)."""
 
 _FRAME_START = struct.Struct("<iBBH")  # length, version, flags, type: what the walk reads of a header
 _INT32 = struct.Struct("<i")
@@ -273,11 +275,13 @@ class ReplaySession:
         message is larger than the buffer), the offsets of the frames in it, and the end of the
         last complete frame read.
 
-        A block of few frames (large frames, or the short reads of a tailing replay) is walked
-        frame by frame, at most WALK_MAX_FRAMES Python steps; a block of many frames is scanned
-        with numpy, whose cost is per 32-byte slot, not per frame. Both give the same answer."""
-        if length < WALK_MAX_FRAMES * frame.align(max(self._first_length, frame.HEADER_LENGTH)):
-            found = self._whole_messages_walk(length, at_stop, WALK_MAX_FRAMES)
+        A block of few frames (large frames, as ramen's 64 KiB-MTU logs have, or the short reads
+        of a tailing replay) is walked frame by frame, for at most as many Python steps as the
+        scan would cost (walk_budget); a block of many frames is scanned with numpy, whose cost is
+        per 32-byte slot, not per frame. Both give the same answer."""
+        budget = walk_budget(length)
+        if length < budget * frame.align(max(self._first_length, frame.HEADER_LENGTH)):
+            found = self._whole_messages_walk(length, at_stop, budget)
             if found is not None:
                 return found
         return self._whole_messages_scan(length, at_stop)
@@ -415,6 +419,12 @@ class ReplaySession:
         self.state = FAILED
         self.error = message
         log.error("replay failed: %s", message)
+
+
+def walk_budget(length: int) -> int:
+    """Walk steps that cost what the numpy scan of a `length`-byte block costs: a 1 MiB block may be
+    walked if it holds fewer than about 110 frames, a 64 KiB one fewer than about 35."""
+    return SCAN_FIXED_STEPS + (length >> 5) // SCAN_SLOTS_PER_STEP
 
 
 def positions_for_times(archive_dir: str | os.PathLike, descriptor: RecordingDescriptor, since_us: int,

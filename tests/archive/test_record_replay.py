@@ -15,6 +15,7 @@ from ramen.archive.time_index import TimeIndex, index_path
 from ramen.transport import (ADMIN_ACTION, CountersFile, ExclusivePublication, FragmentAssembler, Image, LogBuffer,
                              LogBufferParams)
 from ramen.transport import counters as ctr
+from ramen.transport.defaults import DEFAULT_MTU_LENGTH, IPC_MTU_LENGTH
 
 TERM = 64 * 1024
 SEGMENT = 256 * 1024
@@ -31,13 +32,16 @@ def ramen_message(i: int, rng: random.Random) -> bytes:
 class Rig:
     """A live publication, its recorder, and helpers to pump them in one thread."""
 
-    def __init__(self, tmp_path, *, checksum=None, index=True):
+    def __init__(self, tmp_path, *, checksum=None, index=True, term_length=TERM, mtu_length=DEFAULT_MTU_LENGTH,
+                 segment_length=SEGMENT):
         self.tmp = tmp_path
         self.counters = CountersFile.open(tmp_path / "counters.dat")
         self.catalog = Catalog.create(tmp_path / "archive", checksum=checksum)
-        self.log = LogBuffer.create(tmp_path / "live.logbuffer", LogBufferParams(term_length=TERM, session_id=3,
-                                                                                  stream_id=9, initial_term_id=-7))
-        self.recorder = Recorder(self.catalog, LogBuffer.open(self.log.path), self.counters, segment_length=SEGMENT,
+        self.log = LogBuffer.create(tmp_path / "live.logbuffer",
+                                    LogBufferParams(term_length=term_length, mtu_length=mtu_length, session_id=3,
+                                                    stream_id=9, initial_term_id=-7))
+        self.recorder = Recorder(self.catalog, LogBuffer.open(self.log.path), self.counters,
+                                 segment_length=segment_length,
                                  checksum=checksum, channel="aeron:ipc", source_identity="test",
                                  index_event_time=index)
         self.publication = ExclusivePublication(self.log, self.counters)
@@ -270,7 +274,8 @@ MESSAGE_SIZES = {"small": 100, "large": 8000}  # large: 6 fragments of the defau
 def frame_path(request, monkeypatch):
     """Force every block through one of the replay's two frame finders, and count their calls."""
     from ramen.archive import replay as replay_module
-    monkeypatch.setattr(replay_module, "WALK_MAX_FRAMES", 10**9 if request.param == "walk" else 0)
+    budget = 10**9 if request.param == "walk" else 0
+    monkeypatch.setattr(replay_module, "walk_budget", lambda length: budget)
     calls = {"walk": 0, "scan": 0}
     for name, key in (("_whole_messages_walk", "walk"), ("_whole_messages_scan", "scan")):
         original = getattr(ReplaySession, name)
@@ -364,11 +369,12 @@ def test_the_walk_hands_a_block_of_many_frames_to_the_scan_after_a_bounded_numbe
     # A first frame as long as the MTU makes the block look walkable; the many small ones after it are not.
     rig.publish([b"x" * 1300] + [b"y" * 10] * 400)
     rig.stop()
-    session, got = replay(rig, buffer_length=16 * 1024)  # less than WALK_MAX_FRAMES frames of 1344 bytes
+    session, got = replay(rig, buffer_length=16 * 1024)  # fewer frames of 1344 bytes than the walk's budget
     assert session.state == DONE and got == rig.sent
     bounded = [result for (args, result) in walks if len(args) == 3]
-    assert None in bounded  # the walk gave up after WALK_MAX_FRAMES frames ...
-    assert all(result is None or len(result[1]) <= replay_module.WALK_MAX_FRAMES for result in bounded)
+    assert None in bounded  # the walk gave up after its budget of frames ...
+    budget = replay_module.walk_budget(16 * 1024)
+    assert all(result is None or len(result[1]) <= budget for result in bounded)
 
 
 def test_blocks_of_few_frames_are_walked_and_blocks_of_many_are_scanned(tmp_path, monkeypatch):
@@ -390,3 +396,12 @@ def test_blocks_of_few_frames_are_walked_and_blocks_of_many_are_scanned(tmp_path
     session, got = replay(rig)  # all 40 frames in one read
     assert session.state == DONE and got == rig.sent
     assert calls["scan"] > 0 and calls["walk"] == 0
+    # Frames of ramen's 64 KiB MTU: a 1 MiB read holds about 32 of them, fewer steps than the scan costs.
+    calls.update(walk=0, scan=0)
+    (tmp_path / "ipc").mkdir()
+    rig = Rig(tmp_path / "ipc", term_length=4 * 1024 * 1024, mtu_length=IPC_MTU_LENGTH, segment_length=8 * 1024 * 1024)
+    rig.publish([bytes([i]) * 65536 for i in range(48)])
+    rig.stop()
+    session, got = replay(rig, fragments_per_cycle=1000)
+    assert session.state == DONE and got == rig.sent
+    assert calls["walk"] > 0 and calls["scan"] == 0
