@@ -33,7 +33,7 @@ def add_parser(sub) -> None:
     parser.add_argument("fields", nargs="*", metavar="FIELD", help="fields to print (default: all)")
     parser.add_argument("--since", required=True, help="start, included: -2h, -10min, now, epoch seconds, ISO-8601")
     parser.add_argument("--until", default=None,
-                        help="end, excluded (default: now, or as far as the archives reach if they stop short of now)")
+                        help="end, excluded (default: now; a range that ends now or later ends as far as the archives reach)")
     parser.add_argument("--where", action="append", default=[], metavar="'FIELD OP VALUE'",
                         help="keep only rows where this holds (OP: = != < <= > >=); repeatable")
     parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default table)")
@@ -61,8 +61,8 @@ def run(args) -> int:
         fields = _check_fields(args.fields, schema) if schema is not None else []
         filters = [_parse_where(w, schema) for w in args.where] if schema is not None else []
         try:
-            replay = _plan(client, programs, args, since_us, until_us,
-                           timeout_s=args.timeout or DEFAULT_REPLAY_TIMEOUT_S)
+            replay = _plan(client, programs, args.target, since_us, until_us, to_newest=until_us >= now_us,
+                           site=args.site, timeout_s=args.timeout or DEFAULT_REPLAY_TIMEOUT_S, no_merge=args.no_merge)
         except ReplayPlanError as e:
             raise UserError(str(e)) from None
         progress = _Progress() if sys.stderr.isatty() else None
@@ -86,12 +86,11 @@ def run(args) -> int:
     return 0
 
 
-def _plan(client, programs, args, since_us: int, until_us: int, timeout_s: float):
-    """The replay; without --until, "now" means as far as the archives reach."""
+def _plan(client, programs, target: str, since_us: int, until_us: int, *, to_newest: bool, **options):
+    """The replay. A range that ends now (no --until, `--until now`, or a time to come) ends as far
+    as the archives reach: the newest tuples are still on their way to the disk."""
     from ramen.replay_client import Replay, replay_to_newest
-    make = Replay if args.until is not None else replay_to_newest
-    return make(client, programs, args.target, since_us, until_us, site=args.site, timeout_s=timeout_s,
-                no_merge=args.no_merge)
+    return (replay_to_newest if to_newest else Replay)(client, programs, target, since_us, until_us, **options)
 
 
 def _schema_of(programs, target: str) -> pa.Schema | None:

@@ -281,8 +281,9 @@ def test_live_output_is_unchanged_by_the_replays(stack):
     assert traffic.num_rows == 3 * 60 * RATE == pc.count_distinct(ts).as_py()
 
 
-def test_replay_without_until_goes_as_far_as_the_archive(stack):
-    result = stack.ramen("replay", "--since", "-3min", "--format", "jsonl", "e2e/traffic", "ts")
+@pytest.mark.parametrize("until", [[], ["--until", "now"], ["--until", "+1h"]], ids=["none", "now", "later"])
+def test_a_range_that_ends_now_or_later_goes_as_far_as_the_archive(stack, until):
+    result = stack.ramen("replay", "--since", "-3min", *until, "--format", "jsonl", "e2e/traffic", "ts")
     assert result.returncode == 0, result.stderr
     rows = result.stdout.splitlines()
     assert len(rows) > 2 * 60 * RATE  # most of three minutes, up to the last archived tuple
