@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import errno
 import ipaddress
 import logging
 import os
@@ -488,6 +489,11 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(serve(args))
     except ConfError as e:
         print(f"ramen: confserver: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # the address is taken or cannot be had: a user's matter, one line
+        reason = os.strerror(e.errno) if e.errno else str(e)
+        hint = " (is another ramen running?)" if e.errno == errno.EADDRINUSE else ""
+        print(f"ramen: confserver: cannot listen on {args.listen}: {reason}{hint}", file=sys.stderr)
         return 1
     return 0
 

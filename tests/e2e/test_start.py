@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+
+import pytest
 
 STARTUP_S = 60.0
 
@@ -30,3 +33,24 @@ def test_start_stops_everything_on_sigint_even_when_started_with_sigint_ignored(
     assert process.stderr.read().strip().endswith("ramen: stopped")
     assert not (tmp_path / "run" / "ramen.pid").exists()
     assert all(not os.path.exists(f"/proc/{pid}") for pid in pids if pid != process.pid)
+
+
+@pytest.mark.parametrize("daemon", [[], ["--daemon"]], ids=["foreground", "daemon"])
+def test_start_with_the_confserver_port_taken_says_so_in_one_line(tmp_path, daemon):
+    from confserver.url import DEFAULT_HOST, DEFAULT_PORT
+    env = dict(os.environ, RAMEN_DIR=str(tmp_path))
+    env.pop("RAMEN_CONFSERVER", None)
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind((DEFAULT_HOST, DEFAULT_PORT))
+    holder.listen()
+    try:
+        result = subprocess.run([sys.executable, "-m", "ramen.cli.main", "start", *daemon, "--dir", str(tmp_path)],
+                                env=env, capture_output=True, text=True, timeout=STARTUP_S)
+    finally:
+        holder.close()
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"cannot listen on {DEFAULT_HOST}:{DEFAULT_PORT}" in lines[0] and "in use" in lines[0], lines[0]
+    assert not (tmp_path / "run" / "ramen.pid").exists()
