@@ -10,7 +10,8 @@ aggregate `per_minute` on top), waits for the archive to cover the hour, then me
   run starts the lazy worker anew as a first replay would;
 - the anchor: the same aggregate computed by pyarrow over the source's tuples in memory (median of
   --runs);
-- 20 concurrent identical replays of the aggregate against one: time and archive bytes read.
+- 20 concurrent identical replays of the aggregate against one, each from a stopped worker as
+  above: time and archive bytes read.
 
 Run: `.venv/bin/python bench/replay.py [--runs N] [--json]` (about a minute on this machine).
 Goals printed beside the figures: lazy light replay within 3x the anchor; 20 merged replays cost at
@@ -110,13 +111,19 @@ def wait_worker_stopped(client, function: str) -> None:
     progress(f"{function} still runs {WORKER_STOP_WAIT_S:g} s after its replay")
 
 
+def settle(client) -> None:
+    """Untimed: the lazy worker stopped and the supervisor's spare worker started, as a replay finds
+    them when replays are seconds apart; every timed lazy replay starts from there."""
+    wait_worker_stopped(client, AGGREGATE)
+    time.sleep(SPARE_SETTLE_S)
+
+
 def lazy_replays(client, programs, since: int, until: int, runs: int, no_merge: bool = False) -> dict:
     """`runs` replays of the lazy aggregate, one after the other, each from a stopped worker; the
     median run, with every run's time."""
     results = []
     for _ in range(runs):
-        wait_worker_stopped(client, AGGREGATE)
-        time.sleep(SPARE_SETTLE_S)
+        settle(client)
         result = run_replays(client, programs, AGGREGATE, since, until, 1, no_merge=no_merge)
         result.pop("table")
         results.append(result)
@@ -184,9 +191,11 @@ def measure(base: Path, runs: int) -> dict:
         anchor_s = statistics.median(anchors)
         before = replayer_bytes_read(paths.counters_path())
         progress("one replay of the aggregate, then 20 at once")
+        settle(client)
         one = run_replays(client, programs, AGGREGATE, since, until, 1)
         one.pop("table")
         after_one = replayer_bytes_read(paths.counters_path())
+        settle(client)
         many = run_replays(client, programs, AGGREGATE, since, until, CONCURRENT)
         many.pop("table")
         after_many = replayer_bytes_read(paths.counters_path())

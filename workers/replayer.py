@@ -60,7 +60,7 @@ from ramen.transport.logbuffer import LogBuffer, LogBufferError, LogBufferParams
 from ramen.transport.publication import ExclusivePublication
 from ramen.transport.status import ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED
 from ramen.tuples import encode_tuples, end_of_replay
-from workers.spare import wait_for_key
+from workers.spare import wait_for_key, warm_up_arrow
 
 log = logging.getLogger(__name__)
 
@@ -328,6 +328,8 @@ class Replayer:
         self.bytes_counter = bytes_counter
         self.source = spec.id & SOURCE_MASK
         self.stats = ReplayerStats(channels={c.channel: 0 for c in spec.channels})
+        # What to offer, in order: encoded messages, or (recorded message, channel) pairs that point
+        # into the reader's buffer. It is emptied before the next read, which keeps them valid.
         self._outbox: collections.deque = collections.deque()
         self._ended = False
         self.done = False
@@ -370,7 +372,11 @@ class Replayer:
         self.stats.bytes_read = total
 
     def _offer(self) -> int:
-        result = self.publication.offer(self._outbox[0])
+        message = self._outbox[0]
+        if type(message) is tuple:  # a recorded message going out whole: tagged in place, just now
+            message, channel = message
+            _SOURCE_FIELDS.pack_into(message, _CHANNEL_OFFSET, channel, self.source)
+        result = self.publication.offer(message)
         if result >= 0:
             self._outbox.popleft()
             self._not_connected_since = None
@@ -400,9 +406,10 @@ class Replayer:
             if high < c.since_us or low >= c.until_us:
                 continue
             if c.since_us <= low and high < c.until_us:
-                out = bytearray(message)  # the batch as it is: only the channel and source change
-                _SOURCE_FIELDS.pack_into(out, _CHANNEL_OFFSET, c.channel, self.source)
-                rows = self._row_count(out, batch)
+                # The batch as it is: only the channel and source change, written into the read
+                # buffer right before the offer (each channel in turn), so nothing is copied.
+                out = (message, c.channel)
+                rows = self._row_count(message, batch)
             else:
                 if batch is None:
                     batch = self._decode(message)
@@ -444,6 +451,7 @@ def load_spec(client, site: str, replayer_id: int, wait_s: float = 0.0,
     (the supervisor that started it) is no longer its parent."""
     key = keyspace.replayer_key(site, replayer_id)
     if wait_s > 0:
+        warm_up_arrow()
         entry = wait_for_key(client, key, wait_s, stop, parent)
         if entry is None:
             return None

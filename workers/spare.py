@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
+
 from confserver import ConfClient
 from ramen import keyspace
 from ramen.spark.defaults import SPARK_REMOTE_ENV
@@ -88,8 +90,21 @@ def move_output(assignment: Assignment) -> None:
         assignment.spare_log_path.unlink(missing_ok=True)
 
 
+def warm_up_arrow() -> None:
+    """Pay pyarrow's own lazy start-up now, while idle. The first array pyarrow builds from Python
+    values (as its casts and comparisons with a Python scalar do) makes it import pandas when
+    pandas is installed (pyspark brings it): about 0.45 s on these machines. In a spare worker or
+    a warm replayer that import used to land on a replay's first batch, once in each process the
+    batch crossed."""
+    started = time.monotonic()
+    pa.array([0])
+    log.info("pyarrow warmed up in %.2f s", time.monotonic() - started)
+
+
 def prewarm(client: ConfClient) -> None:
-    """Import what a heavy worker needs if this deployment has Spark: paid now, while idle."""
+    """Import what a worker needs before it knows its function: pyarrow's lazy parts always, and
+    pyspark's Connect client if this deployment has Spark. Paid now, while idle."""
+    warm_up_arrow()
     if client.get_or_none(keyspace.SPARK_SERVER) is None and not os.environ.get(SPARK_REMOTE_ENV):
         return
     started = time.monotonic()

@@ -7,9 +7,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pyarrow as pa
 import pytest
 
 from ramen import keyspace, paths
+from ramen.tuples import encode_tuples
 from tests.supervisor.conftest import pid_alive
 from tests.waiting import wait_for
 from tests.workers.test_worker import ROOT, TRAFFIC, WAIT_S, Rig
@@ -72,3 +74,36 @@ def test_a_process_started_ahead_whose_supervisor_died_exits(rig, command):
     child_pid = int(parent.stdout.readline())
     parent.wait(timeout=WAIT_S)  # the parent exits at once: the child is orphaned while it starts or waits
     wait_for(lambda: not pid_alive(child_pid), "the orphan to exit", timeout_s=WAIT_S)
+
+
+FIRST_BATCH = """
+import sys
+import pyarrow as pa
+from ramen.tuples import decode_tuples
+from workers.spare import warm_up_arrow
+from workers.windows import WindowState
+if sys.argv[1] == "warm":
+    warm_up_arrow()
+sent = sys.stdin.buffer.read()
+schema = pa.schema([("ts", pa.timestamp("us")), ("bytes", pa.int64())])
+before = set(sys.modules)
+batch = decode_tuples(sent, schema)
+WindowState(every_us=60_000_000, lateness_us=0).add(pa.Table.from_batches([batch]), "ts")
+print(" ".join(sorted(set(sys.modules) - before)))
+"""
+
+
+@pytest.mark.parametrize("start", ["warm", "cold"])
+def test_after_the_warm_up_a_first_batch_imports_nothing(start):
+    """The warm-up pays pyarrow's lazy imports (pandas, when installed) before any replay: a spare
+    worker's or a warm replayer's first batch then imports nothing. Cold, that batch pays them."""
+    schema = pa.schema([("ts", pa.timestamp("us")), ("bytes", pa.int64())])
+    sent = encode_tuples(pa.RecordBatch.from_pydict({"ts": [1, 70_000_000], "bytes": [3, 4]}, schema), "ts")
+    result = subprocess.run([sys.executable, "-c", FIRST_BATCH, start], cwd=ROOT, input=bytes(sent),
+                            capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr.decode()
+    imported = result.stdout.decode().split()
+    if start == "warm":
+        assert imported == []
+    else:
+        assert "pandas" in imported  # what the warm-up is for (pandas comes with pyspark)
