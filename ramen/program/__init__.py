@@ -18,7 +18,6 @@ from ramen.program.errors import ProgramError
 from ramen.program.model import (ENGINE_PYTHON, ENGINE_SPARK, KIND_SOURCE, Function, Program, Source, Window,
                                  qualified, split_qualified)
 from ramen.program.parse import parse
-from ramen.program.validate import validate
 
 __all__ = ["ENGINE_PYTHON", "ENGINE_SPARK", "KIND_SOURCE", "Function", "Program", "ProgramError", "Source", "Window",
            "format_duration", "load", "loads", "parse_duration", "qualified", "split_qualified"]
@@ -39,4 +38,7 @@ def loads(text: str, file: str = "<string>", loaded: Mapping[str, Program] | Non
           path: str | None = None) -> Program:
     """The program in `text`; `file` names it in errors, `path` (if any) is where `call` modules are
     looked up (see ramen.program.callables)."""
+    # Imported here: validation needs networkx (about 0.13 s to import), and the commands that only
+    # read stored programs (`ramen replay`, `ramen ps`) never validate.
+    from ramen.program.validate import validate
     return validate(parse(text, file), file, loaded, path)
