@@ -91,11 +91,11 @@ def move_output(assignment: Assignment) -> None:
 
 
 def warm_up_arrow() -> None:
-    """Pay pyarrow's own lazy start-up now, while idle. The first array pyarrow builds from Python
-    values (as its casts and comparisons with a Python scalar do) makes it import pandas when
-    pandas is installed (pyspark brings it): about 0.45 s on these machines. In a spare worker or
-    a warm replayer that import used to land on a replay's first batch, once in each process the
-    batch crossed."""
+    """Pay pyarrow's own lazy start-up now, while idle. The first time pyarrow converts Python or
+    numpy values (a cast, a comparison with a Python scalar, a to_numpy: what a replay's first
+    batch meets in the replayer and in the worker), it imports pandas if pandas is installed
+    (pyspark brings it): about 0.45 s on these machines. In a spare worker or a warm replayer that
+    import used to land on the replay's first batch, once in each process the batch crossed."""
     started = time.monotonic()
     pa.array([0])
     log.info("pyarrow warmed up in %.2f s", time.monotonic() - started)
