@@ -450,8 +450,8 @@ def load_spec(client, site: str, replayer_id: int, wait_s: float = 0.0,
     overlaps the merge delay) waits up to wait_s for it; None if it never comes, or once `parent`
     (the supervisor that started it) is no longer its parent."""
     key = keyspace.replayer_key(site, replayer_id)
+    warm_up_arrow()
     if wait_s > 0:
-        warm_up_arrow()
         entry = wait_for_key(client, key, wait_s, stop, parent)
         if entry is None:
             return None

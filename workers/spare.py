@@ -94,17 +94,17 @@ def warm_up_arrow() -> None:
     """Pay pyarrow's own lazy start-up now, while idle. The first time pyarrow converts Python or
     numpy values (a cast, a comparison with a Python scalar, a to_numpy: what a replay's first
     batch meets in the replayer and in the worker), it imports pandas if pandas is installed
-    (pyspark brings it): about 0.45 s on these machines. In a spare worker or a warm replayer that
-    import used to land on the replay's first batch, once in each process the batch crossed."""
+    (pyspark brings it): about 0.45 s on these machines. That import used to land on a replay's
+    first batch, once in each process the batch crossed; every worker and replayer now pays it
+    at start, which a spare worker or a warm replayer does before it is needed, and a worker
+    started for a replay does while the merge delay runs."""
     started = time.monotonic()
     pa.array([0])
     log.info("pyarrow warmed up in %.2f s", time.monotonic() - started)
 
 
 def prewarm(client: ConfClient) -> None:
-    """Import what a worker needs before it knows its function: pyarrow's lazy parts always, and
-    pyspark's Connect client if this deployment has Spark. Paid now, while idle."""
-    warm_up_arrow()
+    """Import what a heavy worker needs if this deployment has Spark: paid now, while idle."""
     if client.get_or_none(keyspace.SPARK_SERVER) is None and not os.environ.get(SPARK_REMOTE_ENV):
         return
     started = time.monotonic()

@@ -793,6 +793,8 @@ def serve(args) -> int:
     client = counters = worker = None
     try:
         client = confserver.connect(args.confserver, identity=IDENTITY)
+        # Before any input: a worker started for a replay does this while the merge delay runs.
+        spare.warm_up_arrow()
         if args.spare is not None:
             spare.prewarm(client)
             log.info("spare worker %d on site %s waiting for its function", args.spare, args.site)
