@@ -45,14 +45,27 @@ class WindowState:
     def watermark_us(self) -> int | None:
         return None if self.max_event_us is None else self.max_event_us - self.lateness_us
 
-    def add(self, batch: pa.RecordBatch | pa.Table, event_time: str, part: object = None) -> list[ClosedWindow]:
+    def add(self, batch: pa.RecordBatch | pa.Table, event_time: str, part: object = None,
+            bounds: tuple[int, int] | None = None) -> list[ClosedWindow]:
         """Take a batch's rows into their windows; returns the windows this commits, oldest first.
         Rows without an event time cannot be placed and count as late. `part` tags the rows (a
         Spark function's parents stay apart within a window). A table (many messages' batches at
-        once) costs one pass where its batches one by one would cost one each."""
+        once) costs one pass where its batches one by one would cost one each.
+
+        `bounds`, the (min, max) event time of the rows as their message headers give it, lets a
+        batch that lies inside one open window go there whole, without a look at its rows: most
+        messages do (a window holds dozens), and a worker that keeps up with its input gets them
+        one or two a poll, where the pass over the rows costs about 0.1 ms each time."""
         if batch.num_rows == 0:
             return []
         column = batch.column(event_time)
+        if bounds is not None and column.null_count == 0:
+            window = bounds[0] // self.every_us
+            if window == bounds[1] // self.every_us and (self.committed_below is None or window >= self.committed_below):
+                self._keep(window, batch, part)
+                if self.max_event_us is None or bounds[1] > self.max_event_us:
+                    self.max_event_us = bounds[1]
+                return self._commit(self.watermark_us // self.every_us)
         times = column.cast(pa.timestamp("us")).cast(pa.int64()).to_numpy(zero_copy_only=False)
         valid = None
         if column.null_count:

@@ -527,27 +527,29 @@ class Worker:
         batches = [(found, decode_tuples(message, found.schema)) for found, message in messages]
         self.stats.add("tuples in", sum(b.num_rows for _, b in batches), channel)
         if self.heavy is not None:
-            self._gather(state, batches)
+            self._gather(state, batches, messages)
             return
         if state.windows is None:
             table = pa.Table.from_batches([b for _, b in batches], schema=batches[0][1].schema)
             self._emit(state, self.runner(table))
             return
         late_before = state.windows.late
-        for found, table in by_input(batches):
-            for closed in state.windows.add(table, found.event_time or self.function.event_time):
+        for found, table, bounds in by_input(batches, messages):
+            for closed in state.windows.add(table, found.event_time or self.function.event_time, bounds=bounds):
                 self._emit(state, self.runner(closed.table, (closed.start_us, closed.end_us)))
         self.stats.add("late", state.windows.late - late_before, channel)
 
     # -- heavy (Spark) functions: committed rows are gathered, then run as one job --------------
 
-    def _gather(self, state: ChannelState, batches: list[tuple[Input, pa.RecordBatch]]) -> None:
+    def _gather(self, state: ChannelState, batches: list[tuple[Input, pa.RecordBatch]],
+                messages: list[tuple[Input, bytes]]) -> None:
         if state.windows is None:
             self._keep(state, [(found.parent, batch) for found, batch in batches])
         else:
             late_before = state.windows.late
-            for found, table in by_input(batches):
-                for closed in state.windows.add(table, found.event_time or self.function.event_time, found.parent):
+            for found, table, bounds in by_input(batches, messages):
+                for closed in state.windows.add(table, found.event_time or self.function.event_time, found.parent,
+                                                bounds=bounds):
                     self._keep(state, closed.batches)
             self.stats.add("late", state.windows.late - late_before, state.channel)
         self._run_gathered(state)
@@ -750,15 +752,23 @@ class Worker:
         self.stats.close()
 
 
-def by_input(batches: list[tuple[Input, pa.RecordBatch]]) -> list[tuple[Input, pa.Table]]:
-    """Consecutive batches of one input as one table: windows then cost a pass per poll, not per message."""
-    runs: list[tuple[Input, list[pa.RecordBatch]]] = []
-    for found, batch in batches:
+def by_input(batches: list[tuple[Input, pa.RecordBatch]], messages: list[tuple[Input, bytes]]
+             ) -> list[tuple[Input, pa.Table, tuple[int, int] | None]]:
+    """Consecutive batches of one input as one table: windows then cost a pass per poll, not per
+    message. With each table, the event-time bounds of its rows from their messages' headers
+    (None if a header has none), which let windows place a table inside one window without
+    looking at its rows."""
+    runs: list[list] = []  # [input, batches, bounds]
+    for (found, batch), (_, message) in zip(batches, messages):
+        bounds = event_time_bounds(message) if found.event_time else None
         if runs and runs[-1][0] is found:
-            runs[-1][1].append(batch)
+            run = runs[-1]
+            run[1].append(batch)
+            if run[2] is not None:
+                run[2] = None if bounds is None else (min(run[2][0], bounds[0]), max(run[2][1], bounds[1]))
         else:
-            runs.append((found, [batch]))
-    return [(found, pa.Table.from_batches(run)) for found, run in runs]
+            runs.append([found, [batch], bounds])
+    return [(found, pa.Table.from_batches(run), bounds) for found, run, bounds in runs]
 
 
 def run(worker: Worker, stop: threading.Event, idle: BackoffIdleStrategy | None = None) -> None:
