@@ -360,9 +360,11 @@ class ReplaySupervision:
             self._remove(replayer)
             return 1
         if child is not None and child.ended is False and child.poll():
-            if child.returncode not in (0, None):  # None: adopted, its status is unknown
+            # An adopted replayer's exit status is unknown (None): its stats say whether it finished.
+            if child.returncode not in (0, None) or (child.returncode is None and not self._finished(replayer)):
                 self.counters.replayer_failures += 1
-                description = f"replayer {replayer.id} of {replayer.source} died ({child.describe_exit()})"
+                how = child.describe_exit() if child.returncode is not None else "before the end of its range"
+                description = f"replayer {replayer.id} of {replayer.source} died ({how})"
                 log.error("%s", description)
                 for channel in sorted(replayer.channels):
                     if channel in self.requests:
@@ -371,6 +373,15 @@ class ReplaySupervision:
                 log.info("replayer %d of %s ended (%s)", replayer.id, replayer.source, child.describe_exit())
             return 1
         return 0
+
+    def _finished(self, replayer: Replayer) -> bool:
+        """Whether the replayer said, in its last stats, that it ended every channel."""
+        try:
+            entry = self.client.get_or_none(keyspace.replayer_key(self.site, replayer.id) + "/stats")
+        except confserver.ConfError as e:
+            log.error("replayer %d: cannot read its stats: %s", replayer.id, e)
+            return False
+        return isinstance(entry.value if entry else None, dict) and entry.value.get("done") is True
 
     def _remove(self, replayer: Replayer) -> None:
         del self.replayers[replayer.id]

@@ -309,10 +309,13 @@ class ReplayerStats:
     messages: int = 0
     rows_out: int = 0
     channels: dict[int, int] = field(default_factory=dict)
+    done: bool = False
+    """Every channel ended: what a supervisor that adopted this replayer (and so cannot read its
+    exit status) checks once the process is gone."""
 
     def to_value(self) -> dict:
         return {"bytes_read": self.bytes_read, "messages": self.messages, "rows_out": self.rows_out,
-                "channels": {str(ch): rows for ch, rows in self.channels.items()}}
+                "channels": {str(ch): rows for ch, rows in self.channels.items()}, "done": self.done}
 
 
 class Replayer:
@@ -357,7 +360,7 @@ class Replayer:
             for c in self.spec.channels:
                 self._outbox.append(end_of_replay(c.channel, self.source))
             return 1
-        self.done = True
+        self.done = self.stats.done = True
         return 1
 
     def close(self) -> None:

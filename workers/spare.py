@@ -56,14 +56,18 @@ def wait_for_assignment(client: ConfClient, site: str, spare_id: int, wait_s: fl
 def wait_for_key(client: ConfClient, key: str, wait_s: float, stop: threading.Event | None = None,
                  parent: int | None = None):
     """The key's entry once it exists (a process started ahead waits so for its work); None after
-    wait_s, a stop, or once `parent` is no longer our parent (the supervisor that started us died)."""
+    wait_s, a stop, or once `parent` is no longer our parent (the supervisor that started us died)
+    without having written it. Work handed over just before the supervisor died is still done:
+    the next supervisor adopts it, and would otherwise wait for a process that quietly left."""
     with client.watch(key) as watch:
         entry = client.get_or_none(key)
         deadline = time.monotonic() + wait_s
         while entry is None and time.monotonic() < deadline and not (stop is not None and stop.is_set()):
             if parent is not None and os.getppid() != parent:
-                log.info("%s: the supervisor that started us is gone", key)
-                return None
+                entry = client.get_or_none(key)
+                if entry is None:
+                    log.info("%s: the supervisor that started us is gone", key)
+                return entry
             event = watch.next(KEY_POLL_S)
             if event is not None and event.entry is not None:
                 entry = event.entry

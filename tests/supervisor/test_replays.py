@@ -159,6 +159,31 @@ def test_a_restarted_supervisor_adopts_launched_replays_and_tears_them_down(admi
     wait_for(lambda: not replayers(admin) and not pid_alive(replayer["pid"]), what="adopted replayer torn down")
 
 
+def test_an_adopted_replayer_that_ends_unfinished_fails_its_replay_and_one_that_finished_does_not(
+        admin, start_supervisor):
+    """A restarted supervisor cannot read an adopted replayer's exit status: the replayer's last
+    stats say whether it ended its channels. Without them, the client would wait out its timeout."""
+    first = start_supervisor(stop_children=False)
+    finished, unfinished = request_replay(admin, since_us=0, until_us=100), request_replay(admin, since_us=500,
+                                                                                           until_us=600)
+    found = wait_for(lambda: len(r := replayers(admin)) == 2 and all("pid" in v for v in r.values()) and r,
+                     what="two replayer keys")
+    by_channel = {channels_of(v)[0]: v for v in found.values()}
+    first.stop_thread()  # as if it died
+    second = start_supervisor()
+    wait_for(lambda: second.counters.adopted == 2, what="replayers adopted")
+    done = by_channel[finished]
+    admin.set(keyspace.replayer_key(SITE, done["id"]) + "/stats", {"done": True})
+    for replayer in by_channel.values():
+        os.kill(replayer["pid"], signal.SIGKILL)
+    value = wait_for(lambda: (v := value_of(admin, keyspace.replay_key(unfinished))).get("error") and v,
+                     what="the unfinished replay's error")
+    assert value["error"] == (f"replayer {by_channel[unfinished]['id']} of {SOURCE} died "
+                              f"(before the end of its range)")
+    wait_for(lambda: second.counters.replayer_failures == 1, what="one failure counted")
+    assert "error" not in value_of(admin, keyspace.replay_key(finished))
+
+
 def test_a_replayer_is_started_warm_during_the_delay_and_given_the_merged_channels(admin, start_supervisor):
     supervisor = start_supervisor(delay_before_replay_s=2.0)
     channel = request_replay(admin)

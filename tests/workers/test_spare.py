@@ -107,3 +107,27 @@ def test_after_the_warm_up_a_first_batch_imports_nothing(start):
         assert imported == []
     else:
         assert "pandas" in imported  # what the warm-up is for (pandas comes with pyspark)
+
+
+def test_work_handed_over_just_before_the_supervisor_died_is_still_taken(rig):
+    """The supervisor writes the key, then dies before the waiting process has seen it: the process
+    finds its parent gone, but the key is there, so it does the work (the next supervisor adopts it
+    and would otherwise wait for a process that left quietly)."""
+    from workers.spare import wait_for_key
+    key = keyspace.spare_key(rig.site, 11)
+    real_get = rig.admin.get_or_none
+    looks = []
+
+    def first_look_then_hand_over(k):
+        entry = real_get(k)
+        if not looks:
+            rig.admin.set(key, {"function": "e2e/per_minute"})  # right after our first look
+        looks.append(entry)
+        return entry
+
+    rig.admin.get_or_none = first_look_then_hand_over
+    not_our_parent = -1  # as if the supervisor that started us had died
+    entry = wait_for_key(rig.admin, key, WAIT_S, parent=not_our_parent)
+    assert looks[0] is None and entry is not None and entry.value == {"function": "e2e/per_minute"}
+    rig.admin.delete(key)
+    assert wait_for_key(rig.admin, key, WAIT_S, parent=not_our_parent) is None  # no key: it leaves
