@@ -131,14 +131,17 @@ class Output:
     publication: ExclusivePublication
     drop_unread: bool = False
     """Drop messages while no reader is connected (a live, non-archived output)."""
+    await_recorder: bool = False
+    """Hold the first message until the recorder reads the log (an archived live output): any
+    other reader (a downstream worker, started sooner) would otherwise let the start go unrecorded."""
     pending: deque = field(default_factory=deque)
     dropped_rows: int = 0
 
     @classmethod
     def open(cls, path: Path, counters: CountersFile, *, create: bool, session_id: int = 0,
-             drop_unread: bool = False) -> Output:
+             drop_unread: bool = False, await_recorder: bool = False) -> Output:
         buffer = open_or_create_log(path, session_id) if create else LogBuffer.open(path)
-        return cls(str(path), buffer, ExclusivePublication(buffer, counters), drop_unread)
+        return cls(str(path), buffer, ExclusivePublication(buffer, counters), drop_unread, await_recorder)
 
     def send(self, message: bytes, rows: int = 0, on_sent: Callable[[], None] | None = None) -> None:
         self.pending.append((message, rows, on_sent))
@@ -146,6 +149,10 @@ class Output:
     def flush(self) -> int:
         """Offer what is pending; returns how many messages went out (or were dropped)."""
         done = 0
+        if self.await_recorder and self.pending:
+            if not self.publication.has_tethered_subscriber:
+                return 0
+            self.await_recorder = False
         while self.pending:
             message, rows, on_sent = self.pending[0]
             result = self.publication.offer(message)
@@ -260,7 +267,8 @@ class Worker:
         self.live = bool(self.key_value.get("live", True))
         self.archived = bool(self.key_value.get("archived", self.function.archived))
         self.live_output = Output.open(paths.output_log(site, qualified_name), counters, create=True,
-                                       session_id=self.id, drop_unread=not self.archived)
+                                       session_id=self.id, drop_unread=not self.archived,
+                                       await_recorder=self.archived)
         self.replay_output: Output | None = None
         self.channels: dict[int, ChannelState] = {LIVE_CHANNEL: self._live_state()}
         self.finished: set[int] = set()

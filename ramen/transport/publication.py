@@ -172,6 +172,16 @@ class ExclusivePublication:
         return self._connected
 
     @property
+    def has_tethered_subscriber(self) -> bool:
+        """Whether a live tethered subscriber (a recorder) reads this log; asking looks again.
+        Beyond Aeron, whose archive starts a recording before its publication connects: a writer
+        whose every message must be recorded waits for this before its first."""
+        if self.counters is None or self._closed:
+            return False
+        self._update_limit()
+        return any(tethered for _, tethered in self._subscribers)
+
+    @property
     def is_closed(self) -> bool:
         return self._closed
 

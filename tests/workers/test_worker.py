@@ -154,8 +154,9 @@ class Rig:
         return opened[0]
 
     def reader(self, path: Path, schema: pa.Schema, join_position: int | None = None) -> Reader:
+        """A tethered reader: the recorder's stand-in, which an archived output waits for."""
         buffer = self.log_of(path)
-        image = Image(buffer, self.counters, join_position=join_position, name=f"test <- {path.name}")
+        image = Image(buffer, self.counters, join_position=join_position, tethered=True, name=f"test <- {path.name}")
         self.closables.insert(0, image)
         return Reader(image, schema)
 
@@ -221,6 +222,26 @@ class Reader:
 
 def offer(publication: ExclusivePublication, message: bytes) -> None:
     wait_for(lambda: publication.offer(message) > 0, "the worker to read its input")
+
+
+def test_an_archived_output_waits_for_its_recorder_even_when_another_reader_came_first(rig):
+    """A downstream worker may subscribe before the archiver does: the archived output still holds
+    its first message until a tethered reader (the recorder) comes, which then, joining wherever
+    the writer is, reads everything the downstream reader (joined at 0) reads, from the first row."""
+    rig.load(backfill="5s")
+    rig.worker_key("traffic")
+    path = paths.output_log(rig.site, rig.qualified("traffic"))
+    worker = rig.start("traffic")
+    image = Image(rig.log_of(path), rig.counters, join_position=0, name="downstream")  # untethered, first
+    rig.closables.insert(0, image)
+    downstream = Reader(image, TRAFFIC)
+    wait_for(lambda: rig.stats("traffic"), "the worker running, with a reader")
+    recorder = rig.reader(path, TRAFFIC)  # tethered, joining at the writer's position
+    recorder.read_until(lambda: recorder.rows >= 5000, "the back-filled rows")
+    downstream.read_until(lambda: downstream.rows >= 5000, "the back-filled rows downstream")
+    assert rig.stop(worker) == 0
+    first = [r.table().column("ts").cast(pa.int64())[0].as_py() for r in (recorder, downstream)]
+    assert first[0] == first[1]
 
 
 def test_generator_source_backfills_rows_equal_to_a_recomputation_and_a_restart_continues(rig):
