@@ -136,6 +136,8 @@ class Output:
     other reader (a downstream worker, started sooner) would otherwise let the start go unrecorded."""
     pending: deque = field(default_factory=deque)
     dropped_rows: int = 0
+    ended_channel: int | None = None
+    """The replay channel whose end this output (a recipient) still flushes, once in `closing`."""
 
     @classmethod
     def open(cls, path: Path, counters: CountersFile, *, create: bool, session_id: int = 0,
@@ -169,6 +171,15 @@ class Output:
             if on_sent is not None:
                 on_sent()
         return done
+
+    def discard(self, channel: int) -> None:
+        """Drop the pending messages of a torn-down replay channel: whoever would read them is gone
+        with it, and held here they would count against every other channel's flow."""
+        kept = deque(p for p in self.pending if (h := decode_header(p[0])) is None or h.channel != channel)
+        if len(kept) != len(self.pending):
+            log.info("%s: dropped %d messages of torn-down replay %d", self.name, len(self.pending) - len(kept),
+                     channel)
+            self.pending = kept
 
     def close(self) -> None:
         self.publication.close()
@@ -470,6 +481,13 @@ class Worker:
         state = self.channels.pop(channel, None)
         if torn_down:
             self.finished.discard(channel)
+            # An ended replay's recipient may still hold messages for a client that is gone: they
+            # can never go, and counted as pending they would hold every input back.
+            for output in [o for o in self.closing if o.ended_channel == channel]:
+                output.close()
+                self.closing.remove(output)
+            if self.replay_output is not None:  # shared by the channels this worker feeds downstream
+                self.replay_output.discard(channel)
         if state is None:
             return
         if torn_down:
@@ -483,6 +501,7 @@ class Worker:
                 if torn_down:
                     output.close()
                 else:
+                    output.ended_channel = channel
                     self.closing.append(output)
 
     # -- data --------------------------------------------------------------------------------

@@ -398,3 +398,18 @@ def test_a_long_job_keeps_heartbeating_and_its_error_reaches_the_caller():
         raise SparkUnavailable("Spark unavailable: connection refused")
     with pytest.raises(SparkUnavailable, match="connection refused"):
         heartbeating(failing, lambda: None, interval_s=0.01)
+
+
+def test_a_torn_down_replay_leaves_no_pending_message_in_a_shared_output(rig, tmp_path):
+    """A worker feeding replays downstream shares one replay output among their channels: when a
+    replay is torn down (its target died), its held-back messages go, or, counted as pending,
+    they would stop the worker reading for every later replay."""
+    from ramen.tuples import encode_tuples
+    from workers.worker import Output
+    output = Output.open(tmp_path / "shared.logbuffer", rig.counters, create=True)
+    batch = pa.RecordBatch.from_pydict({"ts": pa.array([1], pa.timestamp("us")), "v": [1]})
+    for channel in (5, 6, 5, 6):
+        output.send(encode_tuples(batch, "ts", channel=channel), rows=1)
+    output.discard(5)
+    assert [decode_header(m).channel for m, _, _ in output.pending] == [6, 6]
+    output.close()
