@@ -82,6 +82,10 @@ def replayer_key(site: str, replayer_id: int) -> str:
     return f"{replayers_prefix(site)}/{replayer_id}"
 
 
+def replayer_stats_key(site: str, replayer_id: int) -> str:
+    return f"{replayer_key(site, replayer_id)}/stats"
+
+
 def supervisor_stats_key(site: str) -> str:
     return f"{SITES}/{site}/supervisor/stats"
 

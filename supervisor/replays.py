@@ -377,7 +377,7 @@ class ReplaySupervision:
     def _finished(self, replayer: Replayer) -> bool:
         """Whether the replayer said, in its last stats, that it ended every channel."""
         try:
-            entry = self.client.get_or_none(keyspace.replayer_key(self.site, replayer.id) + "/stats")
+            entry = self.client.get_or_none(keyspace.replayer_stats_key(self.site, replayer.id))
         except confserver.ConfError as e:
             log.error("replayer %d: cannot read its stats: %s", replayer.id, e)
             return False

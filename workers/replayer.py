@@ -453,7 +453,6 @@ def load_spec(client, site: str, replayer_id: int, wait_s: float = 0.0,
     overlaps the merge delay) waits up to wait_s for it; None if it never comes, or once `parent`
     (the supervisor that started it) is no longer its parent."""
     key = keyspace.replayer_key(site, replayer_id)
-    warm_up_arrow()
     if wait_s > 0:
         entry = wait_for_key(client, key, wait_s, stop, parent)
         if entry is None:
@@ -531,6 +530,7 @@ def wait_for_reader(publication: ExclusivePublication, stop: threading.Event) ->
 def replay(client, site: str, replayer_id: int, stop: threading.Event,
            wait_for_key_s: float = 0.0, parent: int | None = None) -> ReplayerStats | None:
     """Do the whole replay; None when stopped by a signal before the end (or never given one)."""
+    warm_up_arrow()  # before the key: a warm replayer does it while it waits
     spec = load_spec(client, site, replayer_id, wait_for_key_s, stop, parent)
     if spec is None:
         log.info("replayer %d: no replay came within %g s", replayer_id, wait_for_key_s)
@@ -541,7 +541,7 @@ def replay(client, site: str, replayer_id: int, stop: threading.Event,
     except CountersFileError as e:
         raise ReplayerError(str(e)) from None
     readers = open_readers(spec, counters)
-    stats_key = keyspace.replayer_key(site, replayer_id) + "/stats"
+    stats_key = keyspace.replayer_stats_key(site, replayer_id)
     bytes_counter = counters.allocate(REPLAYER_BYTES_READ_TYPE_ID, f"replayer {replayer_id} bytes read",
                                       registration_id=replayer_id)
     # Not freed at exit: the figure stays readable by `ramen stat` (and reclaimed once the file fills).

@@ -63,9 +63,7 @@ class WindowState:
             window = bounds[0] // self.every_us
             if window == bounds[1] // self.every_us and (self.committed_below is None or window >= self.committed_below):
                 self._keep(window, batch, part)
-                if self.max_event_us is None or bounds[1] > self.max_event_us:
-                    self.max_event_us = bounds[1]
-                return self._commit(self.watermark_us // self.every_us)
+                return self._advance(bounds[1])
         times = column.cast(pa.timestamp("us")).cast(pa.int64()).to_numpy(zero_copy_only=False)
         valid = None
         if column.null_count:
@@ -83,9 +81,14 @@ class WindowState:
                 batch = batch.take(pa.array(indices))
                 windows, times = windows[indices], times[indices]
             self._place(batch, windows, part)
-            high = int(times.max())
-            if self.max_event_us is None or high > self.max_event_us:
-                self.max_event_us = high
+            return self._advance(int(times.max()))
+        return self._advance(None)
+
+    def _advance(self, high_us: int | None) -> list[ClosedWindow]:
+        """Take `high_us`, the largest event time just placed (None: nothing placed), into the
+        watermark, and commit the windows it passes."""
+        if high_us is not None and (self.max_event_us is None or high_us > self.max_event_us):
+            self.max_event_us = high_us
         return self._commit(self.watermark_us // self.every_us if self.max_event_us is not None else None)
 
     def flush(self) -> list[ClosedWindow]:

@@ -34,8 +34,8 @@ POLL_INTERVAL_S = 0.2
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 PID_FILE = "ramen.pid"
 READY_FILE = "ready"
-OWN_ERROR_PREFIX = "ramen: start: "
-"""How `ramen start` writes its one-line errors (ramen.cli.errors), in the log a --daemon start reads."""
+ERROR_PREFIX = "ramen: "
+"""How ramen's processes begin the one-line error they end with (ramen.cli.errors), in their logs."""
 
 
 @dataclass
@@ -160,21 +160,21 @@ def _start_confserver(base: Path, env: dict, logs: Path, services: list[Service]
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while not (ready.exists() and ready.read_text().endswith("\n")):
         if service.process.poll() is not None or time.monotonic() > deadline:
-            reason = _last_error(service.log_path)
+            reason = _final_error(service.log_path, ERROR_PREFIX)
             raise UserError(f"the confserver did not start: {reason} (log: {service.log_path})" if reason else
                             f"the confserver did not start: see {service.log_path}")
         time.sleep(0.05)
     return f"ramen://{ready.read_text().strip()}"
 
 
-def _last_error(log_path: Path) -> str | None:
-    """The one-line error a service ended with (`ramen: …` on its stderr, in its log)."""
+def _final_error(log_path: Path, prefix: str) -> str | None:
+    """The one-line error a process ended its log with, without `prefix`; None when its last line
+    is something else. Only the last line: logs are appended to, run after run."""
     try:
-        lines = log_path.read_text(errors="replace").splitlines()
+        lines = log_path.read_text(errors="replace").strip().splitlines()
     except OSError:
         return None
-    errors = [line for line in lines if line.startswith("ramen: ")]
-    return errors[-1].removeprefix("ramen: ") if errors else None
+    return lines[-1].removeprefix(prefix) if lines and lines[-1].startswith(prefix) else None
 
 
 def _user_args():
@@ -224,9 +224,10 @@ def _daemonize(args, base: Path, run_dir: Path) -> int:
     deadline = time.monotonic() + DAEMON_READY_TIMEOUT_S
     while not (run_dir / READY_FILE).exists():
         if process.poll() is not None or time.monotonic() > deadline:
+            own = _final_error(log_path, f"{ERROR_PREFIX}start: ")  # the foreground start's own error
+            if own is not None:
+                raise UserError(own)
             tail = log_path.read_text().strip().splitlines()[-1:] or ["no output"]
-            if tail[0].startswith(OWN_ERROR_PREFIX):  # the foreground start's own one-line error
-                raise UserError(tail[0].removeprefix(OWN_ERROR_PREFIX))
             raise UserError(f"ramen did not start: {tail[0]} (see {log_path})")
         time.sleep(0.05)
     print(f"ramen: running in the background from {base} (pid {process.pid}); `ramen stop --dir {base}` stops it")

@@ -173,7 +173,7 @@ def test_an_adopted_replayer_that_ends_unfinished_fails_its_replay_and_one_that_
     second = start_supervisor()
     wait_for(lambda: second.counters.adopted == 2, what="replayers adopted")
     done = by_channel[finished]
-    admin.set(keyspace.replayer_key(SITE, done["id"]) + "/stats", {"done": True})
+    admin.set(keyspace.replayer_stats_key(SITE, done["id"]), {"done": True})
     for replayer in by_channel.values():
         os.kill(replayer["pid"], signal.SIGKILL)
     value = wait_for(lambda: (v := value_of(admin, keyspace.replay_key(unfinished))).get("error") and v,

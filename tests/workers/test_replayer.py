@@ -187,7 +187,7 @@ def test_the_archive_is_read_once_for_both_channels(ramen_env, two_channels):
     ranges = recordings_for(archive.archive_dir, archive.source, CHANNEL_A[1], CHANNEL_B[2])
     range_bytes = sum(r.stop_position - r.start_position for r in ranges)
     with confserver.connect(archive.server.url, identity="admin", auth_file=archive.server.auth_file) as c:
-        stats = c.get(keyspace.replayer_key(archive.site, replayer_id) + "/stats").value
+        stats = c.get(keyspace.replayer_stats_key(archive.site, replayer_id)).value
     assert stats["bytes_read"] == range_bytes
     assert stats["rows_out"] == sum(stats["channels"].values())
     for channel, since, until in (CHANNEL_A, CHANNEL_B):
