@@ -11,7 +11,8 @@ instance key names a live pid (a dead pid's key is deleted), replayer keys (thei
 its pid runs; replays they serve count as launched, not launched again), and it deletes the keys of
 replays that ended meanwhile. Adopted processes are not its children: their exit status is unknown.
 On SIGTERM it stops every process it runs (workers, then replayers), setting `error` on the replays
-in flight, and exits.
+in flight, and exits. `--stop-left-over` does only the adoption and that stop: nothing else is left
+to stop the processes of a supervisor that died when its site shuts down.
 
 Run it with `ramen supervisor` (or `python -m supervisor.service --site SITE`).
 """
@@ -176,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-merge", action="store_true", help="never merge replay requests")
     parser.add_argument("--no-spares", action="store_true",
                         help="start workers and replayers when needed, not ahead (saves two idle processes)")
+    parser.add_argument("--stop-left-over", action="store_true",
+                        help="only adopt what an earlier supervisor of the site left running, stop it, and exit "
+                             "(what `ramen start` runs on its way down when its supervisor had died)")
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -193,10 +197,12 @@ def main(argv: list[str] | None = None) -> int:
         with confserver.connect(args.confserver, identity=IDENTITY) as client:
             supervisor = Supervisor(client, args.site, env=env, delay_before_replay_s=args.delay_before_replay,
                                     stop_grace_s=args.stop_grace, merge=not args.no_merge,
-                                    spares=not args.no_spares)
-            log.info("supervisor of site %s on %s", args.site, args.confserver or "the local confserver")
+                                    spares=not (args.no_spares or args.stop_left_over))
+            log.info("supervisor of site %s on %s%s", args.site, args.confserver or "the local confserver",
+                     ": stopping what the earlier one left" if args.stop_left_over else "")
             try:
-                supervisor.run(stop)
+                if not args.stop_left_over:
+                    supervisor.run(stop)
             finally:
                 supervisor.close()
     except confserver.ConfError as e:

@@ -30,6 +30,8 @@ STARTUP_TIMEOUT_S = 30.0
 DAEMON_READY_TIMEOUT_S = 180.0
 """--daemon waits this long for the services, Spark's cold start and the programs' SQL checks."""
 STOP_GRACE_S = 10.0
+LEFT_OVER_TIMEOUT_S = 60.0
+"""For stopping what a dead supervisor left: its start-up, then a shutdown's own 10 s bound."""
 POLL_INTERVAL_S = 0.2
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 PID_FILE = "ramen.pid"
@@ -144,6 +146,8 @@ def run_start(args) -> int:
     finally:
         for service in reversed(services):
             service.stop()
+            if service.name == "supervisor" and service.process.returncode != 0:
+                _stop_left_over(service, env, args.site)
         pid_file.unlink(missing_ok=True)
         (run_dir / READY_FILE).unlink(missing_ok=True)
     print("ramen: stopped", file=sys.stderr)
@@ -165,6 +169,21 @@ def _start_confserver(base: Path, env: dict, logs: Path, services: list[Service]
                             f"the confserver did not start: see {service.log_path}")
         time.sleep(0.05)
     return f"ramen://{ready.read_text().strip()}"
+
+
+def _stop_left_over(supervisor: Service, env: dict, site: str) -> None:
+    """The supervisor did not stop cleanly (it had died, or was killed before it could stop its
+    children): the workers and replayers it ran live on in sessions of their own. A successor
+    adopts them, as a restarted supervisor would, and stops them, before the confserver goes."""
+    print(f"ramen: the supervisor had died (status {supervisor.process.returncode}); stopping what it left running",
+          file=sys.stderr, flush=True)
+    with open(supervisor.log_path, "ab") as log:
+        try:
+            subprocess.run([sys.executable, "-m", "supervisor.service", "--site", site, "--stop-left-over"], env=env,
+                           stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, timeout=LEFT_OVER_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            print(f"ramen: could not stop what the supervisor left in {LEFT_OVER_TIMEOUT_S:g} s; see "
+                  f"{supervisor.log_path}", file=sys.stderr, flush=True)
 
 
 def _final_error(log_path: Path, prefix: str) -> str | None:

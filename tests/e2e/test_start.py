@@ -54,3 +54,61 @@ def test_start_with_the_confserver_port_taken_says_so_in_one_line(tmp_path, daem
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert f"cannot listen on {DEFAULT_HOST}:{DEFAULT_PORT}" in lines[0] and "in use" in lines[0], lines[0]
     assert not (tmp_path / "run" / "ramen.pid").exists()
+
+
+PROGRAM = """
+[program]
+name = "left"
+
+[[function]]
+name = "ticks"
+source = { kind = "generator", rate = 10, hosts = 2, seed = 1 }
+schema = { ts = "timestamp[us]", host = "string", bytes = "int64" }
+event_time = "ts"
+"""
+
+
+def test_start_stops_the_workers_of_a_supervisor_that_had_died(tmp_path):
+    """The supervisor is SIGKILLed and ramen is stopped before it is restarted: the worker it ran,
+    in a session of its own, must not outlive the site."""
+    (tmp_path / "left.toml").write_text(PROGRAM)
+    env = dict(os.environ, RAMEN_DIR=str(tmp_path))
+    env.pop("RAMEN_CONFSERVER", None)
+    process = subprocess.Popen([sys.executable, "-m", "ramen.cli.main", "start", "--dir", str(tmp_path),
+                                str(tmp_path / "left.toml")], env=env, stderr=subprocess.PIPE, text=True)
+    worker_log = tmp_path / "logs" / "workers" / "left" / "ticks.log"
+    deadline = time.monotonic() + STARTUP_S
+    while not (worker_log.exists() and " running" in worker_log.read_text()):
+        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+        time.sleep(0.1)
+    ours = _processes_with(f"RAMEN_DIR={tmp_path}")
+    workers = [pid for pid, args in ours.items() if "workers.worker" in args]
+    supervisor = [pid for pid, args in ours.items() if "supervisor.service" in args]
+    assert workers and len(supervisor) == 1, ours
+    os.kill(supervisor[0], signal.SIGKILL)
+    process.send_signal(signal.SIGINT)
+    assert process.wait(STARTUP_S) == 0
+    stderr = process.stderr.read()
+    assert "stopping what it left running" in stderr and stderr.strip().endswith("ramen: stopped"), stderr
+    assert _processes_with(f"RAMEN_DIR={tmp_path}") == {}
+
+
+def _processes_with(environ_entry: str) -> dict[int, str]:
+    """Running (not zombie) processes whose environment holds `environ_entry`, with their command lines."""
+    found = {}
+    wanted = environ_entry.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if wanted not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/stat") as f:
+                if f.read().rpartition(")")[2].split()[0] == "Z":
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                found[int(entry)] = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+    return found
