@@ -41,10 +41,13 @@ from ramen.archive.replay import REPLAY_BUFFER_LENGTH, ReplaySession, replay_log
 from ramen.transport import (ADMIN_ACTION, BackoffIdleStrategy, CountersFile, ExclusivePublication, Image,  # noqa: E402
                              LogBuffer, LogBufferParams)
 from ramen.transport.defaults import DEFAULT_TERM_LENGTH, IPC_MTU_LENGTH  # noqa: E402
+from ramen.transport.logbuffer import compute_max_message_length  # noqa: E402
 
 TERM_LENGTH = DEFAULT_TERM_LENGTH
 SEGMENT_LENGTH = 128 * 1024 * 1024
 MTU = IPC_MTU_LENGTH  # what ramen's own logs use, so what its recordings hold
+SIZES = (64 * 1024, 1024)
+"""Message sizes measured, in bytes."""
 GOAL_REPLAY_GBPS = 1.0
 GOAL_RAW_FRACTION = 0.5
 
@@ -155,6 +158,8 @@ def measure(size: int, total_bytes: int, workdir: Path, logdir: Path, *, reader_
     idle = BackoffIdleStrategy()
     started = None
     while not recorder.is_stopped:
+        if not writer.is_alive() and writer.exitcode:
+            raise SystemExit(f"archive bench: the writer failed (exit {writer.exitcode}); see its error above")
         work = recorder.do_work()
         if work and started is None:
             started = time.perf_counter()
@@ -272,6 +277,9 @@ def main() -> int:
     parser.add_argument("--mtu", type=int, default=MTU, metavar="BYTES",
                         help=f"MTU of the recorded log (default {MTU}, ramen's; Aeron's UDP default is 1408)")
     args = parser.parse_args()
+    if compute_max_message_length(args.term_length) < max(SIZES):
+        parser.error(f"a term of {args.term_length} B cannot hold a {max(SIZES)} B message (a message is at most "
+                     f"1/8 of a term): use at least {8 * max(SIZES)}")
     total = (128 if args.quick else args.megabytes) * 1_000_000
     workdir = Path(tempfile.mkdtemp(prefix="ramen-bench-archive-"))
     # Log buffers are shared memory, as Aeron keeps them in /dev/shm: a log on a disk-backed file
@@ -283,7 +291,7 @@ def main() -> int:
     try:
         rows = [measure(size, total, workdir, logdir, reader_kind=args.reader, replay_buffer=args.replay_buffer,
                         term_length=args.term_length, mtu=args.mtu)
-                for size in (64 * 1024, 1024)]
+                for size in SIZES]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(logdir, ignore_errors=True)
