@@ -39,7 +39,11 @@ def replay_output_log(site: str, qualified_name: str) -> Path:
 
 
 def replayer_log(site: str, replayer_id: int) -> Path:
-    return site_dir(site) / "replayers" / f"{replayer_id}.logbuffer"
+    return replayer_logs_dir(site) / f"{replayer_id}.logbuffer"
+
+
+def replayer_logs_dir(site: str) -> Path:
+    return site_dir(site) / "replayers"
 
 
 def recipient_log(channel: int) -> Path:

@@ -132,24 +132,29 @@ def merge(requests: Iterable[Request], *, allow: bool = True) -> list[Group]:
 
 
 def worker_replay_values(site: str, request: Request, replayer_of: Mapping[str, int]) -> dict[str, dict]:
-    """`…/replays/<channel>` of every function on the request's paths, by qualified name.
-    `replayer_of` maps each of the plan's sources to the replayer that feeds it this channel."""
+    """`…/replays/<channel>` of every worker on the request's paths (ReplayPlan.workers), by
+    qualified name. `replayer_of` maps each of the plan's sources to the replayer that feeds it
+    this channel: a source's children read its replayer's log directly, with no hop through the
+    source's own worker."""
     plan = request.plan
     values = {}
-    for name in plan.functions:
-        if name in plan.sources:
-            inputs = [str(paths.replayer_log(site, replayer_of[name]))]
-        else:
-            inputs = [str(paths.replay_output_log(site, parent)) for parent in plan.inputs_of(name)]
+    for name in plan.workers:
+        parents = (name,) if name in plan.sources else plan.inputs_of(name)
+        inputs = [str(paths.replayer_log(site, replayer_of[parent]) if parent in plan.sources
+                      else paths.replay_output_log(site, parent)) for parent in parents]
         values[name] = {"channel": request.channel, "since_us": request.since_us, "until_us": request.until_us,
-                        "inputs": inputs, "pass_through": name in plan.sources, "expect_eor": len(inputs),
+                        "inputs": inputs, "parents": list(parents), "pass_through": name in plan.sources,
+                        "expect_eor": len(inputs),
                         "recipient": request.value.get("recipient") if name == plan.target else None}
     return values
 
 
 def replayer_value(site: str, replayer_id: int, group: Group) -> dict:
+    """`readers`: how many workers subscribe to the replayer's log; it waits for them all before
+    its first message, so that none joins late and misses the start."""
+    readers = {reader for r in group.requests for reader in r.plan.readers_of(group.source)}
     return {"id": replayer_id, "source": group.source, "log": str(paths.replayer_log(site, replayer_id)),
-            "archive_dir": str(paths.archive_dir(site)),
+            "archive_dir": str(paths.archive_dir(site)), "readers": max(1, len(readers)),
             "channels": [{"channel": r.channel, "since_us": r.since_us, "until_us": r.until_us}
                          for r in sorted(group.requests, key=lambda r: r.channel)]}
 
@@ -266,7 +271,7 @@ class ReplaySupervision:
     def on_worker_death(self, name: str, description: str) -> None:
         """A worker that should run ended: every launched replay through it fails."""
         for request in self.requests.values():
-            if request.launched and request.plan is not None and name in request.plan.functions:
+            if request.launched and request.plan is not None and name in request.plan.workers:
                 self.set_error(request.channel, f"worker {name} died ({description}) during the replay")
 
     # -- duty cycle ----------------------------------------------------------------------------
@@ -280,7 +285,7 @@ class ReplaySupervision:
             self._ensure_warm()
             work += 1
         pending = [r for r in self.requests.values()
-                   if not r.launched and not any(map(self.worker_leaving, r.plan.functions))]
+                   if not r.launched and not any(map(self.worker_leaving, r.plan.workers))]
         unmerged = [r for r in pending if r.no_merge]  # no merge window: nothing to wait for
         if unmerged:
             self.launch(unmerged)

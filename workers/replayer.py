@@ -114,6 +114,8 @@ class ReplayerSpec:
     checksum: str | None = None
     """Beyond docs/runtime.md: the archive's frame checksum, when the supervisor knows it; without
     it the replayer finds the algorithm from the catalog's descriptor checksums."""
+    readers: int = 1
+    """How many workers subscribe to the log: the replay starts once they all have."""
 
     @classmethod
     def from_value(cls, value: dict) -> "ReplayerSpec":
@@ -121,7 +123,7 @@ class ReplayerSpec:
             channels = tuple(ChannelRange(int(c["channel"]), int(c["since_us"]), int(c["until_us"]))
                              for c in value["channels"])
             spec = cls(int(value["id"]), str(value["source"]), str(value["log"]), str(value["archive_dir"]),
-                       channels, value.get("checksum"))
+                       channels, value.get("checksum"), int(value.get("readers", 1)))
         except (KeyError, TypeError, ValueError) as e:
             raise ReplayerError(f"malformed replayer key ({type(e).__name__}: {e})") from None
         if not channels:
@@ -516,14 +518,17 @@ def open_output(path: Path, counters: CountersFile) -> ExclusivePublication:
     return ExclusivePublication(log_buffer, counters)
 
 
-def wait_for_reader(publication: ExclusivePublication, stop: threading.Event) -> None:
+def wait_for_reader(publication: ExclusivePublication, stop: threading.Event, readers: int = 1) -> None:
+    """Until `readers` subscribers read the log: each joins where the log is, so one that came
+    after the first message would miss the replay's start."""
     deadline = time.monotonic() + SUBSCRIBER_WAIT_TIMEOUT_S
     idle = BackoffIdleStrategy()
-    while not publication.is_connected:
+    while (count := publication.subscriber_count) < readers:
         if stop.is_set():
             return
         if time.monotonic() > deadline:
-            raise ReplayerError(f"nobody subscribed to {publication.log.path} within {SUBSCRIBER_WAIT_TIMEOUT_S:g} s")
+            raise ReplayerError(f"{count} of the {readers} expected readers subscribed to {publication.log.path} "
+                                f"within {SUBSCRIBER_WAIT_TIMEOUT_S:g} s")
         idle.idle(0)
 
 
@@ -548,7 +553,7 @@ def replay(client, site: str, replayer_id: int, stop: threading.Event,
     publication = open_output(Path(spec.log), counters)
     replayer = Replayer(spec, function.schema, function.event_time, readers, publication, bytes_counter)
     try:
-        wait_for_reader(publication, stop)
+        wait_for_reader(publication, stop, spec.readers)
         idle = BackoffIdleStrategy()
         next_stats_s = time.monotonic() + STATS_INTERVAL_S
         while not stop.is_set() and not replayer.done:

@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 from ramen.transport import counters as ctr
 from ramen.transport.counters import Counter, CountersFile
 
-COUNTER_NAMES = ("tuples in", "tuples out", "late", "dropped", "unexpected", "spark jobs", "spark ms")
+COUNTER_NAMES = ("tuples in", "tuples out", "late", "dropped", "unexpected", "skipped", "spark jobs", "spark ms")
 """dropped: live tuples written while nobody read the (non-archived) live log, as Aeron drops them;
 unexpected: messages of a channel this worker has no state for (a replay it was not told of yet);
+skipped: messages of other workers' replays on a replayer's log (a merged replayer writes the
+channels of all its readers into one log, and each reader skips those of the others);
 spark jobs, spark ms: a heavy worker's Spark jobs and the time they took, staging included."""
 
 
@@ -81,7 +83,7 @@ class WorkerStats:
         """The value of the stats key (with Spark's job count and time for a heavy worker)."""
         record = {"tuples_in": self._local["tuples in"], "tuples_out": self._local["tuples out"],
                 "late": self._local["late"], "dropped": self._local["dropped"],
-                "unexpected": self._local["unexpected"],
+                "unexpected": self._local["unexpected"], "skipped": self._local["skipped"],
                 "cpu_s": round(time.process_time(), 3), "rss_bytes": rss_bytes(),
                 "position_in": position_in, "position_out": position_out, "pid": os.getpid(),
                 "updated_us": time.time_ns() // 1000,

@@ -196,6 +196,8 @@ class Input:
     event_time: str | None
     parent: str
     """The parent whose rows this log carries (this function itself for a pass-through source)."""
+    shared: bool = False
+    """A replayer's log: it carries the replay channels of every worker that reads it."""
     users: set = field(default_factory=set)
     log: LogBuffer | None = None
     image: Image | None = None
@@ -355,7 +357,8 @@ class Worker:
     def _use_input(self, path: Path, function: Function, user) -> None:
         found = self.inputs.get(path)
         if found is None:
-            found = self.inputs[path] = Input(path, function.schema, function.event_time, function.qualified_name)
+            found = self.inputs[path] = Input(path, function.schema, function.event_time, function.qualified_name,
+                                              shared=path.parent == paths.replayer_logs_dir(self.site))
         found.users.add(user)
 
     def _release_input(self, path: Path, user) -> None:
@@ -419,13 +422,17 @@ class Worker:
                 self._start_replay(int(channel), event.entry.value)
         return len(events)
 
-    def _input_function(self, path: Path, pass_through: bool) -> Function:
+    def _input_function(self, path: Path, pass_through: bool, parent: str | None) -> Function:
+        """The function whose rows an input log of a replay carries: this one for a pass-through
+        source, else the parent the key names for it (a replayer's log says nothing of whose
+        rows it holds) or, from an older supervisor's key, the parent whose log it is."""
         if pass_through:
             return self.function
-        for parent, function in self.parents.items():
-            if path == paths.replay_output_log(self.site, parent) or path == paths.output_log(self.site, parent):
+        if parent in self.parents:
+            return self.parents[parent]
+        for name, function in self.parents.items():
+            if path == paths.replay_output_log(self.site, name) or path == paths.output_log(self.site, name):
                 return function
-        # Only a plan's sources read replayer logs, and they pass through (above).
         return next(iter(self.parents.values()))
 
     def _start_replay(self, channel: int, spec: dict) -> None:
@@ -462,9 +469,9 @@ class Worker:
             except (LogBufferError, KeyError, TypeError, ValueError) as e:
                 log.error("%s: replay %d: cannot open a rider's recipient: %s", self.qualified_name, channel, e)
         inputs = tuple(spec.get("inputs") or ())
-        for path in inputs:
-            function = self._input_function(Path(path), pass_through)
-            self._use_input(Path(path), function, channel)
+        parents = list(spec.get("parents") or ())
+        for path, parent in zip(inputs, parents + [None] * (len(inputs) - len(parents))):
+            self._use_input(Path(path), self._input_function(Path(path), pass_through, parent), channel)
         for path in set(state.inputs) - set(inputs):
             self._release_input(Path(path), channel)
         state.inputs = inputs
@@ -531,7 +538,7 @@ class Worker:
                 if run:
                     self._process(run_channel, run)
                     run = []
-                self._on_end_of_replay(header.channel, header.source)
+                self._on_end_of_replay(header.channel, header.source, found.shared)
         if run:
             self._process(run_channel, run)
         return fragments
@@ -542,7 +549,7 @@ class Worker:
             log.debug("%s: %d messages of channel %d nobody here expects", self.qualified_name, len(messages),
                       channel)
             if channel != LIVE_CHANNEL:
-                self.stats.add("unexpected", len(messages))
+                self.stats.add("skipped" if messages[0][0].shared else "unexpected", len(messages))
             return
         if state.pass_through:
             for found, message in messages:
@@ -561,7 +568,7 @@ class Worker:
             self._emit(state, self.runner(table))
             return
         late_before = state.windows.late
-        for found, table, bounds in by_input(batches, messages):
+        for found, table, bounds in by_input(batches, messages, state.windows.every_us):
             for closed in state.windows.add(table, found.event_time or self.function.event_time, bounds=bounds):
                 self._emit(state, self.runner(closed.table, (closed.start_us, closed.end_us)))
         self.stats.add("late", state.windows.late - late_before, channel)
@@ -574,7 +581,7 @@ class Worker:
             self._keep(state, [(found.parent, batch) for found, batch in batches])
         else:
             late_before = state.windows.late
-            for found, table, bounds in by_input(batches, messages):
+            for found, table, bounds in by_input(batches, messages, state.windows.every_us):
                 for closed in state.windows.add(table, found.event_time or self.function.event_time, found.parent,
                                                 bounds=bounds):
                     self._keep(state, closed.batches)
@@ -649,11 +656,12 @@ class Worker:
         for channel, output in state.riders:
             output.send(with_channel(message, channel), rows)
 
-    def _on_end_of_replay(self, channel: int, source: int) -> None:
+    def _on_end_of_replay(self, channel: int, source: int, shared: bool = False) -> None:
         state = self.channels.get(channel)
         if state is None or channel == LIVE_CHANNEL:
-            log.warning("%s: END_OF_REPLAY of channel %d (from %d) nobody here expects", self.qualified_name,
-                        channel, source)
+            if not shared:  # on a replayer's log, another reader's replay ended
+                log.warning("%s: END_OF_REPLAY of channel %d (from %d) nobody here expects", self.qualified_name,
+                            channel, source)
             return
         state.eor_received += 1
         self.stats.channel(channel).eor_received += 1
@@ -779,23 +787,29 @@ class Worker:
         self.stats.close()
 
 
-def by_input(batches: list[tuple[Input, pa.RecordBatch]], messages: list[tuple[Input, bytes]]
+def by_input(batches: list[tuple[Input, pa.RecordBatch]], messages: list[tuple[Input, bytes]], every_us: int
              ) -> list[tuple[Input, pa.Table, tuple[int, int] | None]]:
-    """Consecutive batches of one input as one table: windows then cost a pass per poll, not per
-    message. With each table, the event-time bounds of its rows from their messages' headers
-    (None if a header has none), which let windows place a table inside one window without
-    looking at its rows."""
-    runs: list[list] = []  # [input, batches, bounds]
+    """Consecutive batches of one input as tables, with the event-time bounds of each table's rows
+    from their messages' headers (None if a header has none). Messages whose bounds lie in one
+    window of `every_us` go together per window: windows place such a table whole, without a
+    look at its rows. The others (across a window's edge, or without bounds) go together too, so
+    that the pass over their rows is one per poll, not one per message. A worker that catches up
+    takes thousands of messages a poll, spanning many windows: as one table, all their rows would
+    be looked at."""
+    runs: list[list] = []  # [input, batches, bounds, window or None]
     for (found, batch), (_, message) in zip(batches, messages):
         bounds = event_time_bounds(message) if found.event_time else None
-        if runs and runs[-1][0] is found:
+        window = None
+        if bounds is not None and bounds[0] // every_us == bounds[1] // every_us:
+            window = bounds[0] // every_us
+        if runs and runs[-1][0] is found and runs[-1][3] == window:
             run = runs[-1]
             run[1].append(batch)
             if run[2] is not None:
                 run[2] = None if bounds is None else (min(run[2][0], bounds[0]), max(run[2][1], bounds[1]))
         else:
-            runs.append([found, [batch], bounds])
-    return [(found, pa.Table.from_batches(run), bounds) for found, run, bounds in runs]
+            runs.append([found, [batch], bounds, window])
+    return [(found, pa.Table.from_batches(run), bounds) for found, run, bounds, _ in runs]
 
 
 def run(worker: Worker, stop: threading.Event, idle: BackoffIdleStrategy | None = None) -> None:

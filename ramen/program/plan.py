@@ -91,6 +91,20 @@ class ReplayPlan:
     functions: tuple[str, ...]
     """Sorted: every function on those paths, sources and target included."""
 
+    @property
+    def workers(self) -> tuple[str, ...]:
+        """Sorted: the functions whose processes the replay goes through. A source's replayer stands
+        in for it and feeds its children itself; only a source that is the target takes part, to
+        write its replayed rows to the recipient."""
+        return tuple(name for name in self.functions if name not in self.sources or name == self.target)
+
+    def readers_of(self, source: str) -> tuple[str, ...]:
+        """Sorted: the workers that read `source`'s replayer log (its children on the paths, or the
+        source itself when it is the target)."""
+        if source == self.target:
+            return (source,)
+        return tuple(sorted(child for parent, child in self.links if parent == source))
+
     def inputs_of(self, name: str) -> tuple[str, ...]:
         """The parents whose replayed data `name` receives (empty for a source: a replayer feeds it).
         An intermediate worker forwards END_OF_REPLAY once every one of them has sent it."""

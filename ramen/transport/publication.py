@@ -182,6 +182,16 @@ class ExclusivePublication:
         return any(tethered for _, tethered in self._subscribers)
 
     @property
+    def subscriber_count(self) -> int:
+        """How many live subscribers read this log; asking looks again. For a writer that must
+        not start before all its expected readers have joined (a replayer with several)."""
+        if self.counters is None or self._closed:
+            return 0
+        self._next_scan_ns = 0
+        self._update_limit()
+        return len(self._subscribers)
+
+    @property
     def is_closed(self) -> bool:
         return self._closed
 

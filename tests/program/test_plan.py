@@ -62,8 +62,10 @@ def full(since="09:00", until="12:00"):
 
 
 def test_a_target_covered_by_its_own_archive_is_its_only_source(programs):
+    """Its own worker passes the replay on to the recipient: the one source that is also a worker."""
     plan = plan_replay("net/top", T10, T10 + HOUR, programs, {"net/top": full(), "net/traffic": full()})
     assert plan == ReplayPlan("net/top", T10, T10 + HOUR, sources=("net/top",), links=(), functions=("net/top",))
+    assert plan.workers == ("net/top",) and plan.readers_of("net/top") == ("net/top",)
 
 
 def test_a_target_without_an_archive_is_answered_by_its_parents(programs):
@@ -88,6 +90,8 @@ def test_a_diamond_is_planned_once_with_both_paths(programs):
     assert plan.links == (("net/both", "net/top"), ("net/left", "net/both"), ("net/right", "net/both"),
                           ("net/traffic", "net/left"), ("net/traffic", "net/right"))
     assert plan.functions == ("net/both", "net/left", "net/right", "net/top", "net/traffic")
+    assert plan.workers == ("net/both", "net/left", "net/right", "net/top")  # the replayer stands in for traffic
+    assert plan.readers_of("net/traffic") == ("net/left", "net/right")
 
 
 def test_in_a_mixed_diamond_one_parent_covers_and_the_other_recurses_to_its_own_parent(programs):
@@ -95,6 +99,8 @@ def test_in_a_mixed_diamond_one_parent_covers_and_the_other_recurses_to_its_own_
     assert plan.sources == ("net/left", "net/traffic")  # left answers itself; right needs traffic
     assert plan.links == (("net/left", "net/both"), ("net/right", "net/both"), ("net/traffic", "net/right"))
     assert plan.functions == ("net/both", "net/left", "net/right", "net/traffic")
+    assert plan.workers == ("net/both", "net/right")
+    assert plan.readers_of("net/left") == ("net/both",) and plan.readers_of("net/traffic") == ("net/right",)
 
 
 def test_a_covered_function_stops_the_recursion_even_if_its_parents_cover_too(programs):

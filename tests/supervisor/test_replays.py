@@ -64,9 +64,11 @@ def test_requests_within_the_delay_that_overlap_are_merged_into_one_replayer(adm
     assert merged["source"] == SOURCE and merged["log"] == str(paths.replayer_log(SITE, merged["id"]))
     assert merged["archive_dir"] == str(paths.archive_dir(SITE))
     assert pid_alive(merged["pid"]) and pid_alive(alone["pid"])
-    for channel in (first, second):
-        assert worker_replay(admin, SOURCE, channel)["inputs"] == [merged["log"]]
-    assert worker_replay(admin, SOURCE, apart)["inputs"] == [alone["log"]]
+    for channel in (first, second):  # the source's child reads the replayer: the source's worker is not on the path
+        assert worker_replay(admin, "p/t", channel)["inputs"] == [merged["log"]]
+        assert worker_replay(admin, SOURCE, channel) is None
+    assert worker_replay(admin, "p/t", apart)["inputs"] == [alone["log"]]
+    assert merged["readers"] == alone["readers"] == 1
     assert supervisor.counters.replayers_spawned == 2 and supervisor.counters.merged_requests == 1
 
 
@@ -81,18 +83,31 @@ def test_no_merge_gives_each_request_its_own_replayer(admin, start_supervisor):
 
 
 def test_path_workers_of_a_diamond_get_their_inputs_and_the_target_its_recipient(admin, start_supervisor):
+    """Both children of the source read its replayer's log, which waits for the two of them; the
+    source's own worker takes no part."""
     start_supervisor()
     channel = request_replay(admin, DIAMOND)
     replayer = wait_for(lambda: next(iter(replayers(admin).values()), None), what="a replayer key")
-    keys = {name: wait_for(lambda: worker_replay(admin, name, channel)) for name in DIAMOND.functions}
-    assert keys["p/src"] == {"channel": channel, "since_us": 0, "until_us": 100, "inputs": [replayer["log"]],
-                             "pass_through": True, "expect_eor": 1, "recipient": None}
+    keys = {name: wait_for(lambda: worker_replay(admin, name, channel)) for name in ("p/a", "p/b", "p/t")}
+    assert replayer["readers"] == 2
     for middle in ("p/a", "p/b"):
-        assert keys[middle]["inputs"] == [str(paths.replay_output_log(SITE, "p/src"))]
-        assert not keys[middle]["pass_through"] and keys[middle]["recipient"] is None
+        assert keys[middle] == {"channel": channel, "since_us": 0, "until_us": 100, "inputs": [replayer["log"]],
+                                "parents": ["p/src"], "pass_through": False, "expect_eor": 1, "recipient": None}
     assert keys["p/t"]["inputs"] == [str(paths.replay_output_log(SITE, "p/a")),
                                      str(paths.replay_output_log(SITE, "p/b"))]
+    assert keys["p/t"]["parents"] == ["p/a", "p/b"]
     assert keys["p/t"]["expect_eor"] == 2 and keys["p/t"]["recipient"] == str(paths.recipient_log(channel))
+    assert worker_replay(admin, SOURCE, channel) is None
+
+
+def test_a_replay_of_a_source_itself_passes_through_its_worker(admin, start_supervisor):
+    start_supervisor()
+    plan = ReplayPlan(SOURCE, 0, 100, (SOURCE,), (), (SOURCE,))
+    channel = request_replay(admin, plan)
+    replayer = wait_for(lambda: next(iter(replayers(admin).values()), None), what="a replayer key")
+    key = wait_for(lambda: worker_replay(admin, SOURCE, channel))
+    assert key["inputs"] == [replayer["log"]] and key["parents"] == [SOURCE] and key["pass_through"]
+    assert key["recipient"] == str(paths.recipient_log(channel)) and replayer["readers"] == 1
 
 
 def test_deleting_the_replays_tears_down_their_keys_then_the_replayer_they_shared(admin, start_supervisor):

@@ -59,12 +59,12 @@ def us(row: float) -> int:
 
 
 def write_key(archive: SiteArchive, replayer_id: int, channels: list[tuple[int, int, int]], *,
-              archive_dir: Path | None = None, source: str | None = None) -> None:
+              archive_dir: Path | None = None, source: str | None = None, readers: int = 1) -> None:
     with confserver.connect(archive.server.url, identity="supervisor", auth_file=archive.server.auth_file) as c:
         c.set(keyspace.replayer_key(archive.site, replayer_id), {
             "id": replayer_id, "source": source or archive.source,
             "log": str(paths.replayer_log(archive.site, replayer_id)),
-            "archive_dir": str(archive_dir or archive.archive_dir),
+            "archive_dir": str(archive_dir or archive.archive_dir), "readers": readers,
             "channels": [{"channel": ch, "since_us": s, "until_us": u} for ch, s, u in channels]})
 
 
@@ -208,6 +208,54 @@ def test_the_archive_read_skips_what_no_channel_wants(ramen_env, two_channels):
                        if d.stripped_channel.endswith(archive.source))
     ranges = recordings_for(archive.archive_dir, archive.source, CHANNEL_A[1], CHANNEL_B[2])
     assert sum(r.stop_position - r.start_position for r in ranges) < recorded
+
+
+def test_a_replayer_read_by_two_workers_writes_nothing_until_both_subscribed(ramen_env):
+    """Two children of a source read its replayer's log, each joining where the log is (as a
+    worker's image does): the second, subscribing later, still gets the replay from its start."""
+    archive = ramen_env
+    replayer_id, (_, since, until) = new_id(), CHANNEL_A
+    write_key(archive, replayer_id, [CHANNEL_A], readers=2)
+    process = start_replayer(archive, replayer_id)
+    counters = CountersFile.open(paths.counters_path())
+    log_buffer = open_log(paths.replayer_log(archive.site, replayer_id), process)
+    images, tables, ends = [], [[], []], [0, 0]
+    try:
+        assert log_buffer is not None, process.communicate(timeout=WAIT_S)[1]
+        for reader in range(2):
+            images.append(Image(log_buffer, counters, name=f"test reader {reader}"))
+            if reader == 0:
+                time.sleep(1.0)  # the replayer runs meanwhile: with one reader of two it must wait
+                assert log_buffer.producer_position() == 0 and process.poll() is None
+
+        def on_message(reader):
+            def handler(buffer, offset, length, header):
+                data = bytes(buffer[offset:offset + length])
+                h = message.decode_header(data)
+                if h.kind == message.KIND_END_OF_REPLAY:
+                    ends[reader] += 1
+                elif h.kind == message.KIND_TUPLES:
+                    tables[reader].append(decode_tuples(data, archive.schema))
+            return FragmentAssembler(handler)
+        assemblers = [on_message(0), on_message(1)]
+        deadline = time.monotonic() + WAIT_S
+        while ends != [1, 1] and time.monotonic() < deadline:
+            if sum(image.poll(a.on_fragment, 256) for image, a in zip(images, assemblers)) == 0:
+                time.sleep(0.001)
+        assert process.wait(WAIT_S) == 0, process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for image in images:
+            image.close()
+        if log_buffer is not None:
+            log_buffer.close()
+        paths.replayer_log(archive.site, replayer_id).unlink(missing_ok=True)
+        counters.close()
+    expected = expected_rows(archive, since, until)
+    for batches in tables:
+        assert pa.Table.from_batches(batches, archive.schema).equals(expected)
 
 
 def test_a_missing_key_is_a_one_line_error(ramen_env):

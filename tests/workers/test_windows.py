@@ -128,3 +128,35 @@ def test_header_bounds_place_a_batch_whole_and_change_nothing_in_what_is_committ
     (plain, plain_late, plain_passes), (fast, fast_late, fast_passes) = results[False], results[True]
     assert fast == plain and fast_late == plain_late > 0
     assert plain_passes > len(batches) / 2 and fast_passes < plain_passes / 5  # most went whole
+
+
+def test_a_poll_of_many_messages_goes_to_the_windows_a_window_at_a_time(monkeypatch):
+    """A worker catching up takes hundreds of messages a poll (workers.worker.by_input): those
+    inside one window go there together and whole; only those across an edge get the pass over
+    their rows; and what is committed is what the messages one by one commit."""
+    from ramen.tuples import encode_tuples
+    from workers.worker import by_input
+
+    class Found:
+        event_time = "ts"
+    found = Found()
+    batches = [rows(*(i * 25 + k * 5 for k in range(4)), value=i) for i in range(60)]  # 25 s a message, 15 s long
+    messages = [(found, encode_tuples(batch, "ts")) for batch in batches]
+    runs = by_input([(found, b) for b in batches], messages, MINUTE_US)
+    straddling = [b for b in batches if b.column("ts")[0].value // MINUTE_US != b.column("ts")[-1].value // MINUTE_US]
+    inside = [(bounds[0] // MINUTE_US, bounds[1] // MINUTE_US) for _, _, bounds in runs
+              if bounds[0] // MINUTE_US == bounds[1] // MINUTE_US]
+    assert straddling and len(runs) < len(batches)
+    assert len({w for w, _ in inside}) == len(inside)  # one run per window
+    assert sum(t.num_rows for _, t, _ in runs) == sum(b.num_rows for b in batches)
+
+    looked_at = []  # rows of each pass over rows
+    original_place = WindowState._place
+    monkeypatch.setattr(WindowState, "_place",
+                        lambda self, batch, *a: looked_at.append(batch.num_rows) or original_place(self, batch, *a))
+    together, alone = WindowState(MINUTE_US, 10 * SECOND_US), WindowState(MINUTE_US, 10 * SECOND_US)
+    closed_together = [c for _, table, bounds in runs for c in together.add(table, "ts", bounds=bounds)]
+    closed_together += together.flush()
+    assert 0 < sum(looked_at) <= sum(b.num_rows for b in straddling)  # the rows of the rest were never looked at
+    closed_alone = [c for b in batches for c in alone.add(b, "ts")] + alone.flush()
+    assert window_rows(closed_together) == window_rows(closed_alone) and len(closed_alone) == 25
