@@ -41,6 +41,7 @@ import confserver  # noqa: E402
 from ramen import keyspace, paths  # noqa: E402
 from ramen.archive.coverage import archive_coverage  # noqa: E402
 from ramen.cli.ps import collect  # noqa: E402
+from ramen.memory import retain_freed_memory  # noqa: E402
 from ramen.program import Program  # noqa: E402
 from ramen.replay_client import Replay  # noqa: E402
 from ramen.transport import CountersFile  # noqa: E402
@@ -145,6 +146,7 @@ def main() -> int:
                         help="timed runs of the lazy replays and of the anchor (default %(default)s)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    retain_freed_memory()  # the replays' client runs here, and `ramen replay` does this too
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     with tempfile.TemporaryDirectory(prefix="ramen-bench-replay-") as tmp:

@@ -83,7 +83,7 @@ class Replay:
         self._log = LogBuffer.create(recipient, params)
         self._counters = CountersFile.open(paths.counters_path())
         self._image = Image(self._log, self._counters, name=f"replay {self.channel} client")
-        self._assembler = FragmentAssembler(self._on_message)
+        self._assembler = FragmentAssembler(self._on_message, hand_over=True)
         key = keyspace.replay_key(self.channel)
         self._watch = self.client.watch(key)
         self.client.create(key, self.request(), ephemeral=True)
@@ -115,13 +115,13 @@ class Replay:
         yield from self._batches
         self._batches = []
 
-    def _on_message(self, buffer, offset: int, length: int, header) -> None:
-        message = memoryview(buffer)[offset:offset + length]
+    def _on_message(self, message, offset: int, length: int, header) -> None:
+        """A whole message of its own (the assembler hands it over): the batch can keep it."""
         ramen_header = decode_header(message)
         if ramen_header is None or ramen_header.channel != self.channel:
             return
         if ramen_header.kind == KIND_TUPLES:
-            batch = decode_tuples(bytes(message), self.schema)
+            batch = decode_tuples(message, self.schema)
             self._batches.append(batch)
             self.progress.rows += batch.num_rows
             self.progress.batches += 1

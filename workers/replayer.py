@@ -49,6 +49,7 @@ from ramen.archive import checksum as checksums
 from ramen.archive.catalog import NULL_POSITION, Catalog, CatalogError, RecordingDescriptor
 from ramen.archive.coverage import RecordingRange, recordings_for
 from ramen.archive.recorder import recording_position
+from ramen.memory import retain_freed_memory
 from ramen.archive.segment import SegmentError, SegmentReader
 from ramen.archive.time_index import TimeIndex, TimeIndexError, index_path
 from ramen.program import Program, split_qualified
@@ -583,6 +584,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    retain_freed_memory()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

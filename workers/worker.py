@@ -43,6 +43,7 @@ import pyarrow as pa
 import confserver
 from confserver import ConfClient, ConfError, EventKind
 from ramen import keyspace, paths
+from ramen.memory import retain_freed_memory
 from ramen.message import (HEADER_LENGTH, KIND_END_OF_REPLAY, KIND_TUPLES, LIVE_CHANNEL, NO_EVENT_TIME,
                            decode_header, event_time_bounds)
 from ramen.program.model import ENGINE_SPARK, Function, Program, split_qualified
@@ -383,8 +384,8 @@ class Worker:
                 log.debug("%s not ready yet: %s", found.path, e)  # being created: look again
                 continue
             found.image = Image(found.log, self.counters, name=f"{self.qualified_name} <- {found.path.name}")
-            found.assembler = FragmentAssembler(lambda b, o, n, h, inp=found: self._inbox.append(
-                (inp, None, bytes(b[o:o + n]))))
+            found.assembler = FragmentAssembler(lambda b, o, n, h, inp=found: self._inbox.append((inp, None, b)),
+                                                hand_over=True)
             self._images[id(found.image)] = found
             self.subscription.add_image(found.image)
             log.info("%s reads %s from position %d", self.qualified_name, found.path, found.image.position)
@@ -880,6 +881,7 @@ def serve(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    retain_freed_memory()
     return serve(build_parser().parse_args(argv))
 
 

@@ -15,6 +15,7 @@ from ramen.cli import (archive, archiver, choreographer, confclient, confserver,
                        run, start, stat, supervisor, tail)
 from ramen.cli import compile as compile_command
 from ramen.cli.errors import UserError
+from ramen.memory import retain_freed_memory
 
 COMMANDS = (logbuffer, stat, demo, archive, archiver, confserver, confclient, compile_command,
             run, kill, ps, replay, tail, choreographer, supervisor, start)
@@ -48,6 +49,7 @@ def _join_negative_values(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    retain_freed_memory()  # `ramen replay` and `ramen tail` keep every message they read
     parser = build_parser()
     args, extra = parser.parse_known_args(_join_negative_values(sys.argv[1:] if argv is None else argv))
     if getattr(args, "passthrough", False):

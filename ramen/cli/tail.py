@@ -85,13 +85,12 @@ def _read_batches(image: Image, schema: pa.Schema, until: int | None) -> list[pa
     """The live batches readable now (up to `until` if given)."""
     batches: list[pa.RecordBatch] = []
 
-    def on_message(buffer, offset, length, header):
-        message = bytes(memoryview(buffer)[offset:offset + length])
+    def on_message(message, offset, length, header):  # a message of its own (hand_over)
         head = decode_header(message)
         if head is not None and head.kind == KIND_TUPLES and head.channel == LIVE_CHANNEL:
             batches.append(decode_tuples(message, schema))
 
-    assembler = FragmentAssembler(on_message)
+    assembler = FragmentAssembler(on_message, hand_over=True)
     while until is None or image.position < until:
         if image.poll(assembler.on_fragment, FRAGMENT_LIMIT) == 0:
             break  # nothing more for now

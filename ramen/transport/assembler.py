@@ -38,21 +38,33 @@ class FragmentAssembler:
     """Wraps a handler(buffer, offset, length, header) so that it sees whole messages only.
 
     Use `on_fragment` with poll and `on_controlled_fragment` with controlled_poll.
+
+    With `hand_over` (on_fragment only), the handler may keep the buffer it gets: every message
+    comes whole in a buffer of its own at offset 0, an unfragmented one copied out of the log, a
+    reassembled one in the bytearray it was built in, which the assembler then forgets. A handler
+    that keeps messages (a worker's windows) then copies each once, not twice.
     """
 
-    def __init__(self, delegate) -> None:
+    def __init__(self, delegate, *, hand_over: bool = False) -> None:
         self.delegate = delegate
+        self.hand_over = hand_over
         self._builders: dict[int, _Builder] = {}
 
     def on_fragment(self, buffer, offset: int, length: int, header) -> None:
         flags = buffer[header.offset + frame.FLAGS_OFFSET]
         if flags & frame.UNFRAGMENTED == frame.UNFRAGMENTED:
-            self.delegate(buffer, offset, length, header)
+            if self.hand_over:
+                self.delegate(bytes(buffer[offset:offset + length]), 0, length, header)
+            else:
+                self.delegate(buffer, offset, length, header)
             return
         builder = self._append(buffer, offset, length, header, flags)
         if builder is not None and flags & frame.END_FLAG:
             builder.in_progress = False
-            self.delegate(builder.data, 0, len(builder.data), self._message_header(builder, header))
+            data = builder.data
+            if self.hand_over:
+                builder.data = bytearray()
+            self.delegate(data, 0, len(data), self._message_header(builder, header))
 
     __call__ = on_fragment
 

@@ -115,6 +115,29 @@ def test_fragment_assembler_hands_over_whole_messages_only(tmp_path):
     assert received == sent
 
 
+def test_a_handing_over_assembler_gives_each_message_a_buffer_of_its_own(tmp_path):
+    """hand_over: a handler may keep what it gets. Every buffer is whole at offset 0, no two are
+    the same object, and none changes when the log goes on (terms rotate, are cleaned, reused)."""
+    log = make_log(tmp_path)
+    publication = ExclusivePublication(log)
+    image = Image(log, join_position=0)
+    kept = []
+    assembler = FragmentAssembler(lambda buf, offset, length, header: kept.append((buf, offset, length)),
+                                  hand_over=True)
+    sent = []
+    for round_ in range(12):  # 12 x ~14 KB: more than the three 64 KiB terms hold
+        for i, length in enumerate([10, 5000, 1376, 3000, 4100]):
+            message = payload(length, round_ * 10 + i)
+            while publication.offer(message) == ADMIN_ACTION:
+                pass
+            sent.append(message)
+        while image.poll(assembler.on_fragment, 3):  # fragmented messages span polls
+            pass
+    assert all(offset == 0 and length == len(buf) for buf, offset, length in kept)
+    assert len({id(buf) for buf, _, _ in kept}) == len(kept)
+    assert [bytes(buf) for buf, _, _ in kept] == sent
+
+
 def test_max_message_length_is_an_eighth_of_the_term(tmp_path):
     log = make_log(tmp_path)
     assert log.max_message_length == TERM // 8 == 8192
