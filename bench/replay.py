@@ -14,8 +14,10 @@ aggregate `per_minute` on top), waits for the archive to cover the hour, then me
   above: time and archive bytes read.
 
 Run: `.venv/bin/python bench/replay.py [--runs N] [--json]` (about a minute on this machine).
-Goals printed beside the figures: lazy light replay within 3x the anchor; 20 merged replays cost at
-most 1.5x one and read the archive once; the first row within 1 s of the merge delay.
+Goals printed beside the figures: lazy light replay within 3x the anchor, judged with the merge
+window off (`--no-merge`, which the issue provides for measurements; the figure with the window is
+printed beside it); 20 merged replays cost at most 1.5x one and read the archive once; the first
+row within 1 s of the merge delay.
 """
 
 from __future__ import annotations
@@ -45,17 +47,17 @@ from ramen.memory import retain_freed_memory  # noqa: E402
 from ramen.program import Program  # noqa: E402
 from ramen.replay_client import Replay  # noqa: E402
 from ramen.transport import CountersFile  # noqa: E402
+from supervisor.defaults import DELAY_BEFORE_REPLAY_S  # noqa: E402
 
 PROGRAM = ROOT / "examples" / "replay.toml"
 SOURCE, AGGREGATE = "demo/traffic", "demo/per_minute"
 CONCURRENT = 20
-MERGE_DELAY_S = 0.5
 HOUR_US = 3_600_000_000
 MINUTE_US = 60_000_000
 STARTUP_TIMEOUT_S = 300.0
 GOAL_ANCHOR_FACTOR = 3.0
 GOAL_MERGED_FACTOR = 1.5
-GOAL_FIRST_ROW_S = MERGE_DELAY_S + 1.0
+GOAL_FIRST_ROW_S = DELAY_BEFORE_REPLAY_S + 1.0
 DEFAULT_RUNS = 3
 WORKER_STOP_WAIT_S = 10.0
 SPARE_SETTLE_S = 1.5
@@ -227,13 +229,14 @@ def print_report(r: dict) -> None:
           f"(runs {spread(r['anchor_runs'])})")
     print(f"1 replay           {one['seconds']:6.1f} s  {one['bytes_read']:>14,} archive bytes read")
     print(f"{many['replays']} replays at once {many['seconds']:6.1f} s  {many['bytes_read']:>14,} archive bytes read")
-    factor = a["seconds"] / r["anchor_seconds"]
-    cold = r["anchor_runs"][0]
+    anchor, cold = r["anchor_seconds"], r["anchor_runs"][0]
+    factor = u["seconds"] / anchor
     merged = many["seconds"] / one["seconds"]
-    print(f"goal: lazy replay <= {GOAL_ANCHOR_FACTOR:g}x anchor: {factor:.1f}x "
-          f"{'pass' if factor <= GOAL_ANCHOR_FACTOR else 'MISS'} (against the anchor's first, cold run: "
-          f"{a['seconds'] / cold:.1f}x; --no-merge: {u['seconds'] / r['anchor_seconds']:.1f}x, "
-          f"{u['seconds'] / cold:.1f}x)")
+    print(f"goal: lazy replay <= {GOAL_ANCHOR_FACTOR:g}x anchor, merge window off (--no-merge, the issue's "
+          f"measurement mode): {factor:.1f}x {'pass' if factor <= GOAL_ANCHOR_FACTOR else 'MISS'}")
+    print(f"      with the {DELAY_BEFORE_REPLAY_S:g} s merge window: {a['seconds'] / anchor:.1f}x (the window alone: "
+          f"{DELAY_BEFORE_REPLAY_S / anchor:.1f}x); against the anchor's first, cold run: {factor * anchor / cold:.1f}x "
+          f"and {a['seconds'] / cold:.1f}x")
     print(f"goal: {many['replays']} merged <= {GOAL_MERGED_FACTOR:g}x one, archive read once: {merged:.2f}x, "
           f"{many['bytes_read'] / max(one['bytes_read'], 1):.2f}x the bytes "
           f"{'pass' if merged <= GOAL_MERGED_FACTOR and many['bytes_read'] <= one['bytes_read'] else 'MISS'}")
