@@ -49,9 +49,9 @@ from ramen.archive import checksum as checksums
 from ramen.archive.catalog import NULL_POSITION, Catalog, CatalogError, RecordingDescriptor
 from ramen.archive.coverage import RecordingRange, recordings_for
 from ramen.archive.recorder import recording_position
-from ramen.memory import retain_freed_memory
 from ramen.archive.segment import SegmentError, SegmentReader
 from ramen.archive.time_index import TimeIndex, TimeIndexError, index_path
+from ramen.memory import retain_freed_memory
 from ramen.program import Program, split_qualified
 from ramen.transport import frame
 from ramen.transport.counters import CountersFile, CountersFileError
