@@ -171,16 +171,7 @@ def main() -> int:
 
 
 def measure(base: Path, runs: int) -> dict:
-    now_minute = time.time_ns() // 1000 // MINUTE_US * MINUTE_US
-    until = now_minute - MINUTE_US
-    since = until - HOUR_US + 2 * MINUTE_US  # the back-fill starts a little after now - 1h
-    started = time.monotonic()
-    while not any(i.since_us <= since and i.until_us >= until
-                  for i in archive_coverage(paths.archive_dir("local")).get(SOURCE, [])):
-        if time.monotonic() - started > STARTUP_TIMEOUT_S:
-            raise SystemExit("the archive did not cover the hour in time")
-        time.sleep(1)
-    progress(f"archive ready after {time.monotonic() - started:.0f} s")
+    since, until = wait_for_the_hour()
     url = (base / "run" / "ready").read_text().strip()
     with confserver.connect(url, identity="user", auth_file=base / "confserver" / "auth.json") as client:
         programs = {e.key.split("/", 1)[1]: Program.from_dict(e.value) for e in client.glob("programs/*")}
@@ -208,6 +199,24 @@ def measure(base: Path, runs: int) -> dict:
     return {"source_tuples": traffic.num_rows, "source": source, "aggregate": aggregate, "unmerged": unmerged,
             "anchor_seconds": anchor_s, "anchor_runs": anchors, "one": dict(one, bytes_read=one_bytes),
             "concurrent": dict(many, bytes_read=many_bytes, replays=CONCURRENT)}
+
+
+def wait_for_the_hour() -> tuple[int, int]:
+    """The replayed range, whole minutes up to the last one ended, once the archive covers it. It
+    starts at the back-fill's first whole minute (the generator, started by the supervisor a
+    moment after `ramen start` is ready, back-fills from its own start less an hour)."""
+    until = time.time_ns() // 1000 // MINUTE_US * MINUTE_US - MINUTE_US
+    started = time.monotonic()
+    while True:
+        for interval in archive_coverage(paths.archive_dir("local")).get(SOURCE, []):
+            since = max(until - HOUR_US, -(-interval.since_us // MINUTE_US) * MINUTE_US)
+            if interval.since_us <= since and interval.until_us >= until and until - since >= HOUR_US - 2 * MINUTE_US:
+                progress(f"archive ready after {time.monotonic() - started:.0f} s: "
+                         f"replaying {(until - since) // MINUTE_US} minutes")
+                return since, until
+        if time.monotonic() - started > STARTUP_TIMEOUT_S:
+            raise SystemExit("the archive did not cover the hour in time")
+        time.sleep(1)
 
 
 def spread(seconds: list[float]) -> str:
