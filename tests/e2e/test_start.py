@@ -88,9 +88,12 @@ def test_start_stops_the_workers_of_a_supervisor_that_had_died(tmp_path):
     os.kill(supervisor[0], signal.SIGKILL)
     process.send_signal(signal.SIGINT)
     assert process.wait(STARTUP_S) == 0
+    left = _processes_with(f"RAMEN_DIR={tmp_path}")
+    for pid in left:  # not to outlive the test
+        os.kill(pid, signal.SIGKILL)
+    assert left == {}
     stderr = process.stderr.read()
     assert "stopping what it left running" in stderr and stderr.strip().endswith("ramen: stopped"), stderr
-    assert _processes_with(f"RAMEN_DIR={tmp_path}") == {}
 
 
 def _processes_with(environ_entry: str) -> dict[int, str]:
