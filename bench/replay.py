@@ -210,7 +210,7 @@ def wait_for_the_hour() -> tuple[int, int]:
     while True:
         for interval in archive_coverage(paths.archive_dir("local")).get(SOURCE, []):
             since = max(until - HOUR_US, -(-interval.since_us // MINUTE_US) * MINUTE_US)
-            if interval.since_us <= since and interval.until_us >= until and until - since >= HOUR_US - 2 * MINUTE_US:
+            if interval.until_us >= until and until - since >= HOUR_US - 2 * MINUTE_US:
                 progress(f"archive ready after {time.monotonic() - started:.0f} s: "
                          f"replaying {(until - since) // MINUTE_US} minutes")
                 return since, until
