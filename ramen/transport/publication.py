@@ -14,6 +14,7 @@ subscriber is zeroed before the writer comes round to it again.
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from typing import Sequence
 
@@ -40,6 +41,8 @@ _ALIGN_UP = frame.FRAME_ALIGNMENT - 1  # frame.align(n) is (n + _ALIGN_UP) & _AL
 _ALIGN_MASK = -frame.FRAME_ALIGNMENT
 _DATA_WORD = frame.DATA_WORD_UNFRAGMENTED
 _pack_header = frame.HEADER_BY_WORD.pack_into
+_FRAME_LENGTH = struct.Struct("<i")
+_FRAME_IDS = struct.Struct("<iiii")  # term offset, session id, stream id, term id: adjacent in the header
 
 # The header's fields as indexes of its int32 words, for writing a block's headers a field at a time.
 _LENGTH_WORD = frame.FRAME_LENGTH_OFFSET // 4
@@ -335,6 +338,42 @@ class ExclusivePublication:
         first_length = int.from_bytes(buffer[offset:offset + 4], "little", signed=True)
         self._terms_i32[self._index][term_offset >> 2] = -length
         term[term_offset + 4:term_offset + length] = memoryview(buffer)[offset + 4:offset + length]
+        self._terms_i32[self._index][term_offset >> 2] = first_length
+        return self._advanced()
+
+    def offer_frames(self, buffer, offset: int, length: int) -> int:
+        """Write whole messages that are already framed elsewhere (a recording's, at any position,
+        of any session) at the tail, each frame's term offset, session, stream and term id made
+        this publication's; lengths, flags and reserved values are kept.
+
+        Beyond Aeron: how a replayer forwards recorded messages as they lie in a segment, in one
+        copy and without reassembling them. The frames must be DATA frames holding whole messages
+        and fit one term; a block past the term's end pads it (ADMIN_ACTION), as offer does."""
+        if length > self.term_length or length % frame.FRAME_ALIGNMENT:
+            raise ValueError(f"a block of {length} bytes of frames does not fit a term of {self.term_length}")
+        position = self._check_limit()
+        if position < 0:
+            return position
+        term_offset = self._term_offset
+        if term_offset + length > self.term_length:
+            return self._pad_and_rotate()
+        source = memoryview(buffer)[offset:offset + length]
+        first_length = _FRAME_LENGTH.unpack_from(source, 0)[0]
+        term = self._terms[self._index]
+        self._claim(term_offset + length)
+        # Everything but the first length word, which goes last: until then a reader sees no frame.
+        term[term_offset + 4:term_offset + length] = source[4:]
+        session_id, stream_id, term_id = self.session_id, self.stream_id, self._term_id
+        at = 0
+        while at < length:
+            frame_length = _FRAME_LENGTH.unpack_from(source, at)[0]
+            aligned = (frame_length + _ALIGN_UP) & _ALIGN_MASK
+            if frame_length < _HDR or at + aligned > length:
+                raise ValueError(f"frame of length {frame_length} at {at} of a {length}-byte block")
+            _FRAME_IDS.pack_into(term, term_offset + at + frame.TERM_OFFSET_OFFSET, term_offset + at, session_id,
+                                 stream_id, term_id)
+            at += aligned
+        source.release()
         self._terms_i32[self._index][term_offset >> 2] = first_length
         return self._advanced()
 

@@ -339,3 +339,49 @@ def test_offer_block_copies_framed_fragments_verbatim_and_checks_the_first_frame
     assert replay.offer_block(source.terms[0], 0, block_length) == block_length
     assert bytes(target.terms[0][:block_length]) == bytes(source.terms[0][:block_length])
     assert [m.payload for m in scan_messages(target)] == [bytes([i]) * (i * 300) for i in range(10)]
+
+
+def test_offer_frames_forwards_recorded_messages_with_this_logs_ids_and_offsets(tmp_path):
+    """A replayer forwards recorded frames as they lie: the payloads, lengths, flags and reserved
+    values are kept; term offset, session, stream and term id become the replay log's."""
+    from ramen.transport.scan import scan_messages
+    from ramen.transport.status import ADMIN_ACTION
+
+    source = LogBuffer.create(tmp_path / "src.logbuffer", LogBufferParams(term_length=TERM, session_id=1,
+                                                                          stream_id=2, initial_term_id=3))
+    writer = ExclusivePublication(source)
+    payloads = [bytes([i]) * (100 + i * 1000) for i in range(8)]  # the later ones fragmented
+    starts = []
+    for i, payload in enumerate(payloads):
+        starts.append(writer.position)
+        assert writer.offer(payload, reserved_value=1000 + i) > 0
+    end = writer.position
+    target = LogBuffer.create(tmp_path / "dst.logbuffer", PARAMS)
+    replay = ExclusivePublication(target)
+    assert replay.offer(b"x" * 40) > 0  # the replay log's frames start elsewhere than the recording's
+
+    forwarded = payloads[3:]  # a block of several messages, from the middle of the recording
+    block_start = starts[3]
+    assert replay.offer_frames(source.terms[0], block_start, end - block_start) == 96 + end - block_start
+
+    assert [m.payload for m in scan_messages(target)] == [b"x" * 40, *forwarded]
+    at = 96
+    while at < 96 + end - block_start:
+        got, recorded = frame_at(target.terms[0], at), frame_at(source.terms[0], at - 96 + block_start)
+        assert (got["term_offset"], got["session_id"], got["stream_id"], got["term_id"]) == \
+            (at, SESSION_ID, STREAM_ID, INITIAL_TERM_ID)
+        assert (got["frame_length"], got["flags"], got["type"], got["reserved_value"]) == \
+            (recorded["frame_length"], recorded["flags"], recorded["type"], recorded["reserved_value"])
+        at += align32(got["frame_length"])
+
+    # A block past the term's end pads the term, and goes into the next one on the retry.
+    assert replay.offer_frames(source.terms[0], 0, end) == replay.position < TERM < replay.position + end
+    assert replay.offer_frames(source.terms[0], 0, end) == ADMIN_ACTION
+    assert replay.offer_frames(source.terms[0], 0, end) == TERM + end
+    assert frame_at(target.terms[1], 0)["term_id"] == INITIAL_TERM_ID + 1
+    assert [m.payload for m in scan_messages(target)][-2 * len(payloads):] == payloads * 2
+
+    with pytest.raises(ValueError, match="does not fit a term"):
+        replay.offer_frames(source.terms[0], 0, TERM * 2)
+    with pytest.raises(ValueError, match="frame of length"):
+        replay.offer_frames(bytes(64), 0, 64)  # no frame there
