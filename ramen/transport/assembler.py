@@ -8,6 +8,7 @@ fragment's term id and offset, and the position after the last fragment.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 from ramen.transport import frame
@@ -27,11 +28,33 @@ class MessageHeader:
 
 
 class _Builder:
-    __slots__ = ("data", "term_id", "term_offset", "reserved_value", "in_progress")
+    __slots__ = ("data", "term_id", "term_offset", "reserved_value", "in_progress", "joined")
 
     def __init__(self) -> None:
         self.data = bytearray()
         self.in_progress = False
+        self.joined = False
+        """`data` is already the whole message (joined at its BEGIN): the other fragments are skipped."""
+
+
+_FRAME_LENGTH = struct.Struct("<i")
+
+
+def _join_committed(buffer, frame_offset: int) -> bytes | None:
+    """The message whose BEGIN frame is at frame_offset, in one exact-size copy, when every fragment
+    of it is committed already (a reader catching up finds them so); None otherwise. A message's
+    fragments never cross a term's end."""
+    pieces = []
+    offset = frame_offset
+    while offset + frame.HEADER_LENGTH <= len(buffer):
+        length = _FRAME_LENGTH.unpack_from(buffer, offset)[0]
+        if length <= 0:
+            return None
+        pieces.append(buffer[offset + frame.HEADER_LENGTH:offset + length])
+        if buffer[offset + frame.FLAGS_OFFSET] & frame.END_FLAG:
+            return b"".join(pieces)
+        offset += frame.align(length)
+    return None
 
 
 class FragmentAssembler:
@@ -58,9 +81,12 @@ class FragmentAssembler:
             else:
                 self.delegate(buffer, offset, length, header)
             return
-        builder = self._append(buffer, offset, length, header, flags)
+        if self.hand_over:
+            builder = self._join_or_append(buffer, offset, length, header, flags)
+        else:
+            builder = self._append(buffer, offset, length, header, flags)
         if builder is not None and flags & frame.END_FLAG:
-            builder.in_progress = False
+            builder.in_progress = builder.joined = False
             data = builder.data
             if self.hand_over:
                 builder.data = bytearray()
@@ -90,15 +116,37 @@ class FragmentAssembler:
         if builder is None:
             builder = self._builders[id(header)] = _Builder()
         if flags & frame.BEGIN_FLAG:
-            fields = frame.HEADER.unpack_from(buffer, header.offset)
             builder.data[:] = buffer[offset:offset + length]
-            builder.term_offset, builder.term_id, builder.reserved_value = fields[4], fields[7], fields[8]
-            builder.in_progress = True
+            self._begin(builder, buffer, header)
             return builder
         if not builder.in_progress:
             return None
         builder.data += buffer[offset:offset + length]
         return builder
+
+    def _join_or_append(self, buffer, offset: int, length: int, header, flags: int) -> _Builder | None:
+        """As _append, but a message whose fragments are all there at its BEGIN is copied at once
+        into a buffer of its size, not grown a fragment at a time (each growth may move it)."""
+        builder = self._builders.get(id(header))
+        if flags & frame.BEGIN_FLAG:
+            whole = _join_committed(buffer, header.offset)
+            if whole is not None:
+                if builder is None:
+                    builder = self._builders[id(header)] = _Builder()
+                self._begin(builder, buffer, header)
+                builder.data, builder.joined = whole, True
+                return builder
+            if builder is not None and builder.joined:  # the previous message never ended
+                builder.data, builder.joined = bytearray(), False
+        elif builder is not None and builder.joined:
+            return builder  # a later fragment of a message joined at its BEGIN
+        return self._append(buffer, offset, length, header, flags)
+
+    @staticmethod
+    def _begin(builder: _Builder, buffer, header) -> None:
+        fields = frame.HEADER.unpack_from(buffer, header.offset)
+        builder.term_offset, builder.term_id, builder.reserved_value = fields[4], fields[7], fields[8]
+        builder.in_progress = True
 
     @staticmethod
     def _message_header(builder: _Builder, header) -> MessageHeader:

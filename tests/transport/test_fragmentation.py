@@ -323,3 +323,24 @@ def test_poll_hands_over_at_most_the_fragment_limit(tmp_path):
 
     assert counts == [2, 2, 1, 0]
     assert seen == [0, 1, 2, 3, 4]
+
+
+def test_a_handing_over_assembler_waits_for_fragments_not_yet_committed(tmp_path):
+    """A message whose END is not committed when its BEGIN is polled is grown as its fragments
+    come, and handed over whole once the END is there."""
+    log = make_log(tmp_path)
+    publication = ExclusivePublication(log)
+    image = Image(log, join_position=0)
+    kept = []
+    assembler = FragmentAssembler(lambda buf, offset, length, header: kept.append(bytes(buf[offset:offset + length])),
+                                  hand_over=True)
+    message = payload(3 * MAX_PAYLOAD + 10, 1)
+    publication.offer(message)
+    last = 3 * MTU  # the last fragment's frame: not yet committed, as if its writer were still at it
+    length_word = log.terms[0][last:last + 4].tobytes()
+    log.terms[0][last:last + 4] = bytes(4)
+
+    assert image.poll(assembler.on_fragment, 10) == 3 and kept == []
+    log.terms[0][last:last + 4] = length_word
+    assert image.poll(assembler.on_fragment, 10) == 1
+    assert kept == [message]
