@@ -19,6 +19,12 @@ from ramen.message import (CHANNEL_OFFSET, HEADER_LENGTH, KIND_END_OF_REPLAY, KI
 
 
 _CHANNEL = struct.Struct("<I")
+_U8, _U16, _U32, _I32, _I64 = (struct.Struct(f) for f in ("<B", "<H", "<I", "<i", "<q"))
+_IPC_PREFIX = struct.Struct("<Ii")  # continuation marker, metadata length
+_IPC_CONTINUATION = 0xFFFFFFFF
+_MESSAGE_HEADER_TYPE, _MESSAGE_HEADER = 1, 2  # fields of Message.fbs's Message table
+_HEADER_TYPE_RECORD_BATCH = 3
+_RECORD_BATCH_LENGTH = 0  # field of its RecordBatch table
 
 
 def event_time_bounds(batch: pa.RecordBatch | pa.Table, event_time: str | None) -> tuple[int, int]:
@@ -44,6 +50,44 @@ def decode_tuples(message, schema: pa.Schema) -> pa.RecordBatch:
     """The batch of a TUPLES message (header included), read without copying its buffers."""
     body = pa.py_buffer(message)[HEADER_LENGTH:]
     return pa.ipc.read_record_batch(body, schema)
+
+
+def tuple_count(message) -> int | None:
+    """The row count of a TUPLES message read from its IPC metadata alone, so that the body may
+    be elsewhere (a replayer forwarding a recorded message sees its first fragment); None when the
+    metadata is not a record batch's, or does not lie within `message`.
+
+    The metadata is a flatbuffer Message (Arrow's Message.fbs): the root table's field 1 is the
+    header type (3: RecordBatch), field 2 the header table, whose field 0 is the row count."""
+    try:
+        continuation, _ = _IPC_PREFIX.unpack_from(message, HEADER_LENGTH)
+        if continuation != _IPC_CONTINUATION:
+            return None
+        base = HEADER_LENGTH + _IPC_PREFIX.size
+        root = base + _U32.unpack_from(message, base)[0]
+        if _flatbuffer_field(message, root, _MESSAGE_HEADER_TYPE, _U8) != _HEADER_TYPE_RECORD_BATCH:
+            return None
+        at = _field_position(message, root, _MESSAGE_HEADER)
+        if at is None:
+            return None
+        batch = at + _U32.unpack_from(message, at)[0]
+        return _flatbuffer_field(message, batch, _RECORD_BATCH_LENGTH, _I64)
+    except (struct.error, IndexError):
+        return None
+
+
+def _field_position(buffer, table: int, field: int) -> int | None:
+    vtable = table - _I32.unpack_from(buffer, table)[0]
+    entry = 4 + 2 * field
+    if entry >= _U16.unpack_from(buffer, vtable)[0]:
+        return None
+    offset = _U16.unpack_from(buffer, vtable + entry)[0]
+    return table + offset if offset else None
+
+
+def _flatbuffer_field(buffer, table: int, field: int, kind: struct.Struct) -> int:
+    at = _field_position(buffer, table, field)
+    return 0 if at is None else kind.unpack_from(buffer, at)[0]  # an absent scalar is its default, 0
 
 
 def end_of_replay(channel: int, source: int) -> bytes:
