@@ -7,14 +7,17 @@ until_us}]}`. The replayer reads the source's recordings once, from the smallest
 largest `until` (positions from the time index, `ramen.archive.coverage.recordings_for`), and for
 each TUPLES message writes to its output log, for each channel whose range meets the message's
 event-time bounds, the rows inside that range tagged with that channel. Messages are skipped or
-taken whole on their header's bounds alone; only a message cut by a channel's edge is decoded and
-filtered (one vectorised comparison over the event-time column). At the end each channel gets one
+taken whole on their header's bounds alone. One taken whole goes out as it was recorded: its frames
+are copied into the log in one piece, with the log's ids and offsets in their headers and the
+channel and source in its ramen header, and never reassembled (`offer_frames`). Only a message cut
+by a channel's edge is reassembled, decoded and filtered (one vectorised comparison over the
+event-time column), and re-encoded in messages that fit the log. At the end each channel gets one
 END_OF_REPLAY whose source is the replayer id, the stats go to `…/replayers/<id>/stats`, and the
 process exits 0.
 
 The archive is read directly from its segment files, a chunk at a time: the replayer needs whole
-messages, not a log, so it does not go through a replay log as ReplaySession does. A frame cut by
-a chunk's end is carried over to the next chunk rather than read again, and the zero body of a PAD
+messages, not a log, so it does not go through a replay log as ReplaySession does. A message cut
+by a chunk's end is carried over to the next chunk rather than read again, and the zero body of a PAD
 frame (never stored) is skipped, so every byte of the range is consumed exactly once: the
 `replayer <id> bytes read` counter ends at the sum of the ranges' lengths. Frames are checked as
 they are walked (length, term offset, and the checksum when the archive keeps one); a bad one is
@@ -60,7 +63,7 @@ from ramen.transport.idle import BackoffIdleStrategy
 from ramen.transport.logbuffer import LogBuffer, LogBufferError, LogBufferParams
 from ramen.transport.publication import ExclusivePublication
 from ramen.transport.status import ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED
-from ramen.tuples import encode_tuples, end_of_replay
+from ramen.tuples import encode_tuples, end_of_replay, tuple_count
 from workers.spare import wait_for_key, warm_up_arrow
 
 log = logging.getLogger(__name__)
@@ -71,6 +74,19 @@ SUBSCRIBER_WAIT_TIMEOUT_S = 30.0
 reader goes away) before it gives up with an error."""
 READ_CHUNK_LENGTH = 1024 * 1024
 """Bytes read from a segment file per duty cycle (Aeron's replay buffer)."""
+LOG_TERM_LENGTH = 4 * 1024 * 1024
+"""Term length of the replayer's log. Three terms (12 MiB) stay in the L3 cache, so the copies into
+the log, its cleaning, and its reader's copies out of it do not go to memory: measured with an
+instant reader, an hour's replay took 0.13-0.16 s of the replayer's CPU with 4 MiB terms, and
+0.18-0.30 s with the transport's default 16 MiB (1-2 MiB terms save little more, and their window
+of half a term would leave a slow reader waiting for the replayer more often)."""
+IDLE_MAX_SPINS = 0
+IDLE_MAX_YIELDS = 0
+IDLE_MAX_PARK_S = 0.001
+"""A replayer outruns its readers, so most of its idle cycles find the log full: it sleeps at once
+(backing off from the transport's IDLE_MIN_PARK_S), since spinning or yielding would take the CPU
+its readers need to catch up (0.04 s a replay of an hour, of 0.25 s, measured on two cores). It
+sleeps at most 1 ms: a reader empties the log's window (2 MiB) in a few."""
 STATS_INTERVAL_S = 1.0
 """How often the stats key is rewritten while replaying (and once at the end)."""
 ACTIVE_RECORDING_QUIET_S = 1.0
@@ -86,7 +102,7 @@ _INT32 = struct.Struct("<i")
 _ALIGN_UP = frame.FRAME_ALIGNMENT - 1
 _ALIGN_MASK = -frame.FRAME_ALIGNMENT
 _SOURCE_FIELDS = struct.Struct("<II")  # channel, source: adjacent in the ramen message header
-_CHANNEL_OFFSET = 4
+_FIRST_CHANNEL_OFFSET = frame.HEADER_LENGTH + msg.CHANNEL_OFFSET  # in a recorded message's first frame
 
 
 class ReplayerError(Exception):
@@ -160,12 +176,13 @@ def archive_checksum(catalog: Catalog, recording_id: int) -> checksums.Checksum 
 
 
 class RecordingReader:
-    """The whole ramen messages of [start, stop) of one recording, a chunk at a time.
+    """The whole ramen messages of [start, stop) of one recording, a chunk at a time, each as the
+    recorded frames that hold it (`payload` and `reassemble` read them).
 
-    Each archive byte is consumed once: a frame cut by the chunk's end is moved to the front of the
-    other of two buffers (the messages returned point into this one) and the next read appends to
-    it; a PAD frame's body is skipped, not read. An active
-    recording (stop unknown) is followed through its recording-position counter."""
+    Each archive byte is consumed once: a message cut by the chunk's end is moved to the front of
+    the other of two buffers (the messages returned point into this one) and the next read appends
+    to it; a PAD frame's body is skipped, not read. An active recording (stop unknown) is followed
+    through its recording-position counter."""
 
     def __init__(self, archive_dir: str | os.PathLike, descriptor: RecordingDescriptor, start: int,
                  stop: int | None, *, checksum: checksums.Checksum | None = None, follow=None,
@@ -181,12 +198,11 @@ class RecordingReader:
         self.consumed = 0
         self.done = False
         self._reader = SegmentReader.for_recording(archive_dir, descriptor)
-        length = max(chunk_length, descriptor.mtu_length * 2)
-        self._buffers = (bytearray(length), bytearray(length))
-        self._views = tuple(memoryview(b) for b in self._buffers)
-        self._buffer, self._view = self._buffers[0], self._views[0]
-        self._filled = 0  # bytes of the buffer holding data (a carried partial frame)
-        self._fragments: bytearray | None = None
+        self._chunk_length = max(chunk_length, descriptor.mtu_length * 2)
+        self._buffers = [bytearray(self._chunk_length), bytearray(self._chunk_length)]
+        self._views = [memoryview(b) for b in self._buffers]
+        self._current = 0
+        self._filled = 0  # bytes of the buffer holding data (a carried partial message)
         self._last_growth_s = time.monotonic()
 
     def close(self) -> None:
@@ -211,8 +227,8 @@ class RecordingReader:
                                 f"(unclean shutdown? restart the archiver to repair the catalog)")
         return stop
 
-    def read(self) -> list:
-        """The messages completed by one chunk (each a bytes-like object valid until the next
+    def read(self) -> list[memoryview]:
+        """The messages completed by one chunk, each the frames holding it (valid until the next
         call); an empty list when nothing new could be read. Sets `done` at the end."""
         if self.done:
             return []
@@ -220,29 +236,31 @@ class RecordingReader:
         read_at = self.position + self._filled
         if read_at >= limit:
             if self.stop is not None:
-                if self._filled or self._fragments is not None:
+                if self._filled:
                     raise ReplayerError(f"recording {self.recording_id}: the range ends inside a message "
                                         f"at position {self.position}")
                 self.done = True
             elif time.monotonic() - self._last_growth_s > ACTIVE_RECORDING_QUIET_S:
                 self.done = True  # active but idle: what it holds is what there is
             return []
+        view = self._views[self._current]
         term_end = (read_at | (self.term_length - 1)) + 1
-        want = min(len(self._buffer) - self._filled, term_end - read_at, limit - read_at)
+        want = min(len(view) - self._filled, term_end - read_at, limit - read_at)
         try:
-            got = self._reader.read(read_at, self._view[self._filled:self._filled + want])
+            got = self._reader.read(read_at, view[self._filled:self._filled + want])
         except SegmentError as e:
             raise ReplayerError(str(e)) from None
         self._last_growth_s = time.monotonic()
         return self._walk(self._filled + got)
 
-    def _walk(self, end: int) -> list:
-        buffer, view = self._buffer, self._view
+    def _walk(self, end: int) -> list[memoryview]:
+        buffer, view = self._buffers[self._current], self._views[self._current]
         base = self.position
         mask = self.term_length - 1
         unpack = _FRAME_HEADER.unpack_from
         messages = []
         offset = 0
+        begin = None  # where the message being walked starts
         while offset + frame.HEADER_LENGTH <= end:
             length, _, flags, frame_type, term_offset = unpack(buffer, offset)
             position = base + offset
@@ -257,50 +275,68 @@ class RecordingReader:
                 raise ReplayerError(f"recording {self.recording_id}: corrupt frame at position {position} "
                                     f"(length {length}, term offset {term_offset})")
             if frame_type == frame.HDR_TYPE_PAD:
+                if begin is not None:
+                    raise ReplayerError(f"recording {self.recording_id}: padding inside a message at position "
+                                        f"{position}")
                 offset += aligned  # its body is not stored; reading resumes after it
                 if offset >= end:
                     break
                 continue
             if offset + aligned > end:
                 break  # cut by the chunk's end: carried over
-            payload = view[offset + frame.HEADER_LENGTH:offset + length]
             if self.checksum is not None:
                 stored = _INT32.unpack_from(buffer, offset + frame.SESSION_ID_OFFSET)[0]
                 if self.checksum.compute(view[offset + frame.HEADER_LENGTH:offset + aligned]) != stored:
                     raise ReplayerError(f"recording {self.recording_id}: checksum mismatch at position {position}")
-            offset += aligned
-            if flags & frame.UNFRAGMENTED == frame.UNFRAGMENTED:
-                messages.append(payload)
-            elif flags & frame.BEGIN_FLAG:
-                self._fragments = bytearray(payload)
-            elif self._fragments is None:
+            if flags & frame.BEGIN_FLAG:
+                begin = offset
+            elif begin is None:
                 raise ReplayerError(f"recording {self.recording_id}: fragment without a beginning at position "
                                     f"{position}")
-            else:
-                self._fragments += payload
-                if flags & frame.END_FLAG:
-                    messages.append(self._fragments)
-                    self._fragments = None
-        self._advance(offset, end)
+            offset += aligned
+            if flags & frame.END_FLAG:
+                messages.append(view[begin:offset])
+                begin = None
+        self._advance(offset if begin is None else begin, end)
         if self.done_at_min_time_us is not None and self.stop is None:
             for m in messages:
-                bounds = msg.event_time_bounds(m)
+                bounds = msg.event_time_bounds(payload(m))
                 if bounds is not None and bounds[0] >= self.done_at_min_time_us:
                     self.done = True  # past `until` by more than the disorder: nothing wanted follows
                     break
         return messages
 
     def _advance(self, offset: int, end: int) -> None:
-        """Move the unconsumed tail (a partial frame) to the front of the other buffer, leaving the
-        messages just found intact; past a PAD, drop what was read."""
+        """Move the unconsumed tail (a partial message) to the front of the other buffer, leaving
+        the messages just found intact; past a PAD, drop what was read."""
         carry = max(0, end - offset)
         if carry:
-            other = 1 if self._buffer is self._buffers[0] else 0
-            self._buffers[other][:carry] = self._view[offset:end]
-            self._buffer, self._view = self._buffers[other], self._views[other]
+            other = 1 - self._current
+            if len(self._buffers[other]) < carry + self._chunk_length // 2:  # a long message: room for the rest
+                self._buffers[other] = bytearray(carry + self._chunk_length)
+                self._views[other] = memoryview(self._buffers[other])
+            self._views[other][:carry] = self._views[self._current][offset:end]
+            self._current = other
         self.position += offset
         self.consumed += offset
         self._filled = carry
+
+
+def payload(frames: memoryview) -> memoryview:
+    """The first fragment's payload of a recorded message: the ramen header, and the start of the
+    body (where its IPC metadata lies)."""
+    return frames[frame.HEADER_LENGTH:_INT32.unpack_from(frames, 0)[0]]
+
+
+def reassemble(frames: memoryview) -> bytes:
+    """The message held by recorded frames, in one piece."""
+    pieces = []
+    at = 0
+    while at < len(frames):
+        length = _INT32.unpack_from(frames, at)[0]
+        pieces.append(frames[at + frame.HEADER_LENGTH:at + length])
+        at += (length + _ALIGN_UP) & _ALIGN_MASK
+    return b"".join(pieces)
 
 
 # -- the replayer agent ----------------------------------------------------------------------------
@@ -379,10 +415,15 @@ class Replayer:
 
     def _offer(self) -> int:
         message = self._outbox[0]
-        if type(message) is tuple:  # a recorded message going out whole: tagged in place, just now
-            message, channel = message
-            _SOURCE_FIELDS.pack_into(message, _CHANNEL_OFFSET, channel, self.source)
-        result = self.publication.offer(message)
+        try:
+            if type(message) is tuple:  # a recorded message going out whole: tagged in place, just now
+                frames, channel = message
+                _SOURCE_FIELDS.pack_into(frames, _FIRST_CHANNEL_OFFSET, channel, self.source)
+                result = self.publication.offer_frames(frames, 0, len(frames))
+            else:
+                result = self.publication.offer(message)
+        except ValueError as e:
+            raise ReplayerError(f"{self.spec.source}: a message does not fit the replay log ({e})") from None
         if result >= 0:
             self._outbox.popleft()
             self._not_connected_since = None
@@ -400,9 +441,13 @@ class Replayer:
             return 0
         raise ReplayerError(f"cannot write to {self.publication.log.path} (status {result})")
 
-    def _split(self, message) -> None:
+    def _split(self, frames: memoryview) -> None:
         """Queue, for each channel whose range meets the message, the rows of the message inside it."""
-        header = msg.decode_header(message)
+        first = payload(frames)
+        forward = len(first) >= msg.HEADER_LENGTH  # else a first fragment too short for the header (tiny MTUs)
+        if not forward:
+            first = reassemble(frames)
+        header = msg.decode_header(first)
         if header is None or header.kind != msg.KIND_TUPLES or header.min_event_time_us == msg.NO_EVENT_TIME:
             return
         self.stats.messages += 1
@@ -411,28 +456,35 @@ class Replayer:
         for c in self.spec.channels:
             if high < c.since_us or low >= c.until_us:
                 continue
-            if c.since_us <= low and high < c.until_us:
-                # The batch as it is: only the channel and source change, written into the read
-                # buffer right before the offer (each channel in turn), so nothing is copied.
-                out = (message, c.channel)
-                rows = self._row_count(message, batch)
+            if c.since_us <= low and high < c.until_us and forward:
+                # The recorded frames as they are: only the channel and source change, written into
+                # the read buffer right before the offer (each channel in turn), so nothing is
+                # copied but into the log.
+                self._outbox.append((frames, c.channel))
+                rows = tuple_count(first) if batch is None else batch.num_rows
+                if rows is None:
+                    batch = self._decode(reassemble(frames))
+                    rows = batch.num_rows
             else:
                 if batch is None:
-                    batch = self._decode(message)
+                    batch = self._decode(reassemble(frames))
                 part = self._filter(batch, c)
                 rows = part.num_rows
                 if rows == 0:
                     continue
-                out = encode_tuples(part, self.event_time, channel=c.channel, source=self.source)
-            self._outbox.append(out)
+                self._outbox.extend(self._encode(part, c.channel))
             self.stats.rows_out += rows
             self.stats.channels[c.channel] += rows
 
-    def _row_count(self, message, batch) -> int:
-        if batch is not None:
-            return batch.num_rows
-        # The IPC message's metadata holds the length; reading it costs no buffer copy.
-        return pa.ipc.read_record_batch(pa.py_buffer(message)[msg.HEADER_LENGTH:], self.schema).num_rows
+    def _encode(self, batch: pa.RecordBatch, channel: int) -> list[bytes]:
+        """The rows as messages within the log's max message length: a recorded message may be
+        longer than this log takes (its log had longer terms), so its part inside a range is cut
+        in halves until each fits."""
+        message = encode_tuples(batch, self.event_time, channel=channel, source=self.source)
+        if len(message) <= self.publication.max_message_length or batch.num_rows <= 1:
+            return [message]
+        half = batch.num_rows // 2
+        return self._encode(batch.slice(0, half), channel) + self._encode(batch.slice(half), channel)
 
     def _decode(self, message) -> pa.RecordBatch:
         try:
@@ -510,10 +562,10 @@ def open_readers(spec: ReplayerSpec, counters: CountersFile) -> list[RecordingRe
 
 
 def open_output(path: Path, counters: CountersFile) -> ExclusivePublication:
-    """The replayer's log: created with the transport's defaults, or opened if already there."""
+    """The replayer's log: created, or opened if already there."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        log_buffer = LogBuffer.create(path, LogBufferParams(mtu_length=IPC_MTU_LENGTH))
+        log_buffer = LogBuffer.create(path, LogBufferParams(term_length=LOG_TERM_LENGTH, mtu_length=IPC_MTU_LENGTH))
     except LogBufferError:
         log_buffer = LogBuffer.open(path)
     return ExclusivePublication(log_buffer, counters)
@@ -555,7 +607,8 @@ def replay(client, site: str, replayer_id: int, stop: threading.Event,
     replayer = Replayer(spec, function.schema, function.event_time, readers, publication, bytes_counter)
     try:
         wait_for_reader(publication, stop, spec.readers)
-        idle = BackoffIdleStrategy()
+        idle = BackoffIdleStrategy(max_spins=IDLE_MAX_SPINS, max_yields=IDLE_MAX_YIELDS,
+                                   max_park_s=IDLE_MAX_PARK_S)
         next_stats_s = time.monotonic() + STATS_INTERVAL_S
         while not stop.is_set() and not replayer.done:
             idle.idle(replayer.do_work())

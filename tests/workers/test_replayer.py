@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -27,7 +28,8 @@ from ramen.tuples import decode_tuples
 from tests.workers.test_archiver_follow import (BASE_US, ROW_SPACING_US, WAIT_S, SiteArchive, build_archive,
                                                 wait_for)
 from ramen.transport.defaults import IPC_MTU_LENGTH
-from workers.replayer import REPLAYER_BYTES_READ_TYPE_ID, RecordingReader
+from ramen.transport.frame import BEGIN_FLAG, HDR_TYPE_PAD
+from workers.replayer import REPLAYER_BYTES_READ_TYPE_ID, RecordingReader, reassemble
 
 
 @pytest.fixture(scope="module")
@@ -274,18 +276,27 @@ def test_a_range_without_recordings_is_a_one_line_error(ramen_env):
 
 def corrupted_copy(archive: SiteArchive, tmp_path: Path, how: str) -> Path:
     """A copy of the archive with one frame in the middle of the first recording damaged: its
-    header (a corrupt segment) or one payload byte (caught by the frame checksum)."""
+    header (a corrupt segment), one payload byte (caught by the frame checksum), the BEGIN flag of
+    a message's first fragment, or a later fragment made a PAD."""
     copy = tmp_path / "archive"
     shutil.copytree(archive.archive_dir, copy)
     with Catalog.open(copy) as catalog:
         descriptor = min((d for d in catalog if d.stripped_channel.endswith(archive.source)),
                          key=lambda d: d.recording_id)
     with SegmentReader.for_recording(copy, descriptor) as reader:
-        frames = [(f.position, f.file_offset, f.segment_base) for f in reader.frames() if f.is_data]
-    position, file_offset, base = frames[len(frames) // 2]
+        frames = [(f.position, f.file_offset, f.segment_base, f.flags) for f in reader.frames() if f.is_data]
+    wanted = {"begin": lambda flags: flags == BEGIN_FLAG, "pad": lambda flags: not flags & BEGIN_FLAG}.get(
+        how, lambda flags: True)
+    position, file_offset, base, flags = next(f for f in frames[len(frames) // 2:] if wanted(f[3]))
     segment = copy / f"{descriptor.recording_id}-{base}.rec"
     with open(segment, "r+b") as f:
-        if how == "header":
+        if how == "begin":
+            f.seek(file_offset + 5)
+            f.write(bytes([flags & ~BEGIN_FLAG]))
+        elif how == "pad":
+            f.seek(file_offset + 6)
+            f.write(struct.pack("<H", HDR_TYPE_PAD))
+        elif how == "header":
             f.seek(file_offset + 8)  # the term offset
             f.write(b"\x7f\x7f\x7f\x7f")
         else:
@@ -297,7 +308,9 @@ def corrupted_copy(archive: SiteArchive, tmp_path: Path, how: str) -> Path:
 
 
 @pytest.mark.parametrize("how, problem", [("header", "corrupt frame at position"),
-                                          ("payload", "checksum mismatch at position")])
+                                          ("payload", "checksum mismatch at position"),
+                                          ("begin", "fragment without a beginning at position"),
+                                          ("pad", "padding inside a message at position")])
 def test_a_damaged_segment_is_a_one_line_error(ramen_env, tmp_path, how, problem):
     copy = corrupted_copy(ramen_env, tmp_path, how)
     replayer_id = new_id()
@@ -373,6 +386,6 @@ def test_messages_come_back_whole_whatever_frames_the_chunks_cut(request, monkey
         reader = RecordingReader(site.archive_dir, descriptor, descriptor.start_position, stop,
                                  chunk_length=chunk_length)
         while not reader.done:
-            got.extend(decode_tuples(bytes(m), site.schema) for m in reader.read())
+            got.extend(decode_tuples(reassemble(m), site.schema) for m in reader.read())
         reader.close()
     assert len(descriptors) == 2 and pa.Table.from_batches(got, site.schema).equals(site.table)
