@@ -5,14 +5,21 @@ For each message size it
    recorder (a tethered subscriber) into segment files; MB/s from first offer to last byte on disk;
 2. replays: this process runs a ReplaySession over the recording (from the page cache) into a
    replay log; a reader process counts every message and payload byte (by default it takes whole
-   blocks with `block_poll` and walks their headers; `--reader fragment` calls a Python handler
-   per fragment, which is slower than the replay and so measures the reader); MB/s, msgs/s;
-3. reads the same segment files raw: `cat > /dev/null` (the raw read rate of the goal), and
-   `preadv` in replay-buffer-sized pieces into one reused buffer (a memcpy into a cache-hot
-   buffer, as cat does) and into a /dev/shm file the size of the replay log (the copy a replay
-   cannot avoid: the bytes must land in the shared log, whose 3 terms are not cache-hot).
+   blocks with `block_poll` and reads their frame headers; `--reader fragment` calls a Python
+   handler per fragment, which is slower than the replay and so measures the reader); MB/s, msgs/s;
+3. reads the same segment files raw: `cat > /dev/null`, and `preadv` in replay-buffer-sized pieces
+   into one reused buffer (a memcpy into a cache-hot buffer, as cat does), and into a /dev/shm file
+   the size of the replay log (the copy a replay cannot avoid: the bytes must land in the shared
+   log, whose 3 terms are not cache-hot when they are larger than the cache).
 
-Run: `.venv/bin/python bench/archive.py [--quick] [--json] [--megabytes N] [--replay-buffer BYTES]`.
+Steps 2 and 3 go round `--runs` times (default 5), alternating, so that the replay and the raw
+reads meet the same machine (this VM's memory bandwidth drifts by tens of percent from minute to
+minute); the figures are the medians, with the spread beside them. Every log is pre-touched when
+it is created and mapped (`LogBuffer.create/open(pre_touch=True)`, Aeron's pre-touch of mapped
+memory): the rates are a replay's steady state, not its first lap's page faults (about 3 µs a 4 KiB
+page here: 40 ms for a 48 MiB log, printed beside the figures).
+
+Run: `.venv/bin/python bench/archive.py [--quick] [--json] [--runs N] [--megabytes N] [--replay-buffer BYTES]`.
 Goals printed beside the figures: replay >= 1 GB/s for 64 KiB messages, and >= 50% of the raw rate
 (the faster of cat and the read into one buffer).
 """
@@ -25,10 +32,12 @@ import mmap
 import multiprocessing
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ramen.archive.catalog import Catalog  # noqa: E402
 from ramen.archive.recorder import Recorder  # noqa: E402
-from ramen.archive.replay import REPLAY_BUFFER_LENGTH, ReplaySession, replay_log_params  # noqa: E402
+from ramen.archive.replay import REPLAY_BUFFER_LENGTH, ReplaySession, replay_log_params, walk_budget  # noqa: E402
 from ramen.transport import (ADMIN_ACTION, BackoffIdleStrategy, CountersFile, ExclusivePublication, Image,  # noqa: E402
                              LogBuffer, LogBufferParams)
 from ramen.transport.defaults import DEFAULT_TERM_LENGTH, IPC_MTU_LENGTH  # noqa: E402
@@ -77,7 +86,7 @@ def _writer(log_path: str, counters_path: str, size: int, count: int) -> None:
 
 def _fragment_reader(log_path: str, counters_path: str, join_position: int, done) -> None:
     """A subscriber with a Python handler per fragment (Image.poll)."""
-    log = LogBuffer.open(log_path)
+    log = LogBuffer.open(log_path, pre_touch=True)
     counters = CountersFile.open(counters_path)
     image = Image(log, counters, join_position=join_position, name="bench-reader")
     state = {"messages": 0, "bytes": 0}
@@ -87,21 +96,16 @@ def _fragment_reader(log_path: str, counters_path: str, join_position: int, done
             state["messages"] += 1
         state["bytes"] += length
 
-    idle = BackoffIdleStrategy()
-    started = None
-    while not image.is_end_of_stream:
-        n = image.poll(on_fragment, 4096)
-        if n and started is None:
-            started = time.perf_counter()
-        idle.idle(n)
-    done.put({**state, "elapsed": time.perf_counter() - (started or time.perf_counter())})
+    _read_to_the_end(image, lambda: image.poll(on_fragment, 4096), state, done)
 
 
 def _block_reader(log_path: str, counters_path: str, join_position: int, done) -> None:
-    """A bulk subscriber (Image.block_poll) that still counts every message and payload byte: it
-    finds the frames of each block with numpy (a frame's term offset field names its own offset,
-    and the frames must chain), walking them one by one only if a payload mimics a header."""
-    log = LogBuffer.open(log_path)
+    """A bulk subscriber (Image.block_poll) that still counts every message and payload byte from
+    the frame headers. A block of few frames (64 KiB messages) is walked header by header; a block
+    of many is scanned with numpy (a frame's term offset field names its own offset, and the frames
+    must chain), walking them one by one only if a payload mimics a header. The same choice as the
+    replay's (walk_budget), for the same costs."""
+    log = LogBuffer.open(log_path, pre_touch=True)
     counters = CountersFile.open(counters_path)
     image = Image(log, counters, join_position=join_position, name="bench-reader")
     state = {"messages": 0, "bytes": 0}
@@ -110,48 +114,70 @@ def _block_reader(log_path: str, counters_path: str, join_position: int, done) -
 
     def on_block(term, offset, length, session_id, term_id) -> None:
         words = terms[(term_id - log.initial_term_id) % 3]
+        if length < walk_budget(length) * ((int(words[offset >> 2]) + 31) & ~31):
+            count_walking(words, offset, offset + length)
+            return
         block = words[offset >> 2:(offset + length) >> 2]
         slots = length >> 5
         starts = np.flatnonzero(block[2::8] == slot_offsets[offset >> 5:(offset >> 5) + slots]) << 5
         lengths = block[starts >> 2]
         ends = starts + ((lengths + 31) & ~31)
         if not (len(starts) and starts[0] == 0 and ends[-1] == length and np.array_equal(ends[:-1], starts[1:])):
-            starts = np.array(walk(block, length), dtype=np.int64)
-            lengths = block[starts >> 2]
+            count_walking(words, offset, offset + length)
+            return
         kinds = block[(starts >> 2) + 1]  # version, flags, type
         data = (kinds >> 16) == 1  # PAD frames carry nothing
         state["messages"] += int(np.count_nonzero(data & ((kinds & 0x4000) != 0)))  # END flag: one whole message
         state["bytes"] += int((lengths[data] - 32).sum())
 
-    def walk(block, length) -> list[int]:
-        starts, at = [], 0
-        while at < length:
-            starts.append(at)
-            at += (int(block[at >> 2]) + 31) & ~31
-        return starts
+    def count_walking(words, at: int, end: int) -> None:
+        messages = payload = 0
+        while at < end:
+            frame_length = int(words[at >> 2])
+            kind = int(words[(at >> 2) + 1])
+            if kind >> 16 == 1:  # DATA
+                payload += frame_length - 32
+                messages += (kind & 0x4000) != 0
+            at += (frame_length + 31) & ~31
+        state["messages"] += messages
+        state["bytes"] += payload
 
+    _read_to_the_end(image, lambda: image.block_poll(on_block, 1 << 20), state, done)
+    terms.clear()
+
+
+def _read_to_the_end(image: Image, poll, state: dict, done) -> None:
     idle = BackoffIdleStrategy()
     started = None
     while not image.is_end_of_stream:
-        n = image.block_poll(on_block, 1 << 20)
+        n = poll()
         if n and started is None:
             started = time.perf_counter()
         idle.idle(n)
-    terms.clear()
     done.put({**state, "elapsed": time.perf_counter() - (started or time.perf_counter())})
 
 
 READERS = {"block": _block_reader, "fragment": _fragment_reader}
 
 
-def measure(size: int, total_bytes: int, workdir: Path, logdir: Path, *, reader_kind: str = "block",
-            replay_buffer: int = REPLAY_BUFFER_LENGTH, term_length: int = TERM_LENGTH, mtu: int = MTU) -> dict:
+@dataclass
+class Recorded:
+    """One recording of `count` messages of `size` bytes, and where its files are."""
+    size: int
+    count: int
+    descriptor: object
+    segments: list[Path]
+    record_s: float
+
+
+def record(size: int, total_bytes: int, archive_dir: Path, logdir: Path, counters: CountersFile,
+           term_length: int, mtu: int) -> Recorded:
     count = max(1, total_bytes // size)
     ctx = multiprocessing.get_context("spawn")
-    counters = CountersFile.open(logdir / "counters.dat")
     live = LogBuffer.create(logdir / f"live-{size}.logbuffer",
-                            LogBufferParams(term_length=term_length, mtu_length=mtu, session_id=1, stream_id=1))
-    catalog = Catalog.open_or_create(workdir / "archive")
+                            LogBufferParams(term_length=term_length, mtu_length=mtu, session_id=1, stream_id=1),
+                            pre_touch=True)
+    catalog = Catalog.open_or_create(archive_dir)
     recorder = Recorder(catalog, live, counters, segment_length=SEGMENT_LENGTH, index_event_time=False)
     writer = ctx.Process(target=_writer, args=(str(live.path), str(counters.path), size, count))
     writer.start()
@@ -167,100 +193,121 @@ def measure(size: int, total_bytes: int, workdir: Path, logdir: Path, *, reader_
     record_s = time.perf_counter() - started
     writer.join()
     descriptor = catalog.get(recorder.recording_id)
+    catalog.close()
+    live.close()
+    live.path.unlink()
+    segments = sorted(archive_dir.glob(f"{recorder.recording_id}-*.rec"))
     recorded = descriptor.stop_position - descriptor.start_position
     progress(f"  {size} B: recorded {recorded / 1e6:,.0f} MB in {record_s:.2f} s")
+    return Recorded(size, count, descriptor, segments, record_s)
 
-    replay_log = LogBuffer.create(logdir / f"replay-{size}.logbuffer",
-                                  replay_log_params(descriptor, descriptor.start_position, session_id=2, stream_id=2))
+
+def replay_once(rec: Recorded, archive_dir: Path, logdir: Path, counters: CountersFile, *, reader_kind: str,
+                replay_buffer: int) -> tuple[float, float]:
+    """One replay into a reader process: (seconds from the session's start to the reader's last
+    message, seconds the replay log took to create pre-touched)."""
+    ctx = multiprocessing.get_context("spawn")
+    descriptor = rec.descriptor
+    created = time.perf_counter()
+    replay_log = LogBuffer.create(logdir / f"replay-{rec.size}.logbuffer",
+                                  replay_log_params(descriptor, descriptor.start_position, session_id=2, stream_id=2),
+                                  pre_touch=True)
+    create_s = time.perf_counter() - created
     done = ctx.Queue()
-    reader = ctx.Process(target=READERS[reader_kind], args=(str(replay_log.path), str(counters.path), descriptor.start_position, done))
+    reader = ctx.Process(target=READERS[reader_kind],
+                         args=(str(replay_log.path), str(counters.path), descriptor.start_position, done))
     reader.start()
     publication = ExclusivePublication(replay_log, counters)
+    idle = BackoffIdleStrategy()
     while not publication.is_connected:
         idle.idle(0)
-    session = ReplaySession(workdir / "archive", descriptor, publication, replay_buffer_length=replay_buffer)
-    replay_started = time.perf_counter()
+    session = ReplaySession(archive_dir, descriptor, publication, replay_buffer_length=replay_buffer)
+    started = time.perf_counter()
     while not session.is_done:
         idle.idle(session.do_work())
     session.close()
     publication.close()
     result = done.get(timeout=600)
-    replay_s = time.perf_counter() - replay_started
+    replay_s = time.perf_counter() - started
     reader.join()
-    assert result["messages"] == count, f"reader saw {result['messages']} of {count} messages"
-    assert result["bytes"] == count * size, "reader saw the wrong number of bytes"
-    progress(f"  {size} B: replayed into another process in {replay_s:.2f} s")
+    replay_log.close()
+    replay_log.path.unlink()
+    assert session.error is None, session.error
+    assert result["messages"] == rec.count, f"reader saw {result['messages']} of {rec.count} messages"
+    assert result["bytes"] == rec.count * rec.size, "reader saw the wrong number of bytes"
+    return replay_s, create_s
 
-    segments = sorted((workdir / "archive").glob(f"{recorder.recording_id}-*.rec"))
-    cat_s = timed(lambda: subprocess.run(["cat", *map(str, segments)], stdout=subprocess.DEVNULL, check=True))
-    pread_s = timed(lambda: read_into(segments, bytearray(replay_buffer)))
-    ring_path = logdir / "ring"
-    ring_s = timed(lambda: read_into_log_sized_file(segments, ring_path, replay_log.path.stat().st_size, replay_buffer))
-    ring_path.unlink()
-    for path in segments:
+
+def measure(size: int, total_bytes: int, workdir: Path, logdir: Path, *, runs: int, reader_kind: str = "block",
+            replay_buffer: int = REPLAY_BUFFER_LENGTH, term_length: int = TERM_LENGTH, mtu: int = MTU) -> dict:
+    counters = CountersFile.open(logdir / "counters.dat")
+    archive_dir = workdir / "archive"
+    rec = record(size, total_bytes, archive_dir, logdir, counters, term_length, mtu)
+    recorded = rec.descriptor.stop_position - rec.descriptor.start_position
+    ring = LogBuffer.create(logdir / "ring.logbuffer", LogBufferParams(term_length=term_length), pre_touch=True)
+    # Page-aligned, as cat's buffer is: preadv into a buffer 16 bytes off the page cache's alignment
+    # (a bytearray's, from malloc) runs at half the rate here, and would flatter the replay.
+    cache_hot = mmap.mmap(-1, replay_buffer)
+    times: dict[str, list[float]] = {"replay": [], "create": [], "cat": [], "pread": [], "pread_to_log": []}
+    for run in range(runs):
+        replay_s, create_s = replay_once(rec, archive_dir, logdir, counters, reader_kind=reader_kind,
+                                         replay_buffer=replay_buffer)
+        times["replay"].append(replay_s)
+        times["create"].append(create_s)
+        times["cat"].append(timed(lambda: subprocess.run(["cat", *map(str, rec.segments)], stdout=subprocess.DEVNULL,
+                                                         check=True)))
+        times["pread"].append(timed(lambda: read_into(rec.segments, memoryview(cache_hot))))
+        times["pread_to_log"].append(timed(lambda: read_into(rec.segments, ring.buffer, wrap=replay_buffer)))
+        progress(f"  {size} B: run {run + 1}/{runs}: replay {recorded / replay_s / 1e6:,.0f} MB/s, "
+                 f"cat {recorded / times['cat'][-1] / 1e6:,.0f}, pread {recorded / times['pread'][-1] / 1e6:,.0f}, "
+                 f"pread→log {recorded / times['pread_to_log'][-1] / 1e6:,.0f}")
+    ring.close()
+    ring.path.unlink()
+    cache_hot.close()
+    for path in rec.segments:
         path.unlink()
-    for log in (live, replay_log):
-        log.close()
-        log.path.unlink()
     counters.close()
-    catalog.close()
+    rates = {name: sorted(recorded / t / 1e6 for t in values) for name, values in times.items() if name != "create"}
     return {
-        "message_bytes": size, "messages": count, "recorded_bytes": recorded,
-        "record_mb_s": recorded / record_s / 1e6,
-        "replay_mb_s": recorded / replay_s / 1e6, "replay_msgs_s": count / replay_s,
-        "raw_cat_mb_s": recorded / cat_s / 1e6, "raw_pread_mb_s": recorded / pread_s / 1e6,
-        "pread_to_log_mb_s": recorded / ring_s / 1e6, "replay_buffer": replay_buffer, "reader": reader_kind,
+        "message_bytes": size, "messages": rec.count, "recorded_bytes": recorded, "runs": runs,
+        "record_mb_s": recorded / rec.record_s / 1e6,
+        "replay_mb_s": statistics.median(rates["replay"]),
+        "replay_msgs_s": rec.count / statistics.median(times["replay"]),
+        "raw_cat_mb_s": statistics.median(rates["cat"]), "raw_pread_mb_s": statistics.median(rates["pread"]),
+        "pread_to_log_mb_s": statistics.median(rates["pread_to_log"]),
+        "spread_mb_s": {name: [round(v) for v in values] for name, values in rates.items()},
+        "replay_log_create_ms": 1000 * statistics.median(times["create"]),
+        "replay_buffer": replay_buffer, "reader": reader_kind, "term_length": term_length, "mtu": mtu,
     }
 
 
-def read_into(paths: list[Path], buffer: bytearray) -> None:
-    """preadv every file, piece by piece, into one reused buffer: a memcpy into a cache-hot buffer."""
-    view = memoryview(buffer)
+def read_into(paths: list[Path], target: memoryview, *, wrap: int | None = None) -> None:
+    """preadv every file into `target`: the whole of it each time (one reused, cache-hot buffer),
+    or, with `wrap`, in pieces of that size going round it (a ring the size of the replay log: the
+    copy a replay into its log pays, without finding frames or cleaning)."""
+    piece = wrap or len(target)
+    at = 0
     for path in paths:
         fd = os.open(path, os.O_RDONLY)
         try:
             offset = 0
-            while (n := os.preadv(fd, [view], offset)) > 0:
+            while True:
+                if at + piece > len(target):
+                    at = 0
+                n = os.preadv(fd, [target[at:at + piece]], offset)
+                if n <= 0:
+                    break
                 offset += n
+                if wrap:
+                    at += piece
         finally:
             os.close(fd)
 
 
-def read_into_log_sized_file(paths: list[Path], ring_path: Path, ring_length: int, piece: int) -> None:
-    """preadv every file, piece by piece, into a shared-memory file the size of the replay log,
-    going round it: the copy a replay into the log pays, without scanning or cleaning."""
-    ring_fd = os.open(ring_path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        os.ftruncate(ring_fd, ring_length)
-        with mmap.mmap(ring_fd, ring_length) as ring:
-            view = memoryview(ring)
-            at = 0
-            for path in paths:
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    offset = 0
-                    while True:
-                        if at + piece > ring_length:
-                            at = 0
-                        n = os.preadv(fd, [view[at:at + piece]], offset)
-                        if n <= 0:
-                            break
-                        offset += n
-                        at += piece
-                finally:
-                    os.close(fd)
-            view.release()
-    finally:
-        os.close(ring_fd)
-
-
 def timed(action) -> float:
-    best = float("inf")
-    for _ in range(3):
-        started = time.perf_counter()
-        action()
-        best = min(best, time.perf_counter() - started)
-    return best
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
 
 
 def main() -> int:
@@ -268,6 +315,8 @@ def main() -> int:
     parser.add_argument("--megabytes", type=int, default=512, help="bytes recorded per message size (default 512 MB)")
     parser.add_argument("--quick", action="store_true", help="128 MB per size")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--runs", type=int, default=5,
+                        help="replays (and raw reads) per size, alternating; medians are reported (default 5)")
     parser.add_argument("--reader", choices=sorted(READERS), default="block",
                         help="how the subscriber reads: whole blocks (default) or a handler per fragment")
     parser.add_argument("--replay-buffer", type=int, default=REPLAY_BUFFER_LENGTH, metavar="BYTES",
@@ -289,8 +338,8 @@ def main() -> int:
              f"(written to disk, read back from the page cache), log buffers under {logdir}, "
              f"replay buffer {args.replay_buffer} B, {args.reader} reader, term {args.term_length} B, MTU {args.mtu} B")
     try:
-        rows = [measure(size, total, workdir, logdir, reader_kind=args.reader, replay_buffer=args.replay_buffer,
-                        term_length=args.term_length, mtu=args.mtu)
+        rows = [measure(size, total, workdir, logdir, runs=args.runs, reader_kind=args.reader,
+                        replay_buffer=args.replay_buffer, term_length=args.term_length, mtu=args.mtu)
                 for size in SIZES]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -304,6 +353,12 @@ def main() -> int:
         print(f"{r['message_bytes']:>8}B {r['record_mb_s']:>12,.0f} {r['replay_mb_s']:>12,.0f} {r['replay_msgs_s']:>14,.0f} "
               f"{r['raw_cat_mb_s']:>10,.0f} {r['raw_pread_mb_s']:>11,.0f} {r['pread_to_log_mb_s']:>15,.0f} "
               f"{r['replay_mb_s'] / raw_rate(r):>9.0%}")
+    print(f"medians of {rows[0]['runs']} runs; spread (MB/s, lowest to highest):")
+    for r in rows:
+        print(f"{r['message_bytes']:>8}B " + "; ".join(f"{name} {'-'.join(f'{v:,}' for v in values[::max(1, len(values) - 1)])}"
+                                                     for name, values in r["spread_mb_s"].items()))
+    print(f"each replay log ({rows[0]['term_length'] * 3 >> 20} MiB) was created pre-touched in "
+          f"{rows[0]['replay_log_create_ms']:.0f} ms (median), before the replay's clock starts")
     big = rows[0]
     raw = raw_rate(big)
     for ok, text in ((big["replay_mb_s"] >= GOAL_REPLAY_GBPS * 1000,

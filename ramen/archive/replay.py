@@ -48,7 +48,8 @@ SCAN_FIXED_STEPS = 30
 SCAN_SLOTS_PER_STEP = 400
 """32-byte slots the scan covers in the time of one walk step (about 2.5 ns a slot)."""
 
-_FRAME_START = struct.Struct("<iBBH")  # length, version, flags, type: what the walk reads of a header
+_FRAME_START = struct.Struct("<iBBH")  # length, version, flags, type
+_WALKED = struct.Struct("<iBBHi")  # the same and the term offset: what the walk reads of a header
 _INT32 = struct.Struct("<i")
 _IDS = struct.Struct("<ii")  # sessionId, streamId: adjacent in the header
 _ALIGN_UP = frame.FRAME_ALIGNMENT - 1
@@ -345,10 +346,11 @@ class ReplaySession:
         boundary = 0
         frames: list[int] = []
         boundary_frames = 0
+        term_offset_of_block = self.position & (self.term_length - 1)
         while offset + frame.HEADER_LENGTH <= length:
             if max_frames is not None and len(frames) == max_frames:
                 return None
-            frame_length, _, flags, frame_type = _FRAME_START.unpack_from(window, offset)
+            frame_length, _, flags, frame_type, term_offset = _WALKED.unpack_from(window, offset)
             if offset == 0:
                 frame_length = self._first_length
             if frame_length <= 0:
@@ -356,7 +358,8 @@ class ReplaySession:
             aligned = (frame_length + _ALIGN_UP) & _ALIGN_MASK
             if offset + aligned > length:
                 break
-            self._check_frame(offset, frame_length)
+            if term_offset != term_offset_of_block + offset or frame_length < frame.HEADER_LENGTH:
+                self._bad_frame(offset, frame_length)
             frames.append(offset)
             offset += aligned
             if frame_type == frame.HDR_TYPE_PAD or flags & frame.END_FLAG:
@@ -372,12 +375,10 @@ class ReplaySession:
         is read again, whole, at the start of the next window)."""
         return length == self._window_length & _ALIGN_MASK
 
-    def _check_frame(self, offset: int, frame_length: int) -> None:
-        expected = (self.position + offset) & (self.term_length - 1)
+    def _bad_frame(self, offset: int, frame_length: int) -> None:
         term_offset = _INT32.unpack_from(self._window, offset + frame.TERM_OFFSET_OFFSET)[0]
-        if term_offset != expected or frame_length < frame.HEADER_LENGTH:
-            raise ReplayError(f"recording {self.descriptor.recording_id}: bad frame at position "
-                              f"{self.position + offset} (term offset {term_offset}, length {frame_length})")
+        raise ReplayError(f"recording {self.descriptor.recording_id}: bad frame at position "
+                          f"{self.position + offset} (term offset {term_offset}, length {frame_length})")
 
     def _rewrite_ids(self, frames: list[int] | np.ndarray) -> None:
         """Give every frame the replay publication's session and stream ids: one struct store per

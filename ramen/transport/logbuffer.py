@@ -14,6 +14,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ramen.transport import frame
 from ramen.transport.defaults import DEFAULT_MTU_LENGTH, DEFAULT_PAGE_SIZE, DEFAULT_TERM_LENGTH
 from ramen.transport.position import (PARTITION_COUNT, compute_position, index_by_term_count,
@@ -41,6 +43,8 @@ LOG_PAGE_SIZE_OFFSET = 280
 LOG_DEFAULT_FRAME_HEADER_OFFSET = 320
 
 END_OF_STREAM_UNSET = 0x7FFFFFFFFFFFFFFF  # Long.MAX_VALUE, as Aeron initialises it
+
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only
 
 
 class LogBufferError(ValueError):
@@ -135,8 +139,13 @@ class LogBuffer:
 
     @classmethod
     def create(cls, path: str | os.PathLike, params: LogBufferParams = LogBufferParams(),
-               *, exist_ok: bool = False) -> "LogBuffer":
-        """Create and map a new log buffer file, initialised as Aeron's driver initialises one."""
+               *, exist_ok: bool = False, pre_touch: bool = False) -> "LogBuffer":
+        """Create and map a new log buffer file, initialised as Aeron's driver initialises one.
+
+        `pre_touch` faults every page in now (Aeron's aeron.pre.touch.mapped.memory). A fresh file
+        is sparse: its first lap otherwise pays a page fault every 4 KiB on the writer's hot path
+        (about 3 µs each here, 40 ms for a 48 MiB log), which halves the rate of a fast writer such
+        as a replay until it comes round."""
         check_term_length(params.term_length)
         check_page_size(params.page_size)
         check_mtu(params.mtu_length)
@@ -150,7 +159,7 @@ class LogBuffer:
             raise LogBufferError(f"{path}: log buffer already exists") from None
         try:
             os.ftruncate(fd, length)
-            mapped = mmap.mmap(fd, length)
+            mapped = _map(fd, length, mmap.ACCESS_WRITE, pre_touch, new=True)
         finally:
             os.close(fd)
         meta = memoryview(mapped)[length - LOG_META_DATA_LENGTH:]
@@ -188,8 +197,9 @@ class LogBuffer:
         return cls(path, mapped, term_length)
 
     @classmethod
-    def open(cls, path: str | os.PathLike, *, writable: bool = True) -> "LogBuffer":
-        """Map an existing log buffer file, after checking that its layout is sound."""
+    def open(cls, path: str | os.PathLike, *, writable: bool = True, pre_touch: bool = False) -> "LogBuffer":
+        """Map an existing log buffer file, after checking that its layout is sound. `pre_touch`
+        maps every page into this process now rather than on its first lap (see create)."""
         path = Path(path)
         try:
             fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
@@ -202,8 +212,7 @@ class LogBuffer:
             if length < compute_log_length(TERM_MIN_LENGTH, PAGE_MIN_SIZE):
                 raise LogBufferError(f"{path}: {length} bytes is too short for a log buffer "
                                      f"(at least {compute_log_length(TERM_MIN_LENGTH, PAGE_MIN_SIZE)}; truncated?)")
-            access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
-            mapped = mmap.mmap(fd, length, access=access)
+            mapped = _map(fd, length, mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ, pre_touch)
         finally:
             os.close(fd)
         try:
@@ -304,6 +313,25 @@ class LogBuffer:
             "stream_id": self.stream_id,
             "producer_position": self.producer_position(),
         }
+
+
+def _map(fd: int, length: int, access: int, pre_touch: bool, *, new: bool = False) -> mmap.mmap:
+    """Map the file shared. With `pre_touch`, every page is in this mapping before it returns. A
+    file being created is stored to, a byte a page (each page allocated and its write fault taken
+    now; the contents unchanged); an existing file, which a writer may be writing, is only read, a byte a page (the kernel
+    maps 16 pages a read fault; MAP_POPULATE does it in one call where there is one)."""
+    if pre_touch and not new and _MAP_POPULATE:
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if access == mmap.ACCESS_WRITE else 0)
+        return mmap.mmap(fd, length, flags=mmap.MAP_SHARED | _MAP_POPULATE, prot=prot)
+    mapped = mmap.mmap(fd, length, access=access)
+    if pre_touch:
+        pages = np.frombuffer(mapped, dtype=np.uint8)[::mmap.PAGESIZE]
+        if new:
+            pages |= 0
+        else:
+            int(pages.sum())
+        del pages
+    return mapped
 
 
 def _validate_layout(path: Path, mapped: mmap.mmap, length: int) -> tuple[int, int, int]:

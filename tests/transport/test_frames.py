@@ -4,9 +4,12 @@ The expected offsets are written out here as Aeron documents them (DataHeaderFly
 LogBufferDescriptor), not taken from ramen's constants, so a wrong constant cannot hide itself.
 """
 
+import mmap
 import os
+import resource
 import struct
 
+import numpy as np
 import pytest
 
 from ramen.transport import (BufferClaim, CountersFile, ExclusivePublication, Image, LogBuffer, LogBufferError,
@@ -385,3 +388,52 @@ def test_offer_frames_forwards_recorded_messages_with_this_logs_ids_and_offsets(
         replay.offer_frames(source.terms[0], 0, TERM * 2)
     with pytest.raises(ValueError, match="frame of length"):
         replay.offer_frames(bytes(64), 0, 64)  # no frame there
+
+
+# -- pre-touch -----------------------------------------------------------------------------------
+
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _faults_writing_every_page(log: LogBuffer) -> int:
+    pages = np.frombuffer(log.buffer, dtype=np.uint8)[::mmap.PAGESIZE]
+    before = _minor_faults()
+    pages[:] = 1
+    return _minor_faults() - before
+
+
+def _faults_reading_every_page(log: LogBuffer) -> int:
+    pages = np.frombuffer(log.buffer, dtype=np.uint8)[::mmap.PAGESIZE]
+    before = _minor_faults()
+    int(pages.sum())
+    return _minor_faults() - before
+
+
+def test_a_pre_touched_log_takes_its_page_faults_at_creation_not_on_its_first_lap(tmp_path):
+    params = LogBufferParams(term_length=1024 * 1024)
+    pages = os.path.getsize(LogBuffer.create(tmp_path / "probe.logbuffer", params).path) // mmap.PAGESIZE
+
+    sparse = LogBuffer.create(tmp_path / "sparse.logbuffer", params)
+    touched = LogBuffer.create(tmp_path / "touched.logbuffer", params, pre_touch=True)
+
+    assert _faults_writing_every_page(sparse) >= pages // 2
+    assert _faults_writing_every_page(touched) < pages // 20
+    sparse.close()
+    touched.close()
+
+
+def test_a_reader_opening_a_log_pre_touched_maps_every_page_without_changing_it(tmp_path):
+    params = LogBufferParams(term_length=1024 * 1024)
+    written = LogBuffer.create(tmp_path / "shared.logbuffer", params)
+    pages = np.frombuffer(written.buffer, dtype=np.uint8)[::mmap.PAGESIZE]
+    pages[:-1] = np.arange(len(pages) - 1) % 251 + 1  # every page but the metadata's holds data
+    expected = bytes(written.buffer)
+    del pages
+
+    reader = LogBuffer.open(written.path, writable=False, pre_touch=True)
+
+    assert _faults_reading_every_page(reader) < len(expected) // mmap.PAGESIZE // 64  # a read fault maps 16
+    assert bytes(reader.buffer) == expected
+    reader.close()
+    written.close()
