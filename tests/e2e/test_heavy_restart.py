@@ -53,7 +53,11 @@ def test_ramen_start_runs_its_own_spark_and_a_replay_survives_killing_it(tmp_pat
         assert got.num_rows == expected.num_rows == 6 * 20  # every window once: none lost, none twice
         assert got["bytes"].to_pylist() == expected["bytes"].to_pylist()
         wait_for(lambda: "spark exited" in (tmp_path / "logs" / "start.log").read_text(), "ramen start to see it")
+        # One job over all the rows, whether the worker met the dead server (and retried its
+        # batch: "Spark unavailable" in its log) or its calls' own retries (about 3 s each) lasted
+        # until the new server was up, which a fast machine's restart allows; the worker's retry
+        # itself is tested in tests/workers.
         worker_log = (tmp_path / "logs" / "workers" / "hv" / "per_minute.log").read_text()
-        assert "Spark unavailable" in worker_log and "one Spark job over 360000 rows" in worker_log
+        assert worker_log.count("one Spark job over 360000 rows") == 1, worker_log
     finally:
         stack.ramen("stop", "--dir", tmp_path)
