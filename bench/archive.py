@@ -49,12 +49,12 @@ from ramen.archive.recorder import Recorder  # noqa: E402
 from ramen.archive.replay import REPLAY_BUFFER_LENGTH, ReplaySession, replay_log_params, walk_budget  # noqa: E402
 from ramen.transport import (ADMIN_ACTION, BackoffIdleStrategy, CountersFile, ExclusivePublication, Image,  # noqa: E402
                              LogBuffer, LogBufferParams)
-from ramen.transport.defaults import DEFAULT_TERM_LENGTH, IPC_MTU_LENGTH  # noqa: E402
+from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH  # noqa: E402
 from ramen.transport.logbuffer import compute_max_message_length  # noqa: E402
 
-TERM_LENGTH = DEFAULT_TERM_LENGTH
+TERM_LENGTH = IPC_TERM_LENGTH  # what ramen's own logs use, so what its recordings hold
 SEGMENT_LENGTH = 128 * 1024 * 1024
-MTU = IPC_MTU_LENGTH  # what ramen's own logs use, so what its recordings hold
+MTU = IPC_MTU_LENGTH
 SIZES = (64 * 1024, 1024)
 """Message sizes measured, in bytes."""
 GOAL_REPLAY_GBPS = 1.0

@@ -58,7 +58,7 @@ from ramen.memory import retain_freed_memory
 from ramen.program import Program, split_qualified
 from ramen.transport import frame
 from ramen.transport.counters import CountersFile, CountersFileError
-from ramen.transport.defaults import IPC_MTU_LENGTH
+from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH
 from ramen.transport.idle import BackoffIdleStrategy
 from ramen.transport.logbuffer import LogBuffer, LogBufferError, LogBufferParams
 from ramen.transport.publication import ExclusivePublication
@@ -74,12 +74,10 @@ SUBSCRIBER_WAIT_TIMEOUT_S = 30.0
 reader goes away) before it gives up with an error."""
 READ_CHUNK_LENGTH = 1024 * 1024
 """Bytes read from a segment file per duty cycle (Aeron's replay buffer)."""
-LOG_TERM_LENGTH = 4 * 1024 * 1024
-"""Term length of the replayer's log. Three terms (12 MiB) stay in the L3 cache, so the copies into
-the log, its cleaning, and its reader's copies out of it do not go to memory: measured with an
-instant reader, an hour's replay took 0.13-0.16 s of the replayer's CPU with 4 MiB terms, and
-0.18-0.30 s with the transport's default 16 MiB (1-2 MiB terms save little more, and their window
-of half a term would leave a slow reader waiting for the replayer more often)."""
+LOG_TERM_LENGTH = IPC_TERM_LENGTH
+"""Term length of the replayer's log: ramen's (see IPC_TERM_LENGTH). 1-2 MiB terms save little more
+CPU than 4 MiB, and their window of half a term would leave a slow reader waiting for the replayer
+more often."""
 IDLE_MAX_SPINS = 0
 IDLE_MAX_YIELDS = 0
 IDLE_MAX_PARK_S = 0.001

@@ -52,7 +52,7 @@ from ramen.transport import (ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED, Backof
                              ExclusivePublication, FragmentAssembler, Image, LogBuffer, LogBufferError,
                              LogBufferParams, Subscription, frame)
 from ramen.transport.logbuffer import END_OF_STREAM_UNSET
-from ramen.transport.defaults import IPC_MTU_LENGTH
+from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH
 from ramen.transport.position import int32
 from ramen.tuples import decode_tuples, encode_tuples, end_of_replay, with_channel
 from workers.compute import ComputeError, PythonRunner, make_runner
@@ -87,8 +87,8 @@ def open_or_create_log(path: Path, session_id: int = 0) -> LogBuffer:
     path.parent.mkdir(parents=True, exist_ok=True)
     session_id = int32(session_id)
     try:
-        return LogBuffer.create(path, LogBufferParams(mtu_length=IPC_MTU_LENGTH, session_id=session_id,
-                                                      stream_id=session_id))
+        return LogBuffer.create(path, LogBufferParams(term_length=IPC_TERM_LENGTH, mtu_length=IPC_MTU_LENGTH,
+                                                      session_id=session_id, stream_id=session_id))
     except LogBufferError:
         if not path.exists():
             raise
