@@ -101,9 +101,11 @@ def warm_up_arrow() -> None:
     (pyspark brings it): about 0.45 s on these machines. That import used to land on a replay's
     first batch, once in each process the batch crossed; every worker and replayer now pays it
     at start, which a spare worker or a warm replayer does before it is needed, and a worker
-    started for a replay does while the merge delay runs."""
+    started for a replay does while the merge delay runs. Likewise pyarrow's first group_by (what
+    most user functions do) imports Acero and the dataset module: about 20 ms."""
     started = time.monotonic()
     pa.array([0])
+    import pyarrow.acero  # noqa: F401 - the import is the point
     log.info("pyarrow warmed up in %.2f s", time.monotonic() - started)
 
 

@@ -89,13 +89,14 @@ schema = pa.schema([("ts", pa.timestamp("us")), ("bytes", pa.int64())])
 before = set(sys.modules)
 batch = decode_tuples(sent, schema)
 WindowState(every_us=60_000_000, lateness_us=0).add(pa.Table.from_batches([batch]), "ts")
+pa.Table.from_batches([batch]).group_by("ts").aggregate([("bytes", "sum")])  # what user functions do
 print(" ".join(sorted(set(sys.modules) - before)))
 """
 
 
 @pytest.mark.parametrize("start", ["warm", "cold"])
 def test_after_the_warm_up_a_first_batch_imports_nothing(start):
-    """The warm-up pays pyarrow's lazy imports (pandas, when installed) before any replay: a spare
+    """The warm-up pays pyarrow's lazy imports (pandas, when installed; Acero) before any replay: a spare
     worker's or a warm replayer's first batch then imports nothing. Cold, that batch pays them."""
     schema = pa.schema([("ts", pa.timestamp("us")), ("bytes", pa.int64())])
     sent = encode_tuples(pa.RecordBatch.from_pydict({"ts": [1, 70_000_000], "bytes": [3, 4]}, schema), "ts")
@@ -107,6 +108,7 @@ def test_after_the_warm_up_a_first_batch_imports_nothing(start):
         assert imported == []
     else:
         assert "pandas" in imported  # what the warm-up is for (pandas comes with pyspark)
+        assert "pyarrow.acero" in imported
 
 
 def test_work_handed_over_just_before_the_supervisor_died_is_still_taken(rig):
