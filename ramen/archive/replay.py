@@ -11,7 +11,9 @@ recording stops.
 The replay publication's log must line up with the recording (same term length and initial term
 id, starting at the replay's start position; `replay_log_params` makes those parameters). Then
 frames keep their term offsets, and the session reads straight into the log's term: the block is
-invisible to readers until its first frame's length, kept aside meanwhile, is stored last.
+invisible to readers until its first frame's length, kept aside meanwhile, is stored last. The
+publication is best an InPlacePublication, which spares the cleaning behind the readers that
+nothing written this way needs (any ExclusivePublication works).
 """
 
 from __future__ import annotations

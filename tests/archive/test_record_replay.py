@@ -12,8 +12,9 @@ from ramen.archive.replay import (DONE, FAILED, ReplayError, ReplaySession, Repl
                                   replay_log_params)
 from ramen.archive.segment import segment_file_name
 from ramen.archive.time_index import TimeIndex, index_path
-from ramen.transport import (ADMIN_ACTION, CountersFile, ExclusivePublication, FragmentAssembler, Image, LogBuffer,
-                             LogBufferParams)
+from ramen.transport import (ADMIN_ACTION, CountersFile, ExclusivePublication, FragmentAssembler, Image,
+                             InPlacePublication, LogBuffer, LogBufferParams)
+from ramen.transport import frame
 from ramen.transport import counters as ctr
 from ramen.transport.defaults import DEFAULT_MTU_LENGTH, IPC_MTU_LENGTH
 
@@ -71,13 +72,17 @@ class Rig:
 
 
 def replay(rig, *, start=None, stop=None, follow=None, checksum=None, reader_counters=None, pump=None,
-           buffer_length=1024 * 1024, stats=None, fragments_per_cycle=64):
-    """Replay a recording into a new log and read it back; returns (session, [(position, payload)])."""
+           buffer_length=1024 * 1024, stats=None, fragments_per_cycle=64, publication_class=InPlacePublication,
+           stale=False):
+    """Replay a recording into a new log and read it back; returns (session, [(position, payload)]).
+    `stale`: the log is full of frames a reader would take (see fill_with_stale_frames) first."""
     descriptor = rig.catalog.get(rig.recorder.recording_id)
     start_position = descriptor.start_position if start is None else start
     path = rig.tmp / f"replay-{random.getrandbits(32)}.logbuffer"
     replay_log = LogBuffer.create(path, replay_log_params(descriptor, start_position, session_id=77, stream_id=5))
-    publication = ExclusivePublication(replay_log, reader_counters)
+    if stale:
+        fill_with_stale_frames(replay_log, start_position)
+    publication = publication_class(replay_log, reader_counters)
     image = Image(LogBuffer.open(path), reader_counters, join_position=start_position)
     session = ReplaySession(rig.catalog.path.parent, descriptor, publication, start_position=start, stop_position=stop,
                             follow=follow, checksum=checksum, replay_buffer_length=buffer_length, stats=stats)
@@ -93,6 +98,21 @@ def replay(rig, *, start=None, stop=None, follow=None, checksum=None, reader_cou
     else:
         pytest.fail(f"replay did not finish (state {session.state}, position {session.position})")
     return session, got
+
+
+def fill_with_stale_frames(log: LogBuffer, start_position: int) -> None:
+    """Every 32-byte slot of every term a committed-looking 32-byte DATA frame with the ids, term
+    offset and term id a reader expects there when the replay first comes to that term: the worst
+    a reused log could hold. A reader that looked past the writer's tail would take them."""
+    bits = log.term_length.bit_length() - 1
+    first_count = start_position >> bits
+    for index, term in enumerate(log.terms):
+        count = first_count + (index - first_count) % 3  # the first term count this partition holds
+        slots = log.term_length // frame.FRAME_ALIGNMENT
+        for slot in range(slots):
+            offset = slot * frame.FRAME_ALIGNMENT
+            frame.HEADER.pack_into(term, offset, frame.FRAME_ALIGNMENT, 0, frame.UNFRAGMENTED, frame.HDR_TYPE_DATA,
+                                   offset, log.session_id, log.stream_id, log.initial_term_id + count, 0)
 
 
 def test_a_recorded_stream_replays_every_message_at_its_position(tmp_path):
@@ -162,6 +182,42 @@ def test_back_pressure_during_a_replay_loses_and_duplicates_nothing(tmp_path):
     assert got == rig.sent
     back_pressure = [c for c in rig.counters.counters() if c.type_name == "back-pressure" and "replay-" in c.label]
     assert back_pressure and back_pressure[0].value > 0
+
+
+@pytest.mark.parametrize("flow_control", [False, True], ids=["alone", "flow-controlled"])
+def test_an_in_place_replay_into_a_log_full_of_stale_frames_reads_back_exactly_the_recording(tmp_path, flow_control):
+    """The in-place publication does not clean: each claim zeroes the one word a reader looks at
+    past it (the next term's first, at a term's end). Frames left anywhere else are never read."""
+    rng = random.Random(41)
+    rig = Rig(tmp_path)
+    rig.publish(ramen_message(i, rng) for i in range(900))
+    rig.stop()
+    start = rig.sent[9][0]  # mid-term, mid-stream
+    # The reader keeps up, so it stands at the writer's tail, where a stale frame would show.
+    session, got = replay(rig, start=start, stale=True, reader_counters=rig.counters if flow_control else None,
+                          buffer_length=16 * 1024 if flow_control else 1024 * 1024, fragments_per_cycle=1000)
+    assert session.state == DONE
+    assert got == rig.sent[10:]
+
+
+def test_the_same_replay_through_a_cleaning_publication_is_the_same(tmp_path):
+    rng = random.Random(42)
+    rig = Rig(tmp_path)
+    rig.publish(ramen_message(i, rng) for i in range(600))
+    rig.stop()
+    session, got = replay(rig, publication_class=ExclusivePublication, reader_counters=rig.counters,
+                          buffer_length=16 * 1024, fragments_per_cycle=8)
+    assert session.state == DONE
+    assert got == rig.sent
+
+
+def test_an_in_place_publication_refuses_offers(tmp_path):
+    log = LogBuffer.create(tmp_path / "in-place.logbuffer", LogBufferParams(term_length=TERM))
+    publication = InPlacePublication(log)
+    for offer in (lambda: publication.offer(b"x"), lambda: publication.offer_batch([b"x"]),
+                  lambda: publication.try_claim(1, None), lambda: publication.offer_frames(b"", 0, 0)):
+        with pytest.raises(TypeError, match="term_window and commit_window only"):
+            offer()
 
 
 def test_a_checksum_mismatch_fails_the_replay_naming_recording_and_position(tmp_path):
@@ -296,7 +352,7 @@ def ids_seen(rig, **kwargs):
     descriptor = rig.catalog.get(rig.recorder.recording_id)
     path = rig.tmp / f"replay-{random.getrandbits(32)}.logbuffer"
     log = LogBuffer.create(path, replay_log_params(descriptor, descriptor.start_position, session_id=77, stream_id=5))
-    session = ReplaySession(rig.catalog.path.parent, descriptor, ExclusivePublication(log), **kwargs)
+    session = ReplaySession(rig.catalog.path.parent, descriptor, InPlacePublication(log), **kwargs)
     image = Image(LogBuffer.open(path), join_position=descriptor.start_position)
     ids = set()
     for _ in range(SAFETY_CYCLES):
