@@ -204,10 +204,12 @@ def measure(base: Path, runs: int) -> dict:
 def wait_for_the_hour() -> tuple[int, int]:
     """The replayed range, whole minutes up to the last one ended, once the archive covers it. It
     starts at the back-fill's first whole minute (the generator, started by the supervisor a
-    moment after `ramen start` is ready, back-fills from its own start less an hour)."""
-    until = time.time_ns() // 1000 // MINUTE_US * MINUTE_US - MINUTE_US
+    moment after `ramen start` is ready, back-fills from its own start less an hour). The end moves
+    with the clock: fixed at the first look, a generator that started just past a minute's turn
+    left a range a minute short of the 58 minutes asked for, for good."""
     started = time.monotonic()
     while True:
+        until = time.time_ns() // 1000 // MINUTE_US * MINUTE_US - MINUTE_US
         for interval in archive_coverage(paths.archive_dir("local")).get(SOURCE, []):
             since = max(until - HOUR_US, -(-interval.since_us // MINUTE_US) * MINUTE_US)
             if interval.until_us >= until and until - since >= HOUR_US - 2 * MINUTE_US:
