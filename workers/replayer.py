@@ -74,10 +74,6 @@ SUBSCRIBER_WAIT_TIMEOUT_S = 30.0
 reader goes away) before it gives up with an error."""
 READ_CHUNK_LENGTH = 1024 * 1024
 """Bytes read from a segment file per duty cycle (Aeron's replay buffer)."""
-LOG_TERM_LENGTH = IPC_TERM_LENGTH
-"""Term length of the replayer's log: ramen's (see IPC_TERM_LENGTH). 1-2 MiB terms save little more
-CPU than 4 MiB, and their window of half a term would leave a slow reader waiting for the replayer
-more often."""
 IDLE_MAX_SPINS = 0
 IDLE_MAX_YIELDS = 0
 IDLE_MAX_PARK_S = 0.001
@@ -563,7 +559,7 @@ def open_output(path: Path, counters: CountersFile) -> ExclusivePublication:
     """The replayer's log: created, or opened if already there."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        log_buffer = LogBuffer.create(path, LogBufferParams(term_length=LOG_TERM_LENGTH, mtu_length=IPC_MTU_LENGTH))
+        log_buffer = LogBuffer.create(path, LogBufferParams(term_length=IPC_TERM_LENGTH, mtu_length=IPC_MTU_LENGTH))
     except LogBufferError:
         log_buffer = LogBuffer.open(path)
     return ExclusivePublication(log_buffer, counters)

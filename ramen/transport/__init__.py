@@ -14,6 +14,6 @@ from ramen.transport.subscription import Subscription
 __all__ = [
     "ABORT", "ADMIN_ACTION", "BACK_PRESSURED", "BREAK", "CLOSED", "COMMIT", "CONTINUE", "MAX_POSITION_EXCEEDED",
     "NOT_CONNECTED", "BackoffIdleStrategy", "BufferClaim", "CountersFile", "ExclusivePublication",
-    "FragmentAssembler", "Header", "Image", "InPlacePublication", "LogBuffer", "LogBufferError", "LogBufferParams", "MessageHeader",
-    "Subscription",
+    "FragmentAssembler", "Header", "Image", "InPlacePublication", "LogBuffer", "LogBufferError", "LogBufferParams",
+    "MessageHeader", "Subscription",
 ]

@@ -34,8 +34,9 @@ writer's copies into the log, its cleaning behind the readers, and the readers' 
 not go to memory; with 16 MiB terms (48 MiB) all of them do. Measured (bench/archive.py, three
 alternating runs): a replay session into a log of the recording's term length moves 64 KiB messages
 into another process at 5.8-7.6 GB/s with 4 MiB terms, 5.0-6.1 GB/s with 16 MiB; the replayer's CPU
-for an hour of traffic is 0.13-0.16 s against 0.18-0.30 s. A message is at most 512 KiB (an eighth
-of a term); workers cut their batches to fit."""
+for an hour of traffic is 0.13-0.16 s against 0.18-0.30 s (1-2 MiB terms save it little more, and
+their window of half a term would leave a slow reader waiting more often). A message is at most
+512 KiB (an eighth of a term); workers cut their batches to fit."""
 
 IPC_MTU_LENGTH = 65504
 """MTU of the logs ramen's processes share on one host (Aeron's largest): an Arrow batch of a few

@@ -318,8 +318,9 @@ class LogBuffer:
 def _map(fd: int, length: int, access: int, pre_touch: bool, *, new: bool = False) -> mmap.mmap:
     """Map the file shared. With `pre_touch`, every page is in this mapping before it returns. A
     file being created is stored to, a byte a page (each page allocated and its write fault taken
-    now; the contents unchanged); an existing file, which a writer may be writing, is only read, a byte a page (the kernel
-    maps 16 pages a read fault; MAP_POPULATE does it in one call where there is one)."""
+    now; the contents unchanged). An existing file, which a writer may be writing, is only read:
+    MAP_POPULATE maps it in one call where there is one, else a byte a page is read (the kernel
+    maps 16 pages a read fault)."""
     if pre_touch and not new and _MAP_POPULATE:
         prot = mmap.PROT_READ | (mmap.PROT_WRITE if access == mmap.ACCESS_WRITE else 0)
         return mmap.mmap(fd, length, flags=mmap.MAP_SHARED | _MAP_POPULATE, prot=prot)

@@ -737,7 +737,7 @@ class InPlacePublication(ExclusivePublication):
     of the next term), and a window's frames stay invisible until their first length word is
     stored last. Aeron zeroes every byte behind the slowest reader instead, which a writer of
     small messages needs (a frame it claimed and died before writing must read as a zero gap);
-    for a replay that costs a fifth of its time and buys nothing. Offers, which would need it, are
+    for a replay that costs a sixth of its time and buys nothing. Offers, which would need it, are
     refused."""
 
     def __init__(self, log_buffer: LogBuffer, counters: CountersFile | None = None, **kwargs) -> None:
