@@ -1,7 +1,7 @@
 """Replay benchmark: an hour of generated traffic, replayed end to end through real processes.
 
 It runs `ramen start --daemon` in a temporary directory with examples/replay.toml (a generator that
-back-fills the last hour at 2,800 tuples/s: about 10 M tuples, archived; a lazy windowed python
+back-fills the last hour at 3,000 tuples/s: 10.8 M tuples, archived; a lazy windowed python
 aggregate `per_minute` on top), waits for the archive to cover the hour, then measures:
 - a replay of the source over the hour: rows/s, time to the first row, total time;
 - a replay of the lazy aggregate over the hour (its rows/s counted in source tuples), with and
@@ -58,6 +58,8 @@ STARTUP_TIMEOUT_S = 300.0
 GOAL_ANCHOR_FACTOR = 3.0
 GOAL_MERGED_FACTOR = 1.5
 GOAL_FIRST_ROW_S = DELAY_BEFORE_REPLAY_S + 1.0
+GOAL_MIN_TUPLES = 10_000_000
+"""The issue's hour of traffic holds at least this many tuples."""
 DEFAULT_RUNS = 3
 WORKER_STOP_WAIT_S = 10.0
 SPARE_SETTLE_S = 1.5
@@ -228,7 +230,8 @@ def spread(seconds: list[float]) -> str:
 def print_report(r: dict) -> None:
     tuples = r["source_tuples"]
     s, a, one, many = r["source"], r["aggregate"], r["one"], r["concurrent"]
-    print(f"{tuples:,} tuples of traffic (one hour)")
+    print(f"{tuples:,} tuples of traffic (one hour)"
+          + ("" if tuples >= GOAL_MIN_TUPLES else f": fewer than the {GOAL_MIN_TUPLES:,} the goals are set for"))
     print(f"source replay      {s['seconds']:6.1f} s  {tuples / s['seconds']:>12,.0f} rows/s   "
           f"first row {s['first_row_s']:.2f} s")
     print(f"lazy aggregate     {a['seconds']:6.1f} s  {tuples / a['seconds']:>12,.0f} source rows/s   "
