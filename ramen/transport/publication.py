@@ -742,15 +742,19 @@ class InPlacePublication(ExclusivePublication):
 
     def __init__(self, log_buffer: LogBuffer, counters: CountersFile | None = None, **kwargs) -> None:
         super().__init__(log_buffer, counters, **kwargs)
-        if self._term_offset < self.term_length:  # a reopened log may hold a frame at its tail
-            self._terms_i32[self._index][self._term_offset >> 2] = 0
+        self._zero_length_word(self._term_offset)  # a reopened log may hold a frame at its tail
 
     def _claim(self, new_term_offset: int) -> None:
-        if new_term_offset < self.term_length:
-            self._terms_i32[self._index][new_term_offset >> 2] = 0
+        self._zero_length_word(new_term_offset)
+        super()._claim(new_term_offset)
+
+    def _zero_length_word(self, term_offset: int) -> None:
+        """Zero the length word a reader finds at `term_offset` of the active term: at the term's
+        end, that is the next term's first."""
+        if term_offset < self.term_length:
+            self._terms_i32[self._index][term_offset >> 2] = 0
         else:
             self._terms_i32[index_by_term_count(self._term_count + 1)][0] = 0
-        super()._claim(new_term_offset)
 
     def _clean_to(self, position: int) -> None:
         pass

@@ -1,6 +1,7 @@
 """Recording a live publication and replaying it: whole, bounded, followed, back-pressured, checked."""
 
 import random
+import struct
 
 import pytest
 
@@ -209,6 +210,20 @@ def test_the_same_replay_through_a_cleaning_publication_is_the_same(tmp_path):
                           buffer_length=16 * 1024, fragments_per_cycle=8)
     assert session.state == DONE
     assert got == rig.sent
+
+
+def test_an_in_place_publication_over_a_log_ending_a_term_clears_the_next_terms_first_word(tmp_path):
+    """Reopened with its tail at a term's end, the next write rotates: a reader that got there
+    first must find a zero length word, not a frame of three terms back."""
+    log = LogBuffer.create(tmp_path / "full.logbuffer", LogBufferParams(term_length=TERM))
+    writer = ExclusivePublication(log)
+    while writer.position < TERM:
+        assert writer.offer(b"x" * (1024 - 32)) > 0  # 64 frames fill the term exactly
+    writer.close(end_of_stream=False)
+    fill_with_stale_frames(log, TERM)  # the next term's first word among them
+    reopened = LogBuffer.open(log.path)
+    InPlacePublication(reopened)
+    assert struct.unpack_from("<i", reopened.terms[1], 0)[0] == 0
 
 
 def test_an_in_place_publication_refuses_offers(tmp_path):
