@@ -12,15 +12,18 @@ import time
 import pytest
 
 STARTUP_S = 60.0
+IGNORE_SIGINT_AND_EXEC = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                          "os.execv(sys.argv[1], sys.argv[1:])")
 
 
 def test_start_stops_everything_on_sigint_even_when_started_with_sigint_ignored(tmp_path):
     """A shell's background job starts with SIGINT ignored; Ctrl-C or `kill -INT` must still stop it."""
     env = dict(os.environ, RAMEN_DIR=str(tmp_path))
     env.pop("RAMEN_CONFSERVER", None)
-    process = subprocess.Popen([sys.executable, "-m", "ramen.cli.main", "start", "--dir", str(tmp_path)], env=env,
-                               stderr=subprocess.PIPE, text=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    # Ignored, then exec'ed: the disposition survives the exec, as a shell's does. Not preexec_fn:
+    # that forks this process, whose gRPC threads (another test's Spark session) abort the child.
+    process = subprocess.Popen([sys.executable, "-c", IGNORE_SIGINT_AND_EXEC, sys.executable, "-m", "ramen.cli.main",
+                                "start", "--dir", str(tmp_path)], env=env, stderr=subprocess.PIPE, text=True)
     ready = tmp_path / "run" / "ready"
     deadline = time.monotonic() + STARTUP_S
     while not ready.exists():
