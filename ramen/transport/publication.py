@@ -382,9 +382,10 @@ class ExclusivePublication:
         place and made visible by commit_window; or (status, None) when no message may start now.
 
         Beyond Aeron: how a replay reads from its segment files straight into the log, whose
-        positions line up with the recording's. The space is clean (zeroed behind the slowest
-        subscriber, or when the term was entered), so nothing in it is visible until committed,
-        provided the writer keeps the first frame's length word out of it until then."""
+        positions line up with the recording's. The length word at the tail reads zero (here the
+        space is clean, zeroed behind the slowest subscriber or when the term was entered; an
+        InPlacePublication zeroes just that word), so nothing in the window is visible until
+        committed, provided the writer keeps the first frame's length word out of it until then."""
         if self._closed:
             return CLOSED, None
         if self._term_offset >= self.term_length:
