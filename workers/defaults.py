@@ -16,7 +16,13 @@ MAX_PENDING_MESSAGES = 64
 """Output messages held back by flow control before the worker stops reading its inputs."""
 
 LOG_WAIT_INTERVAL_S = 0.05
-"""How often a worker looks for input log buffers that do not exist yet."""
+"""How often a worker looks for a live input's log buffer that does not exist yet (its parent may
+not run for a long while)."""
+
+REPLAY_LOG_WAIT_INTERVAL_S = 0.001
+"""The same for a replay's input log: its replayer creates it within milliseconds of the replay
+key, and every millisecond waited is one the whole replay waits (a stat() costs microseconds).
+At the live interval, half the replays of bench/replay.py waited 50 ms for a log that was there."""
 
 STATS_INTERVAL_S = 1.0
 """How often the worker writes its stats key (docs/runtime.md)."""

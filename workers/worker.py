@@ -57,8 +57,8 @@ from ramen.transport.position import int32
 from ramen.tuples import decode_tuples, encode_tuples, end_of_replay, with_channel
 from workers.compute import ComputeError, PythonRunner, make_runner
 from workers.defaults import (BATCH_ROWS, EXIT_ERROR, LOG_WAIT_INTERVAL_S, MAX_PENDING_MESSAGES, MESSAGE_FILL,
-                              POLL_FRAGMENT_LIMIT, SPARE_WORKER_WAIT_S, SPARK_HEARTBEAT_S, SPARK_RETRY_S,
-                              STATS_INTERVAL_S)
+                              POLL_FRAGMENT_LIMIT, REPLAY_LOG_WAIT_INTERVAL_S, SPARE_WORKER_WAIT_S,
+                              SPARK_HEARTBEAT_S, SPARK_RETRY_S, STATS_INTERVAL_S)
 from workers import spare
 from workers.heavy import Gathered, SparkExecutor
 from workers.sources import RowSource, SourceError, make_source
@@ -374,14 +374,20 @@ class Worker:
                 self.subscription.remove_image(found.image)
                 found.log.close()
 
-    def _open_waiting_inputs(self) -> None:
+    def _open_waiting_inputs(self) -> float:
+        """Open the input logs that have appeared; returns when to look again (seconds from now):
+        soon while a replay waits for one."""
+        wait_s = LOG_WAIT_INTERVAL_S
         for found in self.inputs.values():
-            if found.image is not None or not found.path.exists():
+            if found.image is not None:
                 continue
             try:
-                found.log = LogBuffer.open(found.path)
+                found.log = LogBuffer.open(found.path) if found.path.exists() else None
             except LogBufferError as e:
                 log.debug("%s not ready yet: %s", found.path, e)  # being created: look again
+            if found.log is None:
+                if found.users - {LIVE_CHANNEL}:
+                    wait_s = REPLAY_LOG_WAIT_INTERVAL_S
                 continue
             found.image = Image(found.log, self.counters, name=f"{self.qualified_name} <- {found.path.name}")
             found.assembler = FragmentAssembler(lambda b, o, n, h, inp=found: self._inbox.append((inp, None, b)),
@@ -389,6 +395,7 @@ class Worker:
             self._images[id(found.image)] = found
             self.subscription.add_image(found.image)
             log.info("%s reads %s from position %d", self.qualified_name, found.path, found.image.position)
+        return wait_s
 
     def _set_live(self, live: bool) -> None:
         self.live = live
@@ -476,6 +483,7 @@ class Worker:
         for path in set(state.inputs) - set(inputs):
             self._release_input(Path(path), channel)
         state.inputs = inputs
+        self._next_look_s = 0.0  # its inputs: at once, in this duty cycle
 
     def _replay_output_for(self, channel: int, recipient: str | None) -> Output:
         if recipient:
@@ -740,8 +748,7 @@ class Worker:
         work = self._conf_events()
         now = time.monotonic()
         if now >= self._next_look_s:
-            self._open_waiting_inputs()
-            self._next_look_s = now + LOG_WAIT_INTERVAL_S
+            self._next_look_s = now + self._open_waiting_inputs()
         work += self._flush()
         if self.heavy is not None:
             work += self._retry_gathered()

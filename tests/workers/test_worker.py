@@ -418,3 +418,27 @@ def test_a_torn_down_replay_leaves_no_pending_message_in_a_shared_output(rig, tm
     output.discard(5)
     assert [decode_header(m).channel for m, _, _ in output.pending] == [6, 6]
     output.close()
+
+
+def test_a_replay_input_not_there_yet_is_looked_for_every_millisecond_a_live_one_less_often(rig):
+    """A replayer creates its log a moment after the worker's replay key names it: the worker looks
+    again within REPLAY_LOG_WAIT_INTERVAL_S, where a live parent that does not run yet (and may not
+    for a long while) is looked for every LOG_WAIT_INTERVAL_S. At the live interval, half of
+    bench/replay.py's replays waited 50 ms for a log that was there."""
+    from workers.defaults import LOG_WAIT_INTERVAL_S, REPLAY_LOG_WAIT_INTERVAL_S
+    from workers.worker import Worker
+    rig.load()
+    rig.worker_key("per_minute")  # live: it waits for its parent's output log, which nobody writes
+    worker = Worker(rig.admin, rig.site, rig.qualified("per_minute"), rig.counters)
+    try:
+        assert worker._open_waiting_inputs() == LOG_WAIT_INTERVAL_S
+        replayer_log = paths.replayer_log(rig.site, 78)
+        worker._start_replay(5, {"channel": 5, "since_us": 0, "until_us": 1, "inputs": [str(replayer_log)],
+                                 "parents": [rig.qualified("traffic")], "expect_eor": 1})
+        assert worker._next_look_s == 0.0  # looked for in the same duty cycle as the key
+        assert worker._open_waiting_inputs() == REPLAY_LOG_WAIT_INTERVAL_S
+        rig.publication(replayer_log)
+        assert worker._open_waiting_inputs() == LOG_WAIT_INTERVAL_S  # the live parent's still missing
+        assert worker.inputs[replayer_log].image is not None
+    finally:
+        worker.close(flush_timeout_s=0)
