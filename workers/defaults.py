@@ -9,8 +9,9 @@ MESSAGE_FILL = 0.5
 """A TUPLES message holds at most this fraction of the log's max message length; bigger batches
 are sliced (wide rows, long strings)."""
 
-POLL_FRAGMENT_LIMIT = 4096
-"""Fragments taken from the input subscription per duty cycle (a 4096-row batch is ~100 fragments)."""
+POLL_BLOCK_LENGTH = 16 * 1024 * 1024
+"""Bytes of frames taken from an input log per duty cycle (a term's end stops it sooner): what a
+writer has committed, in one go."""
 
 MAX_PENDING_MESSAGES = 64
 """Output messages held back by flow control before the worker stops reading its inputs."""

@@ -48,8 +48,8 @@ from ramen.message import (HEADER_LENGTH, KIND_END_OF_REPLAY, KIND_TUPLES, LIVE_
                            decode_header, event_time_bounds)
 from ramen.program.model import ENGINE_SPARK, Function, Program, split_qualified
 from ramen.spark.session import SparkUnavailable
-from ramen.transport import (ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED, BackoffIdleStrategy, CountersFile,
-                             ExclusivePublication, FragmentAssembler, Image, LogBuffer, LogBufferError,
+from ramen.transport import (ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED, BackoffIdleStrategy, BlockAssembler,
+                             CountersFile, ExclusivePublication, Image, LogBuffer, LogBufferError,
                              LogBufferParams, Subscription, frame)
 from ramen.transport.logbuffer import END_OF_STREAM_UNSET
 from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH
@@ -57,7 +57,7 @@ from ramen.transport.position import int32
 from ramen.tuples import decode_tuples, encode_tuples, end_of_replay, with_channel
 from workers.compute import ComputeError, PythonRunner, make_runner
 from workers.defaults import (BATCH_ROWS, EXIT_ERROR, LOG_WAIT_INTERVAL_S, MAX_PENDING_MESSAGES, MESSAGE_FILL,
-                              POLL_FRAGMENT_LIMIT, REPLAY_LOG_WAIT_INTERVAL_S, SPARE_WORKER_WAIT_S,
+                              POLL_BLOCK_LENGTH, REPLAY_LOG_WAIT_INTERVAL_S, SPARE_WORKER_WAIT_S,
                               SPARK_HEARTBEAT_S, SPARK_RETRY_S, STATS_INTERVAL_S)
 from workers import spare
 from workers.heavy import Gathered, SparkExecutor
@@ -202,7 +202,7 @@ class Input:
     users: set = field(default_factory=set)
     log: LogBuffer | None = None
     image: Image | None = None
-    assembler: FragmentAssembler | None = None
+    assembler: BlockAssembler | None = None
 
 
 @dataclass
@@ -290,7 +290,6 @@ class Worker:
         self.inputs: dict[Path, Input] = {}
         self.subscription = Subscription()
         self._images: dict[int, Input] = {}
-        self._inbox: list[tuple[Input, object, bytes]] = []
         self._next_look_s = 0.0
         self._next_stats_s = 0.0
         self._watches = [client.watch(self.worker_key),
@@ -390,8 +389,7 @@ class Worker:
                     wait_s = REPLAY_LOG_WAIT_INTERVAL_S
                 continue
             found.image = Image(found.log, self.counters, name=f"{self.qualified_name} <- {found.path.name}")
-            found.assembler = FragmentAssembler(lambda b, o, n, h, inp=found: self._inbox.append((inp, None, b)),
-                                                hand_over=True)
+            found.assembler = BlockAssembler()
             self._images[id(found.image)] = found
             self.subscription.add_image(found.image)
             log.info("%s reads %s from position %d", self.qualified_name, found.path, found.image.position)
@@ -523,17 +521,18 @@ class Worker:
     # -- data --------------------------------------------------------------------------------
 
     def _read_inputs(self) -> int:
-        fragments = 0
+        read = 0
+        inbox: list[tuple[Input, bytes]] = []
         for image in self.subscription.images:
             found = self._images.get(id(image))
-            if found is not None:
-                fragments += image.poll(found.assembler.on_fragment, POLL_FRAGMENT_LIMIT)
-        if not self._inbox:
-            return fragments
-        inbox, self._inbox = self._inbox, []
+            if found is not None and image.block_poll(found.assembler.on_block, POLL_BLOCK_LENGTH):
+                read += 1
+                inbox += [(found, message) for message in found.assembler.take()]
+        if not inbox:
+            return read
         run: list[tuple[Input, bytes]] = []
         run_channel = None
-        for found, _, message in inbox:
+        for found, message in inbox:
             header = decode_header(message)
             if header is None:
                 continue
@@ -550,7 +549,7 @@ class Worker:
                 self._on_end_of_replay(header.channel, header.source, found.shared)
         if run:
             self._process(run_channel, run)
-        return fragments
+        return read
 
     def _process(self, channel: int, messages: list[tuple[Input, bytes]]) -> None:
         state = self.channels.get(channel)

@@ -1,6 +1,6 @@
 """Aeron log buffers shared between processes: frames, publications, images, subscriptions, counters."""
 
-from ramen.transport.assembler import FragmentAssembler, MessageHeader
+from ramen.transport.assembler import BlockAssembler, FragmentAssembler, MessageHeader
 from ramen.transport.counters import CountersFile
 from ramen.transport.frame import Header
 from ramen.transport.idle import BackoffIdleStrategy
@@ -13,7 +13,7 @@ from ramen.transport.subscription import Subscription
 
 __all__ = [
     "ABORT", "ADMIN_ACTION", "BACK_PRESSURED", "BREAK", "CLOSED", "COMMIT", "CONTINUE", "MAX_POSITION_EXCEEDED",
-    "NOT_CONNECTED", "BackoffIdleStrategy", "BufferClaim", "CountersFile", "ExclusivePublication",
+    "NOT_CONNECTED", "BackoffIdleStrategy", "BlockAssembler", "BufferClaim", "CountersFile", "ExclusivePublication",
     "FragmentAssembler", "Header", "Image", "InPlacePublication", "LogBuffer", "LogBufferError", "LogBufferParams",
     "MessageHeader", "Subscription",
 ]

@@ -5,9 +5,10 @@ import struct
 
 import pytest
 
-from ramen.transport import (ABORT, ADMIN_ACTION, BREAK, COMMIT, CONTINUE, CountersFile, ExclusivePublication,
-                             FragmentAssembler, Image, LogBuffer, LogBufferParams)
+from ramen.transport import (ABORT, ADMIN_ACTION, BREAK, COMMIT, CONTINUE, BlockAssembler, CountersFile,
+                             ExclusivePublication, FragmentAssembler, Image, LogBuffer, LogBufferParams)
 from ramen.transport.counters import SUBSCRIBER_POSITION_TYPE_ID
+from ramen.transport.image import unblock
 
 TERM = 64 * 1024
 MTU = 1408
@@ -344,3 +345,75 @@ def test_a_handing_over_assembler_waits_for_fragments_not_yet_committed(tmp_path
     log.terms[0][last:last + 4] = length_word
     assert image.poll(assembler.on_fragment, 10) == 1
     assert kept == [message]
+
+
+# -- whole messages a block at a time (BlockAssembler) -------------------------------------------
+
+def test_a_block_assembler_gives_whole_messages_each_in_a_buffer_of_its_own_across_blocks_and_terms(tmp_path):
+    """Small blocks cut fragmented messages (carried over), terms rotate and are reused, and what was
+    taken never changes: each message is its own bytes, equal to what was offered."""
+    log = make_log(tmp_path)
+    publication = ExclusivePublication(log)
+    image = Image(log, join_position=0)
+    assembler = BlockAssembler()
+    sent, kept = [], []
+    for round_ in range(12):  # 12 x ~14 KB: more than the three 64 KiB terms hold, padding at their ends
+        for i, length in enumerate([0, 10, 5000, 1376, 1377, 3000, 4100]):
+            message = payload(length, round_ * 10 + i)
+            while publication.offer(message) == ADMIN_ACTION:
+                pass
+            sent.append(message)
+        while image.block_poll(assembler.on_block, 2 * MTU):  # a block of two frames at most
+            kept += assembler.take()
+    non_empty = [m for m in kept if m]  # (b"" is one object in Python)
+    assert all(type(m) is bytes for m in kept) and len({id(m) for m in non_empty}) == len(non_empty)
+    assert kept == sent
+
+
+def test_a_block_assembler_carries_a_message_whose_end_is_not_committed_yet(tmp_path):
+    log = make_log(tmp_path)
+    publication = ExclusivePublication(log)
+    image = Image(log, join_position=0)
+    assembler = BlockAssembler()
+    message = payload(3 * MAX_PAYLOAD + 10, 1)
+    publication.offer(message)
+    last = 3 * MTU  # the last fragment's frame: not yet committed, as if its writer were still at it
+    length_word = log.terms[0][last:last + 4].tobytes()
+    log.terms[0][last:last + 4] = bytes(4)
+
+    assert image.block_poll(assembler.on_block, TERM) == 3 * MTU and assembler.take() == []
+    log.terms[0][last:last + 4] = length_word
+    assert image.block_poll(assembler.on_block, TERM) > 0
+    assert assembler.take() == [message]
+
+
+def test_a_block_assembler_drops_a_message_whose_writer_died_mid_way_and_goes_on(tmp_path):
+    """The reader unblocks the frame its dead writer left uncommitted (padding to the next frame):
+    the message's fragments so far go, the next message comes whole."""
+    log = make_log(tmp_path)
+    publication = ExclusivePublication(log)
+    image = Image(log, join_position=0)
+    assembler = BlockAssembler()
+    cut, whole = payload(3 * MAX_PAYLOAD + 10, 1), payload(100, 2)
+    publication.offer(cut)
+    last = 3 * MTU
+    log.terms[0][last:last + 64] = bytes(64)  # its END, claimed and never written
+    publication.offer(whole)
+    assert image.block_poll(assembler.on_block, TERM) == 3 * MTU
+    assert unblock(log, last)
+    while image.block_poll(assembler.on_block, TERM):
+        pass
+    assert assembler.take() == [whole]
+
+
+def test_a_block_assembler_skips_the_fragments_of_a_message_begun_before_it_joined(tmp_path):
+    log = make_log(tmp_path)
+    publication = ExclusivePublication(log)
+    first, second = payload(3000, 1), payload(50, 2)
+    publication.offer(first)
+    publication.offer(second)
+    image = Image(log, join_position=MTU)  # the first message's middle fragment
+    assembler = BlockAssembler()
+    while image.block_poll(assembler.on_block, TERM):
+        pass
+    assert assembler.take() == [second]
