@@ -160,7 +160,8 @@ def main() -> int:
         os.environ["RAMEN_DIR"] = str(base)
         ramen = [sys.executable, "-m", "ramen.cli.main"]
         progress("starting ramen and back-filling an hour of traffic")
-        subprocess.run([*ramen, "start", "--daemon", "--dir", str(base), str(PROGRAM)], env=env, check=True)
+        if subprocess.run([*ramen, "start", "--daemon", "--dir", str(base), str(PROGRAM)], env=env).returncode:
+            raise SystemExit("bench: ramen start failed (its message is above)")
         try:
             report = measure(base, args.runs)
         finally:
