@@ -1,4 +1,5 @@
-"""ramen.memory: freed message buffers stay in the process, ready for the next messages."""
+"""ramen.memory: freed message buffers stay in the process, ready for the next messages; start-up
+objects are out of the cyclic collector's sight."""
 
 from __future__ import annotations
 
@@ -35,3 +36,20 @@ def free_bytes_kept(mode: str) -> int:
 def test_freed_buffers_stay_in_the_process_instead_of_going_back_to_the_system():
     assert free_bytes_kept("default") < 5_000_000  # glibc trims the heap's free top at once
     assert free_bytes_kept("retain") >= 19_000_000
+
+
+FREEZE = """
+import gc
+from ramen.memory import freeze_startup_objects
+before = object(), [1, 2]
+frozen = freeze_startup_objects()
+after = [3, 4]
+seen = {id(o) for o in gc.get_objects()}
+print(frozen > 0, id(before) in seen, id(after) in seen, gc.get_freeze_count() == frozen)
+"""
+
+
+def test_objects_alive_at_the_end_of_start_up_are_no_longer_walked_by_the_collector():
+    result = subprocess.run([sys.executable, "-c", FREEZE], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "False", "True", "True"]

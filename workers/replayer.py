@@ -54,7 +54,7 @@ from ramen.archive.coverage import RecordingRange, recordings_for
 from ramen.archive.recorder import recording_position
 from ramen.archive.segment import SegmentError, SegmentReader
 from ramen.archive.time_index import TimeIndex, TimeIndexError, index_path
-from ramen.memory import retain_freed_memory
+from ramen.memory import freeze_startup_objects, retain_freed_memory
 from ramen.program import Program, split_qualified
 from ramen.transport import frame
 from ramen.transport.counters import CountersFile, CountersFileError
@@ -583,6 +583,7 @@ def replay(client, site: str, replayer_id: int, stop: threading.Event,
            wait_for_key_s: float = 0.0, parent: int | None = None) -> ReplayerStats | None:
     """Do the whole replay; None when stopped by a signal before the end (or never given one)."""
     warm_up_arrow()  # before the key: a warm replayer does it while it waits
+    freeze_startup_objects()
     spec = load_spec(client, site, replayer_id, wait_for_key_s, stop, parent)
     if spec is None:
         log.info("replayer %d: no replay came within %g s", replayer_id, wait_for_key_s)

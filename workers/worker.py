@@ -43,7 +43,7 @@ import pyarrow as pa
 import confserver
 from confserver import ConfClient, ConfError, EventKind
 from ramen import keyspace, paths
-from ramen.memory import retain_freed_memory
+from ramen.memory import freeze_startup_objects, retain_freed_memory
 from ramen.message import (HEADER_LENGTH, KIND_END_OF_REPLAY, KIND_TUPLES, LIVE_CHANNEL, NO_EVENT_TIME,
                            decode_header, event_time_bounds)
 from ramen.program.model import ENGINE_SPARK, Function, Program, split_qualified
@@ -855,6 +855,8 @@ def serve(args) -> int:
         spare.warm_up_arrow()
         if args.spare is not None:
             spare.prewarm(client)
+        freeze_startup_objects()  # as a spare, while it waits
+        if args.spare is not None:
             log.info("spare worker %d on site %s waiting for its function", args.spare, args.site)
             assignment = spare.wait_for_assignment(client, args.site, args.spare, args.wait_for_key, stop,
                                                     parent=args.parent)
