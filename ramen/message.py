@@ -27,7 +27,14 @@ KIND_TUPLES = 2
 """Body: an Arrow IPC record batch."""
 KIND_END_OF_REPLAY = 3
 """No body; `source` is the replayer id that ends the channel."""
-KINDS = {KIND_SCHEMA: "SCHEMA", KIND_TUPLES: "TUPLES", KIND_END_OF_REPLAY: "END_OF_REPLAY"}
+KIND_RESUMED = 4
+"""No body; a restarted source's first message. Its bounds (min = max) are where the stream resumes:
+it holds every row from that event time on, and none between its previous run's last row and it.
+The archive's time index takes it like any message, so the coverage of the recording it starts
+touches the previous run's, and a replay across the restart is not refused for a gap that holds no
+row (a generator resumes on its grid, the next row a step later). Readers of tuples skip it."""
+KINDS = {KIND_SCHEMA: "SCHEMA", KIND_TUPLES: "TUPLES", KIND_END_OF_REPLAY: "END_OF_REPLAY",
+         KIND_RESUMED: "RESUMED"}
 
 LIVE_CHANNEL = 0
 NO_EVENT_TIME = -(1 << 63)

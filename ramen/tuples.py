@@ -14,8 +14,8 @@ import struct
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ramen.message import (CHANNEL_OFFSET, HEADER_LENGTH, KIND_END_OF_REPLAY, KIND_TUPLES, LIVE_CHANNEL, NO_EVENT_TIME,
-                           MessageHeader, encode)
+from ramen.message import (CHANNEL_OFFSET, HEADER_LENGTH, KIND_END_OF_REPLAY, KIND_RESUMED, KIND_TUPLES, LIVE_CHANNEL,
+                           NO_EVENT_TIME, MessageHeader, encode)
 
 
 _CHANNEL = struct.Struct("<I")
@@ -94,6 +94,12 @@ def end_of_replay(channel: int, source: int) -> bytes:
     """The message that ends `channel` from one input; `source` names who ends it (a replayer id,
     or the worker id forwarding it)."""
     return encode(MessageHeader(KIND_END_OF_REPLAY, channel, source))
+
+
+def resumed(event_time_us: int, source: int) -> bytes:
+    """The live message a restarted source writes first: its rows go on from `event_time_us`,
+    with none missing since its previous run's last (ramen/message.py, KIND_RESUMED)."""
+    return encode(MessageHeader(KIND_RESUMED, LIVE_CHANNEL, source, event_time_us, event_time_us))
 
 
 def with_channel(message: bytes, channel: int) -> bytes:

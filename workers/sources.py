@@ -48,6 +48,11 @@ class SourceError(ValueError):
 class RowSource(Protocol):
     def poll(self, now_us: int) -> pa.RecordBatch | None: ...
 
+    @property
+    def resumes_from_us(self) -> int | None:
+        """The event time from which this source, restarted, goes on with no row missing since its
+        previous run's last; None when it starts afresh."""
+
 
 # -- the generator ------------------------------------------------------------------------------
 
@@ -132,6 +137,10 @@ class GeneratorSource:
     def step_us(self) -> int:
         return step_of(self.rate)
 
+    @property
+    def resumes_from_us(self) -> int | None:
+        return self.start_us
+
     def poll(self, now_us: int) -> pa.RecordBatch | None:
         step = self.step_us
         if self.next_index is None:
@@ -181,6 +190,8 @@ class FileSource:
     _cursors: dict[Path, _FileCursor] = field(default_factory=dict, init=False)
     _next_look_s: float = field(default=0.0, init=False)
     _done: bool = field(default=False, init=False)
+    resumes_from_us = None
+    """A file source reads its files from the start again."""
 
     def poll(self, now_us: int) -> pa.RecordBatch | None:
         if not self._pending and not self._done and self.clock() >= self._next_look_s:

@@ -54,7 +54,7 @@ from ramen.transport import (ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED, Backof
 from ramen.transport.logbuffer import END_OF_STREAM_UNSET
 from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH
 from ramen.transport.position import int32
-from ramen.tuples import decode_tuples, encode_tuples, end_of_replay, with_channel
+from ramen.tuples import decode_tuples, encode_tuples, end_of_replay, resumed, with_channel
 from workers.compute import ComputeError, PythonRunner, make_runner
 from workers.defaults import (BATCH_ROWS, EXIT_ERROR, LOG_WAIT_INTERVAL_S, MAX_PENDING_MESSAGES, MESSAGE_FILL,
                               POLL_BLOCK_LENGTH, REPLAY_LOG_WAIT_INTERVAL_S, SPARE_WORKER_WAIT_S,
@@ -295,11 +295,15 @@ class Worker:
         self._watches = [client.watch(self.worker_key),
                          client.watch(keyspace.function_key(site, qualified_name, "replays/*"))]
         if self.function.source is not None:
+            resume_us = self._resume_after()
             try:
-                self.source = make_source(self.function, self.program.path,
-                                          start_us=self._resume_after())
+                self.source = make_source(self.function, self.program.path, start_us=resume_us)
             except SourceError as e:
                 raise WorkerError(str(e)) from None
+            if self.source.resumes_from_us is not None:
+                # First in the log, so first in its recording: the archive's coverage goes on from the
+                # previous run's without a gap (ramen/message.py, KIND_RESUMED).
+                self.live_output.send(resumed(self.source.resumes_from_us, self.id))
         self._set_live(self.live)
 
     # -- set-up -----------------------------------------------------------------------------
@@ -346,10 +350,13 @@ class Worker:
         entry = self.client.get_or_none(keyspace.function_key(self.site, self.qualified_name, "stats"))
         previous = entry.value.get("live_event_time_us") if entry is not None and isinstance(entry.value, dict) \
             else None
-        candidates = [t for t in (previous, last_event_time_us(self.live_output.log)) if t is not None]
+        in_log = last_event_time_us(self.live_output.log)
+        candidates = [t for t in (previous, in_log) if t is not None]
         if not candidates:
             return None
         self.live_event_time_us = max(candidates)
+        log.info("%s resumes after event time %d µs (its last stats say %s, its live log %s)", self.qualified_name,
+                 self.live_event_time_us, previous, in_log)
         return self.live_event_time_us + 1
 
     # -- inputs ------------------------------------------------------------------------------
@@ -652,15 +659,22 @@ class Worker:
         live = state.channel == LIVE_CHANNEL
         for batch in table.combine_chunks().to_batches(max_chunksize=rows_per_message):
             message = encode_tuples(batch, self.function.event_time, state.channel, self.id)
-            self._send(state, message, batch.num_rows)
+            written = None
+            if live and (bounds := event_time_bounds(message)) is not None:
+                written = lambda high=bounds[1]: self._live_written(high)  # noqa: E731
+            self._send(state, message, batch.num_rows, written)
             self.stats.add("tuples out", batch.num_rows, state.channel)
-            if live and (bounds := event_time_bounds(message)) is not None and \
-                    (self.live_event_time_us is None or bounds[1] > self.live_event_time_us):
-                self.live_event_time_us = bounds[1]
 
-    def _send(self, state: ChannelState, message: bytes, rows: int) -> None:
+    def _live_written(self, high_us: int) -> None:
+        """A live message is in the log: a restart resumes after its rows, not after rows that were
+        only queued (lost with a killed worker, they would leave a gap the archive could not see)."""
+        if self.live_event_time_us is None or high_us > self.live_event_time_us:
+            self.live_event_time_us = high_us
+
+    def _send(self, state: ChannelState, message: bytes, rows: int,
+              on_sent: Callable[[], None] | None = None) -> None:
         """To the channel's output, and the same tuples to every rider, re-tagged with its channel."""
-        state.output.send(message, rows)
+        state.output.send(message, rows, on_sent)
         for channel, output in state.riders:
             output.send(with_channel(message, channel), rows)
 

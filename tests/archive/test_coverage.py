@@ -123,6 +123,20 @@ def test_recordings_that_touch_at_the_microsecond_merge_and_one_microsecond_apar
                                                      Interval(BASE_US + 2002, BASE_US + 3001)]
 
 
+def test_a_restarted_source_that_says_where_it_resumes_covers_on_from_there(site):
+    """A generator resumes 1 µs past its last row and its first row comes a grid step later: the
+    RESUMED message it writes first makes its new recording touch the old one; without it, the step
+    between them would be a gap, and a replay across the restart refused."""
+    from ramen.tuples import resumed
+    site.record(function_channel("p/f"), [tuples(BASE_US, BASE_US + 999)])
+    site.record(function_channel("p/f"), [resumed(BASE_US + 1000, source=7), tuples(BASE_US + 1333, BASE_US + 2000)])
+    site.record(function_channel("p/g"), [tuples(BASE_US, BASE_US + 999)])
+    site.record(function_channel("p/g"), [tuples(BASE_US + 1333, BASE_US + 2000)])
+    coverage = archive_coverage(site.archive)
+    assert coverage["p/f"] == [Interval(BASE_US, BASE_US + 2001)]
+    assert coverage["p/g"] == [Interval(BASE_US, BASE_US + 1000), Interval(BASE_US + 1333, BASE_US + 2001)]
+
+
 def test_an_empty_recording_covers_nothing(site):
     site.record(function_channel("net/idle"), [])
     site.record(function_channel("net/schema_only"), [schema_message()])

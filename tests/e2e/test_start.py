@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import pyarrow as pa
 import pytest
 
 STARTUP_S = 60.0
@@ -118,3 +119,59 @@ def _processes_with(environ_entry: str) -> dict[int, str]:
         except OSError:
             continue
     return found
+
+
+RESTART_PROGRAM = """
+[program]
+name = "again"
+
+[[function]]
+name = "ticks"
+source = { kind = "generator", rate = 100, hosts = 3, seed = 2, backfill = "20s" }
+schema = { ts = "timestamp[us]", host = "string", bytes = "int64" }
+event_time = "ts"
+archive = { retention = "1d" }
+"""
+
+
+def test_a_replay_across_a_restart_of_ramen_has_every_tuple_once(tmp_path, monkeypatch):
+    """`ramen stop`, then `ramen start` again: the generator resumes after its last archived row and
+    says so first (a RESUMED message), so its two recordings cover the range without a gap (the
+    step to its next row is none), and a replay across the restart gets every row of the grid once.
+    Without the RESUMED message the replay was refused: `no archive of again/ticks covers ...`."""
+    import numpy as np
+
+    from ramen import paths
+    from ramen.archive.coverage import archive_coverage
+    from tests.e2e.test_replay import Stack
+    from tests.waiting import wait_for
+    from workers.sources import step_of
+
+    program = tmp_path / "again.toml"
+    program.write_text(RESTART_PROGRAM)
+    stack = Stack(tmp_path)
+    monkeypatch.setenv("RAMEN_DIR", str(tmp_path))
+
+    def archived_until() -> int:
+        intervals = archive_coverage(paths.archive_dir("local")).get("again/ticks", [])
+        return max((i.until_us for i in intervals), default=0)
+
+    def start_and_archive_a_second() -> int:
+        started = stack.ramen("start", "--daemon", "--dir", tmp_path, program, timeout=STARTUP_S)
+        assert started.returncode == 0, started.stderr
+        live_us = time.time_ns() // 1000 + 1_000_000
+        wait_for(lambda: archived_until() > live_us, "a second of live rows archived", timeout_s=STARTUP_S)
+        return live_us
+
+    since_us = time.time_ns() // 1000 - 15_000_000  # inside the first run's back-fill
+    try:
+        start_and_archive_a_second()
+        assert stack.ramen("stop", "--dir", tmp_path).returncode == 0
+        until_us = start_and_archive_a_second()
+        table = stack.replay_table("again/ticks", since_us, until_us)
+    finally:
+        stack.ramen("stop", "--dir", tmp_path)
+    times = table.column("ts").cast(pa.timestamp("us")).cast(pa.int64()).to_numpy()
+    step = step_of(100)
+    assert len(times) > 1500 and (np.diff(times) == step).all(), np.unique(np.diff(times))
+    assert times[0] - since_us < step and until_us - times[-1] <= step

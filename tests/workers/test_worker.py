@@ -18,7 +18,7 @@ import pytest
 
 import confserver
 from ramen import keyspace, paths
-from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, decode_header
+from ramen.message import KIND_END_OF_REPLAY, KIND_RESUMED, KIND_TUPLES, decode_header
 from ramen.program import loads
 from ramen.spark.session import SparkUnavailable
 from ramen.transport import (CountersFile, ExclusivePublication, FragmentAssembler, Image, LogBuffer,
@@ -194,6 +194,8 @@ class Reader:
         self.channels: list[int] = []
         self.ends: list[tuple[int, int]] = []
         self.bounds: list[tuple[int, int]] = []
+        self.resumed: list[tuple[int, int]] = []
+        """(rows read before it, event time) of each RESUMED message."""
         self.assembler = FragmentAssembler(self._on_message)
 
     def _on_message(self, buffer, offset, length, header) -> None:
@@ -205,6 +207,9 @@ class Reader:
             self.bounds.append((ramen.min_event_time_us, ramen.max_event_time_us))
         elif ramen.kind == KIND_END_OF_REPLAY:
             self.ends.append((ramen.channel, ramen.source))
+        elif ramen.kind == KIND_RESUMED:
+            assert ramen.min_event_time_us == ramen.max_event_time_us
+            self.resumed.append((self.rows, ramen.min_event_time_us))
 
     def poll(self) -> int:
         return self.image.poll(self.assembler.on_fragment, 1 << 20)
@@ -270,6 +275,9 @@ def test_generator_source_backfills_rows_equal_to_a_recomputation_and_a_restart_
     assert all(low == b.column("ts")[0].value and high == b.column("ts")[-1].value
                for (low, high), b in zip(reader.bounds, reader.batches))
     assert set(reader.channels) == {0}
+    # The restarted run says first where it resumes: 1 µs past the first run's last row, so the
+    # archive's coverage of the two runs touches (the next row is a grid step later).
+    assert reader.resumed == [(first_run_rows, int(times[first_run_rows - 1]) + 1)]
     wait_for(lambda: (rig.stats("traffic") or {}).get("tuples_out", 0) > 0, "the stats key")
 
 
@@ -442,3 +450,21 @@ def test_a_replay_input_not_there_yet_is_looked_for_every_millisecond_a_live_one
         assert worker.inputs[replayer_log].image is not None
     finally:
         worker.close(flush_timeout_s=0)
+
+
+def test_a_source_resumes_after_what_is_in_its_log_not_after_what_it_only_queued(rig):
+    """An archived source holds its rows until its recorder reads the log: rows only queued do not
+    count as written (killed then, it would resume after them, and its archive would miss them
+    while its RESUMED message said nothing was missing)."""
+    rig.load(backfill="5s")
+    rig.worker_key("traffic")
+    worker = rig.start("traffic")
+    stats = wait_for(lambda: (s := rig.stats("traffic")) and s.get("tuples_out", 0) > 0 and s,
+                     "rows generated and queued")
+    assert stats["live_event_time_us"] is None  # no recorder yet: nothing is in the log
+    reader = rig.reader(paths.output_log(rig.site, rig.qualified("traffic")), TRAFFIC, join_position=0)
+    reader.read_until(lambda: reader.rows >= 5000, "the back-fill, once a recorder reads")
+    assert rig.stop(worker) == 0
+    reader.poll()
+    last_written = reader.table().column("ts").cast(pa.int64())[-1].as_py()
+    assert rig.stats("traffic")["live_event_time_us"] == last_written
