@@ -98,12 +98,19 @@ def _read_batches(image: Image, schema: pa.Schema, until: int | None) -> list[pa
 
 
 def _print_last_archived(client, programs, function, args) -> None:
-    from ramen.program.plan import ReplayPlanError
+    from ramen.program.plan import ReplayGapError, ReplayPlanError
     from ramen.replay_client import ReplayFailed, replay_to_newest
     until = time.time_ns() // 1000
+    since = until - ARCHIVE_LOOKBACK_US
     try:
-        replay = replay_to_newest(client, programs, function.qualified_name, until - ARCHIVE_LOOKBACK_US, until,
-                                  site=args.site)
+        try:
+            replay = replay_to_newest(client, programs, function.qualified_name, since, until, site=args.site)
+        except ReplayGapError as e:
+            if e.gap_since_us != since or e.gap_until_us >= until:
+                raise
+            # An archive younger than the look-back: its last rows are all it has.
+            replay = replay_to_newest(client, programs, function.qualified_name, e.gap_until_us, until,
+                                      site=args.site)
         with replay:
             replay.start()
             table = pa.Table.from_batches(list(replay.batches()), schema=function.schema)

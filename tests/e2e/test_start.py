@@ -138,7 +138,9 @@ def test_a_replay_across_a_restart_of_ramen_has_every_tuple_once(tmp_path, monke
     """`ramen stop`, then `ramen start` again: the generator resumes after its last archived row and
     says so first (a RESUMED message), so its two recordings cover the range without a gap (the
     step to its next row is none), and a replay across the restart gets every row of the grid once.
-    Without the RESUMED message the replay was refused: `no archive of again/ticks covers ...`."""
+    Without the RESUMED message the replay was refused: `no archive of again/ticks covers ...`.
+    And `tail -n` of an archive younger than its minute of look-back shows its last rows (it was
+    refused: `no archive ... before ...`)."""
     import numpy as np
 
     from ramen import paths
@@ -169,9 +171,12 @@ def test_a_replay_across_a_restart_of_ramen_has_every_tuple_once(tmp_path, monke
         assert stack.ramen("stop", "--dir", tmp_path).returncode == 0
         until_us = start_and_archive_a_second()
         table = stack.replay_table("again/ticks", since_us, until_us)
+        # The archive is younger than `tail -n`'s look-back of a minute: its last rows are all there is.
+        tail = stack.ramen("tail", "-n", "3", "again/ticks")
     finally:
         stack.ramen("stop", "--dir", tmp_path)
     times = table.column("ts").cast(pa.timestamp("us")).cast(pa.int64()).to_numpy()
     step = step_of(100)
     assert len(times) > 1500 and (np.diff(times) == step).all(), np.unique(np.diff(times))
     assert times[0] - since_us < step and until_us - times[-1] <= step
+    assert tail.returncode == 0 and len(tail.stdout.strip().splitlines()) == 3, tail.stderr + tail.stdout
