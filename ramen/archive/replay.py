@@ -96,6 +96,14 @@ def replay_log_params(descriptor: RecordingDescriptor, start_position: int, *, s
                            term_offset=start_position & (term_length - 1))
 
 
+BlockTransform = Callable[[memoryview, int, int, int], int]
+"""transform(window, length, first_frame_length, position) -> first_frame_length: rewrites the
+whole messages of window[:length] in place (their frames already carry the replay publication's
+ids; the first frame's length word is not in the window but given, and returned, possibly changed),
+keeping every frame boundary it does not replace: used by a replayer to tag, filter and drop
+messages as they go by."""
+
+
 class ReplaySession:
     """Replays [start_position, stop_position) of one recording into `publication`."""
 
@@ -103,10 +111,14 @@ class ReplaySession:
                  publication: ExclusivePublication, *, start_position: int | None = None,
                  stop_position: int | None = None, follow: Callable[[], int] | None = None,
                  checksum: Checksum | None = None, replay_buffer_length: int = REPLAY_BUFFER_LENGTH,
-                 stats: ReplayStats | None = None) -> None:
+                 stats: ReplayStats | None = None, transform: BlockTransform | None = None) -> None:
         """`stop_position` None replays to the recording's stop position; for an active recording,
         `follow` returns its live position (its recording-position counter), or NULL_POSITION
-        once it has stopped, after which the catalog's stop position is final."""
+        once it has stopped, after which the catalog's stop position is final.
+
+        With `transform`, every block holds whole messages only (one larger than the window waits
+        for room; one cut by the stop is an error) and goes through the transform, which may
+        rewrite its messages in place, after its ids are rewritten and before it is committed."""
         self.archive_dir = Path(archive_dir)
         self.descriptor = descriptor
         self.publication = publication
@@ -115,6 +127,7 @@ class ReplaySession:
         self.term_length = descriptor.term_buffer_length
         self.segment_length = descriptor.segment_file_length
         self.follow = follow
+        self.transform = transform
         self.state = REPLAYING
         self.error: str | None = None
         start = descriptor.start_position if start_position is None else start_position
@@ -235,8 +248,11 @@ class ReplaySession:
         self._window = window
         # At a fixed stop, a message cut by the stop position still goes out, frame by frame.
         at_stop = self.follow is None and position + length == limit
-        whole, frames, complete = self._whole_messages(length, at_stop)
+        whole, frames, complete = self._whole_messages(length, at_stop and self.transform is None)
         if whole == 0:
+            if at_stop and complete == length and self.transform is not None:
+                raise ReplayError(f"recording {self.descriptor.recording_id}: the range ends inside a message "
+                                  f"at position {position}")
             self._carry = complete
             self._clear_past(complete, length)
             return 0
@@ -244,8 +260,11 @@ class ReplaySession:
             self._verify(frames)
         self._rewrite_ids(frames)
         next_first = int(self._words[whole >> 2]) if complete > whole else 0
+        first_length = self._first_length
+        if self.transform is not None:
+            first_length = self.transform(window, whole, first_length, position)
         self._clear_past(whole, length)
-        self.publication.commit_window(whole, self._first_length)
+        self.publication.commit_window(whole, first_length)
         self.position += whole
         self._carry = complete - whole
         self._first_length = next_first
@@ -374,12 +393,14 @@ class ReplaySession:
     def _window_is_full(self, length: int) -> bool:
         """Whether the block filled the window: a message that has not ended by then is larger
         than the window, and must go out fragment by fragment (a frame torn at the window's end
-        is read again, whole, at the start of the next window)."""
-        return length == self._window_length & _ALIGN_MASK
+        is read again, whole, at the start of the next window). Not with a transform, which takes
+        whole messages: it waits for the window to grow (a message is at most an eighth of a
+        term, the window grows to half of one)."""
+        return self.transform is None and length == self._window_length & _ALIGN_MASK
 
     def _bad_frame(self, offset: int, frame_length: int) -> None:
         term_offset = _INT32.unpack_from(self._window, offset + frame.TERM_OFFSET_OFFSET)[0]
-        raise ReplayError(f"recording {self.descriptor.recording_id}: bad frame at position "
+        raise ReplayError(f"recording {self.descriptor.recording_id}: corrupt frame at position "
                           f"{self.position + offset} (term offset {term_offset}, length {frame_length})")
 
     def _rewrite_ids(self, frames: list[int] | np.ndarray) -> None:
@@ -419,9 +440,10 @@ class ReplaySession:
         log.debug("replay of recording %d done at position %d", self.descriptor.recording_id, self.position)
 
     def _fail(self, message: str) -> None:
+        """`error` says why; the owner reports it (a replayer, as its one-line error)."""
         self.state = FAILED
         self.error = message
-        log.error("replay failed: %s", message)
+        log.info("replay failed: %s", message)
 
 
 def walk_budget(length: int) -> int:

@@ -53,6 +53,7 @@ class Replayed:
     tables: dict[int, list[pa.RecordBatch]] = field(default_factory=dict)
     eors: list[tuple[int, int]] = field(default_factory=list)  # (channel, source)
     after_eor: int = 0  # TUPLES of a channel after its END_OF_REPLAY
+    joined_at: int | None = None
 
 
 def us(row: float) -> int:
@@ -86,9 +87,10 @@ def open_log(path: Path, process: subprocess.Popen) -> LogBuffer | None:
     return None
 
 
-def replay(archive: SiteArchive, replayer_id: int, channels: list[int]) -> Replayed:
+def replay(archive: SiteArchive, replayer_id: int, channels: list[int], join_position: int | None = 0) -> Replayed:
     """Run the replayer (its key written already), read its log as a worker would, until every
-    channel has ended or the process has exited."""
+    channel has ended or the process has exited. `join_position` None joins where the log is, as
+    a worker does; the log's first position is then in `result.joined_at`."""
     process = start_replayer(archive, replayer_id)
     result = Replayed(0, "", {ch: [] for ch in channels})
     counters = CountersFile.open(paths.counters_path())
@@ -96,7 +98,8 @@ def replay(archive: SiteArchive, replayer_id: int, channels: list[int]) -> Repla
     try:
         log_buffer = open_log(paths.replayer_log(archive.site, replayer_id), process)
         if log_buffer is not None:
-            image = Image(log_buffer, counters, join_position=0, name=f"test reader {replayer_id}")
+            image = Image(log_buffer, counters, join_position=join_position, name=f"test reader {replayer_id}")
+            result.joined_at = image.position
 
             def on_message(buffer, offset, length, header):
                 data = bytes(buffer[offset:offset + length])
@@ -212,6 +215,33 @@ def test_the_archive_read_skips_what_no_channel_wants(ramen_env, two_channels):
     assert sum(r.stop_position - r.start_position for r in ranges) < recorded
 
 
+@pytest.mark.parametrize("mtu", ["fragmented", "unfragmented"])
+def test_one_channel_is_replayed_in_place_cut_at_both_edges(request, monkeypatch, mtu):
+    """One channel: the first recording's range goes from the segments straight into the log, whose
+    positions line up with the recording's (it starts where the range does), the messages outside
+    the range become padding and the two cut at its edges are filtered in place; the rows are those
+    of the range, exactly, and each archive byte is read once."""
+    archive = request.getfixturevalue("archive" if mtu == "fragmented" else "unfragmented")
+    monkeypatch.setenv("RAMEN_DIR", str(archive.ramen_dir))
+    channel, since, until = CHANNEL_A
+    assert cuts_a_message(archive, since) and cuts_a_message(archive, until)
+    replayer_id = new_id()
+    write_key(archive, replayer_id, [CHANNEL_A])
+    result = replay(archive, replayer_id, [channel], join_position=None)
+    assert result.returncode == 0, result.stderr
+    ranges = recordings_for(archive.archive_dir, archive.source, since, until)
+    assert result.joined_at == ranges[0].start_position > 0  # lined up with the recording
+    got = pa.Table.from_batches(result.tables[channel], archive.schema)
+    expected = expected_rows(archive, since, until)
+    assert got.num_rows == expected.num_rows > 0 and got.equals(expected)
+    assert result.eors == [(channel, replayer_id)] and result.after_eor == 0
+    assert result.stderr == ""  # no edge message outgrew its place
+    with confserver.connect(archive.server.url, identity="admin", auth_file=archive.server.auth_file) as c:
+        stats = c.get(keyspace.replayer_stats_key(archive.site, replayer_id)).value
+    assert stats["bytes_read"] == sum(r.stop_position - r.start_position for r in ranges)
+    assert stats["rows_out"] == stats["channels"][str(channel)] == expected.num_rows
+
+
 def test_a_replayer_read_by_two_workers_writes_nothing_until_both_subscribed(ramen_env):
     """Two children of a source read its replayer's log, each joining where the log is (as a
     worker's image does): the second, subscribing later, still gets the replay from its start."""
@@ -224,11 +254,12 @@ def test_a_replayer_read_by_two_workers_writes_nothing_until_both_subscribed(ram
     images, tables, ends = [], [[], []], [0, 0]
     try:
         assert log_buffer is not None, process.communicate(timeout=WAIT_S)[1]
+        initial = log_buffer.producer_position()  # a log lined up with the recording starts where the range does
         for reader in range(2):
             images.append(Image(log_buffer, counters, name=f"test reader {reader}"))
             if reader == 0:
                 time.sleep(1.0)  # the replayer runs meanwhile: with one reader of two it must wait
-                assert log_buffer.producer_position() == 0 and process.poll() is None
+                assert log_buffer.producer_position() == initial and process.poll() is None
 
         def on_message(reader):
             def handler(buffer, offset, length, header):
