@@ -56,7 +56,7 @@ from ramen.archive import checksum as checksums
 from ramen.archive.catalog import NULL_POSITION, Catalog, CatalogError, RecordingDescriptor
 from ramen.archive.coverage import RecordingRange, recordings_for
 from ramen.archive.recorder import recording_position
-from ramen.archive.replay import FAILED, ReplaySession, replay_log_params
+from ramen.archive.replay import FAILED, REPLAY_BUFFER_LENGTH, ReplaySession, replay_log_params
 from ramen.archive.segment import SegmentError, SegmentReader
 from ramen.archive.time_index import TimeIndex, TimeIndexError, index_path
 from ramen.memory import freeze_startup_objects, retain_freed_memory
@@ -65,7 +65,7 @@ from ramen.transport import frame
 from ramen.transport.counters import CountersFile, CountersFileError
 from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH
 from ramen.transport.idle import BackoffIdleStrategy
-from ramen.transport.logbuffer import LogBuffer, LogBufferError, LogBufferParams
+from ramen.transport.logbuffer import LogBuffer, LogBufferError, LogBufferParams, compute_max_message_length
 from ramen.transport.publication import ExclusivePublication
 from ramen.transport.status import ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED
 from ramen.tuples import encode_tuples, end_of_replay, tuple_count
@@ -396,9 +396,11 @@ class Replayer:
         For one channel only: a message has room for one channel's tag."""
         self.readers.remove(reader)
         reader.close()
+        # A block holds whole messages: the buffer must take the largest the recording's terms allow.
+        buffer_length = max(REPLAY_BUFFER_LENGTH, compute_max_message_length(reader.descriptor.term_buffer_length))
         self.in_place = ReplaySession(archive_dir, reader.descriptor, self.publication, start_position=reader.position,
                                       stop_position=reader.stop, checksum=reader.checksum,
-                                      transform=self._in_place_block)
+                                      replay_buffer_length=buffer_length, transform=self._in_place_block)
         self._in_place_start = reader.position
 
     def do_work(self) -> int:

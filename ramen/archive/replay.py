@@ -394,8 +394,8 @@ class ReplaySession:
         """Whether the block filled the window: a message that has not ended by then is larger
         than the window, and must go out fragment by fragment (a frame torn at the window's end
         is read again, whole, at the start of the next window). Not with a transform, which takes
-        whole messages: it waits for the window to grow (a message is at most an eighth of a
-        term, the window grows to half of one)."""
+        whole messages: it waits for the window to grow (a message is at most an eighth of a term,
+        flow control lets the window grow to half of one; the replay buffer must hold the largest)."""
         return self.transform is None and length == self._window_length & _ALIGN_MASK
 
     def _bad_frame(self, offset: int, frame_length: int) -> None:
