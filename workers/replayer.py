@@ -544,10 +544,9 @@ class Replayer:
             window[at + frame.HEADER_LENGTH:at + frame_length] = piece
             first_length = self._set_length(window, at, frame_length, first_length)
             at += (frame_length + _ALIGN_UP) & _ALIGN_MASK
-        if at < end:
-            frame.HEADER.pack_into(window, at, 0, frame.CURRENT_VERSION, 0, frame.HDR_TYPE_PAD,
+        if at < end:  # at > 0: the first frame is written, so this length word is not the block's first
+            frame.HEADER.pack_into(window, at, end - at, frame.CURRENT_VERSION, frame.UNFRAGMENTED, frame.HDR_TYPE_PAD,
                                    (position + at) & term_mask, *ids)
-            first_length = self._pad(window, at, end, first_length)
         return first_length
 
     def _count_bytes(self, reader: RecordingReader) -> None:
