@@ -16,6 +16,15 @@ writer has committed, in one go."""
 MAX_PENDING_MESSAGES = 64
 """Output messages held back by flow control before the worker stops reading its inputs."""
 
+MAX_CALLS_IN_FLIGHT = 4
+"""Calls of a light function submitted to its compute thread and not yet written out; with this
+many, the worker reads no more input (workers/compute_thread.py). Each holds one window's rows,
+which the worker holds anyway until they are computed."""
+
+COMPUTE_WAIT_S = 0.001
+"""With nothing to read while a call runs, the duty cycle waits this long at most for it to
+return, then looks at its inputs again."""
+
 LOG_WAIT_INTERVAL_S = 0.05
 """How often a worker looks for a live input's log buffer that does not exist yet (its parent may
 not run for a long while)."""

@@ -56,8 +56,9 @@ from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH
 from ramen.transport.position import int32
 from ramen.tuples import decode_tuples, encode_tuples, end_of_replay, resumed, with_channel
 from workers.compute import ComputeError, PythonRunner, make_runner
-from workers.defaults import (BATCH_ROWS, EXIT_ERROR, LOG_WAIT_INTERVAL_S, MAX_PENDING_MESSAGES, MESSAGE_FILL,
-                              POLL_BLOCK_LENGTH, REPLAY_LOG_WAIT_INTERVAL_S, SPARE_WORKER_WAIT_S,
+from workers.compute_thread import ComputeThread
+from workers.defaults import (BATCH_ROWS, COMPUTE_WAIT_S, EXIT_ERROR, LOG_WAIT_INTERVAL_S, MAX_PENDING_MESSAGES,
+                              MESSAGE_FILL, POLL_BLOCK_LENGTH, REPLAY_LOG_WAIT_INTERVAL_S, SPARE_WORKER_WAIT_S,
                               SPARK_HEARTBEAT_S, SPARK_RETRY_S, STATS_INTERVAL_S)
 from workers import spare
 from workers.heavy import Gathered, SparkExecutor
@@ -266,6 +267,7 @@ class Worker:
         self.program, self.function = self._load_function(qualified_name)
         self.parents: dict[str, Function] = {parent: self._parent(parent) for parent in self.function.parents}
         self.runner: PythonRunner | None = None
+        self.compute: ComputeThread[ChannelState] | None = None
         self.heavy: SparkExecutor | None = None
         self.source: RowSource | None = None
         if self.function.engine == ENGINE_SPARK:
@@ -275,6 +277,7 @@ class Worker:
                 self.runner = make_runner(self.function, self.program.path)
             except ComputeError as e:
                 raise WorkerError(str(e)) from None
+            self.compute = ComputeThread(f"compute {qualified_name}")
         self.stats = WorkerStats(qualified_name, counters)
         self.live_event_time_us: int | None = None
         """The largest event time written on the live output (a restarted source resumes after it)."""
@@ -579,14 +582,22 @@ class Worker:
             self._gather(state, batches, messages)
             return
         if state.windows is None:
-            table = pa.Table.from_batches([b for _, b in batches], schema=batches[0][1].schema)
-            self._emit(state, self.runner(table))
+            self.compute.submit(state, self.runner,
+                                pa.Table.from_batches([b for _, b in batches], schema=batches[0][1].schema))
             return
         late_before = state.windows.late
         for found, table, bounds in by_input(batches, messages, state.windows.every_us):
             for closed in state.windows.add(table, found.event_time or self.function.event_time, bounds=bounds):
-                self._emit(state, self.runner(closed.table, (closed.start_us, closed.end_us)))
+                self.compute.submit(state, self.runner, closed.table, (closed.start_us, closed.end_us))
         self.stats.add("late", state.windows.late - late_before, channel)
+
+    def _emit_computed(self, results: list[tuple[ChannelState, pa.Table]]) -> int:
+        """Write the light function's results, in the order it was called. A replay torn down
+        while its calls ran has no output any more: its results go nowhere."""
+        for state, table in results:
+            if self.channels.get(state.channel) is state:
+                self._emit(state, table)
+        return len(results)
 
     # -- heavy (Spark) functions: committed rows are gathered, then run as one job --------------
 
@@ -696,8 +707,10 @@ class Worker:
                 if self.heavy is not None:
                     self._keep(state, closed.batches)
                 else:
-                    self._emit(state, self.runner(closed.table, (closed.start_us, closed.end_us)))
+                    self.compute.submit(state, self.runner, closed.table, (closed.start_us, closed.end_us))
             self.stats.add("late", state.windows.late - late_before, channel)
+        if self.compute is not None:  # the channel's last results, before its END_OF_REPLAY
+            self._emit_computed(self.compute.drain())
         if self.heavy is not None and not self._run_gathered(state):
             return  # ends when Spark is back and the job has run (_retry_gathered)
         self._send_end_of_replay(state)
@@ -762,10 +775,12 @@ class Worker:
         now = time.monotonic()
         if now >= self._next_look_s:
             self._next_look_s = now + self._open_waiting_inputs()
+        if self.compute:
+            work += self._emit_computed(self.compute.completed())
         work += self._flush()
         if self.heavy is not None:
             work += self._retry_gathered()
-        if self.pending() < MAX_PENDING_MESSAGES:
+        if self.pending() < MAX_PENDING_MESSAGES and not (self.compute is not None and self.compute.full):
             if self.source is not None and self.live:
                 work += self._generate()
             work += self._read_inputs()
@@ -788,6 +803,11 @@ class Worker:
 
     def close(self, flush_timeout_s: float = STOP_FLUSH_TIMEOUT_S) -> None:
         """Write what is computed (for a while), then close every publication and image."""
+        if self.compute is not None:
+            try:  # the windows that were computing: written, not lost
+                self._emit_computed(self.compute.drain())
+            finally:
+                self.compute.close()
         deadline = time.monotonic() + flush_timeout_s
         idle = BackoffIdleStrategy()
         while self.pending() and time.monotonic() < deadline:
@@ -836,7 +856,12 @@ def by_input(batches: list[tuple[Input, pa.RecordBatch]], messages: list[tuple[I
 def run(worker: Worker, stop: threading.Event, idle: BackoffIdleStrategy | None = None) -> None:
     idle = idle or BackoffIdleStrategy()
     while not stop.is_set():
-        idle.idle(worker.do_work())
+        work = worker.do_work()
+        if work == 0 and worker.compute:  # woken by the call's return, not a park after it
+            worker.compute.wait(COMPUTE_WAIT_S)
+            idle.reset()
+        else:
+            idle.idle(work)
 
 
 def build_parser() -> argparse.ArgumentParser:

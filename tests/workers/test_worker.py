@@ -21,6 +21,7 @@ from ramen import keyspace, paths
 from ramen.message import KIND_END_OF_REPLAY, KIND_RESUMED, KIND_TUPLES, decode_header
 from ramen.program import loads
 from ramen.spark.session import SparkUnavailable
+from examples.net import per_minute
 from ramen.transport import (CountersFile, ExclusivePublication, FragmentAssembler, Image, LogBuffer,
                              LogBufferError, LogBufferParams)
 from ramen.tuples import decode_tuples, encode_tuples, end_of_replay
@@ -63,6 +64,14 @@ schema = {{ ts = "timestamp[us]", host = "string", bytes = "int64" }}
 event_time = "ts"
 
 [[function]]
+name = "gated"
+from = ["traffic"]
+window = {{ every = "1 minute" }}
+engine = "python"
+call = "tests.workers.test_worker:gated_per_minute"
+event_time = "start"
+
+[[function]]
 name = "heavy"
 from = ["traffic"]
 engine = "spark"
@@ -73,6 +82,17 @@ sql = "SELECT * FROM traffic"
 def wrong_output(table: pa.Table) -> pa.Table:
     """A callable whose output does not have its function's schema."""
     return pa.table({"ts": table.column("ts"), "oops": pa.array([1] * table.num_rows)})
+
+
+GATE = threading.Event()
+"""gated_per_minute's calls wait for it (the tests that use it run their worker in this process)."""
+
+
+def gated_per_minute(table: pa.Table) -> pa.Table:
+    """per_minute, once GATE is open: a call that takes as long as the test wants."""
+    if table.num_rows:  # not the call that learns the schema
+        assert GATE.wait(WAIT_S), "the test never opened the gate"
+    return per_minute(table)
 
 
 def expected_per_minute(table: pa.Table) -> pa.Table:
@@ -468,3 +488,84 @@ def test_a_source_resumes_after_what_is_in_its_log_not_after_what_it_only_queued
     reader.poll()
     last_written = reader.table().column("ts").cast(pa.int64())[-1].as_py()
     assert rig.stats("traffic")["live_event_time_us"] == last_written
+
+
+class GatedWorker:
+    """An in-process worker of `gated`, its duty cycle in a thread, fed a minute per message."""
+
+    def __init__(self, rig) -> None:
+        from workers.worker import Worker
+        GATE.clear()
+        rig.load()
+        rig.worker_key("gated")
+        self.parent = rig.publication(paths.output_log(rig.site, rig.qualified("traffic")))
+        self.worker = Worker(rig.admin, rig.site, rig.qualified("gated"), rig.counters)
+        self.output = rig.reader(paths.output_log(rig.site, rig.qualified("gated")),
+                                 rig.loaded.function("gated").schema, join_position=0)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="gated worker")
+        self.thread.start()
+        self.rows = generate_rows(TRAFFIC, "ts", seed=4, hosts=3, step_us=10 * SECOND_US,
+                                  first_index=2_000 * MINUTE_US // (10 * SECOND_US), count=60)  # 6 a minute
+
+    def _run(self) -> None:
+        from workers.worker import run
+        run(self.worker, self.stop)
+
+    def minutes(self, first: int, end: int) -> pa.Table:
+        return pa.Table.from_batches([self.rows.slice(6 * first, 6 * (end - first))])
+
+    def offer_minute(self, minute: int) -> None:
+        offer(self.parent, encode_tuples(self.rows.slice(6 * minute, 6), "ts"))
+
+    def read_all(self) -> bool:
+        return self.worker.subscription.images[0].position == self.parent.position
+
+    def close(self) -> None:
+        GATE.set()
+        self.stop.set()
+        self.thread.join(WAIT_S)
+        self.worker.close(flush_timeout_s=0)
+
+
+def test_a_slow_call_lets_the_worker_read_on_until_max_calls_wait_and_results_keep_their_order(rig):
+    """A window's call runs off the duty cycle: the worker reads its inputs meanwhile (a replay's
+    writer is not held up by each window's group-by), up to MAX_CALLS_IN_FLIGHT calls; then it
+    stops reading until one returns. Results come out in window order."""
+    from workers.defaults import MAX_CALLS_IN_FLIGHT
+    gated = GatedWorker(rig)
+    try:
+        for minute in range(MAX_CALLS_IN_FLIGHT + 1):  # minute m's rows commit minute m - 1
+            gated.offer_minute(minute)
+            wait_for(gated.read_all, f"minute {minute} read while {minute - 1} calls wait")
+            assert len(gated.worker.compute) == minute
+        assert gated.worker.compute.full
+        gated.offer_minute(MAX_CALLS_IN_FLIGHT + 1)
+        threading.Event().wait(0.3)  # time to read it, were the worker still reading
+        assert not gated.read_all() and len(gated.worker.compute) == MAX_CALLS_IN_FLIGHT
+        gated.output.poll()
+        assert gated.output.rows == 0
+        GATE.set()
+        wait_for(gated.read_all, "the last minute read once calls returned")
+        expected = expected_per_minute(gated.minutes(0, MAX_CALLS_IN_FLIGHT + 1))
+        gated.output.read_until(lambda: gated.output.rows == expected.num_rows, "every committed minute")
+        assert gated.output.table().equals(expected)
+    finally:
+        gated.close()
+
+
+def test_a_stopped_worker_writes_the_windows_whose_calls_were_running(rig):
+    gated = GatedWorker(rig)
+    try:
+        for minute in range(3):
+            gated.offer_minute(minute)
+        wait_for(lambda: len(gated.worker.compute) == 2, "minutes 0 and 1 computing")
+        gated.stop.set()
+        gated.thread.join(WAIT_S)
+        threading.Timer(0.1, GATE.set).start()
+        gated.worker.close(flush_timeout_s=WAIT_S)  # waits for the calls, writes their results
+        expected = expected_per_minute(gated.minutes(0, 2))
+        gated.output.read_until(lambda: gated.output.rows == expected.num_rows, "minutes 0 and 1")
+        assert gated.output.table().equals(expected)
+    finally:
+        GATE.set()
