@@ -5,7 +5,8 @@
 
 It reads its worker key and program from the confserver, then, as an agent with a duty cycle:
 - live (channel 0): reads its parents' live output logs (waiting for logs that do not exist yet),
-  or generates rows if it is a source, runs its function and writes its live output log;
+  or generates rows if it is a source, runs its function (a light one's calls on a compute thread,
+  workers/compute_thread.py) and writes its live output log;
 - for each `…/<prog>/<func>/replays/<channel>` key the supervisor writes: reads the listed input
   logs, keeps that channel's state (windows, counts) apart from live and other channels, passes
   tuples through when it is one of the plan's sources, writes to its replay output log or, as
@@ -806,6 +807,8 @@ class Worker:
         if self.compute is not None:
             try:  # the windows that were computing: written, not lost
                 self._emit_computed(self.compute.drain())
+            except ComputeError as e:  # a later call failed too: the outputs must still be closed
+                log.warning("%s", e)
             finally:
                 self.compute.close()
         deadline = time.monotonic() + flush_timeout_s
