@@ -290,9 +290,17 @@ class FileSource:
 
 # -- from a program -----------------------------------------------------------------------------
 
+def resume_start(start_us: int, backfill_us: int, now_us: int) -> int:
+    """Where a restarted generator begins: at `start_us`, just after its previous run's last row,
+    unless that is longer ago than its backfill. A generator never makes more than `backfill` of
+    the past at a start (after days down, it would make days of rows before following real
+    time); the rows it skips are missing from its archive, whose coverage shows the gap."""
+    return max(start_us, now_us - backfill_us)
+
+
 def make_source(function: Function, program_path: str | None, *, start_us: int | None = None) -> RowSource:
     """The row source of a source function. `start_us` (generator only) resumes after what an
-    earlier run already wrote, instead of backfilling again."""
+    earlier run already wrote, instead of backfilling again (at most `backfill` ago: resume_start)."""
     source = function.source
     if source is None:
         raise SourceError(f"{function.qualified_name} is not a source function")
@@ -302,6 +310,13 @@ def make_source(function: Function, program_path: str | None, *, start_us: int |
             backfill_us = parse_duration(backfill) if isinstance(backfill, str) else int((backfill or 0) * 1e6)
         except ValueError as e:
             raise SourceError(f"{function.qualified_name}: source 'backfill': {e}") from None
+        if start_us is not None:
+            resumed_us = resume_start(start_us, backfill_us, time.time_ns() // 1000)
+            if resumed_us != start_us:
+                log.warning("%s: its last row is %.0f s old, longer ago than its backfill (%g s): it resumes "
+                            "%g s ago, and its archive has a gap before", function.qualified_name,
+                            (time.time_ns() // 1000 - start_us) / 1e6, backfill_us / 1e6, backfill_us / 1e6)
+            start_us = resumed_us
         return GeneratorSource(function.schema, function.event_time,
                                rate=source.option("rate", GENERATOR_DEFAULT_RATE),
                                hosts=int(source.option("hosts", GENERATOR_DEFAULT_HOSTS)),

@@ -6,7 +6,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from workers.sources import FileSource, GeneratorSource, SourceError, generate_rows, rows_between, step_of
+from workers.sources import (FileSource, GeneratorSource, SourceError, generate_rows, resume_start, rows_between,
+                             step_of)
 
 SCHEMA = pa.schema([("ts", pa.timestamp("us")), ("host", pa.string()), ("bytes", pa.int64())])
 SECOND_US = 1_000_000
@@ -108,3 +109,10 @@ def test_a_missing_file_or_a_missing_column_is_a_one_line_error(tmp_path):
     (tmp_path / "bad.csv").write_text("ts,host\n2026-01-01T00:00:01,h\n")
     with pytest.raises(SourceError, match="no column 'bytes'"):
         drain(FileSource("csv", tmp_path / "bad.csv", SCHEMA, "ts"))
+
+
+def test_a_restarted_generator_resumes_after_its_last_row_but_never_further_back_than_its_backfill():
+    now_us = 1_000_000 * SECOND_US
+    assert resume_start(now_us - 3 * SECOND_US, 10 * SECOND_US, now_us) == now_us - 3 * SECOND_US
+    assert resume_start(now_us - 3 * 86_400 * SECOND_US, 10 * SECOND_US, now_us) == now_us - 10 * SECOND_US
+    assert resume_start(now_us - 3 * SECOND_US, 0, now_us) == now_us  # no backfill: from now on

@@ -569,3 +569,25 @@ def test_a_stopped_worker_writes_the_windows_whose_calls_were_running(rig):
         assert gated.output.table().equals(expected)
     finally:
         GATE.set()
+
+
+def test_a_source_down_longer_than_its_backfill_resumes_backfill_ago_and_says_so(rig):
+    """Its last row is an hour old and its backfill 5 s: it makes the last 5 s, not the hour, and
+    its RESUMED message says where it starts (the archive's coverage then shows the hour's gap)."""
+    import time
+    rig.load(backfill="5s")
+    rig.worker_key("traffic")
+    hour_ago_us = time.time_ns() // 1000 - 3600 * SECOND_US
+    rig.admin.set(keyspace.function_key(rig.site, rig.qualified("traffic"), "stats"),
+                  {"live_event_time_us": hour_ago_us})
+    before_us = time.time_ns() // 1000
+    worker = rig.start("traffic")
+    reader = rig.reader(paths.output_log(rig.site, rig.qualified("traffic")), TRAFFIC, join_position=0)
+    reader.read_until(lambda: reader.rows >= 1000, "rows of the resumed source")
+    after_us = time.time_ns() // 1000
+    assert rig.stop(worker) == 0
+    assert len(reader.resumed) == 1 and reader.resumed[0][0] == 0
+    resumed_us = reader.resumed[0][1]
+    assert before_us - 5 * SECOND_US <= resumed_us <= after_us - 5 * SECOND_US
+    first_us = reader.table().column("ts").cast(pa.int64())[0].as_py()
+    assert resumed_us <= first_us < resumed_us + step_of(1000)
