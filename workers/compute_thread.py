@@ -61,11 +61,8 @@ class ComputeThread(Generic[Tag]):
 
     def drain(self) -> list[tuple[Tag, Any]]:
         """Every call's result, oldest first, waiting for those still running."""
-        results = []
-        while self._calls:
-            tag, future = self._calls.popleft()
-            results.append((tag, future.result()))
-        return results
+        wait([future for _, future in self._calls])
+        return self.completed()
 
     def close(self) -> None:
         """Drop the calls not started; wait for the running one (a thread cannot be stopped)."""

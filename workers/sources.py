@@ -311,11 +311,12 @@ def make_source(function: Function, program_path: str | None, *, start_us: int |
         except ValueError as e:
             raise SourceError(f"{function.qualified_name}: source 'backfill': {e}") from None
         if start_us is not None:
-            resumed_us = resume_start(start_us, backfill_us, time.time_ns() // 1000)
+            now_us = time.time_ns() // 1000
+            resumed_us = resume_start(start_us, backfill_us, now_us)
             if resumed_us != start_us:
-                log.warning("%s: its last row is %.0f s old, longer ago than its backfill (%g s): it resumes "
-                            "%g s ago, and its archive has a gap before", function.qualified_name,
-                            (time.time_ns() // 1000 - start_us) / 1e6, backfill_us / 1e6, backfill_us / 1e6)
+                log.warning("%s: its last row is %.0f s old, more than its backfill: it resumes %g s ago, and "
+                            "its archive has a gap before", function.qualified_name, (now_us - start_us) / 1e6,
+                            backfill_us / 1e6)
             start_us = resumed_us
         return GeneratorSource(function.schema, function.event_time,
                                rate=source.option("rate", GENERATOR_DEFAULT_RATE),
