@@ -62,6 +62,10 @@ class Choreographer:
         self.counters = ChoreographerCounters()
         self.events: queue.SimpleQueue = queue.SimpleQueue()
         self._needs_recompute = True
+        self._unsynced = {PROGRAMS, REPLAYS, TAILS}
+        """Watches whose existing keys have not all come yet: until they have, the programs and
+        replays known here are a part of what is there, and a recompute would delete the worker
+        keys of the rest (a restarted choreographer stopped every running worker for a moment)."""
         self._watches = [client.watch(prefix, lambda event, p=prefix: self.events.put((p, event)))
                          for prefix in (PROGRAMS, REPLAYS, TAILS)]
 
@@ -81,8 +85,12 @@ class Choreographer:
                 except queue.Empty:
                     break
             count += 1
-            if event.kind is not EventKind.SYNCED:
+            if event.kind is EventKind.SYNCED:
+                self._unsynced.discard(prefix)
+            else:
                 self._on_event(prefix, event, new_replays)
+        if self._unsynced:
+            return count
         if self._needs_recompute:
             self.recompute()
         elif new_replays:

@@ -142,3 +142,34 @@ def test_ramen_choreographer_runs_as_a_service_until_sigterm(fresh_confserver, a
         process.send_signal(signal.SIGTERM)
         assert process.wait(10) == 0
     assert "choreographer of site s1" in process.stderr.read()
+
+
+def test_a_restarted_choreographer_leaves_the_worker_keys_as_they_are(fresh_confserver, admin, choreographer):
+    """It decides once it has seen every program, replay and tail there is: deciding from the first
+    ones, it deleted the other functions' worker keys and wrote them again a moment later, and the
+    supervisor stopped their workers in between. Here its first duty cycle gets one program only,
+    as a restarted service's could."""
+    load(admin, "net", NET)
+    load(admin, "more", [("x", False, []), ("y", True, ["more/x"])])
+    wait_for(lambda: len(workers(admin)) == 6)
+    watch = admin.watch(keyspace.worker_pattern(SITE))
+    while watch.next(EVENTUALLY_S).kind is not confserver.EventKind.SYNCED:
+        pass
+    with confserver.connect(fresh_confserver.url, identity="choreographer",
+                            auth_file=fresh_confserver.auth_file) as client:
+        restarted = Choreographer(client, SITE)
+        try:
+            events = []
+            while sum(event.kind is confserver.EventKind.SYNCED for _, event in events) < 3:
+                events.append(restarted.events.get(timeout=EVENTUALLY_S))
+            first_program = next(item for item in events if item[0] == keyspace.PROGRAMS)
+            restarted.do_work(first_program)
+            for item in events:
+                if item is not first_program:
+                    restarted.events.put(item)
+            restarted.do_work()
+            assert restarted.counters.recomputes == 1
+            assert restarted.counters.writes == 0 and restarted.counters.deletes == 0
+            assert watch.next(QUIET_S) is None
+        finally:
+            restarted.close()
