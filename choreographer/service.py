@@ -6,7 +6,9 @@ acts. A new replay takes the fast path: the functions on its paths (from its pla
 at once, with no recompute. Anything else (a program loaded, changed or killed; a replay deleted; a
 tail started or ended) recomputes the whole graph, so lazy workers nobody needs any more fall back
 to unused. Either way only keys whose value changes are written, under their locks, and the keys
-of functions that no longer exist are deleted.
+of functions that no longer exist are deleted. Nothing is decided before every watch has shown the
+keys that exist (SYNCED): a restarted choreographer would otherwise delete the keys of what it has
+not seen yet.
 
 Run it with `ramen choreographer` (or `python -m choreographer.service`).
 """
