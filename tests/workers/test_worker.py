@@ -537,8 +537,9 @@ def test_a_slow_call_lets_the_worker_read_on_until_max_calls_wait_and_results_ke
     try:
         for minute in range(MAX_CALLS_IN_FLIGHT + 1):  # minute m's rows commit minute m - 1
             gated.offer_minute(minute)
-            wait_for(gated.read_all, f"minute {minute} read while {minute - 1} calls wait")
-            assert len(gated.worker.compute) == minute
+            # The image's position moves before the poll's windows are submitted: wait for both.
+            wait_for(lambda: gated.read_all() and len(gated.worker.compute) == minute,
+                     f"minute {minute} read while {minute} calls wait")
         assert gated.worker.compute.full
         gated.offer_minute(MAX_CALLS_IN_FLIGHT + 1)
         threading.Event().wait(0.3)  # time to read it, were the worker still reading
