@@ -44,6 +44,8 @@ import pyarrow as pa
 import confserver
 from confserver import ConfClient, ConfError, EventKind
 from ramen import keyspace, paths
+from ramen.archive.coverage import last_event_time_us as archived_last_event_time_us
+from ramen.locks import FileLock
 from ramen.memory import freeze_startup_objects, retain_freed_memory
 from ramen.message import (HEADER_LENGTH, KIND_END_OF_REPLAY, KIND_TUPLES, LIVE_CHANNEL, NO_EVENT_TIME,
                            decode_header, event_time_bounds)
@@ -53,6 +55,8 @@ from ramen.transport import (ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED, Backof
                              CountersFile, ExclusivePublication, Image, LogBuffer, LogBufferError,
                              LogBufferParams, Subscription, frame)
 from ramen.transport.logbuffer import END_OF_STREAM_UNSET
+from ramen.transport.publication import seal_dead_writer_claims
+from ramen.transport.writer_lock import acquire_writer_lock
 from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH
 from ramen.transport.position import int32
 from ramen.tuples import decode_tuples, encode_tuples, end_of_replay, resumed, with_channel
@@ -83,20 +87,35 @@ def worker_id(qualified_name: str) -> int:
     return int.from_bytes(hashlib.blake2b(qualified_name.encode(), digest_size=4).digest(), "little")
 
 
-def open_or_create_log(path: Path, session_id: int = 0) -> LogBuffer:
-    """The writer's log buffer: created if absent, else reopened where its tail is (a restarted
-    worker continues its log), with the end of stream a clean stop left there cleared."""
+def open_output_log(path: Path, session_id: int = 0) -> tuple[LogBuffer, FileLock]:
+    """The writer's log buffer and its writer lock: created if absent, else reopened where its tail
+    is (a restarted worker continues its log) once the lock is ours (LogBufferBusy while another
+    process writes it), with what a dead writer left claimed and uncommitted padded, and the end
+    of stream a clean stop left there cleared."""
     path.parent.mkdir(parents=True, exist_ok=True)
     session_id = int32(session_id)
     try:
-        return LogBuffer.create(path, LogBufferParams(term_length=IPC_TERM_LENGTH, mtu_length=IPC_MTU_LENGTH,
-                                                      session_id=session_id, stream_id=session_id))
+        buffer = LogBuffer.create(path, LogBufferParams(term_length=IPC_TERM_LENGTH, mtu_length=IPC_MTU_LENGTH,
+                                                        session_id=session_id, stream_id=session_id))
     except LogBufferError:
         if not path.exists():
             raise
-    buffer = LogBuffer.open(path)
-    buffer.end_of_stream_position = END_OF_STREAM_UNSET
-    return buffer
+        buffer = None
+    try:
+        lock = acquire_writer_lock(path)
+    except LogBufferError:
+        if buffer is not None:
+            buffer.close()
+        raise
+    if buffer is None:
+        try:
+            buffer = LogBuffer.open(path)
+        except BaseException:
+            lock.release()
+            raise
+        seal_dead_writer_claims(buffer)
+        buffer.end_of_stream_position = END_OF_STREAM_UNSET
+    return buffer, lock
 
 
 def last_event_time_us(buffer: LogBuffer) -> int | None:
@@ -145,8 +164,17 @@ class Output:
     @classmethod
     def open(cls, path: Path, counters: CountersFile, *, create: bool, session_id: int = 0,
              drop_unread: bool = False, await_recorder: bool = False) -> Output:
-        buffer = open_or_create_log(path, session_id) if create else LogBuffer.open(path)
-        return cls(str(path), buffer, ExclusivePublication(buffer, counters), drop_unread, await_recorder)
+        """Our own log (`create`: created or reopened), or a log created for us to write (a replay
+        client's); LogBufferBusy if another process writes it."""
+        buffer, lock = open_output_log(path, session_id) if create else (LogBuffer.open(path), None)
+        try:
+            publication = ExclusivePublication(buffer, counters, writer_lock=lock)
+        except BaseException:
+            buffer.close()
+            if lock is not None:
+                lock.release()
+            raise
+        return cls(str(path), buffer, publication, drop_unread, await_recorder)
 
     def send(self, message: bytes, rows: int = 0, on_sent: Callable[[], None] | None = None) -> None:
         self.pending.append((message, rows, on_sent))
@@ -265,6 +293,8 @@ class Worker:
         if entry is None or not isinstance(entry.value, dict):
             raise WorkerError(f"no worker key {self.worker_key}")
         self.key_value: dict = entry.value
+        self.signature = entry.value.get("signature")
+        """Of the function this process runs (the supervisor restarts it for another)."""
         self.program, self.function = self._load_function(qualified_name)
         self.parents: dict[str, Function] = {parent: self._parent(parent) for parent in self.function.parents}
         self.runner: PythonRunner | None = None
@@ -348,20 +378,29 @@ class Worker:
                             windows=WindowState(window.every_us, window.lateness_us) if window else None)
 
     def _resume_after(self) -> int | None:
-        """A restarted source continues after the last event time it wrote: its previous run's
-        stats say it (readers' cleaning zeroes a log behind them, so the log may not), else what
-        is left in its live log."""
+        """Where a restarted source goes on: right after the last row in its live log (the two
+        terms behind a log's tail are never cleaned, and a message its writer died writing is
+        padding by now, not rows), or in its archive if its log is new (it was removed); so its
+        stream has no row twice. Only when neither holds a row, after the last its stats name,
+        which are up to a second old: rows written since then come again, and a warning says so."""
+        in_log = last_event_time_us(self.live_output.log)
+        in_archive = archived_last_event_time_us(paths.archive_dir(self.site), self.qualified_name)
+        written = [t for t in (in_log, in_archive) if t is not None]
+        if written:
+            self.live_event_time_us = max(written)
+            log.info("%s resumes after event time %d µs (the last row in its live log: %s; in its archive: %s)",
+                     self.qualified_name, self.live_event_time_us, in_log, in_archive)
+            return self.live_event_time_us + 1
         entry = self.client.get_or_none(keyspace.function_key(self.site, self.qualified_name, "stats"))
         previous = entry.value.get("live_event_time_us") if entry is not None and isinstance(entry.value, dict) \
             else None
-        in_log = last_event_time_us(self.live_output.log)
-        candidates = [t for t in (previous, in_log) if t is not None]
-        if not candidates:
+        if previous is None:
             return None
-        self.live_event_time_us = max(candidates)
-        log.info("%s resumes after event time %d µs (its last stats say %s, its live log %s)", self.qualified_name,
-                 self.live_event_time_us, previous, in_log)
-        return self.live_event_time_us + 1
+        self.live_event_time_us = previous
+        log.warning("%s: neither its live log nor its archive holds a row; it resumes after event time %d µs, "
+                    "which its last stats name: rows written in the second before they were may come twice",
+                    self.qualified_name, previous)
+        return previous + 1
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -797,6 +836,7 @@ class Worker:
         position_in = sum(image.position for image in self.subscription.images)
         record = self.stats.record(position_in, self.live_output.publication.position, heavy=self.heavy is not None)
         record["live_event_time_us"] = self.live_event_time_us
+        record["signature"] = self.signature  # a supervisor adopting this process learns it here
         try:
             self.client.set(keyspace.function_key(self.site, self.qualified_name, "stats"), record)
         except ConfError as e:

@@ -135,6 +135,15 @@ def archive_coverage(archive_dir: str | os.PathLike) -> dict[str, list[Interval]
     return coverage
 
 
+def last_event_time_us(archive_dir: str | os.PathLike, qualified_name: str) -> int | None:
+    """The latest event time any recording of a function holds, None if none holds any: where a
+    restarted source goes on when its live log no longer says."""
+    ends = [interval.until_us - COVERED_PAST_LAST_US
+            for descriptor in function_recordings(archive_dir).get(qualified_name, [])
+            if (interval := recording_coverage(archive_dir, descriptor)) is not None]
+    return max(ends, default=None)
+
+
 def recordings_for(archive_dir: str | os.PathLike, qualified_name: str, since_us: int,
                    until_us: int) -> list[RecordingRange]:
     """The recordings of `qualified_name` that hold event times in [since_us, until_us), oldest

@@ -84,6 +84,23 @@ TYPE_NAMES = {
 STREAM_KEY = struct.Struct("<qiii")
 """Key of a stream counter: log correlation id, session id, stream id, flags (bit 0: tethered)."""
 KEY_FLAG_TETHERED = 1
+TETHER_HOLD_KEY = struct.Struct("<i")
+"""After STREAM_KEY in a tethered subscriber's key: how long (ms) its writer waits for it once it
+has gone silent, its process dead or stuck; 0 = the transport's default."""
+
+
+def subscriber_key(correlation_id: int, session_id: int, stream_id: int, *, tether_hold_ms: int | None) -> bytes:
+    """A sub-pos counter's key; `tether_hold_ms` None for an untethered subscriber."""
+    flags = 0 if tether_hold_ms is None else KEY_FLAG_TETHERED
+    key = STREAM_KEY.pack(correlation_id, session_id, stream_id, flags)
+    return key if tether_hold_ms is None else key + TETHER_HOLD_KEY.pack(tether_hold_ms)
+
+
+def tether_hold_ms(key: bytes) -> int | None:
+    """From a sub-pos counter's key: None if untethered, else its hold in ms (0: the default)."""
+    if not STREAM_KEY.unpack_from(key)[3] & KEY_FLAG_TETHERED:
+        return None
+    return TETHER_HOLD_KEY.unpack_from(key, STREAM_KEY.size)[0]
 
 
 class CountersFileError(ValueError):

@@ -7,6 +7,12 @@ DEFAULT_PAGE_SIZE = 4096
 SUBSCRIBER_LIVENESS_TIMEOUT_S = 5.0
 """An untethered subscriber whose heartbeat is older than this is dropped by the publication."""
 
+TETHER_HOLD_S = 60.0
+"""A tethered subscriber (a recorder) silent this long is dropped too, dead or alive; until then its
+writer waits for it, so that a recorder restarted within it (by `ramen start`, whose backoff is
+shorter) records on from where the last one stopped and nothing goes unrecorded. A subscriber may
+declare another bound in its counter's key (ramen archiver --tether-hold)."""
+
 PUBLICATION_UNBLOCK_TIMEOUT_S = 15.0
 """A frame left uncommitted this long (its writer died mid-message) is turned into padding (Aeron's default)."""
 

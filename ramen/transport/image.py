@@ -15,7 +15,7 @@ from typing import Callable
 from ramen.transport import counters as ctr
 from ramen.transport import frame
 from ramen.transport.counters import CountersFile
-from ramen.transport.defaults import PUBLICATION_UNBLOCK_TIMEOUT_S
+from ramen.transport.defaults import PUBLICATION_UNBLOCK_TIMEOUT_S, TETHER_HOLD_S
 from ramen.transport.frame import Header
 from ramen.transport.logbuffer import LogBuffer
 from ramen.transport.position import int32
@@ -51,8 +51,10 @@ class Image:
     """Reads one log buffer; `poll` hands each committed fragment to a handler."""
 
     def __init__(self, log_buffer: LogBuffer, counters: CountersFile | None = None, *,
-                 join_position: int | None = None, tethered: bool = False, name: str = "",
-                 unblock_timeout_s: float = PUBLICATION_UNBLOCK_TIMEOUT_S) -> None:
+                 join_position: int | None = None, tethered: bool = False, tether_hold_s: float = TETHER_HOLD_S,
+                 name: str = "", unblock_timeout_s: float = PUBLICATION_UNBLOCK_TIMEOUT_S) -> None:
+        """A tethered image holds its writer back (a recorder's: nothing goes unread); once silent,
+        for `tether_hold_s` at most, however it went silent (see defaults.TETHER_HOLD_S)."""
         self.log = log_buffer
         self.counters = counters
         self.term_length = log_buffer.term_length
@@ -79,8 +81,8 @@ class Image:
         # reads and stores, as Counter does, without the calls); a scratch record without counters.
         self._sub_pos_record, self._sub_pos_index = memoryview(bytearray(ctr.COUNTER_LENGTH)).cast("q"), 0
         if counters is not None:
-            key = ctr.STREAM_KEY.pack(log_buffer.correlation_id, self.session_id, self.stream_id,
-                                      ctr.KEY_FLAG_TETHERED if tethered else 0)
+            key = ctr.subscriber_key(log_buffer.correlation_id, self.session_id, self.stream_id,
+                                     tether_hold_ms=round(tether_hold_s * 1000) if tethered else None)
             suffix = f"{self.session_id} {self.stream_id} {self.name}{' tethered' if tethered else ''}"
             self._sub_pos = counters.allocate(ctr.SUBSCRIBER_POSITION_TYPE_ID, f"sub-pos: {suffix}", key=key,
                                               registration_id=log_buffer.correlation_id)

@@ -7,8 +7,15 @@ readers after a timeout (see image.py).
 
 Flow control: each subscriber publishes its position in the counters file. The publication may
 start a message only below its limit, the slowest live subscriber's position plus half a term.
-Past it, offers return BACK_PRESSURED and nothing is written. Everything behind the slowest
-subscriber is zeroed before the writer comes round to it again.
+Past it, offers return BACK_PRESSURED and nothing is written. The space two terms behind the
+slowest subscriber is zeroed before the writer comes round to it again: the two terms before the
+tail stay as written, so a restarted writer finds its last message there (workers/worker.py,
+last_event_time_us) and a restarted recorder the frames it had not recorded yet.
+
+A publication holds the log's writer lock (writer_lock.py) from before its first write to close:
+one writer per log, checked by the kernel. Holding it also proves that whoever wrote the log before
+is gone, so a frame it claimed and never committed can be padded at once (seal_dead_writer_claims),
+not after the readers' unblock timeout.
 """
 
 from __future__ import annotations
@@ -16,21 +23,23 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from ramen.processes import pid_alive
 from ramen.transport import counters as ctr
 from ramen.transport import frame
 from ramen.transport.counters import CountersFile
 from ramen.transport.defaults import (LIMIT_REFRESH_INTERVAL_S, SUBSCRIBER_LIVENESS_TIMEOUT_S,
-                                      SUBSCRIBER_SCAN_INTERVAL_S)
+                                      SUBSCRIBER_SCAN_INTERVAL_S, TETHER_HOLD_S)
+from ramen.transport.image import unblock
 from ramen.transport.logbuffer import LogBuffer, pack_tail, tail_term_id, tail_term_offset
 from ramen.transport.position import (PARTITION_COUNT, index_by_term_count, int32,
                                       max_possible_position)
 from ramen.transport.status import (ADMIN_ACTION, BACK_PRESSURED, CLOSED, MAX_POSITION_EXCEEDED,
                                     NOT_CONNECTED)
+from ramen.locks import FileLock
+from ramen.transport.writer_lock import acquire_writer_lock
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +62,9 @@ _STREAM_ID_WORD = frame.STREAM_ID_OFFSET // 4
 _TERM_ID_WORD = frame.TERM_ID_OFFSET // 4
 _RESERVED_WORD = frame.RESERVED_VALUE_OFFSET // 4  # the first of two
 _HEADER_WORDS = frame.HEADER_LENGTH // 4
+
+CLEAN_LAG_TERMS = 2
+"""How far behind the slowest subscriber cleaning stays (see _clean_to)."""
 
 _COPY_EACH_MIN_LENGTH = 4096
 """Batched payloads of at least this many bytes are copied into the term one by one; shorter ones are
@@ -99,7 +111,15 @@ class ExclusivePublication:
     """Single-writer publication over one log buffer."""
 
     def __init__(self, log_buffer: LogBuffer, counters: CountersFile | None = None, *,
-                 subscriber_liveness_timeout_s: float = SUBSCRIBER_LIVENESS_TIMEOUT_S) -> None:
+                 subscriber_liveness_timeout_s: float = SUBSCRIBER_LIVENESS_TIMEOUT_S,
+                 writer_lock: FileLock | None = None,
+                 nano_clock: Callable[[], int] = time.monotonic_ns) -> None:
+        """`writer_lock`: the log's (writer_lock.py), taken before the log was opened for writing
+        (workers/worker.py open_output_log); without one, it is taken here (LogBufferBusy if
+        another process writes the log). `nano_clock`: CLOCK_MONOTONIC in ns, the clock of the
+        subscribers' heartbeats (a test may run it ahead)."""
+        self._nano_clock = nano_clock
+        self._writer_lock = writer_lock if writer_lock is not None else acquire_writer_lock(log_buffer.path)
         self.log = log_buffer
         self.counters = counters
         self.term_length = log_buffer.term_length
@@ -134,7 +154,7 @@ class ExclusivePublication:
         # A reopened log may hold frames its previous writer never cleaned: they reappear past our
         # tail when we come round the ring again, so cleaning starts a whole ring behind us.
         self._clean_position = max(0, self.position - PARTITION_COUNT * self.term_length)
-        self._subscribers: list[tuple[int, bool]] = []  # (counter id, tethered)
+        self._subscribers: list[tuple[int, int | None]] = []  # (counter id, tether hold ms or None)
         self._connected = counters is None
         self._next_scan_ns = 0
         self._next_refresh_ns = 0
@@ -182,7 +202,7 @@ class ExclusivePublication:
         if self.counters is None or self._closed:
             return False
         self._update_limit()
-        return any(tethered for _, tethered in self._subscribers)
+        return any(hold_ms is not None for _, hold_ms in self._subscribers)
 
     @property
     def subscriber_count(self) -> int:
@@ -216,6 +236,7 @@ class ExclusivePublication:
             view.release()
         self._terms_words.clear()
         self._terms_np.clear()
+        self._writer_lock.release()
 
     # -- offers ---------------------------------------------------------------------------------
 
@@ -230,7 +251,7 @@ class ExclusivePublication:
         # (closed, at the limit, or time to re-read the subscribers' positions), and the claim and
         # the position store are _claim() and _advanced() inlined.
         if self._closed or self._term_begin + term_offset >= self._limit or \
-                (self.counters is not None and time.monotonic_ns() >= self._next_refresh_ns):
+                (self.counters is not None and self._nano_clock() >= self._next_refresh_ns):
             position = self._check_limit()
             if position < 0:
                 return position
@@ -597,7 +618,7 @@ class ExclusivePublication:
         if self._closed:
             return CLOSED
         position = self._term_begin + self._term_offset
-        if position < self._limit and (self.counters is None or time.monotonic_ns() < self._next_refresh_ns):
+        if position < self._limit and (self.counters is None or self._nano_clock() < self._next_refresh_ns):
             return position
         # The refreshed limit decides, not the old one: a message written after the last reader
         # left is lost to the next, who joins where the writer is.
@@ -657,7 +678,7 @@ class ExclusivePublication:
     def _update_limit(self) -> None:
         """Read the subscribers' positions, drop dead ones, clean behind the slowest, move the limit."""
         counters = self.counters
-        now_ns = time.monotonic_ns()
+        now_ns = self._nano_clock()
         self._next_refresh_ns = now_ns + int(LIMIT_REFRESH_INTERVAL_S * 1e9)
         if now_ns >= self._next_scan_ns:
             self._scan_subscribers()
@@ -665,20 +686,21 @@ class ExclusivePublication:
         now_ms = now_ns // 1_000_000
         min_position = None
         live = []
-        for counter_id, tethered in self._subscribers:
+        for counter_id, hold_ms in self._subscribers:
             if counters.state(counter_id) != ctr.RECORD_ALLOCATED or \
                     counters.type_id(counter_id) != ctr.SUBSCRIBER_POSITION_TYPE_ID or \
                     counters.get(counter_id, ctr.REGISTRATION_ID_OFFSET) != self.log.correlation_id:
                 continue  # the subscriber closed (its slot may be another counter of this log's by now)
             if counters.get(counter_id, ctr.STATUS_OFFSET) == ctr.COUNTER_DROPPED:
                 continue
-            if now_ms - counters.get(counter_id, ctr.HEARTBEAT_OFFSET) > self.subscriber_liveness_timeout_ms and \
-                    (not tethered or not pid_alive(counters.get(counter_id, ctr.OWNER_ID_OFFSET))):
-                # A tethered subscriber is waited for, but only while its process lives: a
-                # recorder killed with -9 must not hold its writer back forever.
+            # A tethered subscriber (a recorder) is waited for while it is silent, even dead, for
+            # its hold: a recorder killed with -9 and restarted within it takes over from where
+            # it was (recorder.py), and nothing goes unrecorded. Past the hold the writer goes on.
+            silence_limit_ms = self.subscriber_liveness_timeout_ms if hold_ms is None else hold_ms
+            if now_ms - counters.get(counter_id, ctr.HEARTBEAT_OFFSET) > silence_limit_ms:
                 self._drop(counter_id, now_ms)
                 continue
-            live.append((counter_id, tethered))
+            live.append((counter_id, hold_ms))
             position = counters.get(counter_id)
             if min_position is None or position < min_position:
                 min_position = position
@@ -699,8 +721,10 @@ class ExclusivePublication:
         known = {counter_id for counter_id, _ in self._subscribers}
         for counter_id in self.counters.find(ctr.SUBSCRIBER_POSITION_TYPE_ID, self.log.correlation_id):
             if counter_id not in known:
-                flags = ctr.STREAM_KEY.unpack_from(self.counters.key(counter_id))[3]
-                self._subscribers.append((counter_id, bool(flags & ctr.KEY_FLAG_TETHERED)))
+                hold_ms = ctr.tether_hold_ms(self.counters.key(counter_id))
+                if hold_ms == 0:
+                    hold_ms = int(TETHER_HOLD_S * 1000)
+                self._subscribers.append((counter_id, hold_ms))
 
     def _drop(self, counter_id: int, now_ms: int) -> None:
         counters = self.counters
@@ -717,7 +741,10 @@ class ExclusivePublication:
         self._terms_np[index][:] = 0
 
     def _clean_to(self, position: int) -> None:
-        """Zero the bytes behind the slowest subscriber, a term at most per step."""
+        """Zero the bytes more than two terms behind the slowest subscriber (a term at most per
+        step), before the writer comes round to them: it writes at most half a term and a message
+        past that subscriber, which is three terms past what is zeroed."""
+        position -= CLEAN_LAG_TERMS * self.term_length
         clean = max(self._clean_position, position - PARTITION_COUNT * self.term_length)
         while clean < position:
             index = (clean >> self.bits) % PARTITION_COUNT
@@ -783,3 +810,33 @@ def _copy_messages(messages: Sequence, first: int, block: np.ndarray, payload_le
         flat.release()
     else:
         block[:, _HDR:_HDR + payload_length] = np.frombuffer(b"".join(batch), dtype=np.uint8).reshape(n, payload_length)
+
+
+def seal_dead_writer_claims(log_buffer: LogBuffer) -> int:
+    """Pad the space an earlier writer of a reopened log claimed in its active term and never
+    committed; returns how many bytes. Only for the holder of the log's writer lock, which proves
+    that writer gone: its readers then go on at once instead of after their unblock timeout.
+
+    A walk over the active term's frames from its start to the tail, so only for a log whose
+    active term holds its stream from offset 0 (a log reopened by its writer; not one created to
+    start mid-term, as a replay's is)."""
+    index = index_by_term_count(log_buffer.active_term_count)
+    term = log_buffer.terms[index]
+    term_length = log_buffer.term_length
+    term_begin = log_buffer.active_term_count << log_buffer.position_bits_to_shift
+    tail = tail_term_offset(log_buffer.raw_tail(index), term_length)
+    padded = 0
+    offset = 0
+    while offset < tail:
+        length = int.from_bytes(term[offset:offset + 4], "little", signed=True)
+        if length <= 0:
+            if not unblock(log_buffer, term_begin + offset):
+                log.warning("%s: the space at position %d was claimed and not committed, and is not a clean gap: "
+                            "left to the readers", log_buffer.path.name, term_begin + offset)
+                break
+            length = int.from_bytes(term[offset:offset + 4], "little", signed=True)
+            padded += (length + _ALIGN_UP) & _ALIGN_MASK
+            log.warning("%s: padded the frame of %d bytes at position %d that the previous writer claimed and never "
+                        "committed", log_buffer.path.name, length, term_begin + offset)
+        offset += (length + _ALIGN_UP) & _ALIGN_MASK
+    return padded

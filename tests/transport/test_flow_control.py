@@ -20,6 +20,8 @@ from ramen.transport import (ABORT, ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED,
                              CountersFile, ExclusivePublication, Image, LogBuffer, LogBufferParams, Subscription)
 from ramen.transport import counters as ctr
 from ramen.transport.logbuffer import pack_tail
+from ramen.transport.publication import seal_dead_writer_claims
+from ramen.transport.writer_lock import LogBufferBusy, acquire_writer_lock, writer_pids
 from ramen.transport.status import STATUS_NAMES
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -165,7 +167,7 @@ def _read_to_then_hold(events, stop, log_path, counters_path, target):
 
 def _join_then_wait(events, stop, log_path, counters_path, tethered=False):
     log, counters = _open(log_path, counters_path)
-    image = Image(log, counters, join_position=0, name="doomed", tethered=tethered)
+    image = Image(log, counters, join_position=0, name="doomed", tethered=tethered, tether_hold_s=0.5)
     events.put(("ready", image.position))
     stop.wait(TIMEOUT_S)
 
@@ -343,7 +345,19 @@ def ring_slices(data: bytes, start: int, end: int) -> list[bytes]:
     return out
 
 
-def test_space_behind_the_slowest_subscriber_is_zeroed_before_the_writer_reuses_it(tmp_path, spawn):
+def _messages_in(frames: bytes) -> list[bytes]:
+    """The payloads of the DATA frames in a run of whole frames."""
+    out, offset = [], 0
+    while offset < len(frames):
+        length, = struct.unpack_from("<i", frames, offset)
+        frame_type, = struct.unpack_from("<H", frames, offset + 6)
+        if frame_type == 1:
+            out.append(frames[offset + 32:offset + length])
+        offset += align32(length)
+    return out
+
+
+def test_space_two_terms_behind_the_slowest_subscriber_is_zeroed_before_the_writer_reuses_it(tmp_path, spawn):
     log, counters = make_log(tmp_path)
     holder = spawn(_read_to_then_hold, log.path, counters.path, 3 * TERM + TERM // 4)
     holder.expect("ready")
@@ -364,20 +378,17 @@ def test_space_behind_the_slowest_subscriber_is_zeroed_before_the_writer_reuses_
     end = publication.position
     data = log.path.read_bytes()
 
-    # Behind the subscriber, as far back as the writer will come round to: all zero.
+    # More than two terms behind the subscriber, as far back as the writer will come round to: all zero.
     assert end - 3 * TERM > 0
-    assert all(chunk == bytes(len(chunk)) for chunk in ring_slices(data, end - 3 * TERM, held_at))
+    assert all(chunk == bytes(len(chunk)) for chunk in ring_slices(data, end - 3 * TERM, held_at - 2 * TERM))
+    # The last whole term it read, as written (what a restarted writer or recorder finds there).
+    last_term = (held_at - 2 * TERM + TERM - 1) // TERM * TERM
+    assert last_term + TERM <= held_at
+    read = _messages_in(b"".join(ring_slices(data, last_term, held_at)))
+    assert read and read == [message(seq) for seq in range(received - len(read), received)]
     # Ahead of it, up to the writer: every unread message, intact.
-    frames = b"".join(ring_slices(data, held_at, end))
-    seq, offset = received, 0
-    while offset < len(frames):
-        length, = struct.unpack_from("<i", frames, offset)
-        frame_type, = struct.unpack_from("<H", frames, offset + 6)
-        if frame_type == 1:
-            assert frames[offset + 32:offset + length] == message(seq)
-            seq += 1
-        offset += align32(length)
-    assert seq == writer.seq
+    unread = _messages_in(b"".join(ring_slices(data, held_at, end)))
+    assert unread == [message(seq) for seq in range(received, writer.seq)]
     assert errors == []
 
 
@@ -453,7 +464,7 @@ def test_a_left_subscribers_counter_reused_by_another_counter_of_the_same_log_is
 
 @pytest.mark.parametrize("tethered", [False, True], ids=["untethered", "tethered"])
 def test_dead_subscriber_is_dropped_after_the_liveness_timeout_and_the_writer_proceeds(tmp_path, spawn, tethered):
-    """Even a tethered subscriber (a recorder) is dropped once its process is gone."""
+    """Even a tethered subscriber (a recorder) is dropped, once silent for its hold (here 0.5 s)."""
     log, counters = make_log(tmp_path)
     doomed = spawn(_join_then_wait, log.path, counters.path, tethered)
     doomed.expect("ready")
@@ -481,27 +492,57 @@ def test_dead_subscriber_is_dropped_after_the_liveness_timeout_and_the_writer_pr
     assert check.errors == [] and check.next == writer.seq
 
 
-def test_tethered_subscriber_is_never_dropped_and_holds_the_writer_until_it_reads(tmp_path):
+class RunAheadClock:
+    """CLOCK_MONOTONIC in ns, plus a lead a test moves forward: the subscribers' heartbeats are on
+    the real clock, and time passes for the writer without the test sleeping."""
+
+    def __init__(self) -> None:
+        self.lead_ns = 0
+
+    def __call__(self) -> int:
+        return time.monotonic_ns() + self.lead_ns
+
+    def advance(self, seconds: float) -> None:
+        self.lead_ns += int(seconds * 1e9)
+
+
+def test_silent_tethered_subscriber_holds_the_writer_for_its_hold_and_is_then_dropped(tmp_path):
     log, counters = make_log(tmp_path)
-    tethered = Image(log, counters, join_position=0, tethered=True, name="tethered")
-    publication = ExclusivePublication(log, counters, subscriber_liveness_timeout_s=0.5)
+    tethered = Image(log, counters, join_position=0, tethered=True, tether_hold_s=60.0, name="tethered")
+    clock = RunAheadClock()
+    publication = ExclusivePublication(log, counters, subscriber_liveness_timeout_s=0.5, nano_clock=clock)
     writer = Writer(publication)
     writer.offer_until_back_pressured()
     held_at = publication.position
 
-    # Twice the liveness timeout without a poll: an untethered subscriber would be gone by now.
-    quiet_until = time.monotonic() + 1.0
-    while time.monotonic() < quiet_until:
-        assert writer.offer_next() == BACK_PRESSURED
-        time.sleep(0.01)
-
+    # Silent for far longer than an untethered subscriber may be, and just short of its hold.
+    clock.advance(59.0)
+    assert writer.offer_next() == BACK_PRESSURED
     assert counter_value(counters, ctr.SUBSCRIBERS_DROPPED_TYPE_ID, log) == 0
     assert not tethered.is_dropped and publication.position == held_at
+
+    clock.advance(2.0)
+    assert publication.offer(message(writer.seq)) == NOT_CONNECTED  # no reader left: no longer held
+    assert counter_value(counters, ctr.SUBSCRIBERS_DROPPED_TYPE_ID, log) == 1
+    assert tethered.is_dropped
+
+
+def test_tethered_subscriber_that_reads_within_its_hold_lets_the_writer_on_with_nothing_lost(tmp_path):
+    log, counters = make_log(tmp_path)
+    tethered = Image(log, counters, join_position=0, tethered=True, tether_hold_s=60.0, name="tethered")
+    clock = RunAheadClock()
+    publication = ExclusivePublication(log, counters, subscriber_liveness_timeout_s=0.5, nano_clock=clock)
+    writer = Writer(publication)
+    writer.offer_until_back_pressured()
+    clock.advance(30.0)
+    assert writer.offer_next() == BACK_PRESSURED
+
     check = Checker()
     while tethered.poll(check, 256):
         pass
     assert check.errors == [] and check.next == writer.seq
     assert writer.offer_next() > 0
+    assert counter_value(counters, ctr.SUBSCRIBERS_DROPPED_TYPE_ID, log) == 0
 
 
 def test_dropped_image_that_is_still_alive_closes_on_its_next_poll_and_leaves_the_subscription(tmp_path):
@@ -578,6 +619,7 @@ def test_gap_left_by_a_writer_that_died_before_writing_its_header_is_padded(tmp_
         writer.offer_next()
     gap_at = first.position
     log.set_raw_tail(0, pack_tail(0, gap_at + 256))  # the tail moved; then the writer died
+    first.close(end_of_stream=False)  # and its writer lock with it
 
     resumed = ExclusivePublication(LogBuffer.open(log.path), counters)
     writer = Writer(resumed, first=3)
@@ -594,6 +636,51 @@ def test_gap_left_by_a_writer_that_died_before_writing_its_header_is_padded(tmp_
     assert check.errors == []
     assert struct.unpack_from("<iBBH", log.terms[0], gap_at) == (256, 0, 0xC0, 0)
     assert counter_value(counters, ctr.UNBLOCKED_FRAMES_TYPE_ID, log) == 1
+
+
+def test_a_writer_reopening_a_log_pads_at_once_what_its_dead_predecessor_claimed(tmp_path, spawn):
+    log, counters = make_log(tmp_path)
+    reader = Image(log, counters, join_position=0, name="reader", unblock_timeout_s=3600)
+    count = 20
+    dead_writer = spawn(_write_then_die_mid_message, log.path, counters.path, count)
+    deadline = Deadline("the writer to die")
+    while dead_writer.process.is_alive():
+        reader.controlled_poll(lambda *fragment: ABORT, 1)  # a heartbeat that reads nothing yet
+        time.sleep(0.005)
+        deadline.check()
+    assert dead_writer.process.exitcode == -signal.SIGKILL
+    claimed_at = sum(frame_size(seq) for seq in range(count))
+    claimed_length = CLAIM_LENGTH + 32
+
+    reopened = LogBuffer.open(log.path)
+    lock = acquire_writer_lock(log.path)  # the predecessor is dead for sure: its lock went with it
+    assert seal_dead_writer_claims(reopened) == align32(claimed_length)
+    writer = Writer(ExclusivePublication(reopened, counters, writer_lock=lock), first=count)
+    writer.offer_next()
+    check = Checker()
+    while reader.poll(check, 64):
+        pass
+
+    assert struct.unpack_from("<iBBH", log.terms[0], claimed_at) == (claimed_length, 0, 0xC0, 0)  # a PAD frame
+    assert check.errors == [] and check.next == count + 1  # read past it at once, no unblock timeout
+    assert counter_value(counters, ctr.UNBLOCKED_FRAMES_TYPE_ID, log) == 0
+
+
+def test_a_second_writer_of_a_log_is_refused_naming_the_first(tmp_path, spawn):
+    log, counters = make_log(tmp_path)
+    first = spawn(_publish, log.path, counters.path, 10)
+    deadline = Deadline("the first writer to take the log")
+    while log.path not in writer_pids([log.path]):
+        time.sleep(0.005)
+        deadline.check()
+
+    assert writer_pids([log.path]) == {log.path: first.process.pid}
+    with pytest.raises(LogBufferBusy, match=f"already written by pid {first.process.pid}"):
+        ExclusivePublication(LogBuffer.open(log.path), counters)
+    first.process.kill()
+    first.process.join(TIMEOUT_S)
+    assert writer_pids([log.path]) == {}
+    ExclusivePublication(LogBuffer.open(log.path), counters).close()  # the kernel dropped the dead writer's lock
 
 
 def test_reopened_log_is_cleaned_of_what_its_previous_writer_left_behind(tmp_path):

@@ -490,6 +490,34 @@ def test_a_source_resumes_after_what_is_in_its_log_not_after_what_it_only_queued
     assert rig.stats("traffic")["live_event_time_us"] == last_written
 
 
+def test_a_killed_source_resumes_right_after_the_last_row_in_its_log_whatever_its_stats_say(rig):
+    """Killed with -9 once its reader has read everything (so readers' cleaning has passed its last
+    rows) and with stats a second behind: the restart goes on right after the last row in the log,
+    and the stream has every row of the grid once."""
+    rig.load(backfill="5s")
+    rig.worker_key("traffic")
+    worker = rig.start("traffic")
+    reader = rig.reader(paths.output_log(rig.site, rig.qualified("traffic")), TRAFFIC, join_position=0)
+    reader.read_until(lambda: reader.rows >= 6000, "the backfill and a second of real time")
+    worker.kill()
+    worker.communicate(timeout=WAIT_S)
+    reader.poll()
+    first_run_rows = reader.rows
+    last_written = reader.table().column("ts").cast(pa.int64())[-1].as_py()
+    rig.admin.set(keyspace.function_key(rig.site, rig.qualified("traffic"), "stats"),
+                  {"live_event_time_us": last_written - SECOND_US})  # as stale as stats may be
+
+    restarted = rig.start("traffic")
+    reader.read_until(lambda: reader.rows >= first_run_rows + 500, "rows of the restarted worker")
+    assert rig.stop(restarted) == 0
+    reader.poll()
+
+    times = reader.table().column("ts").cast(pa.int64()).to_numpy()
+    gaps = times[1:] - times[:-1]
+    assert (gaps == step_of(1000)).all(), f"no duplicate and no gap: {gaps[gaps != step_of(1000)][:5]}"
+    assert reader.resumed == [(first_run_rows, last_written + 1)]
+
+
 class GatedWorker:
     """An in-process worker of `gated`, its duty cycle in a thread, fed a minute per message."""
 
