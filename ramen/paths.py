@@ -5,6 +5,8 @@ from pathlib import Path
 
 RAMEN_DIR_ENV = "RAMEN_DIR"
 COUNTERS_FILE_NAME = "counters.dat"
+LOG_SUFFIX = ".logbuffer"
+REPLAY_LOG_SUFFIX = ".replay.logbuffer"
 
 
 def ramen_dir() -> Path:
@@ -30,12 +32,24 @@ def archive_dir(site: str) -> Path:
 
 def output_log(site: str, qualified_name: str) -> Path:
     """A worker's live output (channel 0 only): what children read and the archiver records."""
-    return site_dir(site) / "logs" / f"{qualified_name}.logbuffer"
+    return site_dir(site) / "logs" / f"{qualified_name}{LOG_SUFFIX}"
+
+
+def output_logs(site: str) -> dict[str, Path]:
+    """The live output logs on this host, by qualified function name (replay outputs left out)."""
+    logs = site_dir(site) / "logs"
+    return {f"{path.parent.name}/{path.name.removesuffix(LOG_SUFFIX)}": path
+            for path in sorted(logs.glob(f"*/*{LOG_SUFFIX}")) if not path.name.endswith(REPLAY_LOG_SUFFIX)}
+
+
+def supervisor_lock(site: str) -> Path:
+    """Held by the one supervisor of a site on this host (ramen/locks.py)."""
+    return site_dir(site) / "supervisor.lock"
 
 
 def replay_output_log(site: str, qualified_name: str) -> Path:
     """A worker's replay output (replay channels only), never archived."""
-    return site_dir(site) / "logs" / f"{qualified_name}.replay.logbuffer"
+    return site_dir(site) / "logs" / f"{qualified_name}{REPLAY_LOG_SUFFIX}"
 
 
 def replayer_log(site: str, replayer_id: int) -> Path:
@@ -48,7 +62,11 @@ def replayer_logs_dir(site: str) -> Path:
 
 def recipient_log(channel: int) -> Path:
     """Where the target of replay `channel` writes its result, for the client that asked."""
-    return ramen_dir() / "replays" / f"{channel}.logbuffer"
+    return recipient_logs_dir() / f"{channel}{LOG_SUFFIX}"
+
+
+def recipient_logs_dir() -> Path:
+    return ramen_dir() / "replays"
 
 
 def logs_dir() -> Path:

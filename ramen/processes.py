@@ -1,6 +1,18 @@
-"""Facts about other processes on this host."""
+"""Facts about other processes on this host, and stopping those of one ramen instance."""
+
+from __future__ import annotations
 
 import os
+import signal
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+INSTANCE_ENV = "RAMEN_INSTANCE"
+"""Set by `ramen start` in its environment, so every process it starts, and every process those
+start (workers, replayers, Spark's JVM), carries it: how `ramen stop` finds all of them, orphans of
+a dead supervisor included, without any of them having to be remembered anywhere."""
+PROC = Path("/proc")
 
 
 def pid_alive(pid: int) -> bool:
@@ -16,3 +28,61 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a process whose parent died may wait a while to be reaped)."""
+    if not pid_alive(pid):
+        return False
+    try:
+        return (PROC / str(pid) / "stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def instance_processes(token: str) -> list[int]:
+    """The live processes, other than this one, whose environment says they belong to the ramen
+    instance `token` (INSTANCE_ENV), oldest pid first."""
+    wanted = f"{INSTANCE_ENV}={token}".encode()
+    found = []
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue  # gone, or not ours to read
+        if wanted in environ.split(b"\0") and running(int(entry.name)):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def stop_processes(pids: Iterable[int], grace_s: float, *, clock: Callable[[], float] = time.monotonic,
+                   sleep: Callable[[float], None] = time.sleep) -> list[int]:
+    """SIGTERM each process, then SIGKILL those still running after grace_s; returns the pids that
+    had to be killed."""
+    pids = list(pids)
+    for pid in pids:
+        _signal(pid, signal.SIGTERM)
+    deadline = clock() + grace_s
+    while any(map(running, pids)) and clock() < deadline:
+        sleep(0.05)
+    killed = [pid for pid in pids if running(pid)]
+    for pid in killed:
+        _signal(pid, signal.SIGKILL)
+    return killed
+
+
+def command_line(pid: int) -> str:
+    """The process's command line, for messages ("" once it is gone)."""
+    try:
+        return (PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ramen.processes import pid_alive
+from ramen.processes import running
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class Child:
             if code is None:
                 return False
             self.returncode = code
-        elif _running(self.pid):
+        elif running(self.pid):
             return False
         self.ended = True
         self.ended_us = now_us()
@@ -126,17 +126,6 @@ class Child:
         return describe_exit(self.returncode)
 
 
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (an adopted process's new parent may be slow to reap it)."""
-    if not pid_alive(pid):
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _leads_its_group(pid: int) -> bool:
     try:
         return os.getpgid(pid) == pid
@@ -167,7 +156,7 @@ def spawn(name: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path
 def adopt(name: str, pid: int, started_us: int, *, expect_args: Sequence[str] = ()) -> Child | None:
     """A Child for a running process an earlier supervisor started, or None if pid is gone or is
     now some other program (its command line lacks `expect_args` in order: a reused pid)."""
-    if pid <= 0 or not _running(pid) or not _has_args(pid, expect_args):
+    if pid <= 0 or not running(pid) or not _has_args(pid, expect_args):
         return None
     log.info("adopted %s: pid %d", name, pid)
     return Child(name, pid, started_us)

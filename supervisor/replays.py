@@ -413,7 +413,17 @@ class ReplaySupervision:
                 replayer.retiring = True
         if request is not None:
             self.counters.teardowns += 1
+            self._remove_result_log(request)
             log.info("replay %d torn down", channel)
+
+    @staticmethod
+    def _remove_result_log(request: Request) -> None:
+        """The result log of a replay that is over: a client that ended normally removes it after
+        reading (and keeps reading it once removed, as it has it mapped); one killed before it could
+        would leave it, 50 MB a replay. Only the log at the channel's own place, whatever the key says."""
+        path = paths.recipient_log(request.channel)
+        if request.value.get("recipient") == str(path):
+            path.unlink(missing_ok=True)
 
     def _expire(self) -> int:
         expired = 0

@@ -32,7 +32,8 @@ from collections.abc import Mapping, Sequence
 import confserver
 from confserver import ConfClient, EventKind
 from confserver.url import CONFSERVER_ENV
-from ramen import keyspace
+from ramen import keyspace, paths
+from ramen.locks import FileLock, LockHeld
 from supervisor import defaults
 from supervisor.counters import SupervisorCounters
 from supervisor.processes import now_us
@@ -190,6 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    try:
+        site_lock = hold_site(args.site)
+    except LockHeld as e:
+        print(f"ramen: supervisor: site {args.site} has a supervisor already (pid {e.pid or '?'})", file=sys.stderr)
+        return 1
     env = dict(os.environ)
     if args.confserver:
         env[CONFSERVER_ENV] = args.confserver  # so the children reach the same server
@@ -208,7 +214,17 @@ def main(argv: list[str] | None = None) -> int:
     except confserver.ConfError as e:
         print(f"ramen: supervisor: {e}", file=sys.stderr)
         return 1
+    finally:
+        site_lock.release()
     return 0
+
+
+def hold_site(site: str) -> FileLock:
+    """The lock of the one supervisor of a site on this host: two would each start the workers
+    (and the second's would be refused their logs, and crash)."""
+    path = paths.supervisor_lock(site)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock.acquire(path, create=True)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import confserver
 from confserver import ConfClient
 from ramen import keyspace, paths
+from ramen.transport.writer_lock import writer_pids
 from supervisor import defaults
 from supervisor.counters import SupervisorCounters
 from supervisor.processes import Child, adopt, spawn
@@ -109,23 +111,61 @@ class WorkerSupervision:
         state.wanted = value if isinstance(value, dict) else None
 
     def adopt(self) -> None:
-        """Take over the processes an earlier supervisor of this site left running (their
-        ephemeral instance keys outlive it by its session timeout); delete the instance keys
-        of processes that are gone."""
-        for entry in self.client.glob(keyspace.function_key(self.site, "*/*", "instance")):
-            name = keyspace.qualified_name_of(entry.key)
-            value = entry.value if isinstance(entry.value, dict) else {}
+        """Take over the worker processes an earlier supervisor of this site left running.
+
+        Which process runs a function is the kernel's to say: the writer lock of the function's
+        output log, held for exactly as long as that process lives (ramen/transport/writer_lock.py).
+        An instance key says it only for the session timeout of the supervisor that wrote it (one
+        restarted later than that started a second writer of a log); it still names a worker too
+        young to have opened its log. What a process runs (its signature) comes from its instance
+        key if that is still there, else from the stats it writes; a worker of unknown signature
+        is restarted. Instance keys of processes that are gone are deleted."""
+        instances = {keyspace.qualified_name_of(e.key): e.value if isinstance(e.value, dict) else {}
+                     for e in self.client.glob(keyspace.function_key(self.site, "*/*", "instance"))}
+        writers = self._writers(paths.output_logs(self.site))
+        for name, value in instances.items():
+            self.client.discard(keyspace.function_key(self.site, name, "instance"))
+            if name in writers:
+                continue
             spare_id = value.get("spare")
             child = adopt(f"worker {name}", int(value.get("pid") or 0), int(value.get("started_us") or 0),
                           expect_args=("--function", name) if spare_id is None else ("--spare", str(spare_id)))
-            self.client.discard(entry.key)
             if child is None:
                 log.info("worker %s: instance of pid %s is gone; key deleted", name, value.get("pid"))
-                continue
-            state = self.workers.setdefault(name, WorkerState(name))
-            state.child, state.signature, state.spare_id = child, value.get("signature"), spare_id
-            self._write_instance(state)
-            self.counters.adopted += 1
+            else:
+                self._adopted(name, child, value)
+        for name, pid in sorted(writers.items()):
+            value = instances.get(name, {})
+            if value.get("pid") != pid:
+                value = {"pid": pid, "signature": self._signature_in_stats(name, pid)}
+            self._adopt_writer(name, pid, value)
+
+    def _writers(self, logs: dict[str, Path]) -> dict[str, int]:
+        """name -> pid of the process writing each of these output logs, for those written."""
+        pids = writer_pids(logs.values())
+        return {name: pids[path] for name, path in logs.items() if path in pids}
+
+    def _signature_in_stats(self, name: str, pid: int) -> str | None:
+        entry = self.client.get_or_none(keyspace.function_key(self.site, name, "stats"))
+        stats = entry.value if entry is not None and isinstance(entry.value, dict) else {}
+        return stats.get("signature") if stats.get("pid") == pid else None
+
+    def _adopt_writer(self, name: str, pid: int, value: dict) -> None:
+        """Adopt the process that writes the function's log (no need to check its command line:
+        the lock says what it is)."""
+        child = adopt(f"worker {name}", pid, int(value.get("started_us") or 0))
+        if child is not None:  # else it ended just now
+            self._adopted(name, child, value)
+
+    def _adopted(self, name: str, child: Child, value: dict) -> None:
+        pid = child.pid
+        state = self.workers.setdefault(name, WorkerState(name))
+        state.child, state.signature, state.spare_id = child, value.get("signature"), value.get("spare")
+        state.started_at = time.monotonic()
+        if state.signature is None:
+            log.warning("worker %s: adopted pid %d runs an unknown signature: it will be restarted", name, pid)
+        self._write_instance(state)
+        self.counters.adopted += 1
 
     # -- duty cycle ----------------------------------------------------------------------------
 
@@ -178,6 +218,11 @@ class WorkerSupervision:
 
     def _start(self, state: WorkerState, now: float) -> None:
         name = state.name
+        writer = self._writers({name: paths.output_log(self.site, name)}).get(name)
+        if writer is not None:  # a process we did not know of writes its log: it is the worker
+            log.warning("worker %s: pid %d already writes its log; adopted, not started again", name, writer)
+            self._adopt_writer(name, writer, {"pid": writer, "signature": self._signature_in_stats(name, writer)})
+            return
         log_path = paths.logs_dir() / "workers" / f"{name}.log"
         spare = self._spare
         if spare is not None and not spare[1].poll():

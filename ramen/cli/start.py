@@ -13,6 +13,7 @@ The services are started as `python -m <module>`: the CLI imports none of them.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from ramen import keyspace, paths
 from ramen.cli import conf
 from ramen.cli.spark_service import SparkService, programs_need_spark
 from ramen.cli.errors import UserError
+from ramen.processes import INSTANCE_ENV, command_line, instance_processes, running, stop_processes
 from ramen.spark.session import configured_remote
 
 STARTUP_TIMEOUT_S = 30.0
@@ -36,6 +38,8 @@ POLL_INTERVAL_S = 0.2
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 PID_FILE = "ramen.pid"
 READY_FILE = "ready"
+INSTANCE_FILE = "instance"
+"""The token every process of this instance carries in its environment (ramen/processes.py)."""
 ERROR_PREFIX = "ramen: "
 """How ramen's processes begin the one-line error they end with (ramen.cli.errors), in their logs."""
 
@@ -104,6 +108,9 @@ def run_start(args) -> int:
         raise UserError(f"ramen is already running from {base} (pid {pid_file.read_text().strip()}): ramen stop")
     pid_file.write_text(f"{os.getpid()}\n")
     (run_dir / READY_FILE).unlink(missing_ok=True)
+    token = secrets.token_hex(8)
+    os.environ[INSTANCE_ENV] = token  # before any child starts: all of them, and theirs, carry it
+    (run_dir / INSTANCE_FILE).write_text(f"{token}\n")
     logs = base / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, RAMEN_SITE=args.site)
@@ -148,8 +155,11 @@ def run_start(args) -> int:
             service.stop()
             if service.name == "supervisor" and service.process.returncode != 0:
                 _stop_left_over(service, env, args.site)
+        _stop_instance_processes(token)
+        _remove_result_logs()
         pid_file.unlink(missing_ok=True)
         (run_dir / READY_FILE).unlink(missing_ok=True)
+        (run_dir / INSTANCE_FILE).unlink(missing_ok=True)
     print("ramen: stopped", file=sys.stderr)
     return 0
 
@@ -258,24 +268,55 @@ def _absolute(path: str) -> Path:
 
 
 def run_stop(args) -> int:
+    """Stop `ramen start` (which stops its services in order), then whatever of its instance is
+    still running: what a supervisor that died left, or everything if `ramen start` itself was
+    killed."""
     base = _base(args)
-    pid_file = base / "run" / PID_FILE
-    if not pid_file.exists():
-        raise UserError(f"ramen is not running from {base} (no {pid_file})")
-    pid = int(pid_file.read_text().strip() or 0)
-    if not _alive(pid):
+    run_dir = base / "run"
+    pid_file = run_dir / PID_FILE
+    instance_file = run_dir / INSTANCE_FILE
+    token = instance_file.read_text().strip() if instance_file.exists() else None
+    pid = int(pid_file.read_text().strip() or 0) if pid_file.exists() else 0
+    if _alive(pid):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 4 * STOP_GRACE_S
+        while _alive(pid):
+            if time.monotonic() > deadline:
+                raise UserError(f"ramen (pid {pid}) did not stop within {4 * STOP_GRACE_S:g} s")
+            time.sleep(0.1)
+        print(f"ramen: stopped (pid {pid})")
+        _stop_instance_processes(token)
+    elif not _stop_instance_processes(token):
         pid_file.unlink(missing_ok=True)
-        raise UserError(f"ramen is not running from {base} (pid {pid} is gone)")
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 4 * STOP_GRACE_S
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            raise UserError(f"ramen (pid {pid}) did not stop within {4 * STOP_GRACE_S:g} s")
-        time.sleep(0.1)
-    print(f"ramen: stopped (pid {pid})")
+        raise UserError(f"ramen is not running from {base} " +
+                        (f"(pid {pid} is gone)" if pid else f"(no {pid_file})"))
+    _remove_result_logs()
+    for path in (pid_file, instance_file, run_dir / READY_FILE):
+        path.unlink(missing_ok=True)
     return 0
 
 
+def _stop_instance_processes(token: str | None) -> list[int]:
+    """Stop every process still running with this instance's token (what a dead supervisor, or a
+    dead `ramen start`, left); returns their pids."""
+    if not token:
+        return []
+    left = instance_processes(token)
+    if left:
+        print(f"ramen: stopping {len(left)} processes left running: " +
+              "; ".join(f"pid {pid} ({command_line(pid)[:80]})" for pid in left), file=sys.stderr, flush=True)
+        killed = stop_processes(left, STOP_GRACE_S)
+        if killed:
+            print(f"ramen: killed {', '.join(map(str, killed))} after {STOP_GRACE_S:g} s", file=sys.stderr)
+    return left
+
+
+def _remove_result_logs() -> None:
+    """Nobody reads a replay's result once its ramen is stopped: a client killed before it could
+    remove its log left it here (a client still reading has it mapped: removing it is harmless)."""
+    for path in paths.recipient_logs_dir().glob(f"*{paths.LOG_SUFFIX}"):
+        path.unlink(missing_ok=True)
+
+
 def _alive(pid: int) -> bool:
-    from ramen.processes import pid_alive
-    return pid > 0 and pid_alive(pid)
+    return pid > 0 and running(pid)

@@ -100,6 +100,39 @@ def test_start_stops_the_workers_of_a_supervisor_that_had_died(tmp_path):
     assert "stopping what it left running" in stderr and stderr.strip().endswith("ramen: stopped"), stderr
 
 
+def test_stop_after_ramen_start_was_killed_stops_everything_it_had_started(tmp_path):
+    """`ramen start` itself killed with -9: its services, the supervisor's workers and the result
+    log of a replay client killed too are left. `ramen stop` stops them all and removes the log."""
+    (tmp_path / "left.toml").write_text(PROGRAM)
+    env = dict(os.environ, RAMEN_DIR=str(tmp_path))
+    env.pop("RAMEN_CONFSERVER", None)
+    started = subprocess.run([sys.executable, "-m", "ramen.cli.main", "start", "--daemon", "--dir", str(tmp_path),
+                              str(tmp_path / "left.toml")], env=env, capture_output=True, text=True, timeout=STARTUP_S)
+    assert started.returncode == 0, started.stderr
+    worker_log = tmp_path / "logs" / "workers" / "left" / "ticks.log"
+    deadline = time.monotonic() + STARTUP_S
+    while not (worker_log.exists() and " running" in worker_log.read_text()):
+        assert time.monotonic() < deadline, "the worker never ran"
+        time.sleep(0.1)
+    result_log = tmp_path / "replays" / "7.logbuffer"
+    result_log.parent.mkdir(parents=True, exist_ok=True)
+    result_log.write_bytes(b"a killed client's result")
+    start_pid = int((tmp_path / "run" / "ramen.pid").read_text())
+    ours = _processes_with(f"RAMEN_DIR={tmp_path}")
+    assert any("workers.worker" in args for args in ours.values()), ours
+    os.kill(start_pid, signal.SIGKILL)
+
+    stopped = subprocess.run([sys.executable, "-m", "ramen.cli.main", "stop", "--dir", str(tmp_path)], env=env,
+                             capture_output=True, text=True, timeout=STARTUP_S)
+    left = _processes_with(f"RAMEN_DIR={tmp_path}")
+    for pid in left:  # not to outlive the test
+        os.kill(pid, signal.SIGKILL)
+    assert stopped.returncode == 0, stopped.stderr
+    assert left == {}
+    assert f"stopping {len(ours) - 1} processes left running" in stopped.stderr, stopped.stderr
+    assert not result_log.exists() and not (tmp_path / "run" / "ramen.pid").exists()
+
+
 def _processes_with(environ_entry: str) -> dict[int, str]:
     """Running (not zombie) processes whose environment holds `environ_entry`, with their command lines."""
     found = {}

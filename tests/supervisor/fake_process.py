@@ -9,8 +9,11 @@ prefix serves workers of several behaviours:
 - crash: exit 1 at once;
 - done: exit 0 at once.
 It prints `ready <pid>` and the environment it was given once its signal handlers are in place.
+A worker (`--function`) holds the writer lock of its output log while it runs, as a real one does
+(the supervisor adopts workers by it).
 """
 
+import fcntl
 import os
 import signal
 import sys
@@ -29,6 +32,8 @@ def main(argv: list[str]) -> int:
         return 1
     if mode == "done":
         return 0
+    if "--function" in argv:
+        hold_output_log(argv[argv.index("--site") + 1], argv[argv.index("--function") + 1])
     if mode == "stubborn":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     else:
@@ -37,6 +42,18 @@ def main(argv: list[str]) -> int:
           f"RAMEN_CONFSERVER={os.environ.get('RAMEN_CONFSERVER')}", flush=True)
     while True:
         time.sleep(0.1)
+
+
+HELD = []
+
+
+def hold_output_log(site: str, function: str) -> None:
+    """Lock the function's output log (ramen/paths.py output_log) for as long as we live."""
+    path = os.path.join(os.environ["RAMEN_DIR"], "sites", site, "logs", f"{function}.logbuffer")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    HELD.append(fd)
 
 
 if __name__ == "__main__":

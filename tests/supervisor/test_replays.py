@@ -133,6 +133,27 @@ def test_deleting_the_replays_tears_down_their_keys_then_the_replayer_they_share
     assert supervisor.counters.teardowns == 2
 
 
+def test_the_result_log_of_a_replay_whose_client_vanished_is_removed_at_teardown(admin, start_supervisor,
+                                                                                   ramen_dir):
+    """The client, killed, never removes its result log; its replay key goes with its session,
+    and the supervisor removes the log at the channel's own place (and no file a key names)."""
+    start_supervisor()
+    channel = request_replay(admin)
+    result = paths.recipient_log(channel)
+    result.parent.mkdir(parents=True, exist_ok=True)
+    result.write_bytes(b"50 MB of a result nobody will read")
+    elsewhere = ramen_dir / "not-a-result.logbuffer"
+    elsewhere.write_bytes(b"")
+    sly = request_replay(admin, since_us=0, until_us=90, recipient=str(elsewhere))
+    wait_for(lambda: worker_replay(admin, "p/t", channel) and worker_replay(admin, "p/t", sly), what="both wired")
+
+    admin.delete(keyspace.replay_key(channel))
+    admin.delete(keyspace.replay_key(sly))
+    wait_for(lambda: not result.exists(), what="the result log removed")
+    wait_for(lambda: worker_replay(admin, "p/t", sly) is None, what="the second replay torn down")
+    assert elsewhere.exists()
+
+
 def test_a_replayer_that_fails_sets_the_error_of_its_replays(admin, start_supervisor):
     start_supervisor(replayer_mode="crash")
     channel = request_replay(admin)

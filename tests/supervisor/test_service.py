@@ -42,3 +42,21 @@ def test_bad_options_get_a_one_line_error(fresh_confserver, ramen_dir):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "ramen: supervisor: --delay-before-replay and --stop-grace must not be negative"]
+
+
+def test_a_second_supervisor_of_a_site_is_refused_naming_the_first(fresh_confserver, ramen_dir):
+    env = dict(os.environ, RAMEN_DIR=str(ramen_dir), RAMEN_CONFSERVER=fresh_confserver.url,
+               RAMEN_CONFSERVER_AUTH=str(fresh_confserver.auth_file))
+    first = subprocess.Popen([sys.executable, "-m", "supervisor.service", "--site", "svc", "--no-spares"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with confserver.connect(fresh_confserver.url, identity="admin", auth_file=fresh_confserver.auth_file) as c:
+            wait_for(lambda: value_of(c, "sites/svc/supervisor/stats"), what="the first supervisor running")
+        second = subprocess.run([sys.executable, "-m", "supervisor.service", "--site", "svc"], env=env,
+                                capture_output=True, text=True, timeout=30)
+        assert second.returncode == 1
+        assert second.stderr.strip().splitlines()[-1] == \
+            f"ramen: supervisor: site svc has a supervisor already (pid {first.pid})"
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(15)

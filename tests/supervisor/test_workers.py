@@ -107,6 +107,35 @@ def test_a_restarted_supervisor_adopts_running_workers_and_cleans_keys_of_dead_o
     wait_for(lambda: not pid_alive(running["pid"]), what="adopted p/a stopped")
 
 
+def test_a_supervisor_restarted_after_the_instance_keys_expired_adopts_the_writer_of_each_log(
+        admin, start_supervisor):
+    """The earlier supervisor's session is over, and its instance keys with it: the process that
+    holds a log's writer lock is adopted, with the signature its stats name, and no second writer
+    of the log is started."""
+    set_worker(admin, "p/a")
+    first = start_supervisor(stop_children=False)
+    running = wait_for(lambda: instance(admin, "p/a"))
+    wait_for(lambda: writer_of("p/a") == running["pid"], what="p/a holding its log")
+    admin.set(keyspace.function_key(SITE, "p/a", "stats"), {"pid": running["pid"], "signature": "sig1"})
+    first.stop_thread()
+    first.client.close()  # as if it died long enough ago: its session ended, its ephemeral keys went
+    assert instance(admin, "p/a") is None
+
+    second = start_supervisor()
+    wait_for(lambda: second.counters.adopted == 1, what="adoption")
+    assert instance(admin, "p/a") == {"pid": running["pid"], "started_us": 0, "signature": "sig1"}
+    assert writer_of("p/a") == running["pid"] and second.counters.starts == 0
+    set_worker(admin, "p/a", is_used=False)
+    wait_for(lambda: not pid_alive(running["pid"]), what="adopted p/a stopped")
+
+
+def writer_of(name: str) -> int | None:
+    from ramen import paths
+    from ramen.transport.writer_lock import writer_pids
+    path = paths.output_log(SITE, name)
+    return writer_pids([path]).get(path)
+
+
 def spare_pids(ramen_dir) -> dict[int, int]:
     """Spare id -> pid, from the spare logs the fake wrote `ready <pid>` into."""
     pids = {}
