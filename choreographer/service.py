@@ -29,6 +29,7 @@ import confserver
 from choreographer.graph import Usage, build_graph, compute_usage, worker_value
 from confserver import ConfClient, EventKind
 from ramen import keyspace
+from ramen.cli import argtypes
 from ramen.program import Program
 
 log = logging.getLogger(__name__)
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ramen choreographer",
                                      description="Decide which workers must run, from programs, replays and tails.")
     parser.add_argument("--confserver", metavar="URL", help="default $RAMEN_CONFSERVER, else the local server")
-    parser.add_argument("--site", default=keyspace.default_site(), help="site whose workers to decide (default %(default)s)")
+    parser.add_argument("--site", default=keyspace.default_site(), type=argtypes.site, help="site whose workers to decide (default %(default)s)")
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")

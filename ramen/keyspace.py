@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 PROGRAMS = "programs"
 REPLAYS = "replays"
@@ -36,8 +37,20 @@ SITE_ENV = "RAMEN_SITE"
 DEFAULT_SITE = "local"
 
 
+_SITE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+
+
 def default_site() -> str:
     return os.environ.get(SITE_ENV) or DEFAULT_SITE
+
+
+def check_site(name: str) -> str:
+    """The name, if it can name a site: it becomes a key segment and a directory (ramen/paths.py),
+    so letters, digits, '_', '.' and '-', beginning with a letter or digit."""
+    if not _SITE_NAME.match(name):
+        raise ValueError(f"site {name!r}: a site's name is letters, digits, '_', '.' and '-', "
+                         f"beginning with a letter or digit")
+    return name
 
 
 def program_key(name: str) -> str:

@@ -3,6 +3,8 @@
 import os
 from pathlib import Path
 
+from ramen import keyspace
+
 RAMEN_DIR_ENV = "RAMEN_DIR"
 COUNTERS_FILE_NAME = "counters.dat"
 LOG_SUFFIX = ".logbuffer"
@@ -22,7 +24,7 @@ def counters_path() -> Path:
 
 
 def site_dir(site: str) -> Path:
-    return ramen_dir() / "sites" / site
+    return ramen_dir() / "sites" / keyspace.check_site(site)
 
 
 def archive_dir(site: str) -> Path:

@@ -33,6 +33,7 @@ import confserver
 from confserver import ConfClient, EventKind
 from confserver.url import CONFSERVER_ENV
 from ramen import keyspace, paths
+from ramen.cli import argtypes
 from ramen.locks import FileLock, LockHeld
 from supervisor import defaults
 from supervisor.counters import SupervisorCounters
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ramen supervisor",
                                      description="Run the workers and replayers of one site.")
     parser.add_argument("--confserver", metavar="URL", help="default $RAMEN_CONFSERVER, else the local server")
-    parser.add_argument("--site", default=keyspace.default_site(), help="site to supervise (default %(default)s)")
+    parser.add_argument("--site", default=keyspace.default_site(), type=argtypes.site, help="site to supervise (default %(default)s)")
     parser.add_argument("--delay-before-replay", type=float, default=defaults.DELAY_BEFORE_REPLAY_S, metavar="S",
                         help="wait this long for concurrent replays to merge (default %(default)s s)")
     parser.add_argument("--stop-grace", type=float, default=defaults.STOP_GRACE_S, metavar="S",

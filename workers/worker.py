@@ -45,6 +45,7 @@ import confserver
 from confserver import ConfClient, ConfError, EventKind
 from ramen import keyspace, paths
 from ramen.archive.coverage import last_event_time_us as archived_last_event_time_us
+from ramen.cli import argtypes
 from ramen.locks import FileLock
 from ramen.memory import freeze_startup_objects, retain_freed_memory
 from ramen.message import (HEADER_LENGTH, KIND_END_OF_REPLAY, KIND_TUPLES, LIVE_CHANNEL, NO_EVENT_TIME,
@@ -909,7 +910,7 @@ def run(worker: Worker, stop: threading.Event, idle: BackoffIdleStrategy | None 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m workers.worker", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--site", default=keyspace.default_site(), help="the site (default $RAMEN_SITE or local)")
+    parser.add_argument("--site", default=keyspace.default_site(), type=argtypes.site, help="the site (default $RAMEN_SITE or local)")
     role = parser.add_mutually_exclusive_group(required=True)
     role.add_argument("--function", metavar="PROG/FUNC", help="the function to run")
     role.add_argument("--spare", type=int, metavar="ID",

@@ -10,6 +10,7 @@ import contextlib
 from collections.abc import Iterator
 
 from ramen import keyspace
+from ramen.cli import argtypes
 from ramen.cli.errors import UserError
 
 #: A person at a terminal would rather hear at once that nothing answers.
@@ -24,7 +25,7 @@ def add_arguments(parser, identity: str, *, site: bool = False) -> None:
                         help="act as this identity, with its token from the local auth file (default %(default)s)")
     parser.add_argument("--token", help="authenticate with this token instead ($RAMEN_CONFSERVER_TOKEN)")
     if site:
-        parser.add_argument("--site", default=keyspace.default_site(),
+        parser.add_argument("--site", default=keyspace.default_site(), type=argtypes.site,
                             help=f"the site (default ${keyspace.SITE_ENV}, else {keyspace.DEFAULT_SITE})")
 
 

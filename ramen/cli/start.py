@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ramen import keyspace, paths
-from ramen.cli import conf
+from ramen.cli import argtypes, conf
 from ramen.cli.spark_service import SparkService, programs_need_spark
 from ramen.cli.errors import UserError
 from ramen.processes import INSTANCE_ENV, command_line, instance_processes, running, stop_processes
@@ -79,7 +79,7 @@ def add_parser(sub) -> None:
     start.add_argument("programs", nargs="*", metavar="PROGRAM", help="program files to load (replacing)")
     start.add_argument("--dir", metavar="DIR", help="where everything goes (default $RAMEN_DIR)")
     start.add_argument("--confserver", metavar="URL", help="use this confserver instead of starting one")
-    start.add_argument("--site", default=keyspace.default_site(), help="this host's site (default %(default)s)")
+    start.add_argument("--site", default=keyspace.default_site(), type=argtypes.site, help="this host's site (default %(default)s)")
     start.add_argument("--daemon", action="store_true", help="run in the background; `ramen stop` stops it")
     start.add_argument("--spark", metavar="sc://HOST:PORT", default=configured_remote(),
                        help="run heavy functions on this Spark Connect endpoint (default $RAMEN_SPARK_REMOTE; "

@@ -18,7 +18,7 @@ import uuid
 import pyarrow as pa
 
 from ramen import keyspace, paths
-from ramen.cli import conf
+from ramen.cli import argtypes, conf
 from ramen.cli.errors import UserError
 from ramen.message import KIND_TUPLES, LIVE_CHANNEL, decode_header
 from ramen.transport import BackoffIdleStrategy, CountersFile, FragmentAssembler, Image, LogBuffer
@@ -39,7 +39,7 @@ def add_parser(sub) -> None:
     parser = sub.add_parser("tail", help="a function's latest output, or follow it",
                             description="Print the last tuples of TARGET (prog/func), or follow its output.")
     parser.add_argument("target", metavar="TARGET")
-    parser.add_argument("-n", "--lines", type=int, default=DEFAULT_LINES, help="tuples to print (default 10)")
+    parser.add_argument("-n", "--lines", type=argtypes.count, default=DEFAULT_LINES, help="tuples to print (default 10)")
     parser.add_argument("-f", "--follow", action="store_true", help="go on printing new tuples until interrupted")
     parser.add_argument("--since", help="replay from this time first (implies --follow)")
     conf.add_arguments(parser, IDENTITY, site=True)

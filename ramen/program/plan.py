@@ -33,7 +33,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Mapping, Protocol, Sequence
 
 from ramen.program.durations import MICROS_PER_SECOND, UNITS
@@ -53,6 +53,10 @@ MAX_SUGGESTIONS = 3
 SUGGESTION_CUTOFF = 0.8
 """difflib similarity (0..1) a name needs to be offered."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+MIN_YEAR, MAX_YEAR = 1970, 9999
+MIN_TIME_US = 0
+MAX_TIME_US = (datetime.max.replace(tzinfo=timezone.utc) - _EPOCH) // timedelta(microseconds=1) + 1
+"""Times a command may name: [MIN_YEAR, MAX_YEAR], what a date shows (µs since the epoch, UTC)."""
 _RELATIVE = re.compile(r"^(?:now)?\s*([+-])\s*(\d+(?:\.\d+)?)\s*([a-zµ]+)$", re.IGNORECASE)
 _EPOCH_SECONDS = re.compile(r"^\d+(?:\.\d+)?$")
 
@@ -326,9 +330,9 @@ def parse_time(text: str, now_us: int) -> int:
     if relative and relative.group(3).lower() in UNITS:
         sign, number, unit = relative.groups()
         offset = round(float(number) * UNITS[unit.lower()])
-        return now_us - offset if sign == "-" else now_us + offset
+        return _within_years(now_us - offset if sign == "-" else now_us + offset, text)
     if _EPOCH_SECONDS.match(spelled):
-        return round(float(spelled) * MICROS_PER_SECOND)
+        return _within_years(round(float(spelled) * MICROS_PER_SECOND), text)
     try:
         moment = datetime.fromisoformat(spelled)
     except ValueError:
@@ -337,7 +341,14 @@ def parse_time(text: str, now_us: int) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     delta = moment - _EPOCH
-    return (delta.days * 86400 + delta.seconds) * MICROS_PER_SECOND + delta.microseconds
+    return _within_years((delta.days * 86400 + delta.seconds) * MICROS_PER_SECOND + delta.microseconds, text)
+
+
+def _within_years(micros: int, text: str) -> int:
+    """A time the calendar can show (every message names times as dates)."""
+    if not MIN_TIME_US <= micros < MAX_TIME_US:
+        raise ReplayPlanError(f"{text!r} is not a time between the years {MIN_YEAR} and {MAX_YEAR}")
+    return micros
 
 
 def _suggestion(target: str, functions: Mapping[str, Function]) -> str:

@@ -1,0 +1,27 @@
+"""Types of command-line values that must be checked before use: argparse turns their errors into
+one line (`ramen tail: error: argument -n/--lines: ...`) and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+
+from ramen import keyspace
+
+
+def site(text: str) -> str:
+    """A site name, which becomes a directory and a key segment: `--site ../../etc` is refused."""
+    try:
+        return keyspace.check_site(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def count(text: str) -> int:
+    """A whole number >= 0 (how many tuples, lines)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return value
