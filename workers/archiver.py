@@ -4,7 +4,8 @@ One process per archive directory (the mark file refuses a second one while the 
 At start it repairs the catalog after an unclean shutdown (recordings without a stop position get
 the one their segments end at), then records the log buffers it is given until SIGTERM/SIGINT,
 when every recording is stopped cleanly. Recording never loses a message: each recorder is a
-tethered subscriber, so a writer waits for it rather than run past it.
+tethered subscriber, so a writer waits for it rather than run past it; while the archiver is down
+(killed, or stopped with its writers running), for the tether's hold (`--tether-hold`, 60 s).
 
 Run it as `python -m workers.archiver --dir DIR --counters FILE --record LOG [--record LOG …]`
 (`ramen archiver` does the same).
@@ -13,6 +14,11 @@ Follow mode, `--follow-site SITE` (docs/runtime.md): the archiver also watches t
 keys in the confserver and records the live output log of every function the choreographer wants
 archived and used, under the channel `ramen:<prog>/<func>` that archive coverage and replayers look
 for. It stops recording a function that is no longer used, or whose log is gone or replaced.
+A function's recording goes on where its last one stopped (Aeron's extendRecording) when its log
+still holds every frame from there (ramen/archive/recorder.py continued_recording): after the
+archiver was killed and restarted within the hold, nothing is missing. When the log no longer does
+(down longer than the hold), the new recording starts at the oldest frame the log still holds, and
+the archive's coverage shows the gap, which replays across it name.
 """
 
 from __future__ import annotations
@@ -29,12 +35,14 @@ from pathlib import Path
 from confserver.model import EventKind
 from ramen import keyspace, paths
 from ramen.archive import checksum as checksums
-from ramen.archive.catalog import Catalog, CatalogError
-from ramen.archive.coverage import function_channel
+from ramen.archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState
+from ramen.archive.coverage import function_channel, function_of_channel
 from ramen.archive.markfile import UPDATE_INTERVAL_MS, ArchiveMarkFile, MarkFileError
-from ramen.archive.recorder import Recorder
+from ramen.archive.recorder import (Recorder, complete_index, continued_recording, log_id_of,
+                                   oldest_kept_position)
 from ramen.archive.segment import SegmentError
 from ramen.transport.counters import CountersFile, CountersFileError
+from ramen.transport.defaults import TETHER_HOLD_S
 from ramen.transport.idle import BackoffIdleStrategy
 from ramen.transport.logbuffer import END_OF_STREAM_UNSET, LogBuffer, LogBufferError
 
@@ -53,8 +61,9 @@ class Archiver:
     """The recorders of one archive directory, driven by one duty cycle."""
 
     def __init__(self, archive_dir: str | Path, counters: CountersFile, *, checksum: str | None = None,
-                 segment_length: int = DEFAULT_SEGMENT_LENGTH) -> None:
+                 segment_length: int = DEFAULT_SEGMENT_LENGTH, tether_hold_s: float = TETHER_HOLD_S) -> None:
         self.archive_dir = Path(archive_dir)
+        self.tether_hold_s = tether_hold_s
         self.archive_dir.mkdir(parents=True, exist_ok=True)
         self.checksum = checksums.optional(checksum)
         self.segment_length = segment_length
@@ -63,6 +72,8 @@ class Archiver:
         try:
             self.catalog = Catalog.open_or_create(self.archive_dir, checksum=self.checksum)
             repaired = self.catalog.refresh_stop_positions(checksum=self.checksum)
+            for recording_id in repaired:
+                complete_index(self.archive_dir, self.catalog.get(recording_id))
         except BaseException:
             self.mark.close()
             raise
@@ -73,13 +84,28 @@ class Archiver:
         self.recorders: list[Recorder] = []
         self._next_activity_s = 0.0
 
-    def record(self, log_path: str | Path, *, channel: str = "", source_identity: str = "") -> Recorder:
-        """Start recording a log buffer from its current position."""
-        recorder = Recorder(self.catalog, LogBuffer.open(log_path), self.counters, segment_length=self.segment_length,
-                            checksum=self.checksum, channel=channel or f"ramen:log?path={log_path}",
-                            source_identity=source_identity or str(log_path))
+    def record(self, log_path: str | Path, *, channel: str = "", source_identity: str = "",
+               extend: RecordingDescriptor | None = None, join_position: int | None = None) -> Recorder:
+        """Start recording a log buffer: a new recording from `join_position` (default: where its
+        writer is), or `extend` from its stop position."""
+        log_buffer = LogBuffer.open(log_path)
+        try:
+            recorder = Recorder(self.catalog, log_buffer, self.counters, segment_length=self.segment_length,
+                                checksum=self.checksum, channel=channel or f"ramen:log?path={log_path}",
+                                source_identity=source_identity or str(log_path), join_position=join_position,
+                                tether_hold_s=self.tether_hold_s, extend=extend)
+        except BaseException:
+            log_buffer.close()
+            raise
         self.recorders.append(recorder)
         return recorder
+
+    def latest_recording(self, channel: str) -> RecordingDescriptor | None:
+        """The newest valid recording of a function channel, if any."""
+        name = function_of_channel(channel)
+        found = [d for d in self.catalog.descriptors(states=(RecordingState.VALID,))
+                 if function_of_channel(d.stripped_channel) == name]
+        return max(found, key=lambda d: d.recording_id, default=None)
 
     def do_work(self) -> int:
         work = 0
@@ -94,9 +120,12 @@ class Archiver:
         return work
 
     def close(self) -> None:
-        """Stop every recording, then release the directory (activity -1: a clean shutdown)."""
+        """Stop every recording, then release the directory (activity -1: a clean shutdown). A
+        writer still running waits for the next archiver (for the tether's hold), which goes on
+        with its recording: workers stop before the archiver when ramen stops, so a stream that
+        has not ended is one whose writer runs on."""
         for recorder in self.recorders:
-            recorder.close()
+            recorder.close(keep_tether=not recorder.image.is_end_of_stream)
         self.recorders.clear()
         self.catalog.close()
         self.mark.close()
@@ -164,14 +193,36 @@ class FunctionFollower:
             log_buffer.close()
         if ended:
             return 0  # its writer is gone: a new writer resets the mark
+        channel = function_channel(name)
         try:
-            recorder = self.archiver.record(path, channel=function_channel(name), source_identity=str(path))
+            extend, join_position = self._where_to_go_on(name, path, self.archiver.latest_recording(channel))
+            recorder = self.archiver.record(path, channel=channel, source_identity=str(path), extend=extend,
+                                            join_position=join_position)
         except (LogBufferError, ValueError) as e:
             log.warning("%s: cannot record %s: %s", name, path, e)
             return 0
         self.recording[name] = (recorder, inode)
-        log.info("recording %s (%s) as recording %d", name, path, recorder.recording_id)
+        log.info("recording %s (%s) as recording %d%s", name, path, recorder.recording_id,
+                 " (going on)" if extend is not None else "")
         return 1
+
+    @staticmethod
+    def _where_to_go_on(name: str, path: Path, latest: RecordingDescriptor | None
+                        ) -> tuple[RecordingDescriptor | None, int | None]:
+        """(the recording to go on with, or None; else where a new one joins the log, None: at its
+        writer). A log that goes on from the latest recording but no longer holds its stop position
+        (the archiver was down longer than the hold) is recorded from the oldest frame it holds."""
+        with LogBuffer.open(path, writable=False) as log_buffer:
+            extend = continued_recording(latest, log_buffer)
+            if extend is not None or latest is None or log_id_of(latest.original_channel) != log_buffer.correlation_id:
+                return extend, None
+            oldest = oldest_kept_position(log_buffer)
+            if latest.stop_position < oldest:
+                log.warning("%s: positions %d..%d of its log were never recorded (the archiver was down longer "
+                            "than the writer was held for it); the archive has a gap there", name,
+                            latest.stop_position, oldest)
+                return None, oldest
+            return None, None
 
     def _stop(self, name: str) -> None:
         recorder, _ = self.recording.pop(name)
@@ -210,6 +261,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                         help="checksum every recorded frame and catalog descriptor")
     parser.add_argument("--segment-length", type=int, default=DEFAULT_SEGMENT_LENGTH,
                         help=f"bytes per segment file (default {DEFAULT_SEGMENT_LENGTH})")
+    parser.add_argument("--tether-hold", type=float, default=TETHER_HOLD_S, metavar="S",
+                        help="how long a writer waits for a recorder that stopped reading (killed, or this "
+                             "archiver stopped) before it goes on without (default %(default)g s)")
     parser.add_argument("--follow-site", metavar="SITE", default=None,
                         help="also record the live output of every archived, used function of SITE, "
                              "following its worker keys in the confserver ($RAMEN_CONFSERVER)")
@@ -232,7 +286,8 @@ def serve(args) -> int:
             return EXIT_REFUSED
     try:
         counters = CountersFile.open(args.counters)
-        archiver = Archiver(args.dir, counters, checksum=args.checksum, segment_length=args.segment_length)
+        archiver = Archiver(args.dir, counters, checksum=args.checksum, segment_length=args.segment_length,
+                            tether_hold_s=args.tether_hold)
     except (MarkFileError, CatalogError, CountersFileError, SegmentError, ValueError) as e:
         if client is not None:
             client.close()

@@ -6,6 +6,11 @@ frames, appends it to the segment files, indexes the event times of the ramen me
 begin in it, and moves the recording-position counter that live replays follow. The catalog gets
 the start when recording begins and the stop when it ends (end of stream, or close); after a
 crash, the catalog refresh finds the stop by walking the last segment.
+
+A recorder may also go on with an earlier recording of the same log from its stop position
+(Aeron's extendRecording): when its recorder was killed, or stopped with the tether kept, the log
+held its writer back (its tether's hold) and still holds every frame from there
+(continued_recording says when), so the recording goes on with nothing missing.
 """
 
 from __future__ import annotations
@@ -14,14 +19,18 @@ import logging
 import struct
 import time
 
+import os
+
 from ramen import message
-from ramen.archive.catalog import NULL_POSITION, Catalog, epoch_ms
+from ramen.processes import pid_alive
+from ramen.archive.catalog import NULL_POSITION, NULL_TIMESTAMP, Catalog, RecordingDescriptor, epoch_ms
 from ramen.archive.checksum import Checksum
-from ramen.archive.segment import SegmentWriter
-from ramen.archive.time_index import TimeIndexWriter, index_path
+from ramen.archive.segment import SegmentReader, SegmentWriter, segment_file_base_position, segment_file_name
+from ramen.archive.time_index import TimeIndex, TimeIndexWriter, index_path
 from ramen.transport import frame
 from ramen.transport import counters as ctr
 from ramen.transport.counters import CountersFile
+from ramen.transport.defaults import TETHER_HOLD_S
 from ramen.transport.image import Image
 from ramen.transport.logbuffer import LogBuffer
 
@@ -41,31 +50,51 @@ class Recorder:
     def __init__(self, catalog: Catalog, log_buffer: LogBuffer, counters: CountersFile, *,
                  segment_length: int, checksum: Checksum | None = None, channel: str = "",
                  source_identity: str = "", join_position: int | None = None,
-                 index_event_time: bool = True) -> None:
+                 index_event_time: bool = True, tether_hold_s: float = TETHER_HOLD_S,
+                 extend: RecordingDescriptor | None = None) -> None:
+        """`extend`: an earlier recording of this log to go on with from its stop position (see
+        continued_recording); else a new recording starts at `join_position` (default: where the
+        writer is). The recording's original channel is `channel` with the log's id, which says
+        later which log a recording came from."""
         self.catalog = catalog
         self.archive_dir = catalog.path.parent
         self.log = log_buffer
+        if extend is not None:
+            join_position = extend.stop_position
         self.image = Image(log_buffer, counters, join_position=join_position, tethered=True,
-                           name=f"recorder {log_buffer.path.name}")
-        start_position = self.image.position
-        self.recording_id = catalog.add_recording(
-            start_position=start_position, start_timestamp=epoch_ms(),
-            initial_term_id=log_buffer.initial_term_id, segment_file_length=segment_length,
-            term_buffer_length=log_buffer.term_length, mtu_length=log_buffer.mtu_length,
-            session_id=log_buffer.session_id, stream_id=log_buffer.stream_id,
-            stripped_channel=channel, original_channel=channel, source_identity=source_identity)
+                           tether_hold_s=tether_hold_s, name=f"recorder {log_buffer.path.name}")
+        self.image.take_over_dead_tethers()
+        join_position = self.image.position
+        if extend is None:
+            self.recording_id = catalog.add_recording(
+                start_position=join_position, start_timestamp=epoch_ms(),
+                initial_term_id=log_buffer.initial_term_id, segment_file_length=segment_length,
+                term_buffer_length=log_buffer.term_length, mtu_length=log_buffer.mtu_length,
+                session_id=log_buffer.session_id, stream_id=log_buffer.stream_id,
+                stripped_channel=channel, original_channel=channel_of_log(channel, log_buffer),
+                source_identity=source_identity)
+            start_position = join_position
+        else:
+            self.recording_id = extend.recording_id
+            start_position = extend.start_position
+            segment_length = extend.segment_file_length
+            catalog.recording_stopped(self.recording_id, NULL_POSITION, NULL_TIMESTAMP)  # active again
+            _clear_segment_after(self.archive_dir, extend, join_position)
         self.writer = SegmentWriter(self.archive_dir, self.recording_id, start_position,
-                                    log_buffer.term_length, segment_length, checksum=checksum)
+                                    log_buffer.term_length, segment_length, checksum=checksum,
+                                    position=join_position)
         self.index = TimeIndexWriter(index_path(self.archive_dir, self.recording_id), self.recording_id) \
             if index_event_time else None
         key = RECORDING_KEY.pack(self.recording_id, log_buffer.session_id)
+        _free_dead_recording_positions(counters, self.recording_id)
         self.position_counter = counters.allocate(
             RECORDING_POSITION_TYPE_ID, f"rec-pos: {self.recording_id} {log_buffer.session_id} "
             f"{log_buffer.stream_id} {channel or log_buffer.path.name}", key=key, registration_id=self.recording_id)
-        self.position_counter.set(start_position)
+        self.position_counter.set(join_position)
         self._next_index_flush = 0.0
         self._stopped = False
-        log.info("recording %d of %s from position %d", self.recording_id, log_buffer.path, start_position)
+        log.info("recording %d of %s %s position %d", self.recording_id, log_buffer.path,
+                 "goes on from" if extend is not None else "from", join_position)
 
     @property
     def position(self) -> int:
@@ -111,8 +140,10 @@ class Recorder:
                     index.append(position + (frame_offset - offset), bounds[0], bounds[1])
             frame_offset += frame.align(frame_length)
 
-    def close(self) -> None:
-        """Stop recording: the catalog gets the stop position; the tethered image lets the writer go."""
+    def close(self, *, keep_tether: bool = False) -> None:
+        """Stop recording: the catalog gets the stop position; the tethered image lets the writer
+        go, unless `keep_tether`: then the writer waits for a successor to go on with this
+        recording from here, for the tether's hold (a recorder that stops while its writer runs)."""
         if self._stopped:
             return
         self._stopped = True
@@ -123,8 +154,105 @@ class Recorder:
         self.catalog.recording_stopped(self.recording_id, stop, epoch_ms())
         self.position_counter.set(stop)
         self.position_counter.close()
-        self.image.close()
-        log.info("recording %d stopped at position %d", self.recording_id, stop)
+        self.image.close(keep_tether=keep_tether)
+        log.info("recording %d stopped at position %d%s", self.recording_id, stop,
+                 ", its writer held for a successor" if keep_tether else "")
+
+
+LOG_ID_PARAMETER = "log-id"
+"""In a recording's original channel: the correlation id of the log it records (a log file
+created anew has another)."""
+
+
+def channel_of_log(channel: str, log_buffer: LogBuffer) -> str:
+    """The original channel of a recording of this log: `ramen:net/traffic?log-id=123`."""
+    return f"{channel}{'&' if '?' in channel else '?'}{LOG_ID_PARAMETER}={log_buffer.correlation_id}"
+
+
+def log_id_of(original_channel: str) -> int | None:
+    """The correlation id of the log a recording came from, None if its channel does not say."""
+    _, _, query = original_channel.partition("?")
+    for parameter in query.split("&"):
+        name, _, value = parameter.partition("=")
+        if name == LOG_ID_PARAMETER and value.lstrip("-").isdigit():
+            return int(value)
+    return None
+
+
+def continued_recording(descriptor: RecordingDescriptor | None, log_buffer: LogBuffer) -> RecordingDescriptor | None:
+    """The descriptor, if a recorder of this log can go on with it: it recorded this very log
+    (same log id, session, stream, terms), it stopped, and the log still holds every frame from its
+    stop position on. A log keeps the two terms before its tail as written (publication.py), and
+    more while a tether it had held the writer back; anything older may be cleaned."""
+    if descriptor is None or descriptor.stop_position == NULL_POSITION or \
+            log_id_of(descriptor.original_channel) != log_buffer.correlation_id:
+        return None
+    if (descriptor.session_id, descriptor.stream_id, descriptor.initial_term_id, descriptor.term_buffer_length,
+            descriptor.mtu_length) != (log_buffer.session_id, log_buffer.stream_id, log_buffer.initial_term_id,
+                                       log_buffer.term_length, log_buffer.mtu_length):
+        return None
+    return descriptor if oldest_kept_position(log_buffer) <= descriptor.stop_position \
+        <= log_buffer.producer_position() else None
+
+
+def oldest_kept_position(log_buffer: LogBuffer) -> int:
+    """The oldest position from which a log surely holds every frame up to its tail: the start of
+    the term before the active one (never cleaned, publication.CLEAN_LAG_TERMS)."""
+    return max(0, log_buffer.active_term_count - 1) << log_buffer.position_bits_to_shift
+
+
+def complete_index(archive_dir, descriptor: RecordingDescriptor) -> int:
+    """Index the messages of a stopped recording that its time index is missing: those a killed
+    recorder wrote to its segments but not yet to its index (it writes the index out every
+    INDEX_FLUSH_INTERVAL_S). Without them the archive's coverage would end before its data does,
+    and replays of the end would be refused. Returns how many messages were indexed."""
+    path = index_path(archive_dir, descriptor.recording_id)
+    if not path.exists() or descriptor.stop_position == NULL_POSITION:
+        return 0
+    index = TimeIndex.open(path, descriptor.recording_id)
+    try:
+        last = int(index.entries["position"][-1]) if len(index) else None
+    finally:
+        index.close()
+    added = 0
+    writer = TimeIndexWriter(path, descriptor.recording_id)
+    try:
+        with SegmentReader.for_recording(archive_dir, descriptor) as reader:
+            for found in reader.frames(last if last is not None else descriptor.start_position,
+                                       descriptor.stop_position):
+                if found.position == last or not found.is_data or not found.flags & frame.BEGIN_FLAG:
+                    continue
+                bounds = message.event_time_bounds(found.buffer[:found.offset + found.length],
+                                                   found.offset + frame.HEADER_LENGTH)
+                if bounds is not None:
+                    writer.append(found.position, *bounds)
+                    added += 1
+    finally:
+        writer.close()
+    if added:
+        log.warning("recording %d: indexed %d messages its recorder had not indexed when it stopped",
+                    descriptor.recording_id, added)
+    return added
+
+
+def _free_dead_recording_positions(counters: CountersFile, recording_id: int) -> None:
+    """The recording-position counter a killed recorder left of this recording: a live replay
+    following the recording would follow it, and wait for ever."""
+    for counter_id in counters.find(RECORDING_POSITION_TYPE_ID, recording_id):
+        owner = counters.get(counter_id, ctr.OWNER_ID_OFFSET)
+        if owner != os.getpid() and not pid_alive(owner):
+            counters.free(counter_id)
+
+
+def _clear_segment_after(archive_dir, descriptor: RecordingDescriptor, position: int) -> None:
+    """Zero the segment file holding `position` from there on: a torn frame the killed recorder
+    left past its last whole one must never read as part of the recording."""
+    base = segment_file_base_position(descriptor.start_position, position, descriptor.term_buffer_length,
+                                      descriptor.segment_file_length)
+    path = archive_dir / segment_file_name(descriptor.recording_id, base)
+    if path.exists():
+        os.truncate(path, position - base)  # down, then up again: the rest reads as zeros (sparse)
+        os.truncate(path, descriptor.segment_file_length)
 
 
 

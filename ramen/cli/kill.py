@@ -57,7 +57,7 @@ def purge(program: str, site: str) -> None:
     deleted = 0
     with catalog:
         for descriptor in catalog.descriptors(states=(RecordingState.VALID,)):
-            name = function_of_channel(descriptor.original_channel)
+            name = function_of_channel(descriptor.stripped_channel)
             if name is None or name.split("/", 1)[0] != program:
                 continue
             try:

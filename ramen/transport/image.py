@@ -9,9 +9,11 @@ unblock timeout (Aeron's TermUnblocker) and goes on.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Callable
 
+from ramen.processes import pid_alive
 from ramen.transport import counters as ctr
 from ramen.transport import frame
 from ramen.transport.counters import CountersFile
@@ -110,15 +112,40 @@ class Image:
     def is_end_of_stream(self) -> bool:
         return self._position >= self.log.end_of_stream_position
 
-    def close(self) -> None:
+    def close(self, *, keep_tether: bool = False) -> None:
+        """Stop reading. `keep_tether`: leave this tethered image's position in the counters file,
+        where it holds the writer back for its hold as a dead one's would, for a successor to take
+        over (take_over_dead_tethers): a recorder stopped while its writer goes on loses nothing."""
         if self._closed:
             return
         self._closed = True
-        for counter in (self._sub_pos, self._unblocked):
+        for counter in (self._unblocked,) if keep_tether and self.tethered else (self._sub_pos, self._unblocked):
             if counter is not None:
                 counter.close()
         for view in (*self._terms_i32, *self._terms_u16):
             view.release()
+
+    def take_over_dead_tethers(self) -> list[int]:
+        """Free the positions of the other tethered subscribers of this log whose processes are
+        gone (a recorder killed, or stopped with keep_tether), which would hold the writer back for
+        their hold; returns their counter ids. For a recorder that goes on where their recording
+        stopped (recorder.py): from now on its own position holds the writer back. Until the writer
+        has seen it, a few ms, nothing it needs is cleaned: cleaning stays two terms behind the
+        slowest reader (publication.py)."""
+        if self.counters is None or not self.tethered:
+            return []
+        taken = []
+        for counter_id in self.counters.find(ctr.SUBSCRIBER_POSITION_TYPE_ID, self.log.correlation_id):
+            if counter_id == self._sub_pos.id or ctr.tether_hold_ms(self.counters.key(counter_id)) is None:
+                continue
+            owner = self.counters.get(counter_id, ctr.OWNER_ID_OFFSET)
+            if owner == os.getpid() or pid_alive(owner):
+                continue
+            log.info("%s: takes over the tether of dead pid %d at position %d", self.name, owner,
+                     self.counters.get(counter_id))
+            self.counters.free(counter_id)
+            taken.append(counter_id)
+        return taken
 
     # -- polling --------------------------------------------------------------------------------
 
