@@ -198,7 +198,7 @@ def _final_error(log_path: Path, prefix: str) -> str | None:
 
 def _user_args():
     import argparse
-    return argparse.Namespace(confserver=None, identity="user", token=None)
+    return argparse.Namespace(confserver=None, identity=None, default_identity="user", token=None)
 
 
 def _load_programs(client, files: list[str]) -> None:
