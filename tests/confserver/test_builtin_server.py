@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -280,3 +281,32 @@ def test_a_stuck_committer_fails_the_probe(tmp_path):
         assert server.alive()  # alive but stuck: what `ramen start` must kill
     finally:
         server.kill()
+
+
+def test_a_client_resumes_its_session_however_long_the_server_was_away(tmp_path):
+    """Only the server says a session expired; one restarted gives every session a full timeout
+    to come back. A client that gave up by itself after its timeout lost its ephemeral keys to a
+    server that `ramen start` restarted after 15 s of being stuck."""
+    server = BuiltinServer(tmp_path / "data").start()
+    session_timeout_s = 2.0
+    try:
+        with admin(server, session_timeout_s=session_timeout_s) as c:
+            c.create("mine", 1, ephemeral=True)
+            server.kill()
+            time.sleep(2.5 * session_timeout_s)  # away for longer than the session's timeout
+            server.start()
+            deadline = time.monotonic() + 30
+            while not _set_once(c, "after"):
+                assert time.monotonic() < deadline, "the client did not come back"
+                time.sleep(0.05)
+            assert c.get("mine").ephemeral
+    finally:
+        server.stop()
+
+
+def _set_once(client, key: str) -> bool:
+    try:
+        client.set(key, 1)
+        return True
+    except confserver.Disconnected:
+        return False
