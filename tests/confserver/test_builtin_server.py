@@ -310,3 +310,22 @@ def _set_once(client, key: str) -> bool:
         return True
     except confserver.Disconnected:
         return False
+
+
+def test_a_reply_over_the_unsent_limit_does_not_make_its_client_a_slow_reader(server):
+    """A client with more than MAX_UNSENT_BYTES of our output unread is disconnected, but a reply
+    it asked for is its own: an event pushed behind a watch reply over that limit still arrives."""
+    from confserver.server import MAX_UNSENT_BYTES
+    count = MAX_UNSENT_BYTES // BIG_VALUE_BYTES * 3 // 2  # beyond the kernel's socket buffers too
+    with admin(server) as c:
+        for i in range(count):
+            c.set(f"vast/k{i:04d}", "v" * BIG_VALUE_BYTES)
+    with raw_connection(server) as sock:
+        hello(sock, server)
+        send_raw(sock, json.dumps({"id": 1, "op": "watch", "watch": 7, "pattern": "vast"}).encode())
+        with admin(server) as writer:  # acknowledged: its event is pushed to us, still unread
+            writer.set("vast/new", 1)
+        reply, frames = read_reply_parts(sock)
+        assert len(reply["ok"]) == count and frames > MAX_UNSENT_BYTES // wire.MAX_FRAME_BYTES
+        event = read_reply(sock)
+        assert (event["push"], event["watch"], event["event"]["key"]) == ("event", 7, "vast/new")
