@@ -488,9 +488,9 @@ def _exit_if_failed(task: asyncio.Task) -> None:
 
 
 def _exit_after_bug(what: str, error: BaseException) -> None:
-    """A bug in a server task: without it the server would go on frozen (a dead committer
-    acknowledges nothing again). Exit at once, to be restarted from the journal, which holds
-    every acknowledged write (what is not acknowledged may be lost, as in any crash)."""
+    """A bug in a server task. Going on could mean going on frozen (a dead committer never
+    acknowledges anything again), so exit at once, to be restarted from the journal, which holds
+    every acknowledged write (what was not acknowledged may be lost, as in any crash)."""
     log.critical("confserver: %s failed; exiting (status %d) to be restarted", what, EXIT_BUG, exc_info=error)
     logging.shutdown()
     os._exit(EXIT_BUG)
