@@ -28,7 +28,7 @@ import networkx as nx
 import confserver
 from choreographer.graph import Usage, build_graph, compute_usage, worker_value
 from confserver import ConfClient, EventKind
-from ramen import keyspace
+from ramen import keyspace, liveness
 from ramen.cli import argtypes
 from ramen.program import Program
 
@@ -204,6 +204,7 @@ def run(choreographer: Choreographer, stop: threading.Event) -> None:
     """Wait for events without spinning (the watch callbacks wake us), then act on them all."""
     choreographer.do_work()
     while not stop.is_set():
+        liveness.beat()  # for `ramen start`: this loop still turns
         try:
             item = choreographer.events.get(timeout=POLL_INTERVAL_S)
         except queue.Empty:

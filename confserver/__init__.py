@@ -37,7 +37,12 @@ def default_auth_file() -> Path:
 def resolve_token(url: ConfServerURL, identity: str | None, token: str | None,
                   auth_file: str | os.PathLike | None = None) -> tuple[str | None, str | None]:
     """(identity, token) to authenticate with: an explicit token, else the URL's, else
-    $RAMEN_CONFSERVER_TOKEN, else the token of `identity` in the local auth file (if readable)."""
+    $RAMEN_CONFSERVER_TOKEN, else the token of `identity` in the local auth file.
+
+    Without a readable auth file there is no token (the client is anonymous: a host whose file
+    this user may not read, or that talks to a remote server). PermissionDenied, naming both, for
+    an identity that a readable auth file does not know: a misspelt name must not silently act
+    as anonymous."""
     token = token or url.token or os.environ.get(TOKEN_ENV)
     if token or identity is None:
         return identity, token
@@ -47,7 +52,10 @@ def resolve_token(url: ConfServerURL, identity: str | None, token: str | None,
         config = auth.load(path)
     except (BadRequest, PermissionError):
         return identity, None
-    return identity, config.token_of(identity)
+    token = config.token_of(identity)
+    if token is None:
+        raise PermissionDenied(f"identity {identity!r} is not in the auth file {path}")
+    return identity, token
 
 
 def connect(url: str | None = None, *, identity: str | None = None, token: str | None = None,

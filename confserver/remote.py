@@ -6,9 +6,10 @@ and wait on their call. Watch events go through a dispatcher thread, so a watch 
 call the client without deadlocking the reader.
 
 A dropped connection fails the calls in flight with Disconnected (they may or may not have been
-applied); the I/O thread reconnects with backoff and resumes the session, so ephemeral keys and
-locks survive a server restart. If the session has expired meanwhile, every later call raises
-SessionExpired and the watches end.
+applied); the I/O thread reconnects with backoff, however long the server is away, and resumes
+the session, so ephemeral keys and locks survive a server restart. If the server says the session
+has expired meanwhile, every later call raises SessionExpired and the watches end. A reply too long
+for one frame comes in parts (see wire), which the I/O thread puts together.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from typing import Any
 
 from confserver import wire
 from confserver.client import ConfClient, Dispatcher, Watch
-from confserver.errors import BadRequest, ConfError, Disconnected, SessionExpired, error_from_code
+from confserver.errors import (BadRequest, ConfError, Disconnected, PermissionDenied, SessionExpired,
+                               error_from_code)
 from confserver.keys import check_key, check_pattern
 from confserver.model import Entry, Event, EventKind, encode_value
 from confserver.url import ConfServerURL
@@ -33,18 +35,21 @@ log = logging.getLogger(__name__)
 #: A reply that takes longer than this (plus any lock wait) means the server is gone.
 REQUEST_TIMEOUT_S = 30.0
 RECONNECT_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+#: However close the connect deadline, the server gets this long to answer the hello.
+MIN_HELLO_WAIT_S = 0.1
 #: Heartbeats per session timeout, so one lost beat never expires a live session.
 HEARTBEATS_PER_TIMEOUT = 4
 
 
 class _Call:
-    __slots__ = ("done", "result", "error", "on_reply")
+    __slots__ = ("done", "result", "error", "on_reply", "parts")
 
     def __init__(self, on_reply: Callable[[Any], Any] | None = None):
         self.done = threading.Event()
         self.result: Any = None
         self.error: ConfError | None = None
         self.on_reply = on_reply
+        self.parts: list = []  # the items of a reply in several frames, before its last
 
 
 class _WatchState:
@@ -100,13 +105,19 @@ class RemoteClient(ConfClient):
                     raise Disconnected(f"cannot reach the confserver at {self.url}: {e.strerror or e}") from None
                 time.sleep(delay)
 
-    def _hello(self, sock: socket.socket) -> None:
-        """Open or resume the session on a fresh socket (before the I/O thread reads it)."""
+    def _hello(self, sock: socket.socket, deadline: float) -> None:
+        """Open or resume the session on a fresh socket (before the I/O thread reads it); a server
+        that accepts but does not answer by the deadline is as unreachable as one that refuses."""
         hello = {"id": 0, "op": "hello", "token": self._token, "timeout_s": self._session_timeout_s}
         if self.session is not None:
             hello.update(session=self.session, secret=self._secret)
-        sock.sendall(wire.encode(hello))
-        reply = _read_message(sock)
+        sock.settimeout(max(MIN_HELLO_WAIT_S, deadline - time.monotonic()))
+        try:
+            sock.sendall(wire.encode(hello))
+            reply = _read_message(sock)
+        except TimeoutError:
+            raise Disconnected(f"the confserver at {self.url} accepted the connection but did not answer") from None
+        sock.settimeout(None)
         if "error" in reply:
             raise error_from_code(reply["error"], reply.get("message", ""))
         result = reply["ok"]
@@ -118,7 +129,7 @@ class RemoteClient(ConfClient):
         try:
             sock = self._open_socket(deadline)
             try:
-                self._hello(sock)
+                self._hello(sock, deadline)
             except BaseException:
                 sock.close()
                 raise
@@ -129,20 +140,30 @@ class RemoteClient(ConfClient):
         self._connected.set()
 
     def _reconnect(self) -> bool:
-        """Reconnect and resume the session; False once that is no longer possible."""
-        deadline = time.monotonic() + self._session_timeout_s
+        """Reconnect and resume the session; False once that is no longer possible.
+
+        Only the server decides that a session has expired: one that was down or stuck, then
+        restarted, gives every session a full timeout to come back, however long it was away, so
+        this keeps trying until the server answers (or the client is closed)."""
+        pauses = itertools.chain(RECONNECT_BACKOFF_S, itertools.repeat(RECONNECT_BACKOFF_S[-1]))
         while not self._closed:
+            deadline = time.monotonic() + self._connect_timeout_s
             try:
                 sock = self._open_socket(deadline)
-                self._hello(sock)
+                try:
+                    self._hello(sock, deadline)
+                except BaseException:
+                    sock.close()
+                    raise
             except SessionExpired as e:
                 self._expire(e)
                 return False
-            except Disconnected as e:
-                self._expire(SessionExpired(f"session {self.session} lost: {e}"))
+            except PermissionDenied as e:  # its token was revoked: it will not come back
+                self._expire(SessionExpired(f"session {self.session} cannot be resumed: {e}"))
                 return False
             except (OSError, ConfError, KeyError) as e:
                 log.debug("reconnect attempt failed: %s", e)
+                time.sleep(next(pauses))
                 continue
             with self._lock:
                 self._sock = sock
@@ -196,6 +217,12 @@ class RemoteClient(ConfClient):
                         state.known[event.key] = event.entry
                     self._dispatch.put(state.watch, event)
             return
+        if "part" in message:
+            with self._lock:
+                call = self._calls.get(message.get("id"))
+            if call is not None:
+                call.parts.extend(message["part"])
+            return
         with self._lock:
             call = self._calls.pop(message.get("id"), None)
         if call is None:
@@ -203,7 +230,7 @@ class RemoteClient(ConfClient):
         if "error" in message:
             call.error = error_from_code(message["error"], message.get("message", ""))
         else:
-            call.result = message.get("ok")
+            call.result = call.parts + message["ok"] if call.parts else message.get("ok")
             if call.on_reply is not None:
                 call.on_reply(call.result)
         call.done.set()

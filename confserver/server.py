@@ -6,6 +6,13 @@ holding their write has been fsync'ed (in a worker thread, so the loop never blo
 while a batch is in flight, later replies queue behind it, so no client ever sees state that a
 crash could take back, and each connection's messages keep their order.
 
+Everything sent is encoded when it is queued, where an error can still go back to the requester,
+so the committer only writes bytes. An unexpected exception in any of the server's tasks (the
+committer, session expiry, a connection's handler, a lock wait) is a bug: it is logged with its
+traceback and the process exits with EXIT_BUG, to be restarted (`ramen start` does) from the
+journal, which holds every acknowledged write. A `probe` is answered only through the committer,
+so a dead or stuck committer fails it.
+
 A session outlives its connection by its timeout, so a client can reconnect after a network blip or
 a server restart and keep its ephemeral keys and locks; when it does not, the session ends and
 they go. Lock waiters queue in arrival order, per key.
@@ -20,6 +27,7 @@ import asyncio
 import collections
 import errno
 import ipaddress
+import json
 import logging
 import os
 import secrets
@@ -43,9 +51,16 @@ log = logging.getLogger(__name__)
 EXPIRY_CHECK_INTERVAL_S = 0.2
 #: Bounds on what a client may ask for as its session timeout.
 MIN_SESSION_TIMEOUT_S, MAX_SESSION_TIMEOUT_S = 0.5, 300.0
-#: A client that lets this much of our output pile up unread is disconnected.
+#: A client that lets this much of our output pile up unread is disconnected (not counting the
+#: replies in several parts it asked for meanwhile: see Connection.send).
 MAX_UNSENT_BYTES = 64 * 1024 * 1024
 LISTEN_BACKLOG = 512
+#: The exit status after a bug (sysexits' EX_SOFTWARE): the log has its traceback.
+EXIT_BUG = 70
+#: Operations a connection may send before its hello: a liveness probe needs no session.
+SESSIONLESS_OPS = ("probe",)
+#: What a handler returns when it will reply by itself later (a lock wait, a probe).
+DEFERRED = object()
 
 
 class Connection:
@@ -59,15 +74,24 @@ class Connection:
         self.watches: dict[int, str] = {}
         self.waiting: set[asyncio.Future] = set()
         self.closed = False
+        #: Bytes of replies in several parts written since the unsent output was last under
+        #: MAX_UNSENT_BYTES: the client asked for them, so they do not make it a slow reader.
+        self.requested_bytes = 0
 
-    def send(self, message: dict) -> None:
+    def send(self, data: bytes) -> None:
+        """Write encoded frames (wire.encode*), or disconnect a client that does not read."""
         if self.closed:
             return
-        if self.writer.transport.get_write_buffer_size() > MAX_UNSENT_BYTES:
+        unsent = self.writer.transport.get_write_buffer_size()
+        if unsent <= MAX_UNSENT_BYTES:
+            self.requested_bytes = 0
+        elif unsent > MAX_UNSENT_BYTES + self.requested_bytes:
             log.warning("%s: client reads too slowly, disconnecting", self.peer)
             self.close()
             return
-        self.writer.write(wire.encode(message))
+        if len(data) > wire.MAX_FRAME_BYTES:
+            self.requested_bytes += len(data)
+        self.writer.write(data)
 
     def close(self) -> None:
         if not self.closed:
@@ -106,8 +130,14 @@ class ConfServer:
         self._server = await asyncio.start_server(self._serve, host, port, backlog=LISTEN_BACKLOG,
                                                   limit=wire.MAX_FRAME_BYTES)
         self.address = self._server.sockets[0].getsockname()[:2]
-        self._tasks = [asyncio.create_task(self._committer()), asyncio.create_task(self._expire_sessions())]
+        self._tasks = [self._task(self._committer(), "committer"),
+                       self._task(self._expire_sessions(), "session expiry")]
         log.info("confserver listening on %s:%d, data in %s", *self.address, self.journal.dir)
+
+    def _task(self, coroutine, name: str) -> asyncio.Task:
+        task = asyncio.create_task(coroutine, name=name)
+        task.add_done_callback(_exit_if_failed)
+        return task
 
     async def stop(self) -> None:
         """Stop serving; sessions stay in the journal so their clients can resume after a restart."""
@@ -127,20 +157,34 @@ class ConfServer:
         """Log a record, apply it and queue the watch events it causes behind its batch."""
         self.journal.append(record)
         for event in self.store.apply(record):
-            message = None
+            encoded = None  # once per event, whoever watches it
             for connection in self.connections:
                 for wid, pattern in connection.watches.items():
                     if matches(pattern, event.key) and self._readable(connection, event.key):
-                        message = message or {"push": "event", "event": event.to_json()}
-                        self._outbox.append((connection, dict(message, watch=wid)))
+                        if encoded is None:
+                            encoded = json.dumps(event.to_json(), separators=(",", ":")).encode()
+                        self._outbox.append(
+                            (connection, wire.frame(b'{"push":"event","watch":%d,"event":%s}' % (wid, encoded))))
         self._wake_committer.set()
 
-    def reply(self, connection: Connection, message: dict) -> None:
+    def reply(self, connection: Connection, request_id: int | None, result) -> None:
+        """Answer a request, in as many frames as the result takes; a result that cannot be sent
+        is answered with the error saying why."""
+        try:
+            data = wire.encode_reply(request_id, result)
+        except BadRequest as e:
+            data = wire.encode_error(request_id, e)
+        self._send(connection, data)
+
+    def reply_error(self, connection: Connection, request_id: int | None, error: ConfError) -> None:
+        self._send(connection, wire.encode_error(request_id, error))
+
+    def _send(self, connection: Connection, data: bytes) -> None:
         if self._outbox or self._in_flight or self.journal.has_pending:
-            self._outbox.append((connection, message))
+            self._outbox.append((connection, data))
             self._wake_committer.set()
         else:
-            connection.send(message)
+            connection.send(data)
 
     async def _committer(self) -> None:
         while True:
@@ -168,8 +212,8 @@ class ConfServer:
                 os._exit(1)  # acknowledging writes we could not log would lose them
             finally:
                 self._in_flight = False
-            for connection, message in outbox:
-                connection.send(message)
+            for connection, data in outbox:
+                connection.send(data)
 
     # -- sessions ------------------------------------------------------------------------------
 
@@ -225,13 +269,15 @@ class ConfServer:
                 header = await reader.readexactly(wire.LENGTH.size)
                 (length,) = wire.LENGTH.unpack(header)
                 if length > wire.MAX_FRAME_BYTES:
-                    connection.send({"error": BadRequest.code, "message":
-                                     f"message of {length} bytes is larger than the {wire.MAX_FRAME_BYTES}-byte limit"})
+                    connection.send(wire.encode_error(None, BadRequest(
+                        f"message of {length} bytes is larger than the {wire.MAX_FRAME_BYTES}-byte limit")))
                     log.warning("%s: refused a %d-byte message, disconnecting", connection.peer, length)
                     break
                 self._handle(connection, await reader.readexactly(length))
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
+        except (asyncio.IncompleteReadError, OSError):
+            pass  # the client hung up, or its connection broke
+        except Exception as e:  # noqa: BLE001 - a bug: the state may be half changed
+            _exit_after_bug(f"serving {connection.peer}", e)
         finally:
             self.connections.discard(connection)
             if connection.sid is not None and self.by_session.get(connection.sid) is connection:
@@ -243,26 +289,30 @@ class ConfServer:
         try:
             message = wire.decode(body)
             request_id = message.get("id")
+            if request_id is not None and type(request_id) is not int:
+                request_id = None
+                raise BadRequest("malformed request: its id must be an integer")
             op = message.get("op")
-            if connection.sid is None:
+            if connection.sid is None and op not in SESSIONLESS_OPS:
                 if op != "hello":
                     raise BadRequest("the first message must be hello")
-                self.reply(connection, {"id": request_id, "ok": self.open_session(connection, message)})
+                self.reply(connection, request_id, self.open_session(connection, message))
                 return
-            if connection.sid not in self.store.sessions:
-                raise SessionExpired(f"session {connection.sid} has expired")
-            self.last_seen[connection.sid] = time.monotonic()
+            if connection.sid is not None:
+                if connection.sid not in self.store.sessions:
+                    raise SessionExpired(f"session {connection.sid} has expired")
+                self.last_seen[connection.sid] = time.monotonic()
             handler = self.HANDLERS.get(op)
             if handler is None:
                 raise BadRequest(f"unknown operation {op!r}")
             result = handler(self, connection, message)
-            if isinstance(result, asyncio.Future):
-                return  # it replies when done
-            self.reply(connection, {"id": request_id, "ok": result})
+            if result is DEFERRED:
+                return
+            self.reply(connection, request_id, result)
         except ConfError as e:
-            self.reply(connection, {"id": request_id, "error": e.code, "message": str(e)})
+            self.reply_error(connection, request_id, e)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
-            self.reply(connection, {"id": request_id, "error": BadRequest.code, "message": f"malformed request: {e!r}"})
+            self.reply_error(connection, request_id, BadRequest(f"malformed request: {e!r}"))
 
     # -- permissions ---------------------------------------------------------------------------
 
@@ -276,6 +326,13 @@ class ConfServer:
 
     def op_ping(self, connection, message):
         return None
+
+    def op_probe(self, connection, message):
+        """Liveness: answered by the committer once it has written what came before, so a dead or
+        stuck committer (or event loop) leaves the probe unanswered."""
+        self._outbox.append((connection, wire.encode_reply(message.get("id"), None)))
+        self._wake_committer.set()
+        return DEFERRED
 
     def op_get(self, connection, message):
         key = check_key(message["key"])
@@ -374,22 +431,23 @@ class ConfServer:
         future = asyncio.get_running_loop().create_future()
         self.waiters[key].append((connection.sid, future))
         connection.waiting.add(future)
-        asyncio.create_task(self._wait_for_lock(connection, message["id"], key, future, timeout_s))
-        return future
+        request_id = message.get("id")
+        asyncio.create_task(self._wait_for_lock(connection, request_id, key, future, timeout_s),
+                            name=f"lock wait {key}").add_done_callback(_exit_if_failed)
+        return DEFERRED
 
     async def _wait_for_lock(self, connection, request_id, key, future, timeout_s) -> None:
         try:
             await asyncio.wait_for(asyncio.shield(future), timeout_s)
-            self.reply(connection, {"id": request_id, "ok": None})
+            self.reply(connection, request_id, None)
         except asyncio.TimeoutError:
             if future.done() and not future.cancelled():  # granted just as the time ran out
-                self.reply(connection, {"id": request_id, "ok": None})
+                self.reply(connection, request_id, None)
                 return
             future.cancel()
             holder = self.store.locks.get(key)
-            self.reply(connection, {"id": request_id, "error": LockTimeout.code,
-                                    "message": f"lock {key}: still held by session {holder.sid if holder else '?'}"
-                                               f" after {timeout_s:g} s"})
+            self.reply_error(connection, request_id, LockTimeout(
+                f"lock {key}: still held by session {holder.sid if holder else '?'} after {timeout_s:g} s"))
         except asyncio.CancelledError:
             pass
         finally:
@@ -422,6 +480,20 @@ class ConfServer:
         return None
 
     HANDLERS = {name[3:]: fn for name, fn in list(locals().items()) if name.startswith("op_")}
+
+
+def _exit_if_failed(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        _exit_after_bug(task.get_name(), task.exception())
+
+
+def _exit_after_bug(what: str, error: BaseException) -> None:
+    """A bug in a server task. Going on could mean going on frozen (a dead committer never
+    acknowledges anything again), so exit at once, to be restarted from the journal, which holds
+    every acknowledged write (what was not acknowledged may be lost, as in any crash)."""
+    log.critical("confserver: %s failed; exiting (status %d) to be restarted", what, EXIT_BUG, exc_info=error)
+    logging.shutdown()
+    os._exit(EXIT_BUG)
 
 
 # -- command line ----------------------------------------------------------------------------------

@@ -96,7 +96,7 @@ def _unwrap(data: bytes) -> tuple[Any, str]:
     else than this backend, is a value with no known owner."""
     try:
         obj = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than this stack allows
         return data.decode(errors="replace"), ""
     if isinstance(obj, dict) and obj.keys() == {"owner", "value"}:
         return obj["value"], obj["owner"]

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 import confserver
 from confserver import ConfClient, EventKind
 from confserver.url import CONFSERVER_ENV
-from ramen import keyspace, paths
+from ramen import keyspace, liveness, paths
 from ramen.cli import argtypes
 from ramen.locks import FileLock, LockHeld
 from supervisor import defaults
@@ -143,6 +143,7 @@ class Supervisor:
         error is logged and the cycle tried again (the client reconnects by itself)."""
         item = None
         while not stop.is_set():
+            liveness.beat()  # for `ramen start`: this loop still turns
             try:
                 self.do_work(item)
             except confserver.ConfError as e:

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from confserver.model import EventKind
-from ramen import keyspace, paths
+from ramen import keyspace, liveness, paths
 from ramen.archive import checksum as checksums
 from ramen.archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState
 from ramen.archive.coverage import function_channel, function_of_channel
@@ -245,6 +245,7 @@ def run(archiver: Archiver, stop: threading.Event, idle: BackoffIdleStrategy | N
         follower: FunctionFollower | None = None) -> None:
     idle = idle or BackoffIdleStrategy()
     while not stop.is_set():
+        liveness.beat()  # for `ramen start`: this loop still turns
         work = archiver.do_work()
         if follower is not None:
             work += follower.do_work()

@@ -21,8 +21,9 @@ def add_arguments(parser, identity: str, *, site: bool = False) -> None:
     parser.add_argument("--confserver", metavar="URL",
                         help="ramen://HOST:PORT (built-in) or zk://HOST:PORT/ROOT (ZooKeeper); "
                              "default $RAMEN_CONFSERVER, else the local embedded server")
-    parser.add_argument("--identity", default=identity,
-                        help="act as this identity, with its token from the local auth file (default %(default)s)")
+    parser.add_argument("--identity",
+                        help=f"act as this identity, with its token from the local auth file (default {identity})")
+    parser.set_defaults(default_identity=identity)
     parser.add_argument("--token", help="authenticate with this token instead ($RAMEN_CONFSERVER_TOKEN)")
     if site:
         parser.add_argument("--site", default=keyspace.default_site(), type=argtypes.site,
@@ -31,10 +32,20 @@ def add_arguments(parser, identity: str, *, site: bool = False) -> None:
 
 @contextlib.contextmanager
 def connected(args) -> Iterator:
-    """A confserver client for the command; any confserver error becomes the command's one line."""
+    """A confserver client for the command; any confserver error becomes the command's one line.
+
+    An identity asked for with --identity must have a token: from --token, the URL or
+    $RAMEN_CONFSERVER_TOKEN, else from the local auth file, which must then know it. Only the
+    command's default identity falls back to anonymous where no auth file can be read."""
     import confserver
+    explicit = getattr(args, "identity", None) is not None
+    identity = args.identity if explicit else getattr(args, "default_identity", None)
     try:
-        with confserver.connect(args.confserver, identity=args.identity, token=args.token,
+        _, token = confserver.resolve_token(confserver.parse_url(args.confserver), identity, args.token)
+        if explicit and token is None:
+            raise UserError(f"cannot act as {identity}: the auth file {confserver.default_auth_file()} is missing "
+                            f"or unreadable, and no token was given (--token or ${confserver.TOKEN_ENV})")
+        with confserver.connect(args.confserver, identity=identity, token=token,
                                 connect_timeout_s=CONNECT_TIMEOUT_S) as client:
             yield client
     except confserver.ConfError as e:

@@ -3,9 +3,10 @@
 `ramen start` runs the confserver (unless --confserver names one), the choreographer, the
 supervisor and the archiver as child processes (and a local Spark Connect server when a program
 needs Spark, unless --spark names one: ramen/cli/spark_service.py), each logging to `DIR/logs/<service>.log`, loads
-the programs given, and keeps the services running (a service that dies is restarted, with
-backoff) until Ctrl-C or SIGTERM, when it stops them in reverse order. `--daemon` runs all that
-in the background; `ramen stop` stops it.
+the programs given, and keeps the services running until Ctrl-C or SIGTERM, when it stops them in
+reverse order: a service that dies is restarted with backoff, one that is running but stuck (the
+confserver no longer answers its probe, another's heartbeat in `DIR/run/` stops) is killed and
+restarted (ramen/cli/keeper.py). `--daemon` runs all that in the background; `ramen stop` stops it.
 
 The services are started as `python -m <module>`: the CLI imports none of them.
 """
@@ -17,12 +18,13 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ramen import keyspace, paths
 from ramen.cli import argtypes, conf
+from ramen.cli.keeper import PROBE_STUCK_AFTER_S, STOP_GRACE_S, Keeper, Service
 from ramen.cli.spark_service import SparkService, programs_need_spark
 from ramen.cli.errors import UserError
 from ramen.processes import INSTANCE_ENV, command_line, instance_processes, running, stop_processes
@@ -31,45 +33,19 @@ from ramen.spark.session import configured_remote
 STARTUP_TIMEOUT_S = 30.0
 DAEMON_READY_TIMEOUT_S = 180.0
 """--daemon waits this long for the services, Spark's cold start and the programs' SQL checks."""
-STOP_GRACE_S = 10.0
 LEFT_OVER_TIMEOUT_S = 60.0
 """For stopping what a dead supervisor left: its start-up, then a shutdown's own 10 s bound."""
 POLL_INTERVAL_S = 0.2
-RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
+CONFSERVER_ANSWERED_WITHIN_S = 3.0
+"""Spark's turns call the confserver only if it answered a probe this recently (a call to a stuck
+one only waits)."""
 PID_FILE = "ramen.pid"
+HEARTBEAT_SUFFIX = ".heartbeat"
 READY_FILE = "ready"
 INSTANCE_FILE = "instance"
 """The token every process of this instance carries in its environment (ramen/processes.py)."""
 ERROR_PREFIX = "ramen: "
 """How ramen's processes begin the one-line error they end with (ramen.cli.errors), in their logs."""
-
-
-@dataclass
-class Service:
-    name: str
-    argv: list[str]
-    process: subprocess.Popen | None = None
-    restarts: int = 0
-    next_start: float = 0.0
-    log_path: Path = field(default_factory=Path)
-    command: list[str] | None = None
-    """A command that is not a Python module of ours (Spark's server), with its own `env`."""
-    env: dict | None = None
-
-    def start(self, env: dict) -> None:
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(self.command or [sys.executable, "-m", *self.argv], env=self.env or env,
-                                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-
-    def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 def add_parser(sub) -> None:
@@ -79,7 +55,8 @@ def add_parser(sub) -> None:
     start.add_argument("programs", nargs="*", metavar="PROGRAM", help="program files to load (replacing)")
     start.add_argument("--dir", metavar="DIR", help="where everything goes (default $RAMEN_DIR)")
     start.add_argument("--confserver", metavar="URL", help="use this confserver instead of starting one")
-    start.add_argument("--site", default=keyspace.default_site(), type=argtypes.site, help="this host's site (default %(default)s)")
+    start.add_argument("--site", default=keyspace.default_site(), type=argtypes.site,
+                       help="this host's site (default %(default)s)")
     start.add_argument("--daemon", action="store_true", help="run in the background; `ramen stop` stops it")
     start.add_argument("--spark", metavar="sc://HOST:PORT", default=configured_remote(),
                        help="run heavy functions on this Spark Connect endpoint (default $RAMEN_SPARK_REMOTE; "
@@ -115,11 +92,16 @@ def run_start(args) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, RAMEN_SITE=args.site)
     services: list[Service] = []
+    prober = None
     stopping = []
     for signum in (signal.SIGTERM, signal.SIGINT):  # SIGINT too: a shell may start us with it ignored
         signal.signal(signum, lambda *_: stopping.append(True))
     try:
-        url = args.confserver or _start_confserver(base, env, logs, services)
+        if args.confserver:
+            url = args.confserver
+        else:
+            url = _start_confserver(base, env, logs, services)
+            prober = _probe(services[0], url)
         # Children find their tokens in DIR/confserver/auth.json through RAMEN_DIR.
         env["RAMEN_CONFSERVER"] = os.environ["RAMEN_CONFSERVER"] = url
         # The archiver before the supervisor: it records workers from their first tuple, and on the
@@ -129,7 +111,8 @@ def run_start(args) -> int:
                 ("archiver", ["workers.archiver", "--dir", str(paths.archive_dir(args.site)),
                               "--counters", str(paths.counters_path()), "--follow-site", args.site]),
                 ("supervisor", ["supervisor.service", "--site", args.site])):
-            service = Service(name, argv, log_path=logs / f"{name}.log")
+            service = Service(name, argv, log_path=logs / f"{name}.log",
+                              heartbeat_path=run_dir / f"{name}{HEARTBEAT_SUFFIX}")
             service.start(env)
             services.append(service)
 
@@ -147,10 +130,16 @@ def run_start(args) -> int:
             (run_dir / READY_FILE).write_text(f"{url}\n")
             print(f"ramen: running from {base} (confserver {url}, site {args.site}); logs in {logs}; Ctrl-C stops",
                   file=sys.stderr, flush=True)
-            _keep_running(services, env, stopping, spark)
+            spark_turns = _SparkTurns(spark, services[0] if prober else None).start()
+            try:
+                _keep_running(Keeper(services, env), stopping, spark_turns)
+            finally:
+                spark_turns.close()
     except KeyboardInterrupt:
         pass
     finally:
+        if prober is not None:
+            prober.close()
         for service in reversed(services):
             service.stop()
             if service.name == "supervisor" and service.process.returncode != 0:
@@ -181,6 +170,16 @@ def _start_confserver(base: Path, env: dict, logs: Path, services: list[Service]
     return f"ramen://{ready.read_text().strip()}"
 
 
+def _probe(confserver: Service, url: str):
+    """Probe the confserver we run (through its committer): its signs of life."""
+    from confserver.probe import Prober
+    from confserver.url import parse_url
+    address = parse_url(url)
+    prober = Prober(address.host, address.port).start()
+    confserver.liveness, confserver.stuck_after_s = prober, PROBE_STUCK_AFTER_S
+    return prober
+
+
 def _stop_left_over(supervisor: Service, env: dict, site: str) -> None:
     """The supervisor did not stop cleanly (it had died, or was killed before it could stop its
     children): the workers and replayers it ran live on in sessions of their own. A successor
@@ -208,7 +207,7 @@ def _final_error(log_path: Path, prefix: str) -> str | None:
 
 def _user_args():
     import argparse
-    return argparse.Namespace(confserver=None, identity="user", token=None)
+    return argparse.Namespace(confserver=None, identity=None, default_identity="user", token=None)
 
 
 def _load_programs(client, files: list[str]) -> None:
@@ -218,25 +217,47 @@ def _load_programs(client, files: list[str]) -> None:
         print(f"ramen: {outcome} {program.name} ({len(program.functions)} functions)", file=sys.stderr)
 
 
-def _keep_running(services: list[Service], env: dict, stopping: list, spark: SparkService) -> None:
-    """Restart a service that dies, with backoff, until asked to stop; start Spark when wanted."""
+def _keep_running(keeper: Keeper, stopping: list, spark_turns: _SparkTurns) -> None:
+    """Keep the services running, and kill and restart the stuck, until asked to stop."""
     while not stopping:
-        spark.poll()
-        now = time.monotonic()
-        for service in services:
-            status = service.process.poll()
-            if status is None:
-                continue
-            if service.next_start == 0.0:
-                delay = RESTART_BACKOFF_S[min(service.restarts, len(RESTART_BACKOFF_S) - 1)]
-                service.next_start = now + delay
-                print(f"ramen: {service.name} exited (status {status}), restarting in {delay:g} s; "
-                      f"see {service.log_path}", file=sys.stderr, flush=True)
-            elif now >= service.next_start:
-                service.restarts += 1
-                service.next_start = 0.0
-                service.start(env)
+        if spark_turns.error is not None:
+            raise spark_turns.error
+        keeper.do_work(time.monotonic())
         time.sleep(POLL_INTERVAL_S)
+
+
+class _SparkTurns:
+    """Spark's turns (start it when wanted, announce it once up) on a thread of their own: they call
+    the confserver, and a call to a stuck one would hold up the keeper that is to kill it."""
+
+    def __init__(self, spark: SparkService, confserver: Service | None):
+        self.spark = spark
+        self.confserver = confserver
+        self.error: UserError | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="spark-turns", daemon=True)
+
+    def start(self) -> _SparkTurns:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        from confserver import ConfError
+        while not self._stop.wait(POLL_INTERVAL_S):
+            if self.confserver is not None and not self.confserver.showed_life_within(
+                    time.monotonic(), CONFSERVER_ANSWERED_WITHIN_S):
+                continue
+            try:
+                self.spark.poll()
+            except ConfError as e:  # the confserver went away meanwhile: next turn
+                print(f"ramen: spark: {e}; trying again", file=sys.stderr, flush=True)
+            except UserError as e:  # Spark is wanted but cannot start: `ramen start` ends with it
+                self.error = e
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(STOP_GRACE_S)
 
 
 def _daemonize(args, base: Path, run_dir: Path) -> int:

@@ -13,9 +13,10 @@ STARTUP_TIMEOUT_S = 15.0
 
 
 class BuiltinServer:
-    def __init__(self, data_dir: Path, *extra_args: str):
+    def __init__(self, data_dir: Path, *extra_args: str, module: str = "confserver.server"):
         self.data_dir = Path(data_dir)
         self.extra_args = extra_args
+        self.module = module
         self.port = 0
         self.process: subprocess.Popen | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.log"
@@ -33,7 +34,7 @@ class BuiltinServer:
         ready.unlink(missing_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "confserver.server", "--listen", f"127.0.0.1:{self.port}",
+                [sys.executable, "-m", self.module, "--listen", f"127.0.0.1:{self.port}",
                  "--data-dir", str(self.data_dir), "--ready-file", str(ready), *self.extra_args],
                 stdout=log, stderr=log)
         deadline = time.monotonic() + STARTUP_TIMEOUT_S

@@ -7,12 +7,15 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
 import confserver
 from confserver import wire
-from confserver.model import MAX_VALUE_BYTES
+from confserver.model import MAX_VALUE_BYTES, MAX_VALUE_DEPTH
+from confserver.probe import probe
+from confserver.server import EXIT_BUG
 from tests.confserver.builtin import BuiltinServer
 
 
@@ -167,3 +170,162 @@ def test_an_unreachable_server_raises_disconnected_quickly(tmp_path):
         port = s.getsockname()[1]
     with pytest.raises(confserver.Disconnected, match="cannot reach"):
         confserver.connect(f"ramen://127.0.0.1:{port}", connect_timeout_s=0.5)
+
+
+# -- replies of any size, a committer that fails, deep nesting, the probe ---------------------------
+
+BIG_VALUE_BYTES = 400_000
+
+
+def read_reply_parts(sock: socket.socket) -> tuple[dict, int]:
+    """A whole reply and how many frames it came in."""
+    items, frames = [], 0
+    while True:
+        message = read_reply(sock)
+        frames += 1
+        if "part" in message:
+            items.extend(message["part"])
+            continue
+        if "ok" in message and items:
+            message = dict(message, ok=items + message["ok"])
+        return message, frames
+
+
+def test_a_write_in_flight_while_a_huge_glob_is_answered_freezes_nothing(server):
+    """The frozen server of issue 19: a glob reply over the frame limit, queued behind a write in
+    flight, was encoded by the committer, which died of it; nothing was acknowledged again."""
+    with admin(server) as c:
+        for i in range(4):
+            c.set(f"huge/k{i}", "v" * BIG_VALUE_BYTES)
+    with raw_connection(server) as sock:
+        hello(sock, server)
+        # One send: the glob is read right after the set, while its write is in flight.
+        sock.sendall(wire.encode({"id": 1, "op": "set", "key": "huge/extra", "value": 1})
+                     + wire.encode({"id": 2, "op": "glob", "pattern": "huge"}))
+        assert read_reply(sock)["ok"]["key"] == "huge/extra"
+        reply, frames = read_reply_parts(sock)
+        assert [e["key"] for e in reply["ok"]] == ["huge/extra"] + [f"huge/k{i}" for i in range(4)]
+        assert all(len(e["value"]) == BIG_VALUE_BYTES for e in reply["ok"][1:])
+        assert frames >= 3
+        send_raw(sock, json.dumps({"id": 3, "op": "set", "key": "huge/after", "value": 2}).encode())
+        assert read_reply(sock)["ok"]["version"] == 0
+    with admin(server, connect_timeout_s=10) as c:  # new sessions open, writes are acknowledged
+        assert c.set("huge/new-session", 3).version == 0
+        assert len(c.glob("huge")) == 7
+
+
+def test_a_failure_in_the_committer_is_logged_and_the_server_exits_to_be_restarted(tmp_path):
+    server = BuiltinServer(tmp_path / "data", module="tests.confserver.faulty_server").start()
+    try:
+        with admin(server) as c:
+            c.set("kept", 1)
+            with pytest.raises(confserver.Disconnected):
+                c.set("boom", 1)
+        assert server.process.wait(30) == EXIT_BUG
+        log = server.log_path.read_text()
+        assert "confserver: committer failed; exiting (status 70) to be restarted" in log
+        assert "Traceback" in log and "RuntimeError: injected committer failure" in log
+        server.start()
+        with admin(server) as c:
+            assert c.get("kept").value == 1
+            assert c.get_or_none("boom") is None  # never acknowledged
+    finally:
+        server.stop()
+
+
+def nested(depth: int):
+    value = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("body, expected", [
+    (b'{"id":1,"op":"set","key":"deep","value":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+    (json.dumps({"id": 1, "op": "set", "key": "deep", "value": nested(MAX_VALUE_DEPTH + 1)}).encode(),
+     f"nested deeper than the {MAX_VALUE_DEPTH}-level limit"),
+    (b'{"id":' + b"[" * 900 + b"]" * 900 + b',"op":"get","key":"deep"}', "id must be an integer"),
+    (b'{"id":1,"op":"hello","timeout_s":NaN}', "NaN is not JSON"),
+])
+def test_deeply_nested_requests_are_refused_in_one_line_and_the_connection_goes_on(server, body, expected):
+    with raw_connection(server) as sock:
+        hello(sock, server)
+        send_raw(sock, body)
+        reply = read_reply(sock)
+        assert reply["error"] == "bad_request" and expected in reply["message"], reply
+        send_raw(sock, json.dumps({"id": 2, "op": "set", "key": "still/alive", "value": 1}).encode())
+        assert read_reply(sock)["ok"]["key"] == "still/alive"
+    with admin(server) as c:
+        assert c.get_or_none("deep") is None
+    assert server.alive()
+    assert "Traceback" not in server.log_path.read_text()
+
+
+def test_the_probe_needs_no_session_and_writes_nothing(server):
+    for _ in range(3):
+        probe("127.0.0.1", server.port)
+    with admin(server) as c:
+        assert c.glob("") == []
+    assert "Traceback" not in server.log_path.read_text()
+
+
+def test_a_stuck_committer_fails_the_probe(tmp_path):
+    server = BuiltinServer(tmp_path / "data", module="tests.confserver.faulty_server").start()
+    try:
+        probe("127.0.0.1", server.port)
+        with raw_connection(server) as sock:
+            hello(sock, server)
+            send_raw(sock, json.dumps({"id": 1, "op": "set", "key": "stall", "value": 1}).encode())
+            with pytest.raises(confserver.Disconnected, match="did not answer a probe"):
+                probe("127.0.0.1", server.port, timeout_s=1.0)
+        assert server.alive()  # alive but stuck: what `ramen start` must kill
+    finally:
+        server.kill()
+
+
+def test_a_client_resumes_its_session_however_long_the_server_was_away(tmp_path):
+    """Only the server says a session expired; one restarted gives every session a full timeout
+    to come back. A client that gave up by itself after its timeout lost its ephemeral keys to a
+    server that `ramen start` restarted after 15 s of being stuck."""
+    server = BuiltinServer(tmp_path / "data").start()
+    session_timeout_s = 2.0
+    try:
+        with admin(server, session_timeout_s=session_timeout_s) as c:
+            c.create("mine", 1, ephemeral=True)
+            server.kill()
+            time.sleep(2.5 * session_timeout_s)  # away for longer than the session's timeout
+            server.start()
+            deadline = time.monotonic() + 30
+            while not _set_once(c, "after"):
+                assert time.monotonic() < deadline, "the client did not come back"
+                time.sleep(0.05)
+            assert c.get("mine").ephemeral
+    finally:
+        server.stop()
+
+
+def _set_once(client, key: str) -> bool:
+    try:
+        client.set(key, 1)
+        return True
+    except confserver.Disconnected:
+        return False
+
+
+def test_a_reply_over_the_unsent_limit_does_not_make_its_client_a_slow_reader(server):
+    """A client with more than MAX_UNSENT_BYTES of our output unread is disconnected, but a reply
+    it asked for is its own: an event pushed behind a watch reply over that limit still arrives."""
+    from confserver.server import MAX_UNSENT_BYTES
+    count = MAX_UNSENT_BYTES // BIG_VALUE_BYTES * 3 // 2  # beyond the kernel's socket buffers too
+    with admin(server) as c:
+        for i in range(count):
+            c.set(f"vast/k{i:04d}", "v" * BIG_VALUE_BYTES)
+    with raw_connection(server) as sock:
+        hello(sock, server)
+        send_raw(sock, json.dumps({"id": 1, "op": "watch", "watch": 7, "pattern": "vast"}).encode())
+        with admin(server) as writer:  # acknowledged: its event is pushed to us, still unread
+            writer.set("vast/new", 1)
+        reply, frames = read_reply_parts(sock)
+        assert len(reply["ok"]) == count and frames > MAX_UNSENT_BYTES // wire.MAX_FRAME_BYTES
+        event = read_reply(sock)
+        assert (event["push"], event["watch"], event["event"]["key"]) == ("event", 7, "vast/new")

@@ -93,3 +93,21 @@ def test_confserver_command_serves_and_stops_on_sigterm(tmp_path):
     process.send_signal(signal.SIGTERM)
     assert process.wait(10) == 0
     assert "confserver listening on 127.0.0.1:" in process.stderr.read()
+
+
+def test_an_identity_the_auth_file_does_not_know_is_one_line_not_anonymous(server):
+    result = ramen(server, "confclient", "--identity", "nobody", "get", "cli/x")
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"ramen: confclient: identity 'nobody' is not in the auth file {server.auth_file}"
+
+
+def test_an_identity_asked_for_without_a_readable_auth_file_is_one_line(server, tmp_path):
+    env = dict(os.environ, RAMEN_CONFSERVER=server.url, RAMEN_CONFSERVER_AUTH=str(tmp_path / "absent.json"))
+    env.pop("RAMEN_CONFSERVER_TOKEN", None)
+    result = subprocess.run([sys.executable, "-m", "ramen.cli.main", "confclient", "--identity", "admin", "get", "x"],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.strip().startswith(f"ramen: confclient: cannot act as admin: the auth file {tmp_path / 'absent.json'}")
+    anonymous = subprocess.run([sys.executable, "-m", "ramen.cli.main", "confclient", "list", "cli", "--json"],
+                               capture_output=True, text=True, env=env, timeout=60)
+    assert anonymous.returncode == 0, anonymous.stderr  # the default identity may still read as anonymous

@@ -143,6 +143,65 @@ def test_oversized_and_unserialisable_values_are_refused(client, ns):
     assert client.get_or_none(f"{ns}/big") is None
 
 
+def nested(depth: int):
+    value = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_values_nested_deeper_than_the_bound_are_refused(client, ns):
+    depth = confserver.model.MAX_VALUE_DEPTH
+    client.set(f"{ns}/deepest", {"a": nested(depth - 1)})
+    assert client.get(f"{ns}/deepest").value == {"a": nested(depth - 1)}
+    for too_deep in ({"a": nested(depth)}, nested(10 * sys.getrecursionlimit())):
+        with pytest.raises(confserver.BadRequest, match=f"nested deeper than the {depth}-level limit"):
+            client.set(f"{ns}/deeper", too_deep)
+    assert client.get_or_none(f"{ns}/deeper") is None
+
+
+#: Larger than the built-in server's frame (576 KiB), many times over: these replies need several.
+WIDE_KEYS = 700
+WIDE_NAME_CHARS = 1000
+BIG_VALUES = 4
+BIG_VALUE_CHARS = 400_000
+
+
+def test_replies_larger_than_a_frame_come_whole(backend, client, ns):
+    names = sorted(f"{i:04d}" + "n" * (WIDE_NAME_CHARS - 4) for i in range(WIDE_KEYS))
+    threads = [threading.Thread(target=lambda part=part: _set_all(backend, ns, part)) for part in (names[::2], names[1::2])]
+    for t in threads:
+        t.start()
+    for i in range(BIG_VALUES):
+        client.set(f"{ns}/big/{i}", f"{i}" * BIG_VALUE_CHARS)
+    for t in threads:
+        t.join()
+    assert client.children(f"{ns}/wide") == names
+    big = client.glob(f"{ns}/big/*")
+    assert [(e.key, e.value) for e in big] == [(f"{ns}/big/{i}", f"{i}" * BIG_VALUE_CHARS) for i in range(BIG_VALUES)]
+    assert len(client.glob(ns)) == WIDE_KEYS + BIG_VALUES
+    watch = client.watch(ns)
+    existing = events_until_synced(watch)
+    assert sorted(e.key for e in existing) == sorted([f"{ns}/wide/{n}" for n in names]
+                                                     + [f"{ns}/big/{i}" for i in range(BIG_VALUES)])
+    assert all(e.kind is EventKind.EXISTING for e in existing)
+    with backend.client() as writer:
+        writer.set(f"{ns}/big/0", "changed")
+        writer.delete(f"{ns}/big/1")
+        writer.create(f"{ns}/small", 1)
+    seen = [(e.kind, e.key) for e in (watch.next(EVENTUALLY_S) for _ in range(3))]
+    committed = [(EventKind.UPDATED, f"{ns}/big/0"), (EventKind.DELETED, f"{ns}/big/1"),
+                 (EventKind.CREATED, f"{ns}/small")]
+    assert (sorted(seen) if backend.name == "zk" else seen) == (sorted(committed) if backend.name == "zk" else committed)
+    watch.close()
+
+
+def _set_all(backend, ns: str, names: list[str]) -> None:
+    with backend.client() as c:
+        for name in names:
+            c.set(f"{ns}/wide/{name}", 1)
+
+
 # -- watches ------------------------------------------------------------------------------------
 
 def test_watch_gets_existing_keys_then_every_change_in_commit_order(backend, client, ns):
@@ -418,6 +477,12 @@ def test_an_unknown_token_is_refused(backend):
         confserver.connect(backend.url, token="not-a-token", auth_file=backend.auth_file)
 
 
+def test_an_identity_the_auth_file_does_not_know_is_refused_naming_both(backend):
+    with pytest.raises(confserver.PermissionDenied) as refused:
+        confserver.connect(backend.url, identity="nobody", auth_file=backend.auth_file)
+    assert str(refused.value) == f"identity 'nobody' is not in the auth file {backend.auth_file}"
+
+
 # -- server restarts ----------------------------------------------------------------------------
 
 def test_no_acknowledged_write_is_lost_when_the_server_is_killed(restartable_backend, ns):
@@ -493,3 +558,4 @@ def restartable_backend(request, tmp_path):
     server = BuiltinServer(tmp_path / "data").start()
     yield BuiltinBackend(server)
     server.stop()
+

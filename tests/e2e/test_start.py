@@ -213,3 +213,51 @@ def test_a_replay_across_a_restart_of_ramen_has_every_tuple_once(tmp_path, monke
     assert len(times) > 1500 and (np.diff(times) == step).all(), np.unique(np.diff(times))
     assert times[0] - since_us < step and until_us - times[-1] <= step
     assert tail.returncode == 0 and len(tail.stdout.strip().splitlines()) == 3, tail.stderr + tail.stdout
+
+
+def test_start_kills_and_restarts_a_confserver_stopped_with_sigstop_and_its_services_beat(tmp_path):
+    """A confserver alive but stuck (SIGSTOP) answers no probe: `ramen start` kills and restarts it
+    (the keeper's bound is 15 s), and it answers again. The choreographer, supervisor and archiver
+    beat into their heartbeat files meanwhile."""
+    from ramen import liveness
+    from ramen.cli.keeper import PROBE_STUCK_AFTER_S
+    env = dict(os.environ, RAMEN_DIR=str(tmp_path))
+    env.pop("RAMEN_CONFSERVER", None)
+    stderr_path = tmp_path / "start.stderr"
+    with open(stderr_path, "w") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "ramen.cli.main", "start", "--dir", str(tmp_path)],
+                                   env=env, stderr=stderr, text=True)
+    try:
+        deadline = time.monotonic() + STARTUP_S
+        while not (tmp_path / "run" / "ready").exists():
+            assert process.poll() is None and time.monotonic() < deadline, stderr_path.read_text()
+            time.sleep(0.1)
+        ours = _processes_with(f"RAMEN_DIR={tmp_path}")
+        for name, module in (("choreographer", "choreographer.service"), ("supervisor", "supervisor.service"),
+                             ("archiver", "workers.archiver")):
+            (pid,) = [p for p, args in ours.items() if f"-m {module}" in args]
+            heartbeat = tmp_path / "run" / f"{name}.heartbeat"
+            first = liveness.last_beat(heartbeat, pid)
+            while first is None or (liveness.last_beat(heartbeat, pid) or 0) <= first:
+                assert time.monotonic() < deadline, f"{name} does not beat"
+                time.sleep(0.1)
+                first = first or liveness.last_beat(heartbeat, pid)
+        (stuck,) = [p for p, args in ours.items() if "-m confserver.server" in args]
+        os.kill(stuck, signal.SIGSTOP)
+        deadline = time.monotonic() + PROBE_STUCK_AFTER_S + STARTUP_S
+        client_env = dict(env, RAMEN_CONFSERVER_AUTH=str(tmp_path / "confserver" / "auth.json"))
+        while True:
+            assert process.poll() is None and time.monotonic() < deadline, stderr_path.read_text()
+            if not os.path.exists(f"/proc/{stuck}"):
+                answer = subprocess.run([sys.executable, "-m", "ramen.cli.main", "confclient", "set", "after", "1"],
+                                        env=client_env, capture_output=True, text=True, timeout=STARTUP_S)
+                if answer.returncode == 0:
+                    break
+            time.sleep(0.2)
+        said = stderr_path.read_text()
+        assert f"ramen: confserver (pid {stuck}) is running but has shown no sign of life for" in said, said
+        assert f"ramen: confserver exited (status {-signal.SIGKILL}), restarting in" in said, said
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(STARTUP_S) == 0
+    assert stderr_path.read_text().strip().endswith("ramen: stopped")
