@@ -575,18 +575,24 @@ def test_dropped_image_that_is_still_alive_closes_on_its_next_poll_and_leaves_th
 
 # -- dead writers --------------------------------------------------------------------------------
 
-def test_frame_of_a_writer_killed_mid_message_is_padded_and_a_new_writer_carries_on(tmp_path, spawn):
-    log, counters = make_log(tmp_path)
-    reader = Image(log, counters, join_position=0, name="reader", unblock_timeout_s=0.3)
-    count = 20
+def writer_killed_mid_message(spawn, log, counters, reader: Image, count: int) -> None:
+    """A writer commits `count` messages to log, claims one more and dies by SIGKILL; `reader`
+    heartbeats meanwhile (it reads nothing yet), so the writer keeps it."""
     dead_writer = spawn(_write_then_die_mid_message, log.path, counters.path, count)
     deadline = Deadline("the writer to die")
     while dead_writer.process.is_alive():
-        reader.controlled_poll(lambda *fragment: ABORT, 1)  # a heartbeat that reads nothing yet
+        reader.controlled_poll(lambda *fragment: ABORT, 1)
         time.sleep(0.005)
         deadline.check()
     dead_writer.process.join(TIMEOUT_S)
     assert dead_writer.process.exitcode == -signal.SIGKILL
+
+
+def test_frame_of_a_writer_killed_mid_message_is_padded_and_a_new_writer_carries_on(tmp_path, spawn):
+    log, counters = make_log(tmp_path)
+    reader = Image(log, counters, join_position=0, name="reader", unblock_timeout_s=0.3)
+    count = 20
+    writer_killed_mid_message(spawn, log, counters, reader, count)
     claimed_at = sum(frame_size(seq) for seq in range(count))
     claimed_length = CLAIM_LENGTH + 32
     term = log.terms[0]
@@ -642,13 +648,7 @@ def test_a_writer_reopening_a_log_pads_at_once_what_its_dead_predecessor_claimed
     log, counters = make_log(tmp_path)
     reader = Image(log, counters, join_position=0, name="reader", unblock_timeout_s=3600)
     count = 20
-    dead_writer = spawn(_write_then_die_mid_message, log.path, counters.path, count)
-    deadline = Deadline("the writer to die")
-    while dead_writer.process.is_alive():
-        reader.controlled_poll(lambda *fragment: ABORT, 1)  # a heartbeat that reads nothing yet
-        time.sleep(0.005)
-        deadline.check()
-    assert dead_writer.process.exitcode == -signal.SIGKILL
+    writer_killed_mid_message(spawn, log, counters, reader, count)
     claimed_at = sum(frame_size(seq) for seq in range(count))
     claimed_length = CLAIM_LENGTH + 32
 
