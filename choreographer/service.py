@@ -225,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        with confserver.connect(args.confserver, identity=IDENTITY) as client:
+        with confserver.connect(args.confserver, identity=IDENTITY,
+                                connect_timeout_s=confserver.SERVICE_CONNECT_TIMEOUT_S) as client:
             choreographer = Choreographer(client, args.site)
             log.info("choreographer of site %s on %s", args.site, args.confserver or "the local confserver")
             run(choreographer, stop)

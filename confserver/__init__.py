@@ -21,6 +21,9 @@ AUTH_FILE_ENV = "RAMEN_CONFSERVER_AUTH"
 #: How long a session survives without contact (a dead client's ephemeral keys last this long).
 DEFAULT_SESSION_TIMEOUT_S = 10.0
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
+#: How long a service (and a worker or replayer) waits for the confserver as it starts: it has
+#: nothing to do without it, and `ramen start` may be restarting it (after a backoff of up to 10 s).
+SERVICE_CONNECT_TIMEOUT_S = 30.0
 
 
 def default_data_dir() -> Path:

@@ -34,6 +34,11 @@ log = logging.getLogger(__name__)
 
 #: A reply that takes longer than this (plus any lock wait) means the server is gone.
 REQUEST_TIMEOUT_S = 30.0
+#: A call made while the client reconnects waits this long for the connection (or the connect
+#: timeout, if longer): about the longest `ramen start` takes to restart a confserver that died or
+#: got stuck (a backoff of up to 10 s, a stuck bound of 15 s, its start). A worker's call during a
+#: confserver restart so waits instead of failing it, and its replays with it.
+RECONNECT_WAIT_S = 30.0
 RECONNECT_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 #: However close the connect deadline, the server gets this long to answer the hello.
 MIN_HELLO_WAIT_S = 0.1
@@ -251,7 +256,7 @@ class RemoteClient(ConfClient):
     def _call(self, op: str, wait_s: float = 0.0, on_reply=None, **args) -> Any:
         if self._closed:
             raise Disconnected("this confserver client is closed")
-        if not self._connected.wait(self._connect_timeout_s):
+        if not self._connected.wait(max(self._connect_timeout_s, RECONNECT_WAIT_S)):
             raise Disconnected(f"the confserver at {self.url} is unreachable")
         if self._expired is not None:
             raise self._expired

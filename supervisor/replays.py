@@ -213,6 +213,12 @@ class ReplaySupervision:
                                    int(value.get("started_us") or 0), expect_args=("--id", str(replayer_id)))
             if replayer.child is not None:
                 self.counters.adopted += 1
+            elif not self._finished(replayer):
+                # It died while nobody watched: its replays would wait for it until their timeout.
+                self.counters.replayer_failures += 1
+                for channel in sorted(channels):
+                    self.set_error(channel, f"replayer {replayer_id} of {replayer.source} died before the end of "
+                                            f"its range, while the supervisor was down")
             self.replayers[replayer_id] = replayer
 
     def on_replay(self, channel: int, value: dict | None, *, existing: bool = False) -> None:

@@ -202,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.confserver:
         env[CONFSERVER_ENV] = args.confserver  # so the children reach the same server
     try:
-        with confserver.connect(args.confserver, identity=IDENTITY) as client:
+        with confserver.connect(args.confserver, identity=IDENTITY,
+                                connect_timeout_s=confserver.SERVICE_CONNECT_TIMEOUT_S) as client:
             supervisor = Supervisor(client, args.site, env=env, delay_before_replay_s=args.delay_before_replay,
                                     stop_grace_s=args.stop_grace, merge=not args.no_merge,
                                     spares=not (args.no_spares or args.stop_left_over))

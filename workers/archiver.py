@@ -32,6 +32,7 @@ import threading
 import time
 from pathlib import Path
 
+from confserver import SERVICE_CONNECT_TIMEOUT_S
 from confserver.model import EventKind
 from ramen import keyspace, liveness, paths
 from ramen.archive import checksum as checksums
@@ -265,6 +266,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--tether-hold", type=float, default=TETHER_HOLD_S, metavar="S",
                         help="how long a writer waits for a recorder that stopped reading (killed, or this "
                              "archiver stopped) before it goes on without (default %(default)g s)")
+    parser.add_argument("--connect-timeout", type=float, default=SERVICE_CONNECT_TIMEOUT_S, metavar="S",
+                        help="with --follow-site, how long to wait for the confserver (default %(default)g s)")
     parser.add_argument("--follow-site", metavar="SITE", default=None,
                         help="also record the live output of every archived, used function of SITE, "
                              "following its worker keys in the confserver ($RAMEN_CONFSERVER)")
@@ -281,7 +284,7 @@ def serve(args) -> int:
         import confserver
         from confserver.errors import ConfError
         try:
-            client = confserver.connect(None, identity=CONFSERVER_IDENTITY)
+            client = confserver.connect(None, identity=CONFSERVER_IDENTITY, connect_timeout_s=args.connect_timeout)
         except (ConfError, OSError) as e:
             print(f"ramen: archiver: cannot follow site {args.follow_site}: {e}", file=sys.stderr)
             return EXIT_REFUSED

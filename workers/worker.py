@@ -933,7 +933,8 @@ def serve(args) -> int:
         return EXIT_ERROR
     client = counters = worker = None
     try:
-        client = confserver.connect(args.confserver, identity=IDENTITY)
+        client = confserver.connect(args.confserver, identity=IDENTITY,
+                                    connect_timeout_s=confserver.SERVICE_CONNECT_TIMEOUT_S)
         # Before any input: a worker started for a replay does this while the merge delay runs.
         spare.warm_up_arrow()
         if args.spare is not None:

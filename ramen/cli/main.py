@@ -21,6 +21,10 @@ COMMANDS = (logbuffer, stat, demo, archive, archiver, confserver, confclient, co
             run, kill, ps, replay, tail, choreographer, supervisor, start)
 EXIT_USER_ERROR = 1
 EXIT_INTERRUPTED = 130
+SERVICE_COMMANDS = frozenset({"archiver", "confserver", "choreographer", "supervisor", "start"})
+"""Commands that run a service, whose log says what its confserver client does. Other commands
+keep the client's reconnections to themselves (the command's result, or its one-line error, says
+what came of them), unless --debug."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.debug and args.command not in SERVICE_COMMANDS:
+        logging.getLogger("confserver.remote").setLevel(logging.ERROR)
     try:
         return args.run(args) or 0
     except UserError as e:

@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ramen.locks import FileLock
 from ramen.transport import counters as ctr
 from ramen.transport import frame
 from ramen.transport.counters import CountersFile
@@ -38,7 +39,6 @@ from ramen.transport.position import (PARTITION_COUNT, index_by_term_count, int3
                                       max_possible_position)
 from ramen.transport.status import (ADMIN_ACTION, BACK_PRESSURED, CLOSED, MAX_POSITION_EXCEEDED,
                                     NOT_CONNECTED)
-from ramen.locks import FileLock
 from ramen.transport.writer_lock import acquire_writer_lock
 
 log = logging.getLogger(__name__)

@@ -220,6 +220,25 @@ def test_an_adopted_replayer_that_ends_unfinished_fails_its_replay_and_one_that_
     assert "error" not in value_of(admin, keyspace.replay_key(finished))
 
 
+def test_a_replayer_that_died_while_no_supervisor_watched_fails_its_replay_at_adoption(admin, start_supervisor):
+    """Found dead by the next supervisor, not finished by its stats: its replay fails at once,
+    not after its timeout (seen in the chaos soak: a replayer gave up waiting for its reader while
+    the supervisor was down, and its client waited 60 s)."""
+    first = start_supervisor(stop_children=False)
+    channel = request_replay(admin)
+    replayer = wait_for(lambda: (r := replayers(admin)) and "pid" in (v := next(iter(r.values()))) and v)
+    first.stop_thread()  # as if it died
+    os.kill(replayer["pid"], signal.SIGKILL)
+    wait_for(lambda: not pid_alive(replayer["pid"]), what="the replayer gone")
+
+    second = start_supervisor()
+    value = wait_for(lambda: (v := value_of(admin, keyspace.replay_key(channel))).get("error") and v,
+                     what="the replay's error")
+    assert value["error"] == (f"replayer {replayer['id']} of {SOURCE} died before the end of its range, "
+                              f"while the supervisor was down")
+    assert second.counters.replayer_failures == 1 and second.counters.adopted == 0
+
+
 def test_a_replayer_is_started_warm_during_the_delay_and_given_the_merged_channels(admin, start_supervisor):
     supervisor = start_supervisor(delay_before_replay_s=2.0)
     channel = request_replay(admin)

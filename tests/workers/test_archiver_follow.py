@@ -313,7 +313,7 @@ def test_the_recordings_cover_every_published_event_time(follow_run):
 
 def test_follow_mode_without_a_confserver_is_a_one_line_error(tmp_path):
     env = {**os.environ, "RAMEN_CONFSERVER": "ramen://127.0.0.1:9", "RAMEN_DIR": str(tmp_path)}
-    process = start_archiver("nowhere", env)
+    process = start_archiver("nowhere", env, "--connect-timeout", "1")
     try:
         _, err = process.communicate(timeout=WAIT_S)
     finally:
