@@ -42,6 +42,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SEGMENT_LENGTH = 128 * 1024 * 1024
 """Segment file length for new recordings (Aeron's default)."""
+DEFAULT_CHECKSUM = checksums.CRC32C
+"""Frame and descriptor checksum of new recordings, so that damaged payloads are caught by replays
+and `ramen archive verify` (its cost on bench/archive.py: see bench/README.md). `--checksum none`
+records without (as Aeron does by default)."""
+NO_CHECKSUM = "none"
 EXIT_REFUSED = 1
 CONFSERVER_IDENTITY = "supervisor"
 """Who the archiver is to the confserver in follow mode (it only reads worker keys)."""
@@ -52,7 +57,7 @@ LOG_CHECK_INTERVAL_S = 0.2
 class Archiver:
     """The recorders of one archive directory, driven by one duty cycle."""
 
-    def __init__(self, archive_dir: str | Path, counters: CountersFile, *, checksum: str | None = None,
+    def __init__(self, archive_dir: str | Path, counters: CountersFile, *, checksum: str | None = DEFAULT_CHECKSUM,
                  segment_length: int = DEFAULT_SEGMENT_LENGTH) -> None:
         self.archive_dir = Path(archive_dir)
         self.archive_dir.mkdir(parents=True, exist_ok=True)
@@ -206,8 +211,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--counters", required=True, help="the counters file shared with the writers")
     parser.add_argument("--record", action="append", default=[], metavar="LOG",
                         help="a log buffer to record (repeat for several)")
-    parser.add_argument("--checksum", choices=checksums.NAMES, default=None,
-                        help="checksum every recorded frame and catalog descriptor")
+    parser.add_argument("--checksum", choices=(*checksums.NAMES, NO_CHECKSUM), default=DEFAULT_CHECKSUM,
+                        help=f"checksum of every recorded frame and catalog descriptor (default {DEFAULT_CHECKSUM}; "
+                             f"{NO_CHECKSUM}: none)")
     parser.add_argument("--segment-length", type=int, default=DEFAULT_SEGMENT_LENGTH,
                         help=f"bytes per segment file (default {DEFAULT_SEGMENT_LENGTH})")
     parser.add_argument("--follow-site", metavar="SITE", default=None,
@@ -232,7 +238,8 @@ def serve(args) -> int:
             return EXIT_REFUSED
     try:
         counters = CountersFile.open(args.counters)
-        archiver = Archiver(args.dir, counters, checksum=args.checksum, segment_length=args.segment_length)
+        archiver = Archiver(args.dir, counters, checksum=None if args.checksum == NO_CHECKSUM else args.checksum,
+                            segment_length=args.segment_length)
     except (MarkFileError, CatalogError, CountersFileError, SegmentError, ValueError) as e:
         if client is not None:
             client.close()

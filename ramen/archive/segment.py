@@ -470,20 +470,21 @@ class SegmentReader:
         fd = self._fds.get(base)
         if fd is None:
             path = self.archive_dir / segment_file_name(self.recording_id, base)
+            where = f"{path} offset {position - base}"
             try:
                 fd = os.open(path, os.O_RDONLY)
             except FileNotFoundError:
-                raise SegmentError(f"{path}: missing segment file of recording {self.recording_id} "
-                                   f"(it holds position {position})") from None
+                raise SegmentError(f"{where}: missing segment file of recording {self.recording_id} "
+                                   f"(it holds position {position} there)") from None
             except OSError as e:
-                raise SegmentError(f"{path}: cannot open segment file of recording {self.recording_id}: "
+                raise SegmentError(f"{where}: cannot open segment file of recording {self.recording_id}: "
                                    f"{e.strerror}") from None
             mode = os.fstat(fd).st_mode
             if not stat.S_ISREG(mode):
                 os.close(fd)
                 what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-                raise SegmentError(f"{path}: is {what}, not a segment file (recording {self.recording_id}, "
-                                   f"position {position})")
+                raise SegmentError(f"{where}: is {what}, not a segment file of recording {self.recording_id} "
+                                   f"(it holds position {position} there)")
             self._fds[base] = fd
         return fd
 

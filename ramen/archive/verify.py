@@ -156,28 +156,30 @@ def _check_files(archive_dir: Path, d: RecordingDescriptor, bases: list[int], fi
         if not present:
             return (f"recording {rid}: no segment file holds its positions {start}..{end} (the first would be "
                     f"{archive_dir / segment.segment_file_name(rid, first)})")
-        reach = present[-1] + segment_length
         return (f"recording {rid}: stop position {end} lies past the end of its segment files: the last, "
-                f"{archive_dir / segment.segment_file_name(rid, present[-1])}, ends at position {reach}")
+                f"{archive_dir / segment.segment_file_name(rid, present[-1])}, ends at offset {segment_length} "
+                f"(position {present[-1] + segment_length})")
     expected = (last - first) // segment_length + 1
     if len(present) < expected:
-        names = []
+        missing = []
         previous = first - segment_length
         for base in present:
             for gap in range(previous + segment_length, base, segment_length):
-                if len(names) == MAX_MISSING_NAMED:
+                if len(missing) == MAX_MISSING_NAMED:
                     break
-                names.append(segment.segment_file_name(rid, gap))
+                missing.append(gap)
             previous = base
-        more = expected - len(present) - len(names)
-        return (f"recording {rid}: missing segment file(s) {', '.join(names)}{f' and {more} more' if more else ''} "
-                f"(positions {start}..{end})")
+        more = expected - len(present) - 1
+        others = ", ".join(segment.segment_file_name(rid, b) for b in missing[1:])
+        return (f"recording {rid}: {archive_dir / segment.segment_file_name(rid, missing[0])} offset 0: missing "
+                f"segment file (positions {max(start, missing[0])}..{min(end, missing[0] + segment_length)} are lost)"
+                + (f"; {more} more missing: {others}{', …' if more > len(missing) - 1 else ''}" if more else ""))
     for base in present:
         path = archive_dir / segment.segment_file_name(rid, base)
         mode = os.stat(path).st_mode
         if not stat.S_ISREG(mode):
             what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-            return f"recording {rid}: {path}: is {what}, not a segment file"
+            return f"recording {rid}: {path} offset 0: is {what}, not a segment file (it holds positions from {base})"
     return None
 
 
@@ -193,7 +195,7 @@ def _check_frames(archive_dir: Path, d: RecordingDescriptor, end: int, checksum:
     try:
         for f in reader.frames(d.start_position, end, strict=True):
             position = f.position
-            here = f"{where}: position {position} ({reader.segment_path(position).name} offset {f.file_offset})"
+            here = f"{where}: position {position} ({reader.segment_path(position)} offset {f.file_offset})"
             if f.stream_id != d.stream_id:
                 problems.append(f"{here}: frame header does not fit its position: streamId {f.stream_id} "
                                 f"(expected {d.stream_id})")
@@ -221,8 +223,7 @@ def _check_frames(archive_dir: Path, d: RecordingDescriptor, end: int, checksum:
                 if bounds is not None:
                     index.message(position, bounds[0], bounds[1])
     except FrameError as e:
-        name = e.path.name if isinstance(e.path, Path) else e.path
-        return problems + [f"{where}: position {e.position} ({name} offset {e.file_offset}): {e.problem}"]
+        return problems + [f"{where}: position {e.position} ({e.path} offset {e.file_offset}): {e.problem}"]
     except SegmentError as e:
         return problems + [f"{where}: {e}"]
     finally:
