@@ -545,8 +545,21 @@ class Catalog:
             self.recording_stopped(d.recording_id, stop)
             log.warning("%s: recording %d had no stop position (unclean shutdown); recovered %d from its segments",
                         self.path, d.recording_id, stop)
+            self._catch_up_index(d.recording_id)
             fixed.append(d.recording_id)
         return fixed
+
+    def _catch_up_index(self, recording_id: int) -> None:
+        """An unclean shutdown also loses the time index entries not flushed yet (or leaves a torn
+        flush): reopening the index validates it and adds what the segments hold past its end."""
+        from ramen.archive.time_index import TimeIndexError, TimeIndexWriter, index_path
+        path = index_path(self.path.parent, recording_id)
+        if not path.exists():
+            return
+        try:
+            TimeIndexWriter(path, recording_id, descriptor=self.get(recording_id)).close()
+        except (TimeIndexError, OSError) as e:
+            log.warning("%s: cannot bring it up to date with recording %d's segments: %s", path, recording_id, e)
 
     # -- internals -----------------------------------------------------------------------------
 

@@ -215,11 +215,19 @@ def rebuilt_entries(path: Path, recording_id: int, descriptor, reason: IndexDama
     it from (no catalog entry, damaged segments)."""
     from ramen.archive import index_rebuild  # it reads segments: only when an index is damaged
     archive_dir = path.parent
+    messages = []
     try:
         recording = index_rebuild.find_recording(archive_dir, recording_id, descriptor)
-        entries, disorder = build_entries(index_rebuild.indexed_messages(archive_dir, recording))
+        for found in index_rebuild.indexed_messages(archive_dir, recording):
+            messages.append(found)
     except (ArchiveError, ValueError) as e:
-        raise TimeIndexError(f"{reason}; cannot rebuild it from the segments: {e}") from None
+        if not messages or recording.is_stopped:
+            raise TimeIndexError(f"{reason}; cannot rebuild it from the segments: {e}") from None
+        # An active recording's last frame may be read while its recorder writes it: the index
+        # ends before it (a replay that reads there meets the damage, if it is damage).
+        log.warning("%s: the index rebuilt from the segments of active recording %d ends at position %d: %s",
+                    path, recording_id, messages[-1][0], e)
+    entries, disorder = build_entries(messages)
     return entries, disorder, recording.is_stopped
 
 

@@ -352,7 +352,8 @@ class IndexCheck:
                     f"recording's last message (damaged index: a replay rebuilds it)")
         if complete and self._extra_at is not None:
             return (f"{self.path} offset {self._offset(self.count)}: the index ends before the message at position "
-                    f"{self._extra_at}, and {self._next - self.count} more (a replay rebuilds it)")
+                    f"{self._extra_at} and {self._next - self.count - 1} more (left behind by a crash? the archiver "
+                    f"catches it up when it starts)")
         if self._disorder_needed > self.disorder_us:
             return (f"{self.path} offset {DISORDER_OFFSET}: disorder {self.disorder_us} µs, the entries need {self._disorder_needed} "
                     f"(damaged index: a replay rebuilds it)")

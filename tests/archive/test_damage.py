@@ -25,7 +25,9 @@ import pytest
 
 import confserver
 from ramen import keyspace, paths
+from ramen.archive import checksum as checksums
 from ramen.archive.catalog import STOP_POSITION_OFFSET, Catalog
+from ramen.archive.segment import SegmentReader
 from ramen.archive.coverage import function_channel
 from ramen.archive.time_index import INDEX_VERSION, VERSION_OFFSET, TimeIndex, index_path
 from ramen.program import loads
@@ -131,6 +133,13 @@ def victims(site):
     return find_victims(site.archive_dir, function_channel(site.source))
 
 
+@pytest.fixture(scope="module")
+def sound_dump(site) -> str:
+    result = ramen("archive", "dump", site.archive_dir, 0, "--json")
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
 @pytest.fixture
 def ramen_env(site, monkeypatch):
     monkeypatch.setenv("RAMEN_DIR", str(site.ramen_dir))
@@ -170,14 +179,25 @@ def one_line(result: subprocess.CompletedProcess) -> str:
 
 
 def assert_replay_fails_naming_file_and_offset(site, copy: Path, since: int, until: int, channels: int) -> str:
+    """The replayer exits 1 with one line naming the file and offset, and puts that line into the
+    requests of the replays it serves (`replays/<channel>`, which a client watches)."""
     replayer_id = new_id()
-    chans = [(100 + i, since, until) for i in range(channels)]
+    chans = [(new_id(), since, until) for _ in range(channels)]
     write_key(site, replayer_id, chans, archive_dir=copy)
-    result = replay(site, replayer_id, [c for c, _, _ in chans], join_position=None)  # where the log starts
+    with confserver.connect(site.server.url, identity="user", auth_file=site.server.auth_file) as client:
+        for channel, _, _ in chans:
+            client.create(keyspace.replay_key(channel), {"target": site.source}, ephemeral=True)
+        result = replay(site, replayer_id, [c for c, _, _ in chans], join_position=None)  # where the log starts
+        errors = [client.get(keyspace.replay_key(c)).value.get("error") for c, _, _ in chans]
+        for channel, _, _ in chans:
+            client.delete(keyspace.replay_key(channel))
     assert result.returncode == 1, result.stderr
     line = one_line(result)
     assert FILE_AND_OFFSET.search(line), line
     assert not result.eors  # no channel ended as if it were whole
+    prefix = f"ramen: replayer {replayer_id}: "
+    assert line.startswith(prefix)
+    assert errors == [f"replayer {replayer_id} of {site.source}: {line[len(prefix):]}"] * channels
     return line
 
 
@@ -195,11 +215,9 @@ def assert_replay_gives_the_rows(site, copy: Path, since: int, until: int, chann
 
 @pytest.mark.parametrize("damage", DAMAGES, ids=[d.name for d in DAMAGES])
 def test_damage_is_named_with_file_and_offset_by_every_reader_and_never_hangs_or_falsifies_a_replay(
-        ramen_env, victims, damage, tmp_path):
+        ramen_env, victims, sound_dump, damage, tmp_path):
     site = ramen_env
     whole, away, other = ranges(site, victims)
-    sound_dump = ramen("archive", "dump", site.archive_dir, 0, "--json")
-    assert sound_dump.returncode == 0, sound_dump.stderr
     copy = damaged_copy(site, victims, damage, tmp_path)
 
     verify = ramen("archive", "verify", copy)
@@ -212,7 +230,7 @@ def test_damage_is_named_with_file_and_offset_by_every_reader_and_never_hangs_or
     describe = ramen("archive", "describe", copy)
     assert "Traceback" not in describe.stderr
     if damage.where == INDEX:  # dump and describe do not read the time index
-        assert (dump.returncode, dump.stdout) == (0, sound_dump.stdout)
+        assert (dump.returncode, dump.stdout) == (0, sound_dump)
         assert describe.returncode == 0
     else:
         assert dump.returncode == 1
@@ -274,3 +292,55 @@ def test_verify_and_dump_of_a_far_stop_position_use_bounded_memory(ramen_env, vi
     assert dump.returncode == 1
     assert "the data ends here, before position 70368744177664" in one_line(dump)
     assert rss < BOUNDED_RSS_BYTES
+
+
+def test_the_archiver_records_crc32c_frame_and_descriptor_checksums_by_default(site, victims):
+    crc = checksums.get("crc32c")
+    with Catalog.open(site.archive_dir) as catalog:
+        assert [catalog.descriptor_checksum(d.recording_id) for d in catalog] == [crc, crc]
+    with SegmentReader.for_recording(site.archive_dir, victims.descriptor) as reader:
+        checked = [crc.compute(f.padded_payload()) == f.session_id for f in reader.frames() if f.is_data]
+    assert len(checked) > 100 and all(checked)
+
+
+def test_the_archiver_records_without_checksums_when_told_to(tmp_path):
+    counters = CountersFile.open(tmp_path / "counters.dat")
+    log_buffer = LogBuffer.create(tmp_path / "live.logbuffer", LogBufferParams(term_length=TERM_LENGTH, session_id=5))
+    archiver = subprocess.Popen([sys.executable, "-m", "workers.archiver", "--dir", str(tmp_path / "archive"),
+                                 "--counters", str(counters.path), "--record", str(log_buffer.path),
+                                 "--checksum", "none"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    publication = ExclusivePublication(log_buffer, counters)
+    try:
+        wait_for(lambda: publication.is_connected, "the recorder to subscribe")
+        for i in range(10):
+            publish(publication, bytes([i]) * 3000)
+        end = publication.position
+        wait_for(lambda: recorded_up_to(counters, tmp_path / "archive", f"ramen:log?path={log_buffer.path}", end),
+                 "the recorder to catch up")
+    finally:
+        code, err = stop_process(archiver)
+        publication.close()
+        log_buffer.close()
+        counters.close()
+    assert code == 0, err
+    with Catalog.open(tmp_path / "archive") as catalog:
+        [d] = catalog.descriptors()
+        assert d.checksum == 0 and catalog.descriptor_checksum(d.recording_id) is None
+    with SegmentReader.for_recording(tmp_path / "archive", d) as reader:
+        assert {f.session_id for f in reader.frames() if f.is_data} == {5}  # the stream's, no checksum in it
+
+
+def test_a_replay_asked_of_a_site_whose_catalog_is_damaged_is_one_line_naming_it(fresh_confserver, tmp_path):
+    env = process_env(fresh_confserver, tmp_path / "ramen")
+    program = loads(PROGRAM.format(name="net"), "net.toml")
+    with confserver.connect(fresh_confserver.url, identity="admin", auth_file=fresh_confserver.auth_file) as admin:
+        admin.set(keyspace.program_key("net"), program.to_dict())
+    archive_dir = tmp_path / "ramen" / "sites" / keyspace.DEFAULT_SITE / "archive"
+    Catalog.create(archive_dir).close()
+    with open(archive_dir / "archive.catalog", "r+b") as f:
+        f.write(bytes(4))  # the version field
+    result = subprocess.run([sys.executable, "-m", "ramen.cli.main", "replay", "--since", "-1h", "net/src"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    line = one_line(result)
+    assert line.startswith("ramen: replay: ") and f"{archive_dir / 'archive.catalog'} offset 0: not an Aeron" in line
