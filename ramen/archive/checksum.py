@@ -36,6 +36,12 @@ class Checksum:
     def compute(self, data) -> int:
         return to_int32(self._crc(data))
 
+    @property
+    def unsigned(self) -> Callable[[object], int]:
+        """The CRC as an unsigned 32-bit value, without the conversion: for loops over many frames,
+        compared with the stored fields read as unsigned."""
+        return self._crc
+
     def __str__(self) -> str:
         return self.name
 

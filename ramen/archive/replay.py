@@ -471,7 +471,12 @@ class ReplaySession:
         words[index + frame.STREAM_ID_OFFSET // 4] = stream_id
 
     def _verify(self, frames) -> None:
-        """Check each DATA frame's payload against the checksum its sessionId field holds."""
+        """Check each DATA frame's payload against the checksum its sessionId field holds: for the
+        many frames of a scan, their bounds and stored checksums gathered with numpy, then one CRC
+        call a frame (the CRC itself runs at 10-20 GB/s; the Python around it is what costs)."""
+        if isinstance(frames, np.ndarray) and len(frames) > 1:
+            self._verify_many(frames)
+            return
         window = self._window
         for offset in map(int, frames):
             frame_length, _, _, frame_type = _FRAME_START.unpack_from(window, offset)
@@ -489,6 +494,21 @@ class ReplaySession:
                                   f"{self._reader.where(position)} (position {position}): {self.checksum.name} of "
                                   f"the payload {actual & 0xFFFFFFFF:#010x}, the frame records "
                                   f"{expected & 0xFFFFFFFF:#010x} (damaged data)")
+
+    def _verify_many(self, starts: np.ndarray) -> None:
+        words = self._words
+        index = starts >> 2
+        lengths = words[index]  # a copy: the block's first length word is not in the window
+        lengths[0] = self._first_length
+        data = (words[index + _KIND_WORD] >> _TYPE_SHIFT) == frame.HDR_TYPE_DATA
+        begins = starts[data] + frame.HEADER_LENGTH
+        ends = starts[data] + ((lengths[data] + _ALIGN_UP) & _ALIGN_MASK)
+        stored = words[index[data] + frame.SESSION_ID_OFFSET // 4].view(np.uint32)
+        crc, window = self.checksum.unsigned, self._window
+        for begin, end, expected in zip(begins.tolist(), ends.tolist(), stored.tolist()):
+            if crc(window[begin:end]) != expected:
+                self._verify([begin - frame.HEADER_LENGTH])  # names it
+                raise AssertionError("a checksum mismatch the frame-by-frame check did not find")
 
     def _done(self) -> None:
         self.state = DONE
