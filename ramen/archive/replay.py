@@ -338,27 +338,30 @@ class ReplaySession:
         starts = self._candidate_frames(slots)
         if len(starts) == 0 or starts[0] != 0:
             return self._whole_messages_walk(length, at_stop)
-        frame_lengths = self._words[starts >> 2]
-        frame_lengths[0] = self._first_length
-        framed = frame_lengths >= frame.HEADER_LENGTH
+        # Each candidate's whole header in one gather (a copy): length, kind and term id are columns.
+        headers = self._words[:slots * _SLOT_WORDS].reshape(slots, _SLOT_WORDS)[starts >> 5]
+        headers[0, 0] = self._first_length
+        framed = headers[:, 0] >= frame.HEADER_LENGTH
         if not framed.all():  # a look-alike with an impossible length is no candidate
-            starts, frame_lengths = starts[framed], frame_lengths[framed]
+            starts, headers = starts[framed], headers[framed]
             if len(starts) == 0 or starts[0] != 0:
                 return self._whole_messages_walk(length, at_stop)
+        frame_lengths = headers[:, 0]
         ends = starts + ((frame_lengths.astype(np.int64) + _ALIGN_UP) & _ALIGN_MASK)
-        if not np.array_equal(ends[:-1], starts[1:]) or not self._headers_fit(starts, frame_lengths):
+        # Version, flags and type share one word.
+        kinds = headers[:, _KIND_WORD]
+        types = kinds >> _TYPE_SHIFT
+        if not np.array_equal(ends[:-1], starts[1:]) or not self._headers_fit(headers, types):
             # Either a header look-alike inside a payload, or the data ends (zeros) and an old
-            # frame lies beyond: the walk tells which.
+            # frame lies beyond, or a damaged header: the walk tells which (and names the damage).
             return self._whole_messages_walk(length, at_stop)
         count = int(np.searchsorted(ends, length, side="right"))  # the frames read whole
         if count == 0:
             return 0, [], 0
         starts, ends = starts[:count], ends[:count]
         complete = int(ends[-1])
-        # Version, flags and type share one word: one gather for all three.
-        kinds = self._words[(starts >> 2) + _KIND_WORD]
         # A message ends at an END fragment; padding (a term's end) stands alone.
-        message_ends = np.flatnonzero((kinds & _END_IN_KIND) | ((kinds >> _TYPE_SHIFT) == frame.HDR_TYPE_PAD))
+        message_ends = np.flatnonzero((kinds[:count] & _END_IN_KIND) | (types[:count] == frame.HDR_TYPE_PAD))
         if len(message_ends) == 0:
             if self._window_is_full(length) or at_stop:
                 # One message larger than the buffer, or cut by the stop: its fragments go as they come.
@@ -367,18 +370,20 @@ class ReplaySession:
         last = int(message_ends[-1])
         return int(ends[last]), starts[:last + 1], complete
 
-    def _headers_fit(self, starts: np.ndarray, frame_lengths: np.ndarray) -> bool:
+    def _headers_fit(self, headers: np.ndarray, types: np.ndarray) -> bool:
         """Whether the chained frames' types, term ids and lengths are those of their place (a
         block lies in one term); if not, the walk names the first that is not."""
-        kinds = self._words[(starts >> 2) + _KIND_WORD] >> _TYPE_SHIFT
-        if (kinds & ~1).any():  # neither PAD (0) nor DATA (1)
+        if (types & ~1).any():  # neither PAD (0) nor DATA (1)
             return False
-        if (self._words[(starts >> 2) + _TERM_ID_WORD] != self._term_id).any():
+        if (headers[:, _TERM_ID_WORD] != self._term_id).any():
             return False
-        return not ((frame_lengths > self.descriptor.mtu_length) & (kinds == frame.HDR_TYPE_DATA)).any()
+        mtu = self.descriptor.mtu_length
+        lengths = headers[:, 0]
+        return lengths.max() <= mtu or not ((lengths > mtu) & (types == frame.HDR_TYPE_DATA)).any()
 
     @property
     def _term_id(self) -> int:
+        """The term id every frame of the block being read must carry (a block lies in one term)."""
         return term_id_of(self.position, self.term_length.bit_length() - 1, self.descriptor.initial_term_id)
 
     def _candidate_frames(self, slots: int) -> np.ndarray:
