@@ -351,8 +351,8 @@ def main() -> int:
     checksum = None if args.checksum == NO_CHECKSUM else checksums.get(args.checksum)
     progress(f"archive bench: {os.cpu_count()} CPUs, {total / 1e6:,.0f} MB per size, segments under {workdir} "
              f"(written to disk, read back from the page cache), log buffers under {logdir}, "
-             f"replay buffer {args.replay_buffer} B, {args.reader} reader, term {args.term_length} B, MTU {args.mtu} B, "
-             f"frame checksum {args.checksum}")
+             f"replay buffer {args.replay_buffer} B, {args.reader} reader, term {args.term_length} B, "
+             f"MTU {args.mtu} B, frame checksum {args.checksum}")
     try:
         rows = [measure(size, total, workdir, logdir, runs=args.runs, reader_kind=args.reader,
                         replay_buffer=args.replay_buffer, term_length=args.term_length, mtu=args.mtu,

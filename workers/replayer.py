@@ -55,13 +55,13 @@ import pyarrow.compute as pc
 from ramen import keyspace, paths
 from ramen import message as msg
 from ramen.archive import checksum as checksums
-from ramen.archive.catalog import NULL_POSITION, Catalog, CatalogError, RecordingDescriptor, layout_problem
+from ramen.archive.catalog import NULL_POSITION, Catalog, RecordingDescriptor, layout_problem
 from ramen.archive.coverage import RecordingRange, recordings_for
 from ramen.archive.errors import ArchiveError
 from ramen.archive.recorder import recording_position
 from ramen.archive.replay import FAILED, REPLAY_BUFFER_LENGTH, ReplaySession, replay_log_params
 from ramen.archive.segment import SegmentError, SegmentReader, frame_problem
-from ramen.archive.time_index import TimeIndex, TimeIndexError, index_path
+from ramen.archive.time_index import TimeIndex, index_path
 from ramen.memory import freeze_startup_objects, retain_freed_memory
 from ramen.program import Program, split_qualified
 from ramen.transport import frame

@@ -311,6 +311,9 @@ class TimeIndexWriter:
             view = view[written:]
             offset += written
 
+    def _entry(self, i: int) -> tuple:
+        return ENTRY.unpack(os.pread(self._fd, ENTRY_LENGTH, INDEX_HEADER_LENGTH + i * ENTRY_LENGTH))
+
     def _read_entries(self, count: int) -> bytes:
         return os.pread(self._fd, count * ENTRY_LENGTH, INDEX_HEADER_LENGTH)
 
@@ -328,8 +331,7 @@ class TimeIndexWriter:
         self._flushed = self.entries = header.count
         self._checksum = header.entries_checksum
         if header.count:
-            last = ENTRY.unpack(os.pread(self._fd, ENTRY_LENGTH, INDEX_HEADER_LENGTH + (header.count - 1) * ENTRY_LENGTH))
-            self.running_max = last[3]
+            self.running_max = self._entry(header.count - 1)[3]
         os.ftruncate(self._fd, INDEX_HEADER_LENGTH + header.count * ENTRY_LENGTH)  # a torn last flush
         self._catch_up(descriptor)
 
@@ -361,9 +363,7 @@ class TimeIndexWriter:
         except ArchiveError as e:
             log.debug("%s: not caught up with the segments: %s", self.path, e)
             return
-        last = None
-        if self._flushed:
-            last = ENTRY.unpack(os.pread(self._fd, ENTRY_LENGTH, INDEX_HEADER_LENGTH + (self._flushed - 1) * ENTRY_LENGTH))
+        last = self._entry(self._flushed - 1) if self._flushed else None
         try:
             missing = index_rebuild.messages_after(self.path.parent, recording, last)
         except (index_rebuild.StaleEntry, ValueError) as e:

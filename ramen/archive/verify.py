@@ -355,7 +355,8 @@ class IndexCheck:
                     f"{self._extra_at} and {self._next - self.count - 1} more (left behind by a crash? the archiver "
                     f"catches it up when it starts)")
         if self._disorder_needed > self.disorder_us:
-            return (f"{self.path} offset {DISORDER_OFFSET}: disorder {self.disorder_us} µs, the entries need {self._disorder_needed} "
+            return (f"{self.path} offset {DISORDER_OFFSET}: disorder {self.disorder_us} µs, the entries need "
+                    f"{self._disorder_needed} "
                     f"(damaged index: a replay rebuilds it)")
         if self._checksum is not None and self.count:
             self._entry(self.count - 1)  # read whatever the walk did not need, for the checksum

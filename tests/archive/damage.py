@@ -184,7 +184,8 @@ DAMAGES = [
         fix_checksum=True)),
     # The time index.
     Damage("tindex zeroed", INDEX, lambda v, a: _tindex(v, a).write_bytes(bytes(_tindex(v, a).stat().st_size))),
-    Damage("tindex truncated", INDEX, lambda v, a: _truncate(_tindex(v, a), INDEX_HEADER_LENGTH + 5 * ENTRY_LENGTH + 7)),
+    Damage("tindex truncated", INDEX,
+           lambda v, a: _truncate(_tindex(v, a), INDEX_HEADER_LENGTH + 5 * ENTRY_LENGTH + 7)),
     Damage("tindex of another recording", INDEX, lambda v, a: shutil.copyfile(
         index_path(a, v.other.recording_id), _tindex(v, a))),
     Damage("tindex entry flipped", INDEX, lambda v, a: _patch(

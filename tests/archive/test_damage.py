@@ -9,13 +9,10 @@ away from the damage still works."""
 
 from __future__ import annotations
 
-import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -27,17 +24,16 @@ import confserver
 from ramen import keyspace, paths
 from ramen.archive import checksum as checksums
 from ramen.archive.catalog import STOP_POSITION_OFFSET, Catalog
-from ramen.archive.segment import SegmentReader
 from ramen.archive.coverage import function_channel
+from ramen.archive.segment import SegmentReader
 from ramen.archive.time_index import INDEX_VERSION, VERSION_OFFSET, TimeIndex, index_path
 from ramen.program import loads
 from ramen.transport import CountersFile, ExclusivePublication, LogBuffer, LogBufferParams
 from ramen.tuples import encode_tuples
-from tests.archive.damage import CATALOG, DAMAGES, INDEX, SEGMENT, Damage, _set_descriptor_i64, _to_legacy_index, \
-    find_victims
+from tests.archive.damage import CATALOG, DAMAGES, INDEX, Damage, _set_descriptor_i64, _to_legacy_index, find_victims
 from tests.archive.helpers import ramen
 from tests.waiting import wait_for
-from tests.workers.test_archiver_follow import (BASE_US, ROW_SPACING_US, WAIT_S, SiteArchive, active_recording,
+from tests.workers.test_archiver_follow import (BASE_US, ROW_SPACING_US, SiteArchive, active_recording,
                                                 make_batch, process_env, publish, recorded_up_to, stop_process,
                                                 stopped_recordings, worker_value)
 from tests.workers.test_replayer import expected_rows, new_id, replay, write_key
