@@ -19,7 +19,12 @@ it is created and mapped (`LogBuffer.create/open(pre_touch=True)`, Aeron's pre-t
 memory): the rates are a replay's steady state, not its first lap's page faults (about 3 µs a 4 KiB
 page here: 40 ms for a 48 MiB log, printed beside the figures).
 
-Run: `.venv/bin/python bench/archive.py [--quick] [--json] [--runs N] [--megabytes N] [--replay-buffer BYTES]`.
+Frames are checksummed as ramen's archiver does by default (CRC-32C, in each DATA frame's sessionId
+field), and the replays verify them; `--checksum none` measures without (see bench/README.md for
+what the checksums cost).
+
+Run: `.venv/bin/python bench/archive.py [--quick] [--json] [--runs N] [--megabytes N] [--replay-buffer BYTES]
+[--checksum crc32c|crc32|none]`.
 Goals printed beside the figures: replay >= 1 GB/s for 64 KiB messages, and >= 50% of the raw rate
 (the faster of cat and the read into one buffer).
 """
@@ -44,6 +49,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from ramen.archive import checksum as checksums  # noqa: E402
 from ramen.archive.catalog import Catalog  # noqa: E402
 from ramen.archive.recorder import Recorder  # noqa: E402
 from ramen.archive.replay import REPLAY_BUFFER_LENGTH, ReplaySession, replay_log_params, walk_budget  # noqa: E402
@@ -51,6 +57,7 @@ from ramen.transport import (ADMIN_ACTION, BackoffIdleStrategy, CountersFile, Ex
                              InPlacePublication, LogBuffer, LogBufferParams)
 from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH  # noqa: E402
 from ramen.transport.logbuffer import compute_max_message_length  # noqa: E402
+from workers.archiver import DEFAULT_CHECKSUM, NO_CHECKSUM  # noqa: E402
 
 TERM_LENGTH = IPC_TERM_LENGTH  # what ramen's own logs use, so what its recordings hold
 SEGMENT_LENGTH = 128 * 1024 * 1024
@@ -171,14 +178,15 @@ class Recorded:
 
 
 def record(size: int, total_bytes: int, archive_dir: Path, logdir: Path, counters: CountersFile,
-           term_length: int, mtu: int) -> Recorded:
+           term_length: int, mtu: int, checksum: checksums.Checksum | None) -> Recorded:
     count = max(1, total_bytes // size)
     ctx = multiprocessing.get_context("spawn")
     live = LogBuffer.create(logdir / f"live-{size}.logbuffer",
                             LogBufferParams(term_length=term_length, mtu_length=mtu, session_id=1, stream_id=1),
                             pre_touch=True)
-    catalog = Catalog.open_or_create(archive_dir)
-    recorder = Recorder(catalog, live, counters, segment_length=SEGMENT_LENGTH, index_event_time=False)
+    catalog = Catalog.open_or_create(archive_dir, checksum=checksum)
+    recorder = Recorder(catalog, live, counters, segment_length=SEGMENT_LENGTH, checksum=checksum,
+                        index_event_time=False)
     writer = ctx.Process(target=_writer, args=(str(live.path), str(counters.path), size, count))
     writer.start()
     idle = BackoffIdleStrategy()
@@ -203,7 +211,7 @@ def record(size: int, total_bytes: int, archive_dir: Path, logdir: Path, counter
 
 
 def replay_once(rec: Recorded, archive_dir: Path, logdir: Path, counters: CountersFile, *, reader_kind: str,
-                replay_buffer: int) -> tuple[float, float]:
+                replay_buffer: int, checksum: checksums.Checksum | None) -> tuple[float, float]:
     """One replay into a reader process: (seconds from the session's start to the reader's last
     message, seconds the replay log took to create pre-touched)."""
     ctx = multiprocessing.get_context("spawn")
@@ -221,7 +229,8 @@ def replay_once(rec: Recorded, archive_dir: Path, logdir: Path, counters: Counte
     idle = BackoffIdleStrategy()
     while not publication.is_connected:
         idle.idle(0)
-    session = ReplaySession(archive_dir, descriptor, publication, replay_buffer_length=replay_buffer)
+    session = ReplaySession(archive_dir, descriptor, publication, replay_buffer_length=replay_buffer,
+                            checksum=checksum)
     started = time.perf_counter()
     while not session.is_done:
         idle.idle(session.do_work())
@@ -239,10 +248,11 @@ def replay_once(rec: Recorded, archive_dir: Path, logdir: Path, counters: Counte
 
 
 def measure(size: int, total_bytes: int, workdir: Path, logdir: Path, *, runs: int, reader_kind: str = "block",
-            replay_buffer: int = REPLAY_BUFFER_LENGTH, term_length: int = TERM_LENGTH, mtu: int = MTU) -> dict:
+            replay_buffer: int = REPLAY_BUFFER_LENGTH, term_length: int = TERM_LENGTH, mtu: int = MTU,
+            checksum: checksums.Checksum | None = checksums.get(DEFAULT_CHECKSUM)) -> dict:
     counters = CountersFile.open(logdir / "counters.dat")
     archive_dir = workdir / "archive"
-    rec = record(size, total_bytes, archive_dir, logdir, counters, term_length, mtu)
+    rec = record(size, total_bytes, archive_dir, logdir, counters, term_length, mtu, checksum)
     recorded = rec.descriptor.stop_position - rec.descriptor.start_position
     ring = LogBuffer.create(logdir / "ring.logbuffer", LogBufferParams(term_length=term_length), pre_touch=True)
     # Page-aligned, as cat's buffer is: preadv into a buffer 16 bytes off the page cache's alignment
@@ -251,7 +261,7 @@ def measure(size: int, total_bytes: int, workdir: Path, logdir: Path, *, runs: i
     times: dict[str, list[float]] = {"replay": [], "create": [], "cat": [], "pread": [], "pread_to_log": []}
     for run in range(runs):
         replay_s, create_s = replay_once(rec, archive_dir, logdir, counters, reader_kind=reader_kind,
-                                         replay_buffer=replay_buffer)
+                                         replay_buffer=replay_buffer, checksum=checksum)
         times["replay"].append(replay_s)
         times["create"].append(create_s)
         times["cat"].append(timed(lambda: subprocess.run(["cat", *map(str, rec.segments)], stdout=subprocess.DEVNULL,
@@ -278,6 +288,7 @@ def measure(size: int, total_bytes: int, workdir: Path, logdir: Path, *, runs: i
         "spread_mb_s": {name: [round(v) for v in values] for name, values in rates.items()},
         "replay_log_create_ms": 1000 * statistics.median(times["create"]),
         "replay_buffer": replay_buffer, "reader": reader_kind, "term_length": term_length, "mtu": mtu,
+        "checksum": checksum.name if checksum is not None else NO_CHECKSUM,
     }
 
 
@@ -325,6 +336,9 @@ def main() -> int:
                         help=f"term length of the recorded log and so of the replay log (default {TERM_LENGTH})")
     parser.add_argument("--mtu", type=int, default=MTU, metavar="BYTES",
                         help=f"MTU of the recorded log (default {MTU}, ramen's; Aeron's UDP default is 1408)")
+    parser.add_argument("--checksum", choices=(*checksums.NAMES, NO_CHECKSUM), default=DEFAULT_CHECKSUM,
+                        help=f"frame checksum recorded and verified by the replays (default {DEFAULT_CHECKSUM}, as "
+                             f"ramen's archiver)")
     args = parser.parse_args()
     if compute_max_message_length(args.term_length) < max(SIZES):
         parser.error(f"a term of {args.term_length} B cannot hold a {max(SIZES)} B message (a message is at most "
@@ -334,12 +348,15 @@ def main() -> int:
     # Log buffers are shared memory, as Aeron keeps them in /dev/shm: a log on a disk-backed file
     # would pay for writing its dirty pages back. The segments are real files on disk.
     logdir = Path(tempfile.mkdtemp(prefix="ramen-bench-logs-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+    checksum = None if args.checksum == NO_CHECKSUM else checksums.get(args.checksum)
     progress(f"archive bench: {os.cpu_count()} CPUs, {total / 1e6:,.0f} MB per size, segments under {workdir} "
              f"(written to disk, read back from the page cache), log buffers under {logdir}, "
-             f"replay buffer {args.replay_buffer} B, {args.reader} reader, term {args.term_length} B, MTU {args.mtu} B")
+             f"replay buffer {args.replay_buffer} B, {args.reader} reader, term {args.term_length} B, "
+             f"MTU {args.mtu} B, frame checksum {args.checksum}")
     try:
         rows = [measure(size, total, workdir, logdir, runs=args.runs, reader_kind=args.reader,
-                        replay_buffer=args.replay_buffer, term_length=args.term_length, mtu=args.mtu)
+                        replay_buffer=args.replay_buffer, term_length=args.term_length, mtu=args.mtu,
+                        checksum=checksum)
                 for size in SIZES]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

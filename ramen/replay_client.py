@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from ramen import keyspace, paths
 from ramen.archive.coverage import archive_coverage
+from ramen.archive.errors import ArchiveError
 from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, decode_header
 from ramen.program import Program
 from ramen.program.plan import ReplayGapError, ReplayPlan, plan_replay
@@ -44,7 +45,9 @@ replays took 1.0-1.2 s where one takes 0.95 s (1.15-1.24 s before)."""
 
 
 class ReplayFailed(Exception):
-    """The replay could not deliver its result; the message is one line for the user."""
+    """The replay could not deliver its result; the message is one line for the user: a damaged
+    archive met while planning, or the `error` a replayer (naming the file and offset of the damage
+    it met) or the supervisor put into the request."""
 
 
 @dataclass
@@ -65,7 +68,10 @@ class Replay:
         self.site = site
         self.timeout_s = timeout_s
         self.no_merge = no_merge
-        coverage = archive_coverage(paths.archive_dir(site))
+        try:
+            coverage = archive_coverage(paths.archive_dir(site))
+        except ArchiveError as e:  # a damaged catalog: nothing can be planned from it
+            raise ReplayFailed(str(e)) from None
         self.plan: ReplayPlan = plan_replay(target, since_us, until_us, programs, coverage)
         program, _, function = target.partition("/")
         self.function = programs[program].function(function)

@@ -39,8 +39,7 @@ from ramen.archive import checksum as checksums
 from ramen.archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState
 from ramen.archive.coverage import function_channel, function_of_channel
 from ramen.archive.markfile import UPDATE_INTERVAL_MS, ArchiveMarkFile, MarkFileError
-from ramen.archive.recorder import (Recorder, complete_index, continued_recording, log_id_of,
-                                   oldest_kept_position)
+from ramen.archive.recorder import Recorder, continued_recording, log_id_of, oldest_kept_position
 from ramen.archive.segment import SegmentError
 from ramen.transport.counters import CountersFile, CountersFileError
 from ramen.transport.defaults import TETHER_HOLD_S
@@ -51,6 +50,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SEGMENT_LENGTH = 128 * 1024 * 1024
 """Segment file length for new recordings (Aeron's default)."""
+DEFAULT_CHECKSUM = checksums.CRC32C
+"""Frame and descriptor checksum of new recordings, so that damaged payloads are caught by replays
+and `ramen archive verify` (its cost on bench/archive.py: see bench/README.md). `--checksum none`
+records without (as Aeron does by default)."""
+NO_CHECKSUM = "none"
 EXIT_REFUSED = 1
 CONFSERVER_IDENTITY = "supervisor"
 """Who the archiver is to the confserver in follow mode (it only reads worker keys)."""
@@ -61,7 +65,7 @@ LOG_CHECK_INTERVAL_S = 0.2
 class Archiver:
     """The recorders of one archive directory, driven by one duty cycle."""
 
-    def __init__(self, archive_dir: str | Path, counters: CountersFile, *, checksum: str | None = None,
+    def __init__(self, archive_dir: str | Path, counters: CountersFile, *, checksum: str | None = DEFAULT_CHECKSUM,
                  segment_length: int = DEFAULT_SEGMENT_LENGTH, tether_hold_s: float = TETHER_HOLD_S) -> None:
         self.archive_dir = Path(archive_dir)
         self.tether_hold_s = tether_hold_s
@@ -73,8 +77,6 @@ class Archiver:
         try:
             self.catalog = Catalog.open_or_create(self.archive_dir, checksum=self.checksum)
             repaired = self.catalog.refresh_stop_positions(checksum=self.checksum)
-            for recording_id in repaired:
-                complete_index(self.archive_dir, self.catalog.get(recording_id))
         except BaseException:
             self.mark.close()
             raise
@@ -259,8 +261,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--counters", required=True, help="the counters file shared with the writers")
     parser.add_argument("--record", action="append", default=[], metavar="LOG",
                         help="a log buffer to record (repeat for several)")
-    parser.add_argument("--checksum", choices=checksums.NAMES, default=None,
-                        help="checksum every recorded frame and catalog descriptor")
+    parser.add_argument("--checksum", choices=(*checksums.NAMES, NO_CHECKSUM), default=DEFAULT_CHECKSUM,
+                        help=f"checksum of every recorded frame and catalog descriptor (default {DEFAULT_CHECKSUM}; "
+                             f"{NO_CHECKSUM}: none)")
     parser.add_argument("--segment-length", type=int, default=DEFAULT_SEGMENT_LENGTH,
                         help=f"bytes per segment file (default {DEFAULT_SEGMENT_LENGTH})")
     parser.add_argument("--tether-hold", type=float, default=TETHER_HOLD_S, metavar="S",
@@ -290,8 +293,8 @@ def serve(args) -> int:
             return EXIT_REFUSED
     try:
         counters = CountersFile.open(args.counters)
-        archiver = Archiver(args.dir, counters, checksum=args.checksum, segment_length=args.segment_length,
-                            tether_hold_s=args.tether_hold)
+        archiver = Archiver(args.dir, counters, checksum=None if args.checksum == NO_CHECKSUM else args.checksum,
+                            segment_length=args.segment_length, tether_hold_s=args.tether_hold)
     except (MarkFileError, CatalogError, CountersFileError, SegmentError, ValueError) as e:
         if client is not None:
             client.close()

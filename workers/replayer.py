@@ -23,13 +23,15 @@ of the archive's bytes instead of two (the replayer's CPU for an hour of traffic
 replayer's own buffer; a message cut by a chunk's end is carried over to the next chunk rather
 than read again, and the zero body of a PAD frame (never stored) is skipped. Either way every byte
 of the range is consumed exactly once: the `replayer <id> bytes read` counter ends at the sum of
-the ranges' lengths. Frames are checked as they are walked (length, term offset, fragments in
-order, and the checksum when the archive keeps one); a bad one is an error naming the recording
-and position.
+the ranges' lengths. Frames are checked as they are walked (length, type, term offset and term id,
+fragments in order, and the checksum when the archive keeps one), the data must reach the range's
+end, and each recording's descriptor must be sound (its checksum too): damage is an error naming
+the recording, the file and the offset, never a replay that hangs or comes back short.
 
 Run it as `python -m workers.replayer --site SITE --id ID` with $RAMEN_CONFSERVER (and
-$RAMEN_CONFSERVER_AUTH, $RAMEN_DIR) set. Errors are one line on stderr and exit 1; SIGTERM stops
-it with exit 0.
+$RAMEN_CONFSERVER_AUTH, $RAMEN_DIR) set. Errors are one line on stderr and exit 1; the same line
+goes into the `error` of each replay it serves (`replays/<channel>`), so that the client prints it
+at once (the supervisor, seeing the exit, keeps the first error). SIGTERM stops it with exit 0.
 """
 
 from __future__ import annotations
@@ -53,12 +55,13 @@ import pyarrow.compute as pc
 from ramen import keyspace, paths
 from ramen import message as msg
 from ramen.archive import checksum as checksums
-from ramen.archive.catalog import NULL_POSITION, Catalog, CatalogError, RecordingDescriptor
+from ramen.archive.catalog import NULL_POSITION, Catalog, RecordingDescriptor, layout_problem
 from ramen.archive.coverage import RecordingRange, recordings_for
+from ramen.archive.errors import ArchiveError
 from ramen.archive.recorder import recording_position
 from ramen.archive.replay import FAILED, REPLAY_BUFFER_LENGTH, ReplaySession, replay_log_params
-from ramen.archive.segment import SegmentError, SegmentReader
-from ramen.archive.time_index import TimeIndex, TimeIndexError, index_path
+from ramen.archive.segment import SegmentError, SegmentReader, frame_problem
+from ramen.archive.time_index import TimeIndex, index_path
 from ramen.memory import freeze_startup_objects, retain_freed_memory
 from ramen.program import Program, split_qualified
 from ramen.transport import frame
@@ -66,6 +69,7 @@ from ramen.transport.counters import CountersFile, CountersFileError
 from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH
 from ramen.transport.idle import BackoffIdleStrategy
 from ramen.transport.logbuffer import LogBuffer, LogBufferError, LogBufferParams, compute_max_message_length
+from ramen.transport.position import int32
 from ramen.transport.publication import ExclusivePublication
 from ramen.transport.status import ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED
 from ramen.tuples import encode_tuples, end_of_replay, tuple_count
@@ -97,6 +101,7 @@ SOURCE_MASK = 0xFFFFFFFF
 """The message header's source field is a u32: the low 32 bits of the replayer id."""
 
 _FRAME_HEADER = struct.Struct("<iBBHi")  # length, version, flags, type, term offset
+_TERM_ID = struct.Struct("<i")
 _INT32 = struct.Struct("<i")
 _ALIGN_UP = frame.FRAME_ALIGNMENT - 1
 _ALIGN_MASK = -frame.FRAME_ALIGNMENT
@@ -165,15 +170,9 @@ class ReplayerSpec:
 
 def archive_checksum(catalog: Catalog, recording_id: int) -> checksums.Checksum | None:
     """The algorithm of an archive's checksums, found from a descriptor's stored checksum (the
-    archiver uses one algorithm for frames and descriptors); None when the archive keeps none."""
-    descriptor = catalog.get(recording_id)
-    if descriptor.checksum == 0:
-        return None
-    for name in checksums.NAMES:
-        algorithm = checksums.get(name)
-        if catalog.compute_descriptor_checksum(recording_id, algorithm) == descriptor.checksum:
-            return algorithm
-    return None
+    archiver uses one algorithm for frames and descriptors); None when the archive keeps none.
+    A checksum no algorithm gives (a damaged descriptor) is a CatalogError naming the entry."""
+    return catalog.descriptor_checksum(recording_id)
 
 
 class RecordingReader:
@@ -248,9 +247,10 @@ class RecordingReader:
         term_end = (read_at | (self.term_length - 1)) + 1
         want = min(len(view) - self._filled, term_end - read_at, limit - read_at)
         try:
-            got = self._reader.read(read_at, view[self._filled:self._filled + want])
+            # Everything below the limit was recorded: bytes a segment file does not hold are lost.
+            got = self._reader.read(read_at, view[self._filled:self._filled + want], must_exist=True)
         except SegmentError as e:
-            raise ReplayerError(str(e)) from None
+            raise ReplayerError(f"recording {self.recording_id}: {e}") from None
         self._last_growth_s = time.monotonic()
         return self._walk(self._filled + got)
 
@@ -262,23 +262,23 @@ class RecordingReader:
         messages = []
         offset = 0
         begin = None  # where the message being walked starts
+        mtu_length = self.descriptor.mtu_length
+        # A read never crosses a term end (nor does a message it carries over): one term per walk.
+        term_id = int32(self.descriptor.initial_term_id + (base >> (self.term_length.bit_length() - 1)))
         while offset + frame.HEADER_LENGTH <= end:
             length, _, flags, frame_type, term_offset = unpack(buffer, offset)
             position = base + offset
-            if length <= 0:
-                if self.stop is None:
-                    break  # an active recording's edge: written up to here so far
-                raise ReplayerError(f"recording {self.recording_id}: no frame at position {position} "
-                                    f"before the end of the range ({self.stop}): segment truncated or zeroed")
             aligned = (length + _ALIGN_UP) & _ALIGN_MASK
             term_end = (position | mask) + 1
-            if length < frame.HEADER_LENGTH or term_offset != position & mask or position + aligned > term_end:
-                raise ReplayerError(f"recording {self.recording_id}: corrupt frame at position {position} "
-                                    f"(length {length}, term offset {term_offset})")
+            # Checked before the length is trusted; what was read lies below the limit, so was
+            # recorded: a length <= 0 there is damage, even in an active recording.
+            if length < frame.HEADER_LENGTH or position + aligned > term_end or frame_type > frame.HDR_TYPE_DATA \
+                    or term_offset != position & mask or (frame_type == frame.HDR_TYPE_DATA and length > mtu_length) \
+                    or _TERM_ID.unpack_from(buffer, offset + frame.TERM_ID_OFFSET)[0] != term_id:
+                self._bad_frame(buffer, offset, position)
             if frame_type == frame.HDR_TYPE_PAD:
                 if begin is not None:
-                    raise ReplayerError(f"recording {self.recording_id}: padding inside a message at position "
-                                        f"{position}")
+                    raise self._error(position, f"padding inside the message begun at position {base + begin}")
                 offset += aligned  # its body is not stored; reading resumes after it
                 if offset >= end:
                     break
@@ -288,12 +288,15 @@ class RecordingReader:
             if self.checksum is not None:
                 stored = _INT32.unpack_from(buffer, offset + frame.SESSION_ID_OFFSET)[0]
                 if self.checksum.compute(view[offset + frame.HEADER_LENGTH:offset + aligned]) != stored:
-                    raise ReplayerError(f"recording {self.recording_id}: checksum mismatch at position {position}")
+                    raise self._error(position, f"checksum mismatch: the {self.checksum.name} of the payload does "
+                                                f"not match the frame's (damaged data)")
             if flags & frame.BEGIN_FLAG:
+                if begin is not None:
+                    raise self._error(position, f"a message begins inside the one begun at position {base + begin}, "
+                                                f"which never ended")
                 begin = offset
             elif begin is None:
-                raise ReplayerError(f"recording {self.recording_id}: fragment without a beginning at position "
-                                    f"{position}")
+                raise self._error(position, "fragment without a beginning")
             offset += aligned
             if flags & frame.END_FLAG:
                 messages.append(view[begin:offset])
@@ -306,6 +309,21 @@ class RecordingReader:
                     self.done = True  # past `until` by more than the disorder: nothing wanted follows
                     break
         return messages
+
+    def _error(self, position: int, problem: str) -> ReplayerError:
+        return ReplayerError(f"recording {self.recording_id}: {self._reader.where(position)} (position {position}): "
+                             f"{problem}")
+
+    def _bad_frame(self, buffer, offset: int, position: int) -> None:
+        length, _, _, frame_type, term_offset = _FRAME_HEADER.unpack_from(buffer, offset)
+        if length <= 0:
+            problem = f"frame length {length}: no frame where the recording holds data (zeroed or damaged)"
+        else:
+            problem = frame_problem(position, length, frame_type, term_offset,
+                                    _TERM_ID.unpack_from(buffer, offset + frame.TERM_ID_OFFSET)[0],
+                                    term_length=self.term_length, initial_term_id=self.descriptor.initial_term_id,
+                                    mtu_length=self.descriptor.mtu_length)
+        raise self._error(position, f"corrupt frame: {problem}")
 
     def _advance(self, offset: int, end: int) -> None:
         """Move the unconsumed tail (a partial message) to the front of the other buffer, leaving
@@ -463,11 +481,13 @@ class Replayer:
                 frame_length = first_length if offset == 0 else _INT32.unpack_from(window, offset)[0]
                 flags, frame_type = _FLAGS_TYPE.unpack_from(window, offset + frame.FLAGS_OFFSET)
                 if frame_type == frame.HDR_TYPE_PAD and frames:
-                    raise ReplayerError(f"recording {self.in_place.descriptor.recording_id}: padding inside a "
-                                        f"message at position {position + offset}")
+                    raise self._in_place_error(position + offset, f"padding inside the message begun at position "
+                                                                  f"{position + start}")
                 if frame_type != frame.HDR_TYPE_PAD and not frames and not flags & frame.BEGIN_FLAG:
-                    raise ReplayerError(f"recording {self.in_place.descriptor.recording_id}: fragment without a "
-                                        f"beginning at position {position + offset}")
+                    raise self._in_place_error(position + offset, "fragment without a beginning")
+                if frames and flags & frame.BEGIN_FLAG:
+                    raise self._in_place_error(position + offset, f"a message begins inside the one begun at "
+                                                                  f"position {position + start}, which never ended")
                 frames.append((offset, frame_length))
                 offset += (frame_length + _ALIGN_UP) & _ALIGN_MASK
                 if frame_type == frame.HDR_TYPE_PAD or flags & frame.END_FLAG:
@@ -501,6 +521,11 @@ class Replayer:
             self.stats.rows_out += rows
             self.stats.channels[c.channel] += rows
         return first_length
+
+    def _in_place_error(self, position: int, problem: str) -> ReplayerError:
+        session = self.in_place
+        return ReplayerError(f"recording {session.descriptor.recording_id}: {session.where(position)} (position "
+                             f"{position}): {problem}")
 
     def _pad(self, window: memoryview, start: int, end: int, first_length: int) -> int:
         """Turn window[start:end] into one PAD frame (readers skip it); returns the block's first
@@ -684,24 +709,35 @@ def open_readers(spec: ReplayerSpec, counters: CountersFile) -> list[RecordingRe
     archive_dir = Path(spec.archive_dir)
     try:
         ranges: list[RecordingRange] = recordings_for(archive_dir, spec.source, spec.since_us, spec.until_us)
-    except (CatalogError, TimeIndexError, OSError) as e:
+    except ArchiveError as e:
+        raise ReplayerError(str(e)) from None
+    except OSError as e:
         raise ReplayerError(f"{archive_dir}: {e}") from None
     if not ranges:
         raise ReplayerError(f"no recording of {spec.source} in {archive_dir} covers "
                             f"[{spec.since_us}, {spec.until_us}) µs")
     readers = []
-    with Catalog.open(archive_dir) as catalog:
-        for r in ranges:
-            descriptor = catalog.get(r.recording_id)
-            checksum = checksums.get(spec.checksum) if spec.checksum else archive_checksum(catalog, r.recording_id)
-            follow = done_at = None
-            if r.stop_position is None:
-                follow = recording_position(counters, r.recording_id)
-                index = TimeIndex.open(index_path(archive_dir, r.recording_id), r.recording_id)
-                done_at = spec.until_us + index.disorder_us
-                index.close()
-            readers.append(RecordingReader(archive_dir, descriptor, r.start_position, r.stop_position,
-                                           checksum=checksum, follow=follow, done_at_min_time_us=done_at))
+    try:
+        with Catalog.open(archive_dir) as catalog:
+            for r in ranges:
+                descriptor = catalog.get(r.recording_id)
+                problem = layout_problem(descriptor)
+                if problem is not None:
+                    raise ReplayerError(f"{catalog.where(r.recording_id)}: recording {r.recording_id}: {problem} "
+                                        f"(damaged descriptor)")
+                checksum = checksums.get(spec.checksum) if spec.checksum else archive_checksum(catalog, r.recording_id)
+                follow = done_at = None
+                if r.stop_position is None:
+                    follow = recording_position(counters, r.recording_id)
+                    index = TimeIndex.open(index_path(archive_dir, r.recording_id), r.recording_id)
+                    done_at = spec.until_us + index.disorder_us
+                    index.close()
+                readers.append(RecordingReader(archive_dir, descriptor, r.start_position, r.stop_position,
+                                               checksum=checksum, follow=follow, done_at_min_time_us=done_at))
+    except (ArchiveError, ReplayerError) as e:
+        for reader in readers:
+            reader.close()
+        raise ReplayerError(str(e)) from None
     return readers
 
 
@@ -757,6 +793,33 @@ def replay(client, site: str, replayer_id: int, stop: threading.Event,
     if spec is None:
         log.info("replayer %d: no replay came within %g s", replayer_id, wait_for_key_s)
         return None
+    try:
+        return _replay(client, site, replayer_id, spec, stop)
+    except ArchiveError as e:  # one a reader did not name as ours (all of them should)
+        error = ReplayerError(str(e))
+    except ReplayerError as e:
+        error = e
+    report_failure(client, spec, f"replayer {replayer_id} of {spec.source}: {error}")
+    raise error
+
+
+def report_failure(client, spec: ReplayerSpec, message: str) -> None:
+    """Put the replayer's one-line error into each replay it serves, unless one is there already:
+    the client prints it and exits at once, and the supervisor keeps this first error when it sees
+    the replayer exit."""
+    from confserver.errors import ConfError
+    for c in spec.channels:
+        key = keyspace.replay_key(c.channel)
+        try:
+            entry = client.get_or_none(key)
+            if entry is None or not isinstance(entry.value, dict) or entry.value.get("error"):
+                continue
+            client.update(key, dict(entry.value, error=message), version=entry.version)
+        except ConfError as e:  # gone or changed meanwhile: the supervisor reports the exit anyway
+            log.warning("replayer %d: cannot set the error of %s: %s", spec.id, key, e)
+
+
+def _replay(client, site: str, replayer_id: int, spec: ReplayerSpec, stop: threading.Event) -> ReplayerStats | None:
     function = load_function(client, spec.source)
     try:
         counters = CountersFile.open(paths.counters_path())

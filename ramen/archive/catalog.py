@@ -20,6 +20,12 @@ change leaves it valid). An entry whose length is <= 0 ends the list.
 Updates are plain stores into a shared mapping of the file, which the OS keeps if the process is
 killed; flush() (or sync=True) makes them durable against power loss too. A new entry's length is
 stored last, so a reader (or a restart) never sees half an entry.
+
+ramen finds an archive's checksum algorithm from each descriptor's stored checksum (the archiver
+uses one algorithm for frames and descriptors): an update keeps the algorithm the descriptor was
+made with (none stays none), whatever the catalog was opened with, and `descriptor_checksum`
+names a descriptor whose checksum matches no algorithm as damaged. Problems name the catalog file
+and the offset of the entry or field.
 """
 
 from __future__ import annotations
@@ -34,9 +40,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from ramen.archive import checksum as checksums
 from ramen.archive import segment
 from ramen.archive.checksum import Checksum
+from ramen.archive.errors import ArchiveError
 from ramen.transport.frame import FRAME_ALIGNMENT, align
+from ramen.transport.position import max_possible_position
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +109,7 @@ class RecordingState(enum.IntEnum):
     DELETED = 2
 
 
-class CatalogError(Exception):
+class CatalogError(ArchiveError):
     """A catalog that cannot be used or a request it cannot satisfy; the message names the file."""
 
 
@@ -171,6 +180,26 @@ class RecordingDescriptor:
             "sourceIdentity": self.source_identity,
             "state": self.state.name,
         }
+
+
+def layout_problem(d: RecordingDescriptor) -> str | None:
+    """What makes a descriptor's numbers unusable to read its recording (lengths, positions), or
+    None: a damaged descriptor is named before anyone reads segments, or memory, by its numbers."""
+    try:
+        segment.check_segment_file_length(d.segment_file_length, d.term_buffer_length)
+        segment.check_mtu_length(d.mtu_length, d.term_buffer_length)
+    except ValueError as e:
+        return str(e)
+    start, stop = d.start_position, d.stop_position
+    if start < 0 or start & (FRAME_ALIGNMENT - 1):
+        return f"start position {start} is not a non-negative multiple of {FRAME_ALIGNMENT}"
+    if stop != NULL_POSITION and (stop < start or stop & (FRAME_ALIGNMENT - 1)):
+        return f"stop position {stop} is not an aligned position at or after the start position {start}"
+    largest = max_possible_position(d.term_buffer_length)
+    if max(start, stop) > largest:
+        return (f"{'stop' if stop > start else 'start'} position {max(start, stop)} is past the largest position a "
+                f"stream of {d.term_buffer_length}-byte terms reaches ({largest})")
+    return None
 
 
 def descriptor_frame_length(stripped_channel: str, original_channel: str, source_identity: str,
@@ -373,6 +402,27 @@ class Catalog:
     def start_position(self, recording_id: int) -> int:
         return self._i64[(self._offset(recording_id) + DESCRIPTOR_HEADER_LENGTH + START_POSITION_OFFSET) >> 3]
 
+    def entry_offset(self, recording_id: int) -> int:
+        """Where the recording's entry (its RecordingDescriptorHeader) starts in the file."""
+        return self._offset(recording_id)
+
+    def where(self, recording_id: int) -> str:
+        """`<catalog> entry at offset <o>`: where a recording's descriptor lies, for messages."""
+        return f"{self.path} entry at offset {self._offset(recording_id)}"
+
+    def descriptor_checksum(self, recording_id: int) -> Checksum | None:
+        """The algorithm the recording's descriptor checksum was made with, so also its frames'
+        (None: the recording has no checksums). A stored checksum that no algorithm gives is a
+        damaged descriptor: CatalogError naming the entry."""
+        stored = self.get(recording_id).checksum
+        if stored == 0:
+            return None
+        algorithm = self._matching_algorithm(self._offset(recording_id), stored)
+        if algorithm is None:
+            raise CatalogError(f"{self.where(recording_id)}: recording {recording_id}'s descriptor checksum {stored} "
+                               f"matches none of {', '.join(checksums.NAMES)} over its contents (damaged descriptor)")
+        return algorithm
+
     def compute_descriptor_checksum(self, recording_id: int, checksum: Checksum) -> int:
         """What `checksum` gives over this entry's descriptor bytes (to compare with the stored one)."""
         offset = self._offset(recording_id)
@@ -435,9 +485,10 @@ class Catalog:
         offset = self._offset(recording_id)
         start = offset + DESCRIPTOR_HEADER_LENGTH
         self._check_stop(recording_id, start, stop_position)
+        algorithm = self._algorithm_of(offset)
         self._i64[(start + STOP_TIMESTAMP_OFFSET) >> 3] = epoch_ms() if stop_timestamp is None else stop_timestamp
         self._i64[(start + STOP_POSITION_OFFSET) >> 3] = stop_position
-        self._update_checksum(offset)
+        self._update_checksum(offset, algorithm)
         self._after_write()
 
     def set_stop_position(self, recording_id: int, stop_position: int) -> None:
@@ -446,8 +497,9 @@ class Catalog:
         offset = self._offset(recording_id)
         start = offset + DESCRIPTOR_HEADER_LENGTH
         self._check_stop(recording_id, start, stop_position)
+        algorithm = self._algorithm_of(offset)
         self._i64[(start + STOP_POSITION_OFFSET) >> 3] = stop_position
-        self._update_checksum(offset)
+        self._update_checksum(offset, algorithm)
         self._after_write()
 
     def set_start_position(self, recording_id: int, start_position: int) -> None:
@@ -461,8 +513,9 @@ class Catalog:
         if stop != NULL_POSITION and start_position > stop:
             raise ValueError(f"recording {recording_id}: start position {start_position} is past the stop "
                              f"position {stop}")
+        algorithm = self._algorithm_of(offset)
         self._i64[(start + START_POSITION_OFFSET) >> 3] = start_position
-        self._update_checksum(offset)
+        self._update_checksum(offset, algorithm)
         self._after_write()
 
     def change_state(self, recording_id: int, state: RecordingState) -> None:
@@ -492,8 +545,21 @@ class Catalog:
             self.recording_stopped(d.recording_id, stop)
             log.warning("%s: recording %d had no stop position (unclean shutdown); recovered %d from its segments",
                         self.path, d.recording_id, stop)
+            self._catch_up_index(d.recording_id)
             fixed.append(d.recording_id)
         return fixed
+
+    def _catch_up_index(self, recording_id: int) -> None:
+        """An unclean shutdown also loses the time index entries not flushed yet (or leaves a torn
+        flush): reopening the index validates it and adds what the segments hold past its end."""
+        from ramen.archive.time_index import TimeIndexError, TimeIndexWriter, index_path
+        path = index_path(self.path.parent, recording_id)
+        if not path.exists():
+            return
+        try:
+            TimeIndexWriter(path, recording_id, descriptor=self.get(recording_id)).close()
+        except (TimeIndexError, OSError) as e:
+            log.warning("%s: cannot bring it up to date with recording %d's segments: %s", path, recording_id, e)
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -515,10 +581,31 @@ class Catalog:
         with memoryview(self._mm) as view:
             return self.checksum.compute(view[start:start + length])
 
-    def _update_checksum(self, offset: int) -> None:
-        if self.checksum is not None:
+    def _algorithm_of(self, offset: int) -> Checksum | None:
+        """The algorithm an entry's stored checksum was made with, found before an update changes
+        the descriptor (None: no checksum, or one that matches none: left as it is)."""
+        stored = _DESCRIPTOR_HEADER.unpack_from(self._mm, offset)[2]
+        return None if stored == 0 else self._matching_algorithm(offset, stored)
+
+    def _matching_algorithm(self, offset: int, stored: int) -> Checksum | None:
+        length = _DESCRIPTOR_HEADER.unpack_from(self._mm, offset)[0]
+        start = offset + DESCRIPTOR_HEADER_LENGTH
+        candidates = [self.checksum] if self.checksum is not None else []
+        candidates += [checksums.get(name) for name in checksums.NAMES if self.checksum is None or
+                       name != self.checksum.name]
+        with memoryview(self._mm) as view:
+            for algorithm in candidates:
+                if algorithm.compute(view[start:start + length]) == stored:
+                    return algorithm
+        return None
+
+    def _update_checksum(self, offset: int, algorithm: Checksum | None) -> None:
+        """Recompute an updated descriptor's checksum with the algorithm it had (see _algorithm_of)."""
+        if algorithm is not None:
             length = _DESCRIPTOR_HEADER.unpack_from(self._mm, offset)[0]
-            value = self._checksum_of(offset + DESCRIPTOR_HEADER_LENGTH, length)
+            with memoryview(self._mm) as view:
+                value = algorithm.compute(view[offset + DESCRIPTOR_HEADER_LENGTH:offset + DESCRIPTOR_HEADER_LENGTH
+                                               + length])
             struct.pack_into("<i", self._mm, offset + CHECKSUM_OFFSET, value)
 
     def _after_write(self) -> None:
@@ -634,16 +721,17 @@ class Catalog:
 def _check_header(path: Path, header: bytes) -> None:
     version, length, next_id, alignment = _CATALOG_HEADER.unpack_from(header, 0)
     if (version >> 16) != MAJOR_VERSION:
-        raise CatalogError(f"{path}: not an Aeron Archive catalog of version {MAJOR_VERSION}.x "
+        raise CatalogError(f"{path} offset {VERSION_OFFSET}: not an Aeron Archive catalog of version {MAJOR_VERSION}.x "
                            f"(header version field {version_string(version)}; garbage or another format)")
     if alignment != 0:
         if length != CATALOG_HEADER_LENGTH:
-            raise CatalogError(f"{path}: catalog header length {length}, expected {CATALOG_HEADER_LENGTH} (damaged)")
+            raise CatalogError(f"{path} offset {LENGTH_OFFSET}: catalog header length {length}, expected "
+                               f"{CATALOG_HEADER_LENGTH} (damaged)")
         if alignment < FRAME_ALIGNMENT or alignment & (alignment - 1):
-            raise CatalogError(f"{path}: catalog alignment {alignment} is not a power of two >= {FRAME_ALIGNMENT} "
-                               f"(damaged)")
+            raise CatalogError(f"{path} offset {ALIGNMENT_OFFSET}: catalog alignment {alignment} is not a power of "
+                               f"two >= {FRAME_ALIGNMENT} (damaged)")
     if next_id < 0:
-        raise CatalogError(f"{path}: nextRecordingId {next_id} is negative (damaged)")
+        raise CatalogError(f"{path} offset {NEXT_RECORDING_ID_OFFSET}: nextRecordingId {next_id} is negative (damaged)")
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -36,6 +36,12 @@ class Checksum:
     def compute(self, data) -> int:
         return to_int32(self._crc(data))
 
+    @property
+    def unsigned(self) -> Callable[[object], int]:
+        """The CRC as an unsigned 32-bit value, without the conversion: for loops over many frames,
+        compared with the stored fields read as unsigned."""
+        return self._crc
+
     def __str__(self) -> str:
         return self.name
 
@@ -59,3 +65,9 @@ def get(name: str) -> Checksum:
 def optional(name: str | None) -> Checksum | None:
     """`get(name)`, or None when no checksum is configured."""
     return None if name is None else get(name)
+
+
+def crc32c_extend(data, previous: int = 0) -> int:
+    """The unsigned CRC-32C of what `previous` was the CRC of, followed by `data`: how ramen's own
+    files (the time index) keep a checksum of a file that grows, at the cost of what is added."""
+    return _crc32c.crc32c(data, previous)

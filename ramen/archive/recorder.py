@@ -25,8 +25,8 @@ from ramen import message
 from ramen.processes import pid_alive
 from ramen.archive.catalog import NULL_POSITION, NULL_TIMESTAMP, Catalog, RecordingDescriptor, epoch_ms
 from ramen.archive.checksum import Checksum
-from ramen.archive.segment import SegmentReader, SegmentWriter, segment_file_base_position, segment_file_name
-from ramen.archive.time_index import TimeIndex, TimeIndexWriter, index_path
+from ramen.archive.segment import SegmentWriter, segment_file_base_position, segment_file_name
+from ramen.archive.time_index import TimeIndexWriter, index_path
 from ramen.transport import frame
 from ramen.transport import counters as ctr
 from ramen.transport.counters import CountersFile
@@ -83,8 +83,8 @@ class Recorder:
         self.writer = SegmentWriter(self.archive_dir, self.recording_id, start_position,
                                     log_buffer.term_length, segment_length, checksum=checksum,
                                     position=join_position)
-        self.index = TimeIndexWriter(index_path(self.archive_dir, self.recording_id), self.recording_id) \
-            if index_event_time else None
+        self.index = TimeIndexWriter(index_path(self.archive_dir, self.recording_id), self.recording_id,
+                                     descriptor=extend) if index_event_time else None
         key = RECORDING_KEY.pack(self.recording_id, log_buffer.session_id)
         _free_dead_recording_positions(counters, self.recording_id)
         self.position_counter = counters.allocate(
@@ -199,40 +199,6 @@ def oldest_kept_position(log_buffer: LogBuffer) -> int:
     """The oldest position from which a log surely holds every frame up to its tail: the start of
     the term before the active one (never cleaned, publication.CLEAN_LAG_TERMS)."""
     return max(0, log_buffer.active_term_count - 1) << log_buffer.position_bits_to_shift
-
-
-def complete_index(archive_dir, descriptor: RecordingDescriptor) -> int:
-    """Index the messages of a stopped recording that its time index is missing: those a killed
-    recorder wrote to its segments but not yet to its index (it writes the index out every
-    INDEX_FLUSH_INTERVAL_S). Without them the archive's coverage would end before its data does,
-    and replays of the end would be refused. Returns how many messages were indexed."""
-    path = index_path(archive_dir, descriptor.recording_id)
-    if not path.exists() or descriptor.stop_position == NULL_POSITION:
-        return 0
-    index = TimeIndex.open(path, descriptor.recording_id)
-    try:
-        last = int(index.entries["position"][-1]) if len(index) else None
-    finally:
-        index.close()
-    added = 0
-    writer = TimeIndexWriter(path, descriptor.recording_id)
-    try:
-        with SegmentReader.for_recording(archive_dir, descriptor) as reader:
-            for found in reader.frames(last if last is not None else descriptor.start_position,
-                                       descriptor.stop_position):
-                if found.position == last or not found.is_data or not found.flags & frame.BEGIN_FLAG:
-                    continue
-                bounds = message.event_time_bounds(found.buffer[:found.offset + found.length],
-                                                   found.offset + frame.HEADER_LENGTH)
-                if bounds is not None:
-                    writer.append(found.position, *bounds)
-                    added += 1
-    finally:
-        writer.close()
-    if added:
-        log.warning("recording %d: indexed %d messages its recorder had not indexed when it stopped",
-                    descriptor.recording_id, added)
-    return added
 
 
 def _free_dead_recording_positions(counters: CountersFile, recording_id: int) -> None:

@@ -14,6 +14,12 @@ frames keep their term offsets, and the session reads straight into the log's te
 invisible to readers until its first frame's length, kept aside meanwhile, is stored last. The
 publication is best an InPlacePublication, which spares the cleaning behind the readers that
 nothing written this way needs (any ExclusivePublication works).
+
+Damage never stalls a replay nor gets through it: every frame's length, type, term offset and
+term id are checked before its length is trusted (by the vectorised scan for blocks of many frames,
+frame by frame otherwise), the data up to the stop (or the live position) must be there (a segment
+file that ends before it is truncated, a zero length before it is damaged), and the session fails
+with an error naming the recording, the segment file and the offset.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ import numpy as np
 
 from ramen.archive.catalog import NULL_POSITION, RecordingDescriptor
 from ramen.archive.checksum import Checksum
-from ramen.archive.segment import SegmentError, SegmentReader
+from ramen.archive.errors import ArchiveError
+from ramen.archive.segment import SegmentError, SegmentReader, frame_problem
 from ramen.archive.time_index import TimeIndex, index_path
 from ramen.transport import frame
 from ramen.transport.counters import Counter
@@ -52,12 +59,14 @@ SCAN_SLOTS_PER_STEP = 400
 
 _FRAME_START = struct.Struct("<iBBH")  # length, version, flags, type
 _WALKED = struct.Struct("<iBBHi")  # the same and the term offset: what the walk reads of a header
+_TERM_ID = struct.Struct("<i")
 _INT32 = struct.Struct("<i")
 _IDS = struct.Struct("<ii")  # sessionId, streamId: adjacent in the header
 _ALIGN_UP = frame.FRAME_ALIGNMENT - 1
 _ALIGN_MASK = -frame.FRAME_ALIGNMENT
 _SLOT_WORDS = frame.FRAME_ALIGNMENT // 4  # int32 words per 32-byte slot
 _TERM_OFFSET_WORD = frame.TERM_OFFSET_OFFSET // 4
+_TERM_ID_WORD = frame.TERM_ID_OFFSET // 4
 _KIND_WORD = frame.VERSION_OFFSET // 4  # version u8, flags u8, type u16
 _END_IN_KIND = frame.END_FLAG << 8 * (frame.FLAGS_OFFSET - frame.VERSION_OFFSET)
 _TYPE_SHIFT = 8 * (frame.TYPE_OFFSET - frame.VERSION_OFFSET)
@@ -66,8 +75,9 @@ _TYPE_SHIFT = 8 * (frame.TYPE_OFFSET - frame.VERSION_OFFSET)
 REPLAYING, DONE, FAILED = "replaying", "done", "failed"
 
 
-class ReplayError(ValueError):
-    """A replay that cannot start or go on, with a message naming the recording and position."""
+class ReplayError(ArchiveError, ValueError):
+    """A replay that cannot start or go on, with a message naming the recording and position (and,
+    for damaged data, the segment file and offset)."""
 
 
 @dataclass
@@ -276,14 +286,23 @@ class ReplaySession:
         started = time.perf_counter_ns()
         try:
             fd, file_offset = self._reader.file_at(position + carry)
+            if carry == 0:
+                read = os.preadv(fd, [self._head_view, window[4:room]], file_offset)
+                self._first_length = int.from_bytes(self._head, "little", signed=True) if read >= 4 else 0
+            else:
+                read = os.preadv(fd, [window[carry:room]], file_offset)
         except SegmentError as e:
             raise ReplayError(f"recording {self.descriptor.recording_id}: {e}") from None
-        if carry == 0:
-            read = os.preadv(fd, [self._head_view, window[4:room]], file_offset)
-            self._first_length = int.from_bytes(self._head, "little", signed=True) if read >= 4 else 0
-        else:
-            read = os.preadv(fd, [window[carry:room]], file_offset)
+        except OSError as e:
+            raise ReplayError(f"recording {self.descriptor.recording_id}: {self._reader.where(position + carry)}: "
+                              f"cannot read: {e.strerror}") from None
         self.stats.record(read, time.perf_counter_ns() - started)
+        if read < room - carry:
+            # Everything below the limit was recorded: a file that ends before it lost its end.
+            at = position + carry + read
+            raise ReplayError(f"recording {self.descriptor.recording_id}: {self._reader.where(at)} (position {at}): "
+                              f"the segment file ends at offset {self._reader.file_size(at)}, before position "
+                              f"{position + room} that the recording holds (truncated)")
         return read
 
     def _clear_past(self, end: int, length: int) -> None:
@@ -319,27 +338,30 @@ class ReplaySession:
         starts = self._candidate_frames(slots)
         if len(starts) == 0 or starts[0] != 0:
             return self._whole_messages_walk(length, at_stop)
-        frame_lengths = self._words[starts >> 2]
-        frame_lengths[0] = self._first_length
-        framed = frame_lengths >= frame.HEADER_LENGTH
+        # Each candidate's whole header in one gather (a copy): length, kind and term id are columns.
+        headers = self._words[:slots * _SLOT_WORDS].reshape(slots, _SLOT_WORDS)[starts >> 5]
+        headers[0, 0] = self._first_length
+        framed = headers[:, 0] >= frame.HEADER_LENGTH
         if not framed.all():  # a look-alike with an impossible length is no candidate
-            starts, frame_lengths = starts[framed], frame_lengths[framed]
+            starts, headers = starts[framed], headers[framed]
             if len(starts) == 0 or starts[0] != 0:
                 return self._whole_messages_walk(length, at_stop)
+        frame_lengths = headers[:, 0]
         ends = starts + ((frame_lengths.astype(np.int64) + _ALIGN_UP) & _ALIGN_MASK)
-        if not np.array_equal(ends[:-1], starts[1:]):
+        # Version, flags and type share one word.
+        kinds = headers[:, _KIND_WORD]
+        types = kinds >> _TYPE_SHIFT
+        if not np.array_equal(ends[:-1], starts[1:]) or not self._headers_fit(headers, types):
             # Either a header look-alike inside a payload, or the data ends (zeros) and an old
-            # frame lies beyond: the walk tells which.
+            # frame lies beyond, or a damaged header: the walk tells which (and names the damage).
             return self._whole_messages_walk(length, at_stop)
         count = int(np.searchsorted(ends, length, side="right"))  # the frames read whole
         if count == 0:
             return 0, [], 0
         starts, ends = starts[:count], ends[:count]
         complete = int(ends[-1])
-        # Version, flags and type share one word: one gather for all three.
-        kinds = self._words[(starts >> 2) + _KIND_WORD]
         # A message ends at an END fragment; padding (a term's end) stands alone.
-        message_ends = np.flatnonzero((kinds & _END_IN_KIND) | ((kinds >> _TYPE_SHIFT) == frame.HDR_TYPE_PAD))
+        message_ends = np.flatnonzero((kinds[:count] & _END_IN_KIND) | (types[:count] == frame.HDR_TYPE_PAD))
         if len(message_ends) == 0:
             if self._window_is_full(length) or at_stop:
                 # One message larger than the buffer, or cut by the stop: its fragments go as they come.
@@ -347,6 +369,22 @@ class ReplaySession:
             return 0, [], complete
         last = int(message_ends[-1])
         return int(ends[last]), starts[:last + 1], complete
+
+    def _headers_fit(self, headers: np.ndarray, types: np.ndarray) -> bool:
+        """Whether the chained frames' types, term ids and lengths are those of their place (a
+        block lies in one term); if not, the walk names the first that is not."""
+        if (types & ~1).any():  # neither PAD (0) nor DATA (1)
+            return False
+        if (headers[:, _TERM_ID_WORD] != self._term_id).any():
+            return False
+        mtu = self.descriptor.mtu_length
+        lengths = headers[:, 0]
+        return lengths.max() <= mtu or not ((lengths > mtu) & (types == frame.HDR_TYPE_DATA)).any()
+
+    @property
+    def _term_id(self) -> int:
+        """The term id every frame of the block being read must carry (a block lies in one term)."""
+        return term_id_of(self.position, self.term_length.bit_length() - 1, self.descriptor.initial_term_id)
 
     def _candidate_frames(self, slots: int) -> np.ndarray:
         """Offsets of the slots whose term offset field holds the slot's own term offset: one
@@ -368,19 +406,24 @@ class ReplaySession:
         frames: list[int] = []
         boundary_frames = 0
         term_offset_of_block = self.position & (self.term_length - 1)
+        term_id = self._term_id
+        mtu_length = self.descriptor.mtu_length
+        term_end = self.term_length - term_offset_of_block  # from the block's start
         while offset + frame.HEADER_LENGTH <= length:
             if max_frames is not None and len(frames) == max_frames:
                 return None
             frame_length, _, flags, frame_type, term_offset = _WALKED.unpack_from(window, offset)
             if offset == 0:
                 frame_length = self._first_length
-            if frame_length <= 0:
-                break  # not yet written: an active recording's edge
             aligned = (frame_length + _ALIGN_UP) & _ALIGN_MASK
+            # Checked before the length is trusted: what was read lies below the limit, so was recorded.
+            if frame_length < frame.HEADER_LENGTH or offset + aligned > term_end or frame_type > frame.HDR_TYPE_DATA \
+                    or term_offset != term_offset_of_block + offset \
+                    or _TERM_ID.unpack_from(window, offset + frame.TERM_ID_OFFSET)[0] != term_id \
+                    or (frame_type == frame.HDR_TYPE_DATA and frame_length > mtu_length):
+                self._bad_frame(offset, frame_length)
             if offset + aligned > length:
                 break
-            if term_offset != term_offset_of_block + offset or frame_length < frame.HEADER_LENGTH:
-                self._bad_frame(offset, frame_length)
             frames.append(offset)
             offset += aligned
             if frame_type == frame.HDR_TYPE_PAD or flags & frame.END_FLAG:
@@ -399,9 +442,24 @@ class ReplaySession:
         return self.transform is None and length == self._window_length & _ALIGN_MASK
 
     def _bad_frame(self, offset: int, frame_length: int) -> None:
-        term_offset = _INT32.unpack_from(self._window, offset + frame.TERM_OFFSET_OFFSET)[0]
-        raise ReplayError(f"recording {self.descriptor.recording_id}: corrupt frame at position "
-                          f"{self.position + offset} (term offset {term_offset}, length {frame_length})")
+        window = self._window
+        position = self.position + offset
+        _, _, _, frame_type, term_offset = _WALKED.unpack_from(window, offset)
+        term_id = _TERM_ID.unpack_from(window, offset + frame.TERM_ID_OFFSET)[0]
+        d = self.descriptor
+        if frame_length <= 0:
+            problem = (f"frame length {frame_length}: no frame where the recording holds data (up to position "
+                       f"{self.position + self._window_length}): zeroed or damaged")
+        else:
+            problem = frame_problem(position, frame_length, frame_type, term_offset, term_id,
+                                    term_length=self.term_length, initial_term_id=d.initial_term_id,
+                                    mtu_length=d.mtu_length) or f"corrupt frame (length {frame_length})"
+        raise ReplayError(f"recording {d.recording_id}: corrupt frame at {self._reader.where(position)} (position "
+                          f"{position}): {problem}")
+
+    def where(self, position: int) -> str:
+        """`<segment file> offset <o>` of a position of the recording, for messages."""
+        return self._reader.where(position)
 
     def _rewrite_ids(self, frames: list[int] | np.ndarray) -> None:
         """Give every frame the replay publication's session and stream ids: one struct store per
@@ -418,7 +476,12 @@ class ReplaySession:
         words[index + frame.STREAM_ID_OFFSET // 4] = stream_id
 
     def _verify(self, frames) -> None:
-        """Check each DATA frame's payload against the checksum its sessionId field holds."""
+        """Check each DATA frame's payload against the checksum its sessionId field holds: for the
+        many frames of a scan, their bounds and stored checksums gathered with numpy, then one CRC
+        call a frame (the CRC itself runs at 10-20 GB/s; the Python around it is what costs)."""
+        if isinstance(frames, np.ndarray) and len(frames) > 1:
+            self._verify_many(frames)
+            return
         window = self._window
         for offset in map(int, frames):
             frame_length, _, _, frame_type = _FRAME_START.unpack_from(window, offset)
@@ -431,9 +494,26 @@ class ReplaySession:
             start = offset + frame.HEADER_LENGTH
             actual = self.checksum.compute(window[start:start + payload])
             if actual != expected:
-                raise ReplayError(f"recording {self.descriptor.recording_id}: checksum mismatch at position "
-                                  f"{self.position + offset} (stored {expected & 0xFFFFFFFF:#010x}, "
-                                  f"computed {actual & 0xFFFFFFFF:#010x})")
+                position = self.position + offset
+                raise ReplayError(f"recording {self.descriptor.recording_id}: checksum mismatch at "
+                                  f"{self._reader.where(position)} (position {position}): {self.checksum.name} of "
+                                  f"the payload {actual & 0xFFFFFFFF:#010x}, the frame records "
+                                  f"{expected & 0xFFFFFFFF:#010x} (damaged data)")
+
+    def _verify_many(self, starts: np.ndarray) -> None:
+        words = self._words
+        index = starts >> 2
+        lengths = words[index]  # a copy: the block's first length word is not in the window
+        lengths[0] = self._first_length
+        data = (words[index + _KIND_WORD] >> _TYPE_SHIFT) == frame.HDR_TYPE_DATA
+        begins = starts[data] + frame.HEADER_LENGTH
+        ends = starts[data] + ((lengths[data] + _ALIGN_UP) & _ALIGN_MASK)
+        stored = words[index[data] + frame.SESSION_ID_OFFSET // 4].view(np.uint32)
+        crc, window = self.checksum.unsigned, self._window
+        for begin, end, expected in zip(begins.tolist(), ends.tolist(), stored.tolist()):
+            if crc(window[begin:end]) != expected:
+                self._verify([begin - frame.HEADER_LENGTH])  # names it
+                raise AssertionError("a checksum mismatch the frame-by-frame check did not find")
 
     def _done(self) -> None:
         self.state = DONE

@@ -19,6 +19,11 @@ What Aeron's RecordingWriter writes, and so what we write:
   alone: the frames are copied to a scratch buffer first);
 - on reaching a segment's end, the next segment file is created at once (so a recording stopped
   exactly at a segment boundary has an empty last file).
+
+Reading trusts nothing: a frame header is checked against its position before its length is used
+to find the next one (`frame_problem`), a file that is not a regular file or ends before the data
+it must hold is named with the offset, and a walk reads a bounded chunk at a time whatever the
+positions it is given (a damaged catalog may claim any stop position).
 """
 
 from __future__ import annotations
@@ -27,14 +32,18 @@ import logging
 import mmap
 import os
 import re
+import stat
 import struct
 from pathlib import Path
 from typing import Callable, Iterator
 
 from ramen.archive.checksum import Checksum
+from ramen.archive.errors import ArchiveError
 from ramen.transport import frame
-from ramen.transport.frame import FRAME_ALIGNMENT, HDR_TYPE_DATA, HDR_TYPE_PAD, HEADER, HEADER_LENGTH, align
-from ramen.transport.logbuffer import TERM_MAX_LENGTH, TERM_MIN_LENGTH, is_power_of_two
+from ramen.transport.frame import (BEGIN_FLAG, END_FLAG, FRAME_ALIGNMENT, HDR_TYPE_DATA, HDR_TYPE_PAD, HEADER,
+                                   HEADER_LENGTH, align)
+from ramen.transport.logbuffer import MAX_MESSAGE_LENGTH_CAP, TERM_MAX_LENGTH, TERM_MIN_LENGTH, is_power_of_two
+from ramen.transport.position import int32, position_bits_to_shift
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +56,9 @@ PAGE_SIZE = 4096
 """Bytes; the unit a crash can tear a write at (Aeron's Catalog.PAGE_SIZE), for the torn-frame rule."""
 READ_CHUNK_LENGTH = 1024 * 1024
 """Bytes read from a segment file at a time (Aeron's FILE_IO_MAX_LENGTH_DEFAULT)."""
+MAX_MTU_LENGTH = MAX_MESSAGE_LENGTH_CAP + HEADER_LENGTH
+"""Bytes; no frame of a recording is longer (Aeron's own cap is 65504): what a reader's chunk must hold
+at most, whatever a damaged descriptor claims."""
 NULL_POSITION = -1
 
 _SEGMENT_NAME = re.compile(r"^(\d+)-(\d+)" + re.escape(SEGMENT_SUFFIX) + "$")
@@ -56,8 +68,9 @@ _INT32 = struct.Struct("<i")
 _ZERO_WORD = bytes(8)
 
 
-class SegmentError(Exception):
-    """A segment file that cannot be read as a recording; the message names the file and the problem."""
+class SegmentError(ArchiveError):
+    """A segment file that cannot be read as a recording; the message names the file, the offset and
+    the problem."""
 
 
 class TornFrameError(SegmentError):
@@ -340,29 +353,108 @@ class SegmentFrame:
                 f"session_id={self.session_id}, stream_id={self.stream_id})")
 
 
+class FrameError(SegmentError):
+    """A frame that cannot be right where it lies (or data missing where a frame must be), with where."""
+
+    def __init__(self, path: Path, position: int, file_offset: int, problem: str) -> None:
+        super().__init__(f"{path} offset {file_offset} (position {position}): {problem}")
+        self.path = path
+        self.position = position
+        self.file_offset = file_offset
+        self.problem = problem
+
+
+def frame_problem(position: int, length: int, frame_type: int, term_offset: int, term_id: int, *,
+                  term_length: int, initial_term_id: int | None = None,
+                  mtu_length: int | None = None) -> str | None:
+    """What is wrong with a frame header found at `position` of a recording, or None. Its length is
+    checked before anyone uses it to find the next frame (a length <= 0 is the end of the data, for
+    the caller to judge). Without initial_term_id or mtu_length, those checks are left out."""
+    mask = term_length - 1
+    if length < HEADER_LENGTH:
+        return f"frame length {length} is shorter than a frame header ({HEADER_LENGTH})"
+    term_end = (position | mask) + 1
+    if position + align(length) > term_end:
+        return f"frame length {length} runs past the end of its term (position {term_end})"
+    if frame_type != HDR_TYPE_DATA and frame_type != HDR_TYPE_PAD:
+        return f"frame type {frame_type} is neither DATA ({HDR_TYPE_DATA}) nor PAD ({HDR_TYPE_PAD})"
+    if frame_type == HDR_TYPE_DATA and mtu_length is not None and length > mtu_length:
+        return f"DATA frame length {length} exceeds the recording's MTU ({mtu_length})"
+    wrong = []
+    if term_offset != position & mask:
+        wrong.append(f"termOffset {term_offset} (expected {position & mask})")
+    if initial_term_id is not None:
+        expected = int32(initial_term_id + (position >> position_bits_to_shift(term_length)))
+        if term_id != expected:
+            wrong.append(f"termId {term_id} (expected {expected})")
+    if wrong:
+        return f"frame header does not fit its position: {', '.join(wrong)}"
+    return None
+
+
+class MessageOrder:
+    """Checks that DATA fragments make whole messages: BEGIN, middles, END, with no padding inside.
+    Fragments before the first BEGIN are tolerated: a walk may start inside a message (a purged
+    start, a dump's --from). A message left open at the end of a walk is not a problem either: a
+    recording may stop between two fragments."""
+
+    __slots__ = ("open_at", "begun")
+
+    def __init__(self) -> None:
+        self.open_at: int | None = None  # where the message being walked began
+        self.begun = False
+
+    def problem(self, position: int, frame_type: int, flags: int) -> str | None:
+        if frame_type == HDR_TYPE_PAD:
+            if self.open_at is not None:
+                return f"padding inside the message begun at position {self.open_at}"
+            return None
+        if flags & BEGIN_FLAG:
+            if self.open_at is not None:
+                return f"a message begins inside the one begun at position {self.open_at}, which never ended"
+            self.begun = True
+            self.open_at = None if flags & END_FLAG else position
+            return None
+        if self.open_at is None:
+            if self.begun:
+                return "a fragment without a beginning (no BEGIN flag, and no message open)"
+            return None  # before the first BEGIN of the walk
+        if flags & END_FLAG:
+            self.open_at = None
+        return None
+
+
 class SegmentReader:
     """Reads a recording's bytes and frames by stream position, across its segment files.
 
-    Files are opened on first use and kept open until close(). Space a file does not hold (a file
-    shorter than the segment length) reads as zeros, i.e. as the end of the data.
+    Files are opened on first use and kept open until close(). Space a file does not hold reads as
+    zeros (the end of the data) in `read`; `frames` and `read(must_exist=True)` call it truncation.
+    Given the recording's initial term id and MTU (`for_recording` passes them), frames are checked
+    against those too.
     """
 
     def __init__(self, archive_dir: str | os.PathLike, recording_id: int, start_position: int, term_length: int,
-                 segment_length: int) -> None:
+                 segment_length: int, *, initial_term_id: int | None = None,
+                 mtu_length: int | None = None) -> None:
         check_segment_file_length(segment_length, term_length)
         _check_aligned("start position", start_position)
+        if mtu_length is not None:
+            check_mtu_length(mtu_length, term_length)
         self.archive_dir = Path(archive_dir)
         self.recording_id = recording_id
         self.start_position = start_position
         self.term_length = term_length
         self.segment_length = segment_length
+        self.initial_term_id = initial_term_id
+        self.mtu_length = mtu_length
         self._fds: dict[int, int] = {}
 
     @classmethod
     def for_recording(cls, archive_dir: str | os.PathLike, descriptor) -> "SegmentReader":
         """A reader for a catalog RecordingDescriptor (anything with those field names)."""
         return cls(archive_dir, descriptor.recording_id, descriptor.start_position, descriptor.term_buffer_length,
-                   descriptor.segment_file_length)
+                   descriptor.segment_file_length, initial_term_id=descriptor.initial_term_id,
+                   mtu_length=descriptor.mtu_length)
 
     def segment_base(self, position: int) -> int:
         return segment_file_base_position(self.start_position, position, self.term_length, self.segment_length)
@@ -370,15 +462,29 @@ class SegmentReader:
     def segment_path(self, position: int) -> Path:
         return self.archive_dir / segment_file_name(self.recording_id, self.segment_base(position))
 
+    def where(self, position: int) -> str:
+        """`<segment file> offset <o>`: where a position lies, for messages."""
+        return f"{self.segment_path(position)} offset {position - self.segment_base(position)}"
+
     def _fd(self, base: int, position: int) -> int:
         fd = self._fds.get(base)
         if fd is None:
             path = self.archive_dir / segment_file_name(self.recording_id, base)
+            where = f"{path} offset {position - base}"
             try:
                 fd = os.open(path, os.O_RDONLY)
             except FileNotFoundError:
-                raise SegmentError(f"{path}: missing segment file of recording {self.recording_id} "
-                                   f"(it holds position {position})") from None
+                raise SegmentError(f"{where}: missing segment file of recording {self.recording_id} "
+                                   f"(it holds position {position} there)") from None
+            except OSError as e:
+                raise SegmentError(f"{where}: cannot open segment file of recording {self.recording_id}: "
+                                   f"{e.strerror}") from None
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                os.close(fd)
+                what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+                raise SegmentError(f"{where}: is {what}, not a segment file of recording {self.recording_id} "
+                                   f"(it holds position {position} there)")
             self._fds[base] = fd
         return fd
 
@@ -389,9 +495,20 @@ class SegmentReader:
         base = self.segment_base(position)
         return self._fd(base, position), position - base
 
-    def read(self, position: int, buffer, limit_position: int | None = None) -> int:
+    def file_size(self, position: int) -> int:
+        """Bytes in the segment file holding `position`."""
+        return os.fstat(self._fd(self.segment_base(position), position)).st_size
+
+    def truncated(self, position: int, problem: str) -> SegmentError:
+        """The error for data missing at `position` because its file ends before it."""
+        path, base = self.segment_path(position), self.segment_base(position)
+        return FrameError(path, position, position - base,
+                          f"{problem}: the file ends at offset {self.file_size(position)} (truncated)")
+
+    def read(self, position: int, buffer, limit_position: int | None = None, *, must_exist: bool = False) -> int:
         """Copy the recording's bytes from `position` into buffer, never past the end of the term (so
-        never across a segment) nor past limit_position; returns how many bytes were copied."""
+        never across a segment) nor past limit_position; returns how many bytes were copied. With
+        `must_exist`, bytes the file does not hold are an error (truncated) rather than zeros."""
         _check_aligned("position", position)
         if position < self.start_position:
             raise ValueError(f"position {position} is before the start of recording {self.recording_id} "
@@ -403,26 +520,38 @@ class SegmentReader:
                 length = min(length, limit_position - position)
             if length <= 0:
                 return 0
-            self._read_at(position, view[:length])
+            held = self._read_at(position, view[:length])
+        if must_exist and held < length:
+            raise self.truncated(position + held, f"bytes up to position {position + length} are missing")
         return length
 
-    def _read_at(self, position: int, view: memoryview) -> None:
+    def _read_at(self, position: int, view: memoryview) -> int:
+        """Fill view from the file at position; returns how many bytes the file held (the rest, past
+        its end, is zeroed: nothing was written there)."""
         base = self.segment_base(position)
         fd = self._fd(base, position)
         done = 0
         wanted = len(view)
         while done < wanted:
-            n = os.preadv(fd, [view[done:]], position - base + done)
+            try:
+                n = os.preadv(fd, [view[done:]], position - base + done)
+            except OSError as e:
+                raise SegmentError(f"{self.where(position + done)}: cannot read: {e.strerror}") from None
             if n <= 0:
-                view[done:] = bytes(wanted - done)  # past the end of a short file: nothing was written there
+                view[done:] = bytes(wanted - done)
                 break
             done += n
+        return done
 
-    def frames(self, from_position: int | None = None, to_position: int | None = None) -> Iterator[SegmentFrame]:
+    def frames(self, from_position: int | None = None, to_position: int | None = None, *,
+               strict: bool = False) -> Iterator[SegmentFrame]:
         """Frames (PADs included) starting in [from_position, to_position), in position order.
 
-        Stops early where the data ends (a frame length of 0, as in an active or unclean recording).
-        Raises SegmentError at a frame whose length cannot be right (the walk cannot go on past it).
+        Each header is checked (`frame_problem`) before its length is used; a bad one, or a frame
+        the file does not hold whole (truncated), raises FrameError. The walk stops where the data
+        ends (a frame length <= 0), as in an active or unclean recording; with `strict`, data
+        ending before to_position is an error too (a stopped recording's data must reach its stop).
+        Memory is one chunk (1 MiB, or the MTU if larger), whatever the positions say.
         """
         position = self.start_position if from_position is None else from_position
         _check_aligned("from position", position)
@@ -431,36 +560,55 @@ class SegmentReader:
                              f"({self.start_position})")
         term_length = self.term_length
         # A chunk of its own per walk, so two walks over one reader do not overwrite each other's frames.
-        # Never more than a term: a read stops at the term end.
-        chunk = memoryview(bytearray(min(READ_CHUNK_LENGTH, term_length)))
+        # Never more than a term: a read stops at the term end. A PAD's body is never needed (nor
+        # stored), and a DATA frame is at most the MTU long, so one chunk always holds a frame.
+        chunk_length = min(max(READ_CHUNK_LENGTH, align(self.mtu_length or 0)), term_length)
+        chunk = memoryview(bytearray(chunk_length))
         unpack = HEADER.unpack_from
+        initial_term_id, mtu_length = self.initial_term_id, self.mtu_length
         min_read = 0
         while to_position is None or position < to_position:
             term_end = (position | (term_length - 1)) + 1
             want = min(len(chunk), term_end - position)
             if to_position is not None:
-                want = min(want, max(align(to_position - position), min_read))
-            self._read_at(position, chunk[:want])
+                want = min(want, max(align(to_position - position), min_read, HEADER_LENGTH))
+            held = self._read_at(position, chunk[:want])
             base = self.segment_base(position)
             offset = 0
+            min_read = 0
             while offset + HEADER_LENGTH <= want and (to_position is None or position < to_position):
+                must_go_on = strict and to_position is not None
+                if offset + HEADER_LENGTH > held:
+                    if offset < held or must_go_on:  # cut inside a header, or data that must go on is gone
+                        raise self.truncated(position, f"no whole frame header at position {position}")
+                    return  # the file ends here, between two frames: the end of the data
                 fields = unpack(chunk, offset)
                 frame_length = fields[0]
                 if frame_length <= 0:
+                    if must_go_on:
+                        raise FrameError(self.segment_path(position), position, position - base,
+                                         f"frame length {frame_length}: the data ends here, before position "
+                                         f"{to_position} (zeroed or damaged)")
                     return
+                problem = frame_problem(position, frame_length, fields[3], fields[4], fields[7],
+                                        term_length=term_length, initial_term_id=initial_term_id,
+                                        mtu_length=mtu_length)
+                if problem is not None:
+                    raise FrameError(self.segment_path(position), position, position - base, problem)
                 aligned = (frame_length + FRAME_ALIGNMENT - 1) & -FRAME_ALIGNMENT
-                if frame_length < HEADER_LENGTH or position + aligned > term_end:
-                    problem = "is shorter than a header" if frame_length < HEADER_LENGTH else "runs past the term end"
-                    raise SegmentError(f"{self.archive_dir / segment_file_name(self.recording_id, base)}: frame at "
-                                       f"position {position} (file offset {position - base}) has length "
-                                       f"{frame_length}, which {problem}")
-                if offset + aligned > want:
-                    min_read = aligned  # read again from this frame, with room for all of it
+                stored = HEADER_LENGTH if fields[3] == HDR_TYPE_PAD else aligned
+                if offset + stored > held and held < want:
+                    raise self.truncated(position, f"the frame of length {frame_length} here is cut")
+                if offset + stored > want:
+                    if stored > len(chunk):  # a DATA frame longer than a chunk (no MTU known): make room
+                        chunk = memoryview(bytearray(align(stored, PAGE_SIZE)))
+                    min_read = stored  # read again from this frame, with room for all of it
                     break
-                min_read = 0
                 yield SegmentFrame(position, fields, chunk, offset, base)
                 offset += aligned
                 position += aligned
+                if offset >= want:
+                    break
 
     def close(self) -> None:
         for fd in self._fds.values():
@@ -472,6 +620,13 @@ class SegmentReader:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def check_mtu_length(mtu_length: int, term_length: int) -> None:
+    """Raise ValueError unless mtu_length is a frame-aligned length a recording's frames can have."""
+    if not HEADER_LENGTH < mtu_length <= min(MAX_MTU_LENGTH, term_length) or mtu_length % FRAME_ALIGNMENT:
+        raise ValueError(f"MTU {mtu_length} is not a multiple of {FRAME_ALIGNMENT} in "
+                         f"{HEADER_LENGTH + FRAME_ALIGNMENT}..{min(MAX_MTU_LENGTH, term_length)}")
 
 
 # -- recovering the end of a recording -------------------------------------------------------------
@@ -542,6 +697,12 @@ def find_stop_position(archive_dir: str | os.PathLike, recording_id: int, start_
                 frame_length, frame_type = unpack(data, offset)
                 if frame_length <= 0:
                     break
+                # A length that cannot be right would send the walk anywhere (the segment starts on
+                # a term boundary, so file offsets share the terms' alignment).
+                if frame_length < HEADER_LENGTH or offset + align(frame_length) > (offset | (term_length - 1)) + 1:
+                    raise FrameError(path, base + offset, offset, frame_problem(
+                        base + offset, frame_length, frame_type, offset & (term_length - 1), 0,
+                        term_length=term_length))
                 last_length = (frame_length + FRAME_ALIGNMENT - 1) & -FRAME_ALIGNMENT
                 last_type = frame_type
                 offset += last_length

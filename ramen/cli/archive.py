@@ -1,6 +1,10 @@
 """`ramen archive describe|dump|verify|purge`: look into (and trim) an Aeron Archive directory.
 
-These read what ramen's archiver writes and what real Aeron Archive writes alike.
+These read what ramen's archiver writes and what real Aeron Archive writes alike. Damage is never a
+traceback nor a short output with exit 0: `dump` checks every frame, the order of fragments and the
+checksums as it streams, and stops with one line naming the file and offset; `verify` lists every
+problem, one line each; `describe` prints what the catalog holds and says which descriptors do not
+add up.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ from typing import Iterator
 from ramen.archive import checksum as checksums
 from ramen.archive import markfile, retention, verify
 from ramen.archive.catalog import (NULL_POSITION, Catalog, CatalogError, RecordingDescriptor, UnknownRecordingError,
-                                   version_string)
-from ramen.archive.segment import SegmentError, SegmentFrame, SegmentReader
-from ramen.archive.time_index import TimeIndex, TimeIndexError, TimeIndexWriter, index_path
+                                   layout_problem, version_string)
+from ramen.archive.checksum import Checksum
+from ramen.archive.errors import ArchiveError
+from ramen.archive.segment import MessageOrder, SegmentError, SegmentFrame, SegmentReader
+from ramen.archive.time_index import TimeIndex, TimeIndexWriter, index_path
 from ramen.cli.errors import UserError
 from ramen.transport.frame import BEGIN_FLAG, END_FLAG, FRAME_ALIGNMENT, HDR_TYPE_DATA, HEADER_LENGTH
 
@@ -57,7 +63,8 @@ def add_parser(sub) -> None:
                                            "one line per problem otherwise.")
     check.add_argument("dir", help="an archive directory")
     check.add_argument("--checksum", choices=checksums.NAMES,
-                       help="also check frame checksums (in each DATA frame's sessionId) and descriptor checksums")
+                       help="check frame checksums (in each DATA frame's sessionId) and descriptor checksums with "
+                            "this algorithm (default: each recording's own, found from its descriptor checksum)")
     check.set_defaults(run=run_verify)
 
     purge = actions.add_parser("purge", help="delete a recording's oldest whole segment files",
@@ -102,6 +109,7 @@ def run_describe(args) -> int:
         else:
             descriptors = catalog.descriptors()
         capacity = catalog.capacity
+        checks = [_describe_checks(catalog, d) for d in descriptors]
     out = sys.stdout
     if args.json:
         for d in descriptors:
@@ -113,44 +121,69 @@ def run_describe(args) -> int:
     out.write(f"  {'nextRecordingId':<20} {header.next_recording_id}\n")
     out.write(f"  {'alignment':<20} {header.alignment}\n")
     out.write(f"  {'capacity':<20} {capacity}\n")
-    for d in descriptors:
+    for d, notes in zip(descriptors, checks):
         out.write(f"recording {d.recording_id}\n")
         for name, value in d.to_aeron_dict().items():
             out.write(f"  {name:<20} {value}\n")
-        out.write(f"  {'checksum':<20} {d.checksum}\n")
+        out.write(f"  {'checksum':<20} {d.checksum}{notes[0]}\n")
+        if notes[1]:
+            out.write(f"  {'problem':<20} {notes[1]}\n")
     return 0
+
+
+def _describe_checks(catalog: Catalog, d: RecordingDescriptor) -> tuple[str, str | None]:
+    """(what the descriptor checksum says, what makes the descriptor unusable or None)."""
+    try:
+        algorithm = catalog.descriptor_checksum(d.recording_id)
+        note = f" ({algorithm.name})" if algorithm is not None else " (none)"
+    except CatalogError:
+        note = " (matches no algorithm: damaged descriptor)"
+    problem = layout_problem(d)
+    return note, None if problem is None else f"{problem} (damaged descriptor)"
 
 
 # -- dump ----------------------------------------------------------------------------------------
 
 
-def _messages(frames: Iterator[SegmentFrame]) -> Iterator[tuple[int, bytes]]:
-    """(end position, payload) of each whole message; a message whose start is not in range is skipped."""
+def _messages(frames: Iterator[SegmentFrame], reader: SegmentReader,
+              checksum: Checksum | None) -> Iterator[tuple[int, bytes]]:
+    """(end position, payload) of each whole message; fragments before the first BEGIN (a range
+    that starts inside a message) are skipped. A checksum mismatch or fragments out of order raise
+    SegmentError naming the file and offset."""
     parts: list[bytes] | None = None
-    expected = -1
+    order = MessageOrder()
     for f in frames:
+        problem = order.problem(f.position, f.type, f.flags)
+        if problem is None and checksum is not None and f.type == HDR_TYPE_DATA and \
+                checksum.compute(f.padded_payload()) != f.session_id:
+            problem = f"{checksum.name} checksum of the payload does not match the frame's (damaged data)"
+        if problem is not None:
+            raise SegmentError(f"{reader.where(f.position)} (position {f.position}): {problem}")
         if f.type != HDR_TYPE_DATA:
-            parts = None
             continue
         flags = f.flags & (BEGIN_FLAG | END_FLAG)
         if flags == BEGIN_FLAG | END_FLAG:
             yield f.end_position, f.payload()
-            parts = None
         elif flags & BEGIN_FLAG:
             parts = [f.payload()]
-        elif parts is not None and f.position == expected:
+        elif parts is not None:
             parts.append(f.payload())
             if flags & END_FLAG:
                 yield f.end_position, b"".join(parts)
                 parts = None
-        else:
-            parts = None
-        expected = f.end_position
 
 
 def run_dump(args) -> int:
     with _open_catalog(args.dir) as catalog:
         d = _get(catalog, args.recording_id)
+        problem = layout_problem(d)
+        if problem is not None:
+            raise UserError(f"{catalog.where(d.recording_id)}: recording {d.recording_id}: {problem} (damaged "
+                            f"descriptor)")
+        try:
+            checksum = catalog.descriptor_checksum(d.recording_id)
+        except CatalogError as e:
+            raise UserError(str(e)) from None
     start, stop = d.start_position, d.stop_position
     end_text = "the end of its data" if stop == NULL_POSITION else f"its stop position {stop}"
     from_position = start if args.from_position is None else args.from_position
@@ -174,12 +207,13 @@ def run_dump(args) -> int:
         try:
             if from_position != start and not _is_frame_start(reader, d, from_position):
                 raise UserError(f"--from {from_position} is not the start of a frame of recording {d.recording_id}")
-            frames = reader.frames(from_position, to_position)
+            # To a stop, the data must reach it (strict): a dump that ends short of it is an error.
+            frames = reader.frames(from_position, to_position, strict=to_position is not None)
             if not args.json:
                 out.write(f"recording {d.recording_id}: stream {d.stream_id}, session {d.session_id}, "
                           f"positions {from_position}..{'end' if to_position is None else to_position}\n")
                 out.write(f"  {'position':>12} {'length':>8}  payload\n")
-            for position, payload in _messages(frames):
+            for position, payload in _messages(frames, reader, checksum):
                 if args.json:
                     out.write(json.dumps({"position": position, "length": len(payload),
                                           "payload_b64": base64.b64encode(payload).decode(),
@@ -190,7 +224,8 @@ def run_dump(args) -> int:
                     more = "…" if len(payload) > PREVIEW_BYTES else ""
                     out.write(f"  {position:>12} {len(payload):>8}  {text!r}{more}\n")
         except SegmentError as e:
-            raise UserError(str(e)) from None
+            out.flush()  # what was good goes out first; the error line then says where it stopped
+            raise UserError(f"recording {d.recording_id}: {e}") from None
     return 0
 
 
@@ -209,7 +244,10 @@ def _is_frame_start(reader: SegmentReader, d: RecordingDescriptor, position: int
 def run_verify(args) -> int:
     if not Path(args.dir).is_dir():
         raise UserError(f"{args.dir}: no such archive directory")
-    problems = verify.verify_archive(args.dir, checksum=checksums.optional(args.checksum))
+    try:
+        problems = verify.verify_archive(args.dir, checksum=checksums.optional(args.checksum))
+    except OSError as e:
+        raise UserError(f"{e.filename or args.dir}: {e.strerror}") from None
     for problem in problems:
         sys.stdout.write(problem + "\n")
     if problems:
@@ -234,8 +272,6 @@ def run_purge(args) -> int:
     before_position, before_time_ms = _parse_before(args.before)
     with _open_catalog(args.dir, writable=True) as catalog:
         _get(catalog, args.recording_id)
-        # Keep the descriptor's checksum right if the archive keeps one: find which algorithm made it.
-        catalog.checksum = _descriptor_checksum(catalog, args.recording_id)
         index_file = index_path(args.dir, args.recording_id)
         try:
             if before_position is not None:
@@ -243,12 +279,15 @@ def run_purge(args) -> int:
             else:
                 result = retention.purge_before_time(catalog, args.recording_id, before_time_ms,
                                                      time_to_position=_time_index_lookup(index_file, args.recording_id))
-        except (retention.RetentionError, TimeIndexError, ValueError) as e:
+        except (retention.RetentionError, ArchiveError, ValueError) as e:
             raise UserError(str(e)) from None
         if result.purged and index_file.exists():
-            writer = TimeIndexWriter(index_file, args.recording_id)
-            writer.truncate_before(result.new_start_position)
-            writer.close()
+            try:
+                writer = TimeIndexWriter(index_file, args.recording_id)
+                writer.truncate_before(result.new_start_position)
+                writer.close()
+            except ArchiveError as e:
+                raise UserError(str(e)) from None
     if not result.purged:
         sys.stdout.write(f"recording {args.recording_id}: nothing to purge before {args.before} (start "
                          f"{result.old_start_position}; only whole segments before the last one go)\n")
@@ -258,17 +297,6 @@ def run_purge(args) -> int:
     for path in result.deleted:
         sys.stdout.write(f"  {path.name}\n")
     return 0
-
-
-def _descriptor_checksum(catalog: Catalog, recording_id: int) -> checksums.Checksum | None:
-    stored = catalog.get(recording_id).checksum
-    if stored == 0:
-        return None
-    for name in checksums.NAMES:
-        algorithm = checksums.get(name)
-        if catalog.compute_descriptor_checksum(recording_id, algorithm) == stored:
-            return algorithm
-    return None
 
 
 def _parse_before(text: str) -> tuple[int | None, int | None]:

@@ -63,7 +63,7 @@ def run(args) -> int:
         try:
             replay = _plan(client, programs, args.target, since_us, until_us, to_newest=until_us >= now_us,
                            site=args.site, timeout_s=args.timeout or DEFAULT_REPLAY_TIMEOUT_S, no_merge=args.no_merge)
-        except ReplayPlanError as e:
+        except (ReplayPlanError, ReplayFailed) as e:
             raise UserError(str(e)) from None
         progress = _Progress() if sys.stderr.isatty() else None
         with replay:

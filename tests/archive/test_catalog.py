@@ -238,3 +238,52 @@ def test_a_missing_catalog_or_directory_is_named(tmp_path):
     with pytest.raises(CatalogError, match="already exists"):
         Catalog.create(tmp_path)
     assert (tmp_path / CATALOG_FILE_NAME).stat().st_size == DEFAULT_CAPACITY
+
+
+@pytest.mark.parametrize("made_with", [None, "crc32"])
+def test_an_update_keeps_the_checksum_algorithm_the_descriptor_was_made_with(tmp_path, made_with):
+    """Readers find a recording's frame checksum from its descriptor's: an archiver started with
+    another default (ramen's is now crc32c) must not make an old recording claim checksums its
+    frames do not have, or lose those they do."""
+    with Catalog.create(tmp_path, checksum=checksum.optional(made_with)) as catalog:
+        rid = add(catalog)
+    with Catalog.open(tmp_path, writable=True, checksum=checksum.get("crc32c")) as catalog:
+        catalog.recording_stopped(rid, 8192)
+        catalog.set_start_position(rid, 4096)
+        assert catalog.descriptor_checksum(rid) == checksum.optional(made_with)
+        assert catalog.get(rid).checksum == (0 if made_with is None else catalog.compute_descriptor_checksum(
+            rid, checksum.get(made_with)))
+    with Catalog.open(tmp_path, writable=True) as catalog:  # and without one
+        catalog.set_stop_position(rid, 12288)
+        assert catalog.descriptor_checksum(rid) == checksum.optional(made_with)
+
+
+def test_a_descriptor_whose_checksum_matches_no_algorithm_is_named_as_damaged(tmp_path):
+    with Catalog.create(tmp_path, checksum=checksum.get("crc32c")) as catalog:
+        rid = add(catalog)
+        offset = catalog.entry_offset(rid)
+    with open(tmp_path / CATALOG_FILE_NAME, "r+b") as f:
+        f.seek(offset + 32 + 80 + 6)  # a byte of the strippedChannel
+        f.write(b"#")
+    with Catalog.open(tmp_path) as catalog:
+        with pytest.raises(CatalogError, match=rf"archive.catalog entry at offset {offset}: recording {rid}'s "
+                                               r"descriptor checksum -?\d+ matches none of crc32, crc32c .*damaged"):
+            catalog.descriptor_checksum(rid)
+
+
+@pytest.mark.parametrize("field, value, problem", [
+    ("term_buffer_length", 12345, "term length 12345 is not a power of two"),
+    ("mtu_length", 1 << 17, "MTU 131072 is not a multiple of 32 in 64..65536"),
+    ("stop_position", 1 << 62, f"stop position {1 << 62} is past the largest position"),
+    ("start_position", 100, "start position 100 is not a non-negative multiple of 32"),
+])
+def test_a_descriptor_whose_numbers_cannot_be_right_has_a_layout_problem(field, value, problem):
+    from dataclasses import replace
+
+    from ramen.archive.catalog import layout_problem
+    d = RecordingDescriptor(recording_id=0, start_timestamp=0, stop_timestamp=0, start_position=0, stop_position=4096,
+                            initial_term_id=0, segment_file_length=1 << 17, term_buffer_length=1 << 16,
+                            mtu_length=1408, session_id=1, stream_id=1, stripped_channel="", original_channel="",
+                            source_identity="")
+    assert layout_problem(d) is None
+    assert problem in layout_problem(replace(d, **{field: value}))

@@ -253,7 +253,8 @@ def test_a_checksum_mismatch_fails_the_replay_naming_recording_and_position(tmp_
     segment.write_bytes(data)
     session, got = replay(rig, checksum=crc)
     assert session.state == FAILED
-    assert f"recording {rig.recorder.recording_id}: checksum mismatch at position {victim_position}" in session.error
+    assert session.error.startswith(f"recording {rig.recorder.recording_id}: checksum mismatch at {segment} offset "
+                                    f"{victim_position - base} (position {victim_position})"), session.error
     assert got == rig.sent[:len(got)] and len(got) <= victim
 
 
@@ -425,7 +426,8 @@ def test_a_checksum_mismatch_is_caught_on_either_path(tmp_path, frame_path, size
     segment.write_bytes(data)
     session, got = replay(rig, checksum=crc)
     assert session.state == FAILED
-    assert f"checksum mismatch at position {victim_position}" in session.error
+    assert f"checksum mismatch at {segment} offset {victim_position - base} (position {victim_position})" \
+        in session.error
     assert got == rig.sent[:len(got)] and len(got) <= 150
     assert calls[path]
 

@@ -201,7 +201,7 @@ def test_the_reader_names_a_missing_segment_file(aeron_vectors, tmp_path):
     with Catalog.open(archive) as catalog:
         descriptor = catalog.get(0)
     with SegmentReader.for_recording(archive, descriptor) as reader:
-        with pytest.raises(SegmentError, match=r"0-262144.rec: missing segment file of recording 0 .*position 262144"):
+        with pytest.raises(SegmentError, match=r"0-262144.rec offset 0: missing segment file of recording 0 .*position 262144"):
             list(reader.frames())
 
 

@@ -140,7 +140,7 @@ def test_verify_names_a_missing_segment_and_an_orphan_file(aeron_vectors, tmp_pa
     result = ramen("archive", "verify", copy)
 
     assert result.returncode == 1
-    assert "missing segment file(s) 0-524288.rec" in result.stdout
+    assert "0-524288.rec offset 0: missing segment file (positions 524288..786432 are lost)" in result.stdout
     assert "7-0.rec: segment file of recording 7, which is not in the archive.catalog" in result.stdout
 
 

@@ -4,6 +4,7 @@ END_OF_REPLAY; the archive is read once for all channels; bad input is a one-lin
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import struct
@@ -338,17 +339,18 @@ def corrupted_copy(archive: SiteArchive, tmp_path: Path, how: str) -> Path:
     return copy
 
 
-@pytest.mark.parametrize("how, problem", [("header", "corrupt frame at position"),
-                                          ("payload", "checksum mismatch at position"),
-                                          ("begin", "fragment without a beginning at position"),
-                                          ("pad", "padding inside a message at position")])
-def test_a_damaged_segment_is_a_one_line_error(ramen_env, tmp_path, how, problem):
+@pytest.mark.parametrize("how, problem", [("header", "corrupt frame"),
+                                          ("payload", "checksum mismatch"),
+                                          ("begin", "fragment without a beginning"),
+                                          ("pad", "padding inside the message begun at position")])
+def test_a_damaged_segment_is_a_one_line_error_naming_file_and_offset(ramen_env, tmp_path, how, problem):
     copy = corrupted_copy(ramen_env, tmp_path, how)
     replayer_id = new_id()
     write_key(ramen_env, replayer_id, [(7, us(0), us(30_000))], archive_dir=copy)
     result = replay(ramen_env, replayer_id, [7])
     assert result.returncode == 1
     assert len(result.stderr.strip().splitlines()) == 1 and problem in result.stderr
+    assert re.search(rf"{copy}/\d+-\d+\.rec offset \d+ \(position \d+\)", result.stderr), result.stderr
     assert "Traceback" not in result.stderr
 
 
