@@ -61,7 +61,8 @@ BOUNDED_RSS_BYTES = 300 << 20
 
 
 def build_site(server, ramen_dir: Path) -> SiteArchive:
-    """Two recordings of `src` by a follow-mode archiver started with its defaults (so CRC-32C)."""
+    """Two recordings of `src` (two logs: one after the other) by a follow-mode archiver started with
+    its defaults (so CRC-32C)."""
     site = f"damage-{uuid.uuid4().hex[:8]}"
     name = f"dm{uuid.uuid4().hex[:8]}"
     program = loads(PROGRAM.format(name=name), f"{name}.toml")
@@ -100,6 +101,13 @@ def build_site(server, ramen_dir: Path) -> SiteArchive:
             chor.set(keyspace.worker_key(site, src), worker_value(program, "src", is_used=False))
             wait_for(lambda: len(stopped_recordings(state.archive_dir).get(function_channel(src), [])) ==
                      recording + 1, "the recording to stop once src is unused")
+            # A log created anew (another log id), so that the next recording cannot go on with this one.
+            publication.close()
+            log_buffer.close()
+            paths.output_log(site, src).unlink()
+            log_buffer = LogBuffer.create(paths.output_log(site, src),
+                                          LogBufferParams(term_length=TERM_LENGTH, session_id=7, stream_id=1))
+            publication = ExclusivePublication(log_buffer, counters)
         code, err = stop_process(archiver)
         assert code == 0, err
         return state
