@@ -128,7 +128,23 @@ def run_describe(args) -> int:
         out.write(f"  {'checksum':<20} {d.checksum}{notes[0]}\n")
         if notes[1]:
             out.write(f"  {'problem':<20} {notes[1]}\n")
+    if args.recording_id is None:
+        _describe_coverage(Path(args.dir), out)
     return 0
+
+
+def _describe_coverage(archive_dir: Path, out) -> None:
+    """The event times each function's recordings hold, and the gaps between them: where the
+    archive misses rows (its source was down, or its archiver longer than the writer waited)."""
+    from ramen.archive.coverage import archive_coverage
+    from ramen.program.plan import format_range
+    for name, intervals in sorted(archive_coverage(archive_dir).items()):
+        out.write(f"function {name}\n")
+        for interval in intervals:
+            out.write(f"  {'covers':<20} {format_range(interval.since_us, interval.until_us)}\n")
+        for before, after in zip(intervals, intervals[1:]):
+            out.write(f"  {'gap':<20} {format_range(before.until_us, after.since_us)} "
+                      f"({(after.since_us - before.until_us) / 1e6:g} s of event time no recording holds)\n")
 
 
 def _describe_checks(catalog: Catalog, d: RecordingDescriptor) -> tuple[str, str | None]:

@@ -24,6 +24,7 @@ from ramen.archive.catalog import NULL_POSITION, Catalog
 from ramen.archive.coverage import Interval, archive_coverage, function_channel
 from ramen.archive.recorder import RECORDING_POSITION_TYPE_ID
 from ramen.program import loads
+from ramen.program.plan import format_range
 from ramen.transport import ADMIN_ACTION, CountersFile, ExclusivePublication, Image, LogBuffer, LogBufferParams
 from ramen.transport.defaults import IPC_MTU_LENGTH
 from ramen.tuples import decode_tuples, encode_tuples
@@ -500,6 +501,11 @@ def test_an_archiver_down_longer_than_the_hold_records_on_from_what_the_log_stil
     assert f"were never recorded" in err and "the archive has a gap there" in err
     coverage = archive_coverage(source.archive_dir)[source.source]
     assert len(coverage) == 2 and coverage[0].until_us < coverage[1].since_us  # the gap
+    described = subprocess.run([sys.executable, "-m", "ramen.cli.main", "archive", "describe", source.archive_dir],
+                               capture_output=True, text=True, env=source.env, timeout=WAIT_S)
+    gap_s = (coverage[1].since_us - coverage[0].until_us) / 1e6
+    assert f"  gap                  {format_range(coverage[0].until_us, coverage[1].since_us)} ({gap_s:g} s of " \
+           f"event time no recording holds)" in described.stdout.splitlines(), described.stdout + described.stderr
     ids = np.sort(source.recorded_table().column("bytes").to_numpy())
     assert (ids[:20 * 200] == np.arange(20 * 200)).all()  # the first recording whole
     assert ids[-1] == sum(b.num_rows for b in source.batches) - 1  # the second to the end
