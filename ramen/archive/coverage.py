@@ -93,7 +93,7 @@ def recording_coverage(archive_dir: str | os.PathLike, descriptor: RecordingDesc
     """The event times one recording holds, from its time index alone; None when nothing says."""
     path = index_path(archive_dir, descriptor.recording_id)
     try:
-        index = TimeIndex.open(path, descriptor.recording_id)
+        index = TimeIndex.open(path, descriptor.recording_id, descriptor=descriptor)
     except FileNotFoundError:
         log.debug("recording %d has no time index: it covers nothing", descriptor.recording_id)
         return None

@@ -392,11 +392,14 @@ class TimeIndex:
     @classmethod
     def open(cls, path: str | os.PathLike, recording_id: int | None = None, *, descriptor=None) -> "TimeIndex":
         """The index, checked; one that cannot be used as it is is rebuilt from the segments (see
-        the module's docstring). FileNotFoundError when there is none; TimeIndexError when it is
-        damaged and cannot be rebuilt."""
+        the module's docstring), and so is a missing one of a stopped recording with data when
+        `descriptor` is given. FileNotFoundError when there is none (and nothing to rebuild it
+        from); TimeIndexError when it is damaged and cannot be rebuilt."""
         path = Path(path)
         if recording_id is None:
             recording_id = recording_id_of(path)
+        if descriptor is not None and not path.exists() and descriptor.stop_position > descriptor.start_position:
+            return cls._rebuilt(path, recording_id, descriptor, IndexDamage(path, 0, "no such file"))
         damage = None
         for _ in range(READ_ATTEMPTS):
             try:

@@ -73,7 +73,7 @@ class Site:
                     break
             else:
                 pytest.fail("the recorder did not stop at the end of the stream")
-        else:
+        elif recorder.index is not None:
             recorder.index.flush()
         return recorder.recording_id
 
@@ -145,8 +145,17 @@ def test_an_empty_recording_covers_nothing(site):
     assert archive_coverage(site.archive) == {"net/traffic": [seconds(0, 10)]}
 
 
-def test_a_recording_without_a_time_index_covers_nothing(site):
+def test_a_stopped_recording_whose_time_index_is_missing_gets_it_rebuilt_from_its_segments(site):
+    """Recorded is never lost: a deleted index is rebuilt (and written back) the first time it is needed."""
     site.function("net/traffic", [(0, 10)], index=False)
+    site.function("net/traffic", [(20, 30)])
+    assert not index_path(site.archive, 0).exists()
+    assert archive_coverage(site.archive) == {"net/traffic": [seconds(0, 10), seconds(20, 30)]}
+    assert index_path(site.archive, 0).exists()
+
+
+def test_an_active_recording_without_a_time_index_covers_nothing(site):
+    site.function("net/traffic", [(0, 10)], index=False, stop=False)
     site.function("net/traffic", [(20, 30)])
     assert not index_path(site.archive, 0).exists()
     assert archive_coverage(site.archive) == {"net/traffic": [seconds(20, 30)]}
