@@ -29,9 +29,14 @@ RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 HEALTHY_PERIOD_S = 60.0
 #: How long a started service has to show its first sign of life (imports, a journal to load).
 STARTUP_GRACE_S = 60.0
-#: A heartbeat silent this long means a stuck loop. Above the 30 s a confserver call may take to
-#: fail (confserver.remote.REQUEST_TIMEOUT_S), which a healthy loop waits out without beating.
-HEARTBEAT_STUCK_AFTER_S = 60.0
+#: A heartbeat silent this long means a stuck loop. Above the 60 s a confserver call may take to
+#: fail (confserver.remote: RECONNECT_WAIT_S for the connection, then REQUEST_TIMEOUT_S for the
+#: reply), which a healthy loop waits out without beating.
+HEARTBEAT_STUCK_AFTER_S = 90.0
+#: The archiver's loop makes no blocking call: silent this long, it is stuck, and is killed and
+#: restarted well within the hold its writers wait for it (transport defaults.TETHER_HOLD_S, 60 s),
+#: so its next run goes on with its recordings and nothing goes unrecorded.
+ARCHIVER_STUCK_AFTER_S = 20.0
 #: The confserver answers a probe within milliseconds; this long without an answer, it is stuck.
 PROBE_STUCK_AFTER_S = 15.0
 STOP_GRACE_S = 10.0

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from ramen import keyspace, paths
 from ramen.cli import argtypes, conf
-from ramen.cli.keeper import PROBE_STUCK_AFTER_S, STOP_GRACE_S, Keeper, Service
+from ramen.cli.keeper import (ARCHIVER_STUCK_AFTER_S, HEARTBEAT_STUCK_AFTER_S, PROBE_STUCK_AFTER_S, STOP_GRACE_S,
+                              Keeper, Service)
 from ramen.cli.spark_service import SparkService, programs_need_spark
 from ramen.cli.errors import UserError
 from ramen.processes import INSTANCE_ENV, command_line, instance_processes, running, stop_processes
@@ -106,13 +107,14 @@ def run_start(args) -> int:
         env["RAMEN_CONFSERVER"] = os.environ["RAMEN_CONFSERVER"] = url
         # The archiver before the supervisor: it records workers from their first tuple, and on the
         # way down (in reverse) the workers stop while their recorder is still there.
-        for name, argv in (
-                ("choreographer", ["choreographer.service", "--site", args.site]),
+        for name, argv, stuck_after_s in (
+                ("choreographer", ["choreographer.service", "--site", args.site], HEARTBEAT_STUCK_AFTER_S),
                 ("archiver", ["workers.archiver", "--dir", str(paths.archive_dir(args.site)),
-                              "--counters", str(paths.counters_path()), "--follow-site", args.site]),
-                ("supervisor", ["supervisor.service", "--site", args.site])):
+                              "--counters", str(paths.counters_path()), "--follow-site", args.site],
+                 ARCHIVER_STUCK_AFTER_S),
+                ("supervisor", ["supervisor.service", "--site", args.site], HEARTBEAT_STUCK_AFTER_S)):
             service = Service(name, argv, log_path=logs / f"{name}.log",
-                              heartbeat_path=run_dir / f"{name}{HEARTBEAT_SUFFIX}")
+                              heartbeat_path=run_dir / f"{name}{HEARTBEAT_SUFFIX}", stuck_after_s=stuck_after_s)
             service.start(env)
             services.append(service)
 
