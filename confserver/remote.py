@@ -130,19 +130,32 @@ class RemoteClient(ConfClient):
         self._session_timeout_s = result["timeout_s"]
 
     def _connect_first(self, errors: list) -> None:
+        """Connect and open the session within the connect timeout. A connection that drops
+        during the hello (a server dying, or still starting) is tried again, as a refused one is."""
         deadline = time.monotonic() + self._connect_timeout_s
-        try:
-            sock = self._open_socket(deadline)
+        pauses = itertools.chain(RECONNECT_BACKOFF_S, itertools.repeat(RECONNECT_BACKOFF_S[-1]))
+        while True:
             try:
-                self._hello(sock, deadline)
-            except BaseException:
-                sock.close()
-                raise
-        except (ConfError, OSError) as e:
-            errors.append(e if isinstance(e, ConfError) else Disconnected(f"confserver at {self.url}: {e}"))
+                sock = self._open_socket(deadline)
+                try:
+                    self._hello(sock, deadline)
+                except BaseException:
+                    sock.close()
+                    raise
+            except (ConnectionError, EOFError) as e:
+                pause = next(pauses)
+                if time.monotonic() + pause < deadline:
+                    log.debug("connection dropped during the hello, trying again: %s", e)
+                    time.sleep(pause)
+                    continue
+                errors.append(Disconnected(f"confserver at {self.url}: {e}"))
+                return
+            except (ConfError, OSError) as e:
+                errors.append(e if isinstance(e, ConfError) else Disconnected(f"confserver at {self.url}: {e}"))
+                return
+            self._sock = sock
+            self._connected.set()
             return
-        self._sock = sock
-        self._connected.set()
 
     def _reconnect(self) -> bool:
         """Reconnect and resume the session; False once that is no longer possible.

@@ -874,7 +874,8 @@ def main(argv: list[str] | None = None) -> int:
     import confserver
     from confserver.errors import ConfError
     try:
-        client = confserver.connect(None, identity=CONFSERVER_IDENTITY)
+        client = confserver.connect(None, identity=CONFSERVER_IDENTITY,
+                                    connect_timeout_s=confserver.SERVICE_CONNECT_TIMEOUT_S)
     except (ConfError, OSError) as e:
         print(f"ramen: replayer {args.id}: cannot reach the confserver: {e}", file=sys.stderr)
         return EXIT_ERROR

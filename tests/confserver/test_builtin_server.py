@@ -172,6 +172,32 @@ def test_an_unreachable_server_raises_disconnected_quickly(tmp_path):
         confserver.connect(f"ramen://127.0.0.1:{port}", connect_timeout_s=0.5)
 
 
+def test_a_connection_dropped_during_the_hello_is_tried_again_within_the_connect_timeout(server):
+    """A server that dies (or is still starting) as a client says hello: the client tries again,
+    as it does for a refused connection, instead of failing at once (seen in the chaos soak: a
+    replayer started during a confserver restart died of a reset)."""
+    from tests.confserver.zkserver import TcpProxy
+
+    class DropsTheFirst(TcpProxy):
+        dropped = 0
+
+        def _accept(self, listener):
+            first, _ = listener.accept()
+            first.close()
+            self.dropped += 1
+            super()._accept(listener)
+
+    proxy = DropsTheFirst(server.port).start()
+    try:
+        with confserver.connect(f"ramen://127.0.0.1:{proxy.port}", identity="admin", auth_file=server.auth_file,
+                                connect_timeout_s=5) as client:
+            client.set("dropped/once", 1)
+            assert client.get("dropped/once").value == 1
+        assert proxy.dropped == 1
+    finally:
+        proxy.cut()
+
+
 # -- replies of any size, a committer that fails, deep nesting, the probe ---------------------------
 
 BIG_VALUE_BYTES = 400_000
