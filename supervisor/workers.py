@@ -135,10 +135,7 @@ class WorkerSupervision:
             else:
                 self._adopted(name, child, value)
         for name, pid in sorted(writers.items()):
-            value = instances.get(name, {})
-            if value.get("pid") != pid:
-                value = {"pid": pid, "signature": self._signature_in_stats(name, pid)}
-            self._adopt_writer(name, pid, value)
+            self._adopt_writer(name, pid, instances.get(name))
 
     def _writers(self, logs: dict[str, Path]) -> dict[str, int]:
         """name -> pid of the process writing each of these output logs, for those written."""
@@ -150,20 +147,22 @@ class WorkerSupervision:
         stats = entry.value if entry is not None and isinstance(entry.value, dict) else {}
         return stats.get("signature") if stats.get("pid") == pid else None
 
-    def _adopt_writer(self, name: str, pid: int, value: dict) -> None:
+    def _adopt_writer(self, name: str, pid: int, instance: dict | None = None) -> None:
         """Adopt the process that writes the function's log (no need to check its command line:
-        the lock says what it is)."""
-        child = adopt(f"worker {name}", pid, int(value.get("started_us") or 0))
+        the lock says what it is); what it runs, from its instance key if that names it, else
+        from its stats."""
+        if instance is None or instance.get("pid") != pid:
+            instance = {"pid": pid, "signature": self._signature_in_stats(name, pid)}
+        child = adopt(f"worker {name}", pid, int(instance.get("started_us") or 0))
         if child is not None:  # else it ended just now
-            self._adopted(name, child, value)
+            self._adopted(name, child, instance)
 
     def _adopted(self, name: str, child: Child, value: dict) -> None:
-        pid = child.pid
         state = self.workers.setdefault(name, WorkerState(name))
         state.child, state.signature, state.spare_id = child, value.get("signature"), value.get("spare")
         state.started_at = time.monotonic()
         if state.signature is None:
-            log.warning("worker %s: adopted pid %d runs an unknown signature: it will be restarted", name, pid)
+            log.warning("worker %s: adopted pid %d runs an unknown signature: it will be restarted", name, child.pid)
         self._write_instance(state)
         self.counters.adopted += 1
 
@@ -221,7 +220,7 @@ class WorkerSupervision:
         writer = self._writers({name: paths.output_log(self.site, name)}).get(name)
         if writer is not None:  # a process we did not know of writes its log: it is the worker
             log.warning("worker %s: pid %d already writes its log; adopted, not started again", name, writer)
-            self._adopt_writer(name, writer, {"pid": writer, "signature": self._signature_in_stats(name, writer)})
+            self._adopt_writer(name, writer)
             return
         log_path = paths.logs_dir() / "workers" / f"{name}.log"
         spare = self._spare

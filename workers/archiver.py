@@ -32,12 +32,13 @@ import threading
 import time
 from pathlib import Path
 
-from confserver import SERVICE_CONNECT_TIMEOUT_S
+import confserver
+from confserver.errors import ConfError
 from confserver.model import EventKind
 from ramen import keyspace, liveness, paths
 from ramen.archive import checksum as checksums
 from ramen.archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState
-from ramen.archive.coverage import function_channel, function_of_channel
+from ramen.archive.coverage import function_channel
 from ramen.archive.markfile import UPDATE_INTERVAL_MS, ArchiveMarkFile, MarkFileError
 from ramen.archive.recorder import Recorder, continued_recording, log_id_of, oldest_kept_position
 from ramen.archive.segment import SegmentError
@@ -104,10 +105,8 @@ class Archiver:
         return recorder
 
     def latest_recording(self, channel: str) -> RecordingDescriptor | None:
-        """The newest valid recording of a function channel, if any."""
-        name = function_of_channel(channel)
-        found = [d for d in self.catalog.descriptors(states=(RecordingState.VALID,))
-                 if function_of_channel(d.stripped_channel) == name]
+        """The newest valid recording of a channel, if any."""
+        found = [d for d in self.catalog.descriptors(states=(RecordingState.VALID,)) if d.stripped_channel == channel]
         return max(found, key=lambda d: d.recording_id, default=None)
 
     def do_work(self) -> int:
@@ -269,7 +268,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--tether-hold", type=float, default=TETHER_HOLD_S, metavar="S",
                         help="how long a writer waits for a recorder that stopped reading (killed, or this "
                              "archiver stopped) before it goes on without (default %(default)g s)")
-    parser.add_argument("--connect-timeout", type=float, default=SERVICE_CONNECT_TIMEOUT_S, metavar="S",
+    parser.add_argument("--connect-timeout", type=float, default=confserver.SERVICE_CONNECT_TIMEOUT_S, metavar="S",
                         help="with --follow-site, how long to wait for the confserver (default %(default)g s)")
     parser.add_argument("--follow-site", metavar="SITE", default=None,
                         help="also record the live output of every archived, used function of SITE, "
@@ -284,8 +283,6 @@ def serve(args) -> int:
         signal.signal(sig, lambda *_: stop.set())
     client = None
     if args.follow_site:  # before the directory is taken: a follower that cannot follow takes nothing
-        import confserver
-        from confserver.errors import ConfError
         try:
             client = confserver.connect(None, identity=CONFSERVER_IDENTITY, connect_timeout_s=args.connect_timeout)
         except (ConfError, OSError) as e:
