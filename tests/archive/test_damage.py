@@ -29,13 +29,12 @@ from ramen.archive.segment import SegmentReader
 from ramen.archive.time_index import INDEX_VERSION, VERSION_OFFSET, TimeIndex, index_path
 from ramen.program import loads
 from ramen.transport import CountersFile, ExclusivePublication, LogBuffer, LogBufferParams
-from ramen.tuples import encode_tuples
 from tests.archive.damage import CATALOG, DAMAGES, INDEX, Damage, _set_descriptor_i64, _to_legacy_index, find_victims
 from tests.archive.helpers import ramen
 from tests.waiting import wait_for
-from tests.workers.test_archiver_follow import (BASE_US, ROW_SPACING_US, SiteArchive, active_recording,
-                                                make_batch, process_env, publish, recorded_up_to, stop_process,
-                                                stopped_recordings, worker_value)
+from tests.workers.test_archiver_follow import (BASE_US, ROW_SPACING_US, SiteArchive, process_env, publish,
+                                                record_batches, recorded_up_to, stop_process, stopped_recordings,
+                                                worker_value)
 from tests.workers.test_replayer import expected_rows, new_id, replay, write_key
 
 TERM_LENGTH = 64 * 1024
@@ -83,21 +82,9 @@ def build_site(server, ramen_dir: Path) -> SiteArchive:
                                       LogBufferParams(term_length=TERM_LENGTH, session_id=7, stream_id=1))
         publication = ExclusivePublication(log_buffer, counters)
         rng = np.random.default_rng(19)
-        row = 0
         for recording, batches in enumerate(BATCHES):
             chor.set(keyspace.worker_key(site, src), worker_value(program, "src", is_used=True))
-            wait_for(lambda: active_recording(state.archive_dir, function_channel(src)) is not None,
-                     "the archiver to record src")
-            for i in range(batches):
-                rows = 150 + (i * 37) % 120
-                batch = make_batch(state.schema, row, rows, rng)
-                row += rows
-                publish(publication, encode_tuples(batch, "ts"))
-                state.batches.append(batch)
-            end = publication.position
-            wait_for(lambda: recorded_up_to(counters, state.archive_dir, function_channel(src), end),
-                     "the recorder to catch up")
-            state.stop_positions.append(end)
+            record_batches(state, publication, counters, batches, rng)
             chor.set(keyspace.worker_key(site, src), worker_value(program, "src", is_used=False))
             wait_for(lambda: len(stopped_recordings(state.archive_dir).get(function_channel(src), [])) ==
                      recording + 1, "the recording to stop once src is unused")

@@ -170,6 +170,26 @@ def stopped_recordings(archive_dir: Path) -> dict[str, list[int]]:
     return out
 
 
+def record_batches(state: SiteArchive, publication: ExclusivePublication, counters: CountersFile, count: int,
+                   rng: np.random.Generator) -> None:
+    """Once the archiver records `src`: publish `count` batches of rows numbered on from the last
+    (kept in state.batches), wait until they are recorded, and keep where the log then stands."""
+    channel = function_channel(state.source)
+    # The recorder's image has joined once its recording is in the catalog (is_connected could
+    # still be true from the previous recorder's image).
+    wait_for(lambda: active_recording(state.archive_dir, channel) is not None, "the archiver to record src")
+    row = sum(b.num_rows for b in state.batches)
+    for i in range(count):
+        rows = 150 + (i * 37) % 120
+        batch = make_batch(state.schema, row, rows, rng)
+        row += rows
+        publish(publication, encode_tuples(batch, "ts"))
+        state.batches.append(batch)
+    end = publication.position
+    wait_for(lambda: recorded_up_to(counters, state.archive_dir, channel, end), "the recorder to catch up")
+    state.stop_positions.append(end)
+
+
 def build_archive(server, ramen_dir: Path, checks=None, mtu_length: int | None = None) -> SiteArchive:
     """Two recordings of `src` (recorded, unused, its log created anew, used again), by a
     follow-mode archiver; `checks`, if given, is called at each step with (step, state) for the
@@ -200,22 +220,8 @@ def build_archive(server, ramen_dir: Path, checks=None, mtu_length: int | None =
         chor.set(keyspace.worker_key(site, f"{name}/unarchived"),
                  worker_value(program, "unarchived", is_used=True, archived=False))
         rng = np.random.default_rng(6)
-        row = 0
         for recording_id in (0, 1):
-            # The recorder's image has joined once its recording is in the catalog (is_connected could
-            # still be true from the previous recorder's image).
-            wait_for(lambda: active_recording(state.archive_dir, function_channel(src)) is not None,
-                     "the archiver to record src")
-            for i in range(BATCHES_PER_RECORDING):
-                rows = 150 + (i * 37) % 120
-                batch = make_batch(state.schema, row, rows, rng)
-                row += rows
-                publish(publication, encode_tuples(batch, "ts"))
-                state.batches.append(batch)
-            end = publication.position
-            wait_for(lambda: recorded_up_to(counters, state.archive_dir, function_channel(src), end),
-                     "the recorder to catch up")
-            state.stop_positions.append(end)
+            record_batches(state, publication, counters, BATCHES_PER_RECORDING, rng)
             if checks:
                 checks(f"recorded {recording_id}", state)
             chor.set(keyspace.worker_key(site, src), worker_value(program, "src", is_used=False))
@@ -498,7 +504,7 @@ def test_an_archiver_down_longer_than_the_hold_records_on_from_what_the_log_stil
 
     first_recording, second_recording = source.recordings()
     assert second_recording.start_position > first_recording.stop_position
-    assert f"were never recorded" in err and "the archive has a gap there" in err
+    assert "were never recorded" in err and "the archive has a gap there" in err
     coverage = archive_coverage(source.archive_dir)[source.source]
     assert len(coverage) == 2 and coverage[0].until_us < coverage[1].since_us  # the gap
     described = subprocess.run([sys.executable, "-m", "ramen.cli.main", "archive", "describe", source.archive_dir],
