@@ -129,6 +129,16 @@ class RemoteClient(ConfClient):
         self.session, self._secret, self.identity = result["session"], result["secret"], result["identity"]
         self._session_timeout_s = result["timeout_s"]
 
+    def _open_session(self, deadline: float) -> socket.socket:
+        """A socket on which the session is open (or resumed), by the deadline."""
+        sock = self._open_socket(deadline)
+        try:
+            self._hello(sock, deadline)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
     def _connect_first(self, errors: list) -> None:
         """Connect and open the session within the connect timeout. A connection that drops
         during the hello (a server dying, or still starting) is tried again, as a refused one is."""
@@ -136,12 +146,7 @@ class RemoteClient(ConfClient):
         pauses = itertools.chain(RECONNECT_BACKOFF_S, itertools.repeat(RECONNECT_BACKOFF_S[-1]))
         while True:
             try:
-                sock = self._open_socket(deadline)
-                try:
-                    self._hello(sock, deadline)
-                except BaseException:
-                    sock.close()
-                    raise
+                sock = self._open_session(deadline)
             except (ConnectionError, EOFError) as e:
                 pause = next(pauses)
                 if time.monotonic() + pause < deadline:
@@ -165,14 +170,8 @@ class RemoteClient(ConfClient):
         this keeps trying until the server answers (or the client is closed)."""
         pauses = itertools.chain(RECONNECT_BACKOFF_S, itertools.repeat(RECONNECT_BACKOFF_S[-1]))
         while not self._closed:
-            deadline = time.monotonic() + self._connect_timeout_s
             try:
-                sock = self._open_socket(deadline)
-                try:
-                    self._hello(sock, deadline)
-                except BaseException:
-                    sock.close()
-                    raise
+                sock = self._open_session(time.monotonic() + self._connect_timeout_s)
             except SessionExpired as e:
                 self._expire(e)
                 return False
