@@ -506,13 +506,20 @@ class RunAheadClock:
         self.lead_ns += int(seconds * 1e9)
 
 
-def test_silent_tethered_subscriber_holds_the_writer_for_its_hold_and_is_then_dropped(tmp_path):
+def held_by_a_tethered_subscriber(tmp_path):
+    """A writer back pressured by a tethered subscriber with a 60 s hold that does not read, and
+    the clock the writer judges silence by."""
     log, counters = make_log(tmp_path)
     tethered = Image(log, counters, join_position=0, tethered=True, tether_hold_s=60.0, name="tethered")
     clock = RunAheadClock()
     publication = ExclusivePublication(log, counters, subscriber_liveness_timeout_s=0.5, nano_clock=clock)
     writer = Writer(publication)
     writer.offer_until_back_pressured()
+    return log, counters, tethered, clock, publication, writer
+
+
+def test_silent_tethered_subscriber_holds_the_writer_for_its_hold_and_is_then_dropped(tmp_path):
+    log, counters, tethered, clock, publication, writer = held_by_a_tethered_subscriber(tmp_path)
     held_at = publication.position
 
     # Silent for far longer than an untethered subscriber may be, and just short of its hold.
@@ -528,12 +535,7 @@ def test_silent_tethered_subscriber_holds_the_writer_for_its_hold_and_is_then_dr
 
 
 def test_tethered_subscriber_that_reads_within_its_hold_lets_the_writer_on_with_nothing_lost(tmp_path):
-    log, counters = make_log(tmp_path)
-    tethered = Image(log, counters, join_position=0, tethered=True, tether_hold_s=60.0, name="tethered")
-    clock = RunAheadClock()
-    publication = ExclusivePublication(log, counters, subscriber_liveness_timeout_s=0.5, nano_clock=clock)
-    writer = Writer(publication)
-    writer.offer_until_back_pressured()
+    log, counters, tethered, clock, publication, writer = held_by_a_tethered_subscriber(tmp_path)
     clock.advance(30.0)
     assert writer.offer_next() == BACK_PRESSURED
 
