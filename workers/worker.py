@@ -55,11 +55,11 @@ from ramen.spark.session import SparkUnavailable
 from ramen.transport import (ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED, BackoffIdleStrategy, BlockAssembler,
                              CountersFile, ExclusivePublication, Image, LogBuffer, LogBufferError,
                              LogBufferParams, Subscription, frame)
+from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH
 from ramen.transport.logbuffer import END_OF_STREAM_UNSET
+from ramen.transport.position import int32
 from ramen.transport.publication import seal_dead_writer_claims
 from ramen.transport.writer_lock import acquire_writer_lock
-from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH
-from ramen.transport.position import int32
 from ramen.tuples import decode_tuples, encode_tuples, end_of_replay, resumed, with_channel
 from workers.compute import ComputeError, PythonRunner, make_runner
 from workers.compute_thread import ComputeThread

@@ -16,13 +16,11 @@ held its writer back (its tether's hold) and still holds every frame from there
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import time
 
-import os
-
 from ramen import message
-from ramen.processes import pid_alive
 from ramen.archive.catalog import NULL_POSITION, NULL_TIMESTAMP, Catalog, RecordingDescriptor, epoch_ms
 from ramen.archive.checksum import Checksum
 from ramen.archive.segment import SegmentWriter, segment_file_base_position, segment_file_name
@@ -86,7 +84,8 @@ class Recorder:
         self.index = TimeIndexWriter(index_path(self.archive_dir, self.recording_id), self.recording_id,
                                      descriptor=extend) if index_event_time else None
         key = RECORDING_KEY.pack(self.recording_id, log_buffer.session_id)
-        _free_dead_recording_positions(counters, self.recording_id)
+        # A rec-pos counter a killed recorder left: a live replay following it would wait for ever.
+        counters.free_orphans(RECORDING_POSITION_TYPE_ID, self.recording_id)
         self.position_counter = counters.allocate(
             RECORDING_POSITION_TYPE_ID, f"rec-pos: {self.recording_id} {log_buffer.session_id} "
             f"{log_buffer.stream_id} {channel or log_buffer.path.name}", key=key, registration_id=self.recording_id)
@@ -199,15 +198,6 @@ def oldest_kept_position(log_buffer: LogBuffer) -> int:
     """The oldest position from which a log surely holds every frame up to its tail: the start of
     the term before the active one (never cleaned, publication.CLEAN_LAG_TERMS)."""
     return max(0, log_buffer.active_term_count - 1) << log_buffer.position_bits_to_shift
-
-
-def _free_dead_recording_positions(counters: CountersFile, recording_id: int) -> None:
-    """The recording-position counter a killed recorder left of this recording: a live replay
-    following the recording would follow it, and wait for ever."""
-    for counter_id in counters.find(RECORDING_POSITION_TYPE_ID, recording_id):
-        owner = counters.get(counter_id, ctr.OWNER_ID_OFFSET)
-        if owner != os.getpid() and not pid_alive(owner):
-            counters.free(counter_id)
 
 
 def _clear_segment_after(archive_dir, descriptor: RecordingDescriptor, position: int) -> None:

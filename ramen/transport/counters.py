@@ -286,6 +286,20 @@ class CountersFile:
             yield CounterInfo(counter_id, type_id, self.label(counter_id), self.key(counter_id), value,
                               registration_id, owner_id, heartbeat, status)
 
+    def free_orphans(self, type_id: int, registration_id: int, keep=lambda counter_id: False) -> list[int]:
+        """Free the counters of a type and registration (one log, one recording) whose owners
+        died without freeing them, but those `keep(id)` says to leave; returns their ids. What a
+        process taking over from a dead one calls: the dead one's counters would mislead readers."""
+        freed = []
+        for counter_id in self.find(type_id, registration_id):
+            owner = self.get(counter_id, OWNER_ID_OFFSET)
+            if owner != os.getpid() and not pid_alive(owner) and not keep(counter_id):
+                log.info("freed counter %d (%s) at %d of dead process %d", counter_id, self.label(counter_id),
+                         self.get(counter_id), owner)
+                self.free(counter_id)
+                freed.append(counter_id)
+        return freed
+
     def find(self, type_id: int, registration_id: int) -> list[int]:
         """Ids of allocated counters of a type that belong to one log (by its correlation id)."""
         found = []

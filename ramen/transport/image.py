@@ -9,11 +9,9 @@ unblock timeout (Aeron's TermUnblocker) and goes on.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Callable
 
-from ramen.processes import pid_alive
 from ramen.transport import counters as ctr
 from ramen.transport import frame
 from ramen.transport.counters import CountersFile
@@ -134,18 +132,9 @@ class Image:
         slowest reader (publication.py)."""
         if self.counters is None or not self.tethered:
             return []
-        taken = []
-        for counter_id in self.counters.find(ctr.SUBSCRIBER_POSITION_TYPE_ID, self.log.correlation_id):
-            if counter_id == self._sub_pos.id or ctr.tether_hold_ms(self.counters.key(counter_id)) is None:
-                continue
-            owner = self.counters.get(counter_id, ctr.OWNER_ID_OFFSET)
-            if owner == os.getpid() or pid_alive(owner):
-                continue
-            log.info("%s: takes over the tether of dead pid %d at position %d", self.name, owner,
-                     self.counters.get(counter_id))
-            self.counters.free(counter_id)
-            taken.append(counter_id)
-        return taken
+        counters = self.counters
+        return counters.free_orphans(ctr.SUBSCRIBER_POSITION_TYPE_ID, self.log.correlation_id,
+                                     keep=lambda counter_id: ctr.tether_hold_ms(counters.key(counter_id)) is None)
 
     # -- polling --------------------------------------------------------------------------------
 
