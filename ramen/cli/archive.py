@@ -31,7 +31,7 @@ PREVIEW_BYTES = 32
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("archive", help="look into Aeron Archive directories (recordings and their catalog)")
+    parser = sub.add_parser("archive")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     describe = actions.add_parser("describe", help="print the catalog header and recording descriptors",

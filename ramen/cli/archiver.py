@@ -4,8 +4,8 @@ The service is imported only when this command runs, so the core never depends o
 """
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("archiver", help="record log buffers into an archive directory until stopped",
-                            add_help=False, description="Run the archiver service; `ramen archiver --help` for its options.")
+    parser = sub.add_parser("archiver", add_help=False,
+                            description="Run the archiver service; `ramen archiver --help` for its options.")
     parser.set_defaults(run=run, passthrough=True)
 
 

@@ -5,7 +5,7 @@ The service is imported only when this command runs, so the core never depends o
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("choreographer", help="decide which workers must run, until stopped", add_help=False,
+    parser = sub.add_parser("choreographer", add_help=False,
                             description="Run the choreographer; `ramen choreographer --help` for its options.")
     parser.set_defaults(run=run, passthrough=True)
 

@@ -19,7 +19,7 @@ COLUMNS = ("FUNCTION", "KIND", "LAZY", "FROM", "EVENT_TIME", "WINDOW", "ARCHIVE"
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("compile", help="validate a program file and print its functions",
+    parser = sub.add_parser("compile",
                             description="Validate a program file (see docs/programs.md) and print each "
                                         "function: kind, laziness, parents, event time, window, retention "
                                         "and output schema. Exit 1 with one line if it is invalid.")

@@ -15,7 +15,7 @@ DEFAULT_IDENTITY = "admin"
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("confclient", help="get, set, delete, list or watch confserver keys",
+    parser = sub.add_parser("confclient",
                             description="Read and change the keys of the confserver.")
     conf.add_arguments(parser, DEFAULT_IDENTITY)
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)

@@ -5,7 +5,7 @@ The server is imported only when this command runs, so the core never depends on
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("confserver", help="run the built-in configuration server until stopped",
+    parser = sub.add_parser("confserver",
                             add_help=False,
                             description="Run the built-in confserver; `ramen confserver --help` for its options.")
     parser.set_defaults(run=run, passthrough=True)

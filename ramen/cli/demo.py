@@ -27,7 +27,7 @@ PROGRESS_INTERVAL_S = 0.5
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("demo", help="stream messages between two processes through a log buffer",
+    parser = sub.add_parser("demo",
                             description="Write messages from this process to a reader process through a log "
                                         "buffer under $RAMEN_DIR/demo, and check every one arrived in order.")
     parser.add_argument("--messages", type=int, default=2_000_000, help="messages to send (default 2000000)")

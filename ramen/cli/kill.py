@@ -10,7 +10,7 @@ IDENTITY = "user"
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("kill", help="unload a program (and, with --purge, its archives)",
+    parser = sub.add_parser("kill",
                             description="Unload a program: its workers stop once the choreographer and "
                                         "supervisor see it gone.")
     parser.add_argument("program", help="the program's name")

@@ -14,7 +14,7 @@ PREVIEW_BYTES = 32
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("logbuffer", help="look into log buffer files")
+    parser = sub.add_parser("logbuffer")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     inspect = actions.add_parser("inspect", help="print the metadata and every message still in a log buffer",
                                  description="Print every metadata field (tail counters decoded) and the messages "

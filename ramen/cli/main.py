@@ -7,18 +7,36 @@ tracebacks only with --debug.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 
 from ramen import __version__
-from ramen.cli import (archive, archiver, choreographer, confclient, confserver, demo, kill, logbuffer, ps, replay,
-                       run, start, stat, supervisor, tail)
-from ramen.cli import compile as compile_command
 from ramen.cli.errors import UserError
 from ramen.memory import retain_freed_memory
 
-COMMANDS = (logbuffer, stat, demo, archive, archiver, confserver, confclient, compile_command,
-            run, kill, ps, replay, tail, choreographer, supervisor, start)
+COMMANDS = {
+    # name: (the module whose add_parser() declares it, its line in `ramen --help`)
+    "logbuffer": ("ramen.cli.logbuffer", "look into log buffer files"),
+    "stat": ("ramen.cli.stat", "print the counters (positions, back pressure, drops)"),
+    "demo": ("ramen.cli.demo", "stream messages between two processes through a log buffer"),
+    "archive": ("ramen.cli.archive", "look into Aeron Archive directories (recordings and their catalog)"),
+    "archiver": ("ramen.cli.archiver", "record log buffers into an archive directory until stopped"),
+    "confserver": ("ramen.cli.confserver", "run the built-in configuration server until stopped"),
+    "confclient": ("ramen.cli.confclient", "get, set, delete, list or watch confserver keys"),
+    "compile": ("ramen.cli.compile", "validate a program file and print its functions"),
+    "run": ("ramen.cli.run", "validate a program file and load it"),
+    "kill": ("ramen.cli.kill", "unload a program (and, with --purge, its archives)"),
+    "ps": ("ramen.cli.ps", "list the workers: used, running, counts, CPU, memory"),
+    "replay": ("ramen.cli.replay", "what a function produced over a past time range"),
+    "tail": ("ramen.cli.tail", "a function's latest output, or follow it"),
+    "choreographer": ("ramen.cli.choreographer", "decide which workers must run, until stopped"),
+    "supervisor": ("ramen.cli.supervisor", "run the workers and replayers of a site, until stopped"),
+    "start": ("ramen.cli.start", "run the confserver, choreographer, supervisor and archiver here"),
+    "stop": ("ramen.cli.start", "stop what `ramen start --daemon` started"),
+}
+"""Only the module of the command given is imported: `ramen tail` does not load the archive or
+Spark before it starts, and `ramen --help` answers at once."""
 EXIT_USER_ERROR = 1
 EXIT_INTERRUPTED = 130
 SERVICE_COMMANDS = frozenset({"archiver", "confserver", "choreographer", "supervisor", "start"})
@@ -27,14 +45,24 @@ keep the client's reconnections to themselves (the command's result, or its one-
 what came of them), unless --debug."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of `ramen`, with the arguments of `command`; the other commands are only named."""
     parser = argparse.ArgumentParser(prog="ramen", description="ramen: stream processing with replayable workers")
     parser.add_argument("--version", action="version", version=f"ramen {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in COMMANDS:
-        module.add_parser(sub)
+    if command in COMMANDS:
+        importlib.import_module(COMMANDS[command][0]).add_parser(sub)
+    for name, (_, help_line) in COMMANDS.items():
+        if name not in sub.choices:
+            sub.add_parser(name, help=help_line)
     return parser
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The command `argv` names: its first word that is not an option (ramen's own options take
+    no value)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
 
 
 #: Options whose values often start with "-" (relative times: `--since -2h`), which argparse
@@ -54,8 +82,9 @@ def _join_negative_values(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     retain_freed_memory()  # `ramen replay` and `ramen tail` keep every message they read
-    parser = build_parser()
-    args, extra = parser.parse_known_args(_join_negative_values(sys.argv[1:] if argv is None else argv))
+    argv = _join_negative_values(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command_of(argv))
+    args, extra = parser.parse_known_args(argv)
     if getattr(args, "passthrough", False):
         args.args = extra  # a service with its own parser (ramen archiver)
     elif extra:

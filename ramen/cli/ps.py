@@ -18,7 +18,7 @@ BYTES_PER_MB = 1024 * 1024
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("ps", help="list the workers: used, running, counts, CPU, memory",
+    parser = sub.add_parser("ps",
                             description="List the workers of a site. Without --all, only those used or running.")
     parser.add_argument("--all", action="store_true",
                         help="also unused workers that are not running, and the processes the supervisor keeps "

@@ -17,7 +17,7 @@ IDENTITY = "user"
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("run", help="validate a program file and load it",
+    parser = sub.add_parser("run",
                             description="Validate a program file and load it (programs/<name> in the confserver).")
     parser.add_argument("file", help="a program file (TOML, see docs/programs.md)")
     parser.add_argument("--replace", action="store_true", help="replace a loaded program of the same name")

@@ -50,7 +50,7 @@ ERROR_PREFIX = "ramen: "
 
 
 def add_parser(sub) -> None:
-    start = sub.add_parser("start", help="run the confserver, choreographer, supervisor and archiver here",
+    start = sub.add_parser("start",
                            description="Run ramen's services on this host (the embedded default) and load "
                                        "the programs given, until Ctrl-C or SIGTERM.")
     start.add_argument("programs", nargs="*", metavar="PROGRAM", help="program files to load (replacing)")
@@ -63,7 +63,7 @@ def add_parser(sub) -> None:
                        help="run heavy functions on this Spark Connect endpoint (default $RAMEN_SPARK_REMOTE; "
                             "without it, a local one starts when a program needs Spark)")
     start.set_defaults(run=run_start)
-    stop = sub.add_parser("stop", help="stop what `ramen start --daemon` started",
+    stop = sub.add_parser("stop",
                           description="Stop the services started by `ramen start --daemon`.")
     stop.add_argument("--dir", metavar="DIR", help="the --dir given to ramen start (default $RAMEN_DIR)")
     stop.set_defaults(run=run_stop)

@@ -14,7 +14,7 @@ WATCH_INTERVAL_S = 1.0
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("stat", help="print the counters (positions, back pressure, drops)",
+    parser = sub.add_parser("stat",
                             description="Print every allocated counter of the counters file.")
     parser.add_argument("--counters", metavar="FILE", default=None,
                         help=f"counters file (default: $RAMEN_DIR/{paths.COUNTERS_FILE_NAME}, now {paths.counters_path()})")

@@ -5,7 +5,7 @@ The service is imported only when this command runs, so the core never depends o
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("supervisor", help="run the workers and replayers of a site, until stopped",
+    parser = sub.add_parser("supervisor",
                             add_help=False,
                             description="Run the supervisor; `ramen supervisor --help` for its options.")
     parser.set_defaults(run=run, passthrough=True)

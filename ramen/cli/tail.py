@@ -36,7 +36,7 @@ FRAGMENT_LIMIT = 256
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("tail", help="a function's latest output, or follow it",
+    parser = sub.add_parser("tail",
                             description="Print the last tuples of TARGET (prog/func), or follow its output.")
     parser.add_argument("target", metavar="TARGET")
     parser.add_argument("-n", "--lines", type=argtypes.count, default=DEFAULT_LINES, help="tuples to print (default 10)")
