@@ -1,6 +1,6 @@
 """A short chaos soak (bench/chaos.py): kill -9 of every kind of ramen process while replays run,
 then nothing lost, duplicated or wrong in the archive, every replay right or a one-line error,
-no hang and no leak. The bench's full soak is 100 kills over 10 minutes (README)."""
+no hang and no leak. The bench's full soak is 100 kills over 10 minutes (bench/README.md)."""
 
 from __future__ import annotations
 
