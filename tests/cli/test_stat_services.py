@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -54,7 +55,11 @@ def stat(env, *args):
 
 
 def counters_of(env, pid) -> dict[str, int]:
-    """The counters a process owns, by type name, from `ramen stat --json`."""
+    """The counters a process owns, by type name, from `ramen stat --json` (none before the first
+    service has made the counters file)."""
+    path = Path(env["RAMEN_DIR"]) / "counters.dat"
+    if not path.exists() or not path.stat().st_size:
+        return {}
     snapshot = json.loads(stat(env, "--json"))
     return {c["type"]: c["value"] for c in snapshot["counters"] if c["owner_pid"] == pid}
 
