@@ -59,6 +59,8 @@ class _InMemory:
 
 
 class ServiceCounters:
+    """The counters of one instance of a service; subclasses name them (Count) and the service."""
+
     SERVICE: ClassVar[str]
     NAMES: ClassVar[tuple[str, ...]]
 
