@@ -21,16 +21,17 @@ import queue
 import signal
 import sys
 import threading
-from dataclasses import dataclass
 
 import networkx as nx
 
 import confserver
+from choreographer.counters import ChoreographerCounters
 from choreographer.graph import Usage, build_graph, compute_usage, worker_value
 from confserver import ConfClient, EventKind
-from ramen import keyspace, liveness
+from ramen import keyspace, liveness, paths
 from ramen.cli import argtypes
 from ramen.program import Program
+from ramen.transport.counters import CountersFileError
 
 log = logging.getLogger(__name__)
 
@@ -42,19 +43,10 @@ POLL_INTERVAL_S = 0.5
 PROGRAMS, REPLAYS, TAILS = keyspace.PROGRAMS, keyspace.REPLAYS, keyspace.TAILS
 
 
-@dataclass
-class ChoreographerCounters:
-    """What the choreographer did, for tests and `ramen stat`-like reporting."""
-
-    recomputes: int = 0
-    fast_paths: int = 0
-    writes: int = 0
-    deletes: int = 0
-    bad_programs: int = 0
-
-
 class Choreographer:
-    def __init__(self, client: ConfClient, site: str = keyspace.DEFAULT_SITE):
+    def __init__(self, client: ConfClient, site: str = keyspace.DEFAULT_SITE, *,
+                 counters: ChoreographerCounters | None = None):
+        """`counters`: in the site's counters file (main), else in memory."""
         self.client = client
         self.site = site
         self.programs: dict[str, Program] = {}
@@ -62,7 +54,7 @@ class Choreographer:
         self.tails: dict[str, dict] = {}
         self.workers: dict[str, dict] = {}  # worker key -> value, as last written or read
         self.graph = nx.DiGraph()
-        self.counters = ChoreographerCounters()
+        self.counters = ChoreographerCounters() if counters is None else counters
         self.events: queue.SimpleQueue = queue.SimpleQueue()
         self._needs_recompute = True
         self._unsynced = {PROGRAMS, REPLAYS, TAILS}
@@ -226,12 +218,13 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: stop.set())
     try:
         with confserver.connect(args.confserver, identity=IDENTITY,
-                                connect_timeout_s=confserver.SERVICE_CONNECT_TIMEOUT_S) as client:
-            choreographer = Choreographer(client, args.site)
+                                connect_timeout_s=confserver.SERVICE_CONNECT_TIMEOUT_S) as client, \
+                ChoreographerCounters.in_file(paths.counters_path(), args.site) as counters:
+            choreographer = Choreographer(client, args.site, counters=counters)
             log.info("choreographer of site %s on %s", args.site, args.confserver or "the local confserver")
             run(choreographer, stop)
             choreographer.close()
-    except confserver.ConfError as e:
+    except (confserver.ConfError, CountersFileError) as e:
         print(f"ramen: choreographer: {e}", file=sys.stderr)
         return 1
     return 0

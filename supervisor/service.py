@@ -35,6 +35,7 @@ from confserver.url import CONFSERVER_ENV
 from ramen import keyspace, liveness, paths
 from ramen.cli import argtypes
 from ramen.locks import FileLock, LockHeld
+from ramen.transport.counters import CountersFileError
 from supervisor import defaults
 from supervisor.counters import SupervisorCounters
 from supervisor.processes import now_us
@@ -59,15 +60,16 @@ class Supervisor:
                  delay_before_replay_s: float = defaults.DELAY_BEFORE_REPLAY_S,
                  stop_grace_s: float = defaults.STOP_GRACE_S,
                  restart_policy: RestartPolicy = RestartPolicy(),
-                 merge: bool = True, spares: bool = True):
+                 merge: bool = True, spares: bool = True, counters: SupervisorCounters | None = None):
         """`env` is what the children get (default: ours); the commands are prefixes to which
         `--site SITE --function PROG/FUNC` (workers) or `--site SITE --id ID` (replayers) are added.
         `merge=False` gives every replay request replayers of its own, as `no_merge` does per request.
         `spares` keeps a worker (workers/spare.py) and a replayer started ahead of need, so that
-        neither makes a replay wait for Python's start-up."""
+        neither makes a replay wait for Python's start-up. `counters`: in the site's counters
+        file (main), else in memory."""
         self.client = client
         self.site = site
-        self.counters = SupervisorCounters()
+        self.counters = SupervisorCounters() if counters is None else counters
         env = dict(os.environ if env is None else env)
         self.workers = WorkerSupervision(client, site, self.counters, command=worker_command, env=env,
                                          policy=restart_policy, stop_grace_s=stop_grace_s,
@@ -203,10 +205,11 @@ def main(argv: list[str] | None = None) -> int:
         env[CONFSERVER_ENV] = args.confserver  # so the children reach the same server
     try:
         with confserver.connect(args.confserver, identity=IDENTITY,
-                                connect_timeout_s=confserver.SERVICE_CONNECT_TIMEOUT_S) as client:
+                                connect_timeout_s=confserver.SERVICE_CONNECT_TIMEOUT_S) as client, \
+                SupervisorCounters.in_file(paths.counters_path(), args.site) as counters:
             supervisor = Supervisor(client, args.site, env=env, delay_before_replay_s=args.delay_before_replay,
                                     stop_grace_s=args.stop_grace, merge=not args.no_merge,
-                                    spares=not (args.no_spares or args.stop_left_over))
+                                    spares=not (args.no_spares or args.stop_left_over), counters=counters)
             log.info("supervisor of site %s on %s%s", args.site, args.confserver or "the local confserver",
                      ": stopping what the earlier one left" if args.stop_left_over else "")
             try:
@@ -214,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                     supervisor.run(stop)
             finally:
                 supervisor.close()
-    except confserver.ConfError as e:
+    except (confserver.ConfError, CountersFileError) as e:
         print(f"ramen: supervisor: {e}", file=sys.stderr)
         return 1
     finally:

@@ -46,6 +46,7 @@ from ramen.transport.counters import CountersFile, CountersFileError
 from ramen.transport.defaults import TETHER_HOLD_S
 from ramen.transport.idle import BackoffIdleStrategy
 from ramen.transport.logbuffer import END_OF_STREAM_UNSET, LogBuffer, LogBufferError
+from ramen.transport.service_counters import Count, ServiceCounters
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,10 @@ LOG_CHECK_INTERVAL_S = 0.2
 """How often follow mode looks for the logs it waits for, and for recorded logs gone or replaced."""
 
 
+class ArchiverCounters(ServiceCounters, service="archiver"):
+    bytes_recorded = Count("Log bytes recorded, padding included (the recordings' positions advanced).")
+
+
 class Archiver:
     """The recorders of one archive directory, driven by one duty cycle."""
 
@@ -78,6 +83,7 @@ class Archiver:
         try:
             self.catalog = Catalog.open_or_create(self.archive_dir, checksum=self.checksum)
             repaired = self.catalog.refresh_stop_positions(checksum=self.checksum)
+            self.archiver_counters = ArchiverCounters.allocate(counters, str(self.archive_dir))
         except BaseException:
             self.mark.close()
             raise
@@ -113,6 +119,8 @@ class Archiver:
         work = 0
         for recorder in self.recorders:
             work += recorder.do_work()
+        if work:
+            self.archiver_counters.bytes_recorded += work
         if any(r.is_stopped for r in self.recorders):
             self.recorders = [r for r in self.recorders if not r.is_stopped]
         now = time.monotonic()
@@ -129,6 +137,7 @@ class Archiver:
         for recorder in self.recorders:
             recorder.close(keep_tether=not recorder.image.is_end_of_stream)
         self.recorders.clear()
+        self.archiver_counters.close()
         self.catalog.close()
         self.mark.close()
 

@@ -27,14 +27,13 @@ from ramen.archive.segment import SegmentWriter, segment_file_base_position, seg
 from ramen.archive.time_index import TimeIndexWriter, index_path
 from ramen.transport import frame
 from ramen.transport import counters as ctr
-from ramen.transport.counters import CountersFile
+from ramen.transport.counters import RECORDING_POSITION_TYPE_ID, CountersFile
 from ramen.transport.defaults import TETHER_HOLD_S
 from ramen.transport.image import Image
 from ramen.transport.logbuffer import LogBuffer
 
 log = logging.getLogger(__name__)
 
-RECORDING_POSITION_TYPE_ID = 100  # Aeron's archive recording-position counter
 RECORDING_KEY = struct.Struct("<qi")  # recording id, session id
 BLOCK_LENGTH_LIMIT = 1024 * 1024
 """Bytes taken from the log per duty cycle."""

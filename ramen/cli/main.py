@@ -18,7 +18,7 @@ from ramen.memory import retain_freed_memory
 COMMANDS = {
     # name: (the module whose add_parser() declares it, its line in `ramen --help`)
     "logbuffer": ("ramen.cli.logbuffer", "look into log buffer files"),
-    "stat": ("ramen.cli.stat", "print the counters (positions, back pressure, drops)"),
+    "stat": ("ramen.cli.stat", "print the counters (positions, back pressure, drops, services)"),
     "demo": ("ramen.cli.demo", "stream messages between two processes through a log buffer"),
     "archive": ("ramen.cli.archive", "look into Aeron Archive directories (recordings and their catalog)"),
     "archiver": ("ramen.cli.archiver", "record log buffers into an archive directory until stopped"),

@@ -1,4 +1,6 @@
-"""`ramen stat`: the counters of this host (positions, bytes, back pressure, drops), like AeronStat."""
+"""`ramen stat`: the counters of this host, like AeronStat: positions, bytes, back pressure and drops
+of the logs, and what the services did (supervisor restarts, merged requests, choreographer
+recomputes, bytes recorded and read), grouped by the process that owns them."""
 
 from __future__ import annotations
 
@@ -8,14 +10,17 @@ import time
 
 from ramen import paths
 from ramen.cli.errors import UserError
-from ramen.transport.counters import COUNTER_DROPPED, CountersFile, CountersFileError
+from ramen.processes import pid_alive
+from ramen.transport.counters import (COUNTER_DROPPED, SERVICE_COUNTER_TYPE_IDS, CounterInfo, CountersFile,
+                                      CountersFileError)
 
 WATCH_INTERVAL_S = 1.0
+_SERVICE_OF_TYPE = {type_id: service for service, ids in SERVICE_COUNTER_TYPE_IDS.items() for type_id in ids.values()}
 
 
 def add_parser(sub) -> None:
     parser = sub.add_parser("stat",
-                            description="Print every allocated counter of the counters file.")
+                            description="Print every allocated counter of the counters file, by process.")
     parser.add_argument("--counters", metavar="FILE", default=None,
                         help=f"counters file (default: $RAMEN_DIR/{paths.COUNTERS_FILE_NAME}, now {paths.counters_path()})")
     parser.add_argument("--json", action="store_true", help="one JSON object per snapshot")
@@ -56,6 +61,29 @@ def _print_snapshot(counters: CountersFile, as_json: bool) -> None:
     print(f"{time.strftime('%H:%M:%S')} - {counters.path}: {len(rows)} counters of {counters.capacity}, "
           f"file created by pid {header['pid']}")
     print("=" * 80)
+    for pid, group in _by_process(rows).items():
+        print(_process_heading(pid, group))
+        for c in group:
+            note = " (dropped)" if c.status == COUNTER_DROPPED else ""
+            print(f"{c.id:>6}: {c.value:>20,} - {c.label}{note}")
+
+
+def _by_process(rows: list[CounterInfo]) -> dict[int, list[CounterInfo]]:
+    """The counters by owner pid, processes in the order of their first counter."""
+    groups: dict[int, list[CounterInfo]] = {}
     for c in rows:
-        note = " (dropped)" if c.status == COUNTER_DROPPED else ""
-        print(f"{c.id:>4}: {c.value:>20,} - {c.label} [pid {c.owner_id}]{note}")
+        groups.setdefault(c.owner_id, []).append(c)
+    return groups
+
+
+def _process_heading(pid: int, group: list[CounterInfo]) -> str:
+    """`pid 4242: supervisor s1`: the process, the services it runs (by their counters' keys), and
+    whether it has exited (its counters wait for the next run to free them)."""
+    services = []
+    for c in group:
+        if c.type_id in _SERVICE_OF_TYPE:
+            instance = c.key.rstrip(b"\0").decode(errors="replace")
+            name = f"{_SERVICE_OF_TYPE[c.type_id]} {instance}".rstrip()
+            if name not in services:
+                services.append(name)
+    return f"pid {pid}" + (f": {', '.join(services)}" if services else "") + ("" if pid_alive(pid) else " (exited)")

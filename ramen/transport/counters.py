@@ -67,9 +67,25 @@ SYSTEM_COUNTER_TYPE_ID = 0
 PUBLISHER_LIMIT_TYPE_ID = 1
 SUBSCRIBER_POSITION_TYPE_ID = 4
 PUBLISHER_POSITION_TYPE_ID = 12
+RECORDING_POSITION_TYPE_ID = 100  # Aeron Archive's, kept by ramen/archive/recorder.py
 BACK_PRESSURE_EVENTS_TYPE_ID = 1001
 SUBSCRIBERS_DROPPED_TYPE_ID = 1002
 UNBLOCKED_FRAMES_TYPE_ID = 1003
+
+SERVICE_COUNTER_TYPE_IDS: dict[str, dict[str, int]] = {
+    "supervisor": {"starts": 1100, "restarts": 1101, "crashes": 1102, "stops": 1103, "kills": 1104,
+                   "quarantines": 1105, "spares": 1106, "adopted": 1107, "replays_wired": 1108,
+                   "replayers_spawned": 1109, "merged_requests": 1110, "replayer_failures": 1111,
+                   "replay_errors": 1112, "replays_timed_out": 1113, "teardowns": 1114},
+    "choreographer": {"recomputes": 1200, "fast_paths": 1201, "writes": 1202, "deletes": 1203,
+                      "bad_programs": 1204},
+    "archiver": {"bytes_recorded": 104},  # Aeron's ARCHIVE_RECORDER_TOTAL_WRITE_BYTES_TYPE_ID
+    "replayer": {"bytes_read": 1010},
+}
+"""The services' counters (ramen/transport/service_counters.py), one type id per thing counted,
+by service and attribute name: a service's counter is labelled `<service> <instance> <name>`
+(`supervisor s1 merged requests`), so `ramen stat` and tests find it by type or label."""
+REPLAYER_BYTES_READ_TYPE_ID = SERVICE_COUNTER_TYPE_IDS["replayer"]["bytes_read"]
 
 TYPE_NAMES = {
     SYSTEM_COUNTER_TYPE_ID: "system",
@@ -79,6 +95,9 @@ TYPE_NAMES = {
     BACK_PRESSURE_EVENTS_TYPE_ID: "back-pressure",
     SUBSCRIBERS_DROPPED_TYPE_ID: "subs-dropped",
     UNBLOCKED_FRAMES_TYPE_ID: "unblocked",
+    RECORDING_POSITION_TYPE_ID: "rec-pos",
+    **{type_id: f"{service}-{name.replace('_', '-')}"
+       for service, ids in SERVICE_COUNTER_TYPE_IDS.items() for name, type_id in ids.items()},
 }
 
 STREAM_KEY = struct.Struct("<qiii")

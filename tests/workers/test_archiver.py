@@ -96,3 +96,22 @@ def test_an_archiver_killed_mid_recording_recovers_the_stop_position_at_restart(
     expected = [(end, payload) for end, payload in sent if end <= stop_position]
     assert [d["position"] for d in dumped] == [end for end, _ in expected]
     assert all(d["length"] == len(p) for d, (_, p) in zip(dumped, expected))
+
+
+def test_the_archiver_counts_the_bytes_it_records_and_frees_its_counter_when_it_stops(tmp_path):
+    counters = CountersFile.open(tmp_path / "counters.dat")
+    log = LogBuffer.create(tmp_path / "live.logbuffer", LogBufferParams(term_length=64 * 1024, session_id=5, stream_id=6))
+    archiver = start_archiver(tmp_path, "--record", str(log.path))
+    try:
+        publication = ExclusivePublication(log, counters)
+        wait_for(lambda: publication.is_connected, "the recorder to subscribe")
+        for i in range(100):  # past a term: the padding at its end is recorded too
+            wait_for(lambda: publication.offer(bytes([i]) * 1000) > 0, "room in the log")
+        rec_pos = wait_for(lambda: counters.find(RECORDING_POSITION_TYPE_ID, 0), "the recording position counter")[0]
+        wait_for(lambda: counters.get(rec_pos) == publication.position, "everything recorded")
+        [recorded] = wait_for(lambda: [c for c in counters.counters() if c.type_name == "archiver-bytes-recorded"
+                                       and c.value == publication.position], "the bytes counted")
+        assert recorded.label == f"archiver {tmp_path / 'archive'} bytes recorded" and recorded.owner_id == archiver.pid
+    finally:
+        assert stop(archiver) == 0
+    assert not [c for c in counters.counters() if c.type_name == "archiver-bytes-recorded"]
