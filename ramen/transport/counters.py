@@ -186,6 +186,8 @@ class CountersFile:
                 if size == 0 and create:
                     _initialise(fd, capacity)
                     size = os.fstat(fd).st_size
+                elif size == 0:  # its creator has not taken the lock yet: as good as absent
+                    raise CountersFileError(f"{path}: no counters file yet (is anything starting?)")
                 _validate(path, fd, size)
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)

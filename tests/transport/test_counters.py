@@ -218,6 +218,15 @@ def test_opening_a_missing_counters_file_without_create_fails(tmp_path):
     assert not path.exists()
 
 
+def test_a_counters_file_its_creator_has_not_written_yet_is_not_there_yet(tmp_path):
+    path = tmp_path / "counters.dat"
+    path.touch()  # created, its creator not yet holding the lock that writes it
+    with pytest.raises(CountersFileError, match="no counters file yet"):
+        CountersFile.open(path, create=False)
+    CountersFile.open(path).close()  # the creator then makes it whole
+    CountersFile.open(path, create=False).close()
+
+
 def _too_short(path):
     path.write_bytes(bytes(10))
 

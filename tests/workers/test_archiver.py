@@ -8,7 +8,7 @@ import time
 
 
 from ramen.archive.catalog import NULL_POSITION, Catalog
-from ramen.archive.markfile import read_info
+from ramen.archive.markfile import MarkFileError, read_info
 from ramen.archive.recorder import RECORDING_POSITION_TYPE_ID
 from ramen.transport import ADMIN_ACTION, CountersFile, ExclusivePublication, LogBuffer, LogBufferParams
 from tests.waiting import wait_for
@@ -31,10 +31,19 @@ def stop(process):
     return process.returncode
 
 
+def _mark_file(archive_dir):
+    """The mark file's header, or None while the archiver is still creating it (a file shorter
+    than its header is damage to a reader that finds it so for good, not to one waiting for it)."""
+    try:
+        return read_info(archive_dir)
+    except MarkFileError:
+        return None
+
+
 def test_a_second_archiver_on_the_same_directory_is_refused(tmp_path):
     first = start_archiver(tmp_path)
     try:
-        wait_for(lambda: (info := read_info(tmp_path / "archive")) and info.is_ready and info.is_active(), "the first archiver")
+        wait_for(lambda: (info := _mark_file(tmp_path / "archive")) and info.is_ready and info.is_active(), "the first archiver")
         second = start_archiver(tmp_path)
         _, err = second.communicate(timeout=WAIT_S)
         assert second.returncode == 1
@@ -77,7 +86,7 @@ def test_an_archiver_killed_mid_recording_recovers_the_stop_position_at_restart(
 
     restarted = start_archiver(tmp_path)
     try:
-        wait_for(lambda: (info := read_info(tmp_path / "archive")) and info.is_ready and info.pid == restarted.pid,
+        wait_for(lambda: (info := _mark_file(tmp_path / "archive")) and info.is_ready and info.pid == restarted.pid,
                  "the restarted archiver")
         with Catalog.open(tmp_path / "archive") as catalog:
             stop_position = catalog.get(0).stop_position
