@@ -138,9 +138,11 @@ class Worker:
         return self
 
     def _open_source(self, live_output: Output) -> None:
-        stats = self.client.get_or_none(keyspace.function_key(self.site, self.qualified_name, "stats"))
+        def last_stats() -> dict | None:
+            entry = self.client.get_or_none(keyspace.function_key(self.site, self.qualified_name, "stats"))
+            return None if entry is None else entry.value
         self.live_event_time_us = last_written_us(self.qualified_name, live_output.log, paths.archive_dir(self.site),
-                                                  None if stats is None else stats.value)
+                                                  last_stats)
         resume_us = None if self.live_event_time_us is None else self.live_event_time_us + 1
         try:
             self.source = make_source(self.function, self.program.path, start_us=resume_us)
@@ -321,7 +323,7 @@ class Worker:
             work += self._emit_computed(dispatch.completed())
         work += self._flush()
         if dispatch is not None:
-            for state in dispatch.retry(list(self.channels.states.values())):
+            for state in dispatch.retry(self.channels.states.values()):
                 work += 1
                 if state.ending:
                     self.channels.send_end_of_replay(state)
