@@ -17,7 +17,6 @@ from pathlib import Path
 import pyarrow as pa
 
 from ramen import paths
-from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.message import LIVE_CHANNEL
 from ramen.program.model import Function
 from ramen.transport import BlockAssembler, CountersFile, Image, LogBuffer, LogBufferError, Subscription
@@ -45,12 +44,10 @@ class Input:
 class Inputs:
     """The input logs of one worker, read as one subscription (one image per log)."""
 
-    def __init__(self, site: str, qualified_name: str, counters: CountersFile, *,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, site: str, qualified_name: str, counters: CountersFile) -> None:
         self.site = site
         self.qualified_name = qualified_name
         self.counters = counters
-        self.clock = clock
         self.found: dict[Path, Input] = {}
         self.subscription = Subscription()
         self._images: dict[int, Input] = {}
@@ -82,11 +79,10 @@ class Inputs:
         """Look for the missing logs in this duty cycle (a replay's, just named)."""
         self.next_look_s = 0.0
 
-    def look(self) -> None:
-        """Open the logs that have appeared, when it is time to look."""
-        now = self.clock.seconds()
-        if now >= self.next_look_s:
-            self.next_look_s = now + self.open_waiting()
+    def look(self, now_s: float) -> None:
+        """Open the logs that have appeared, when it is time to look (`now_s`: the clock's seconds)."""
+        if now_s >= self.next_look_s:
+            self.next_look_s = now_s + self.open_waiting()
 
     def open_waiting(self) -> float:
         """Open the input logs that have appeared; returns when to look again (seconds from now):

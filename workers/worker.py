@@ -85,7 +85,7 @@ class Worker:
         self.id = worker_id(qualified_name)
         self.worker_key = keyspace.worker_key(site, qualified_name)
         self.stats = WorkerStats(qualified_name, clock=clock)
-        self.inputs = Inputs(site, qualified_name, counters, clock=clock)
+        self.inputs = Inputs(site, qualified_name, counters)
         self.outputs = Outputs(site, qualified_name, counters, self.id)
         self.key_value: dict = {}
         self.signature: str | None = None
@@ -316,8 +316,11 @@ class Worker:
         return sum(len(o.pending) for o in self.outputs.all(self.channels.recipients()))
 
     def do_work(self) -> int:
+        """One bounded slice: keys' changes, new input logs, computed results, what the outputs take,
+        Spark retries, then one poll of the inputs unless the outputs or the calls hold them back."""
         work = self._conf_events()
-        self.inputs.look()
+        now = self.clock.seconds()
+        self.inputs.look(now)
         dispatch = self.dispatch
         if dispatch is not None:
             work += self._emit_computed(dispatch.completed())
@@ -334,7 +337,6 @@ class Worker:
             work += self._flush()
         else:
             self.inputs.keep_alive()  # held back by our readers, not dead: the writers must wait
-        now = self.clock.seconds()
         if now >= self._next_stats_s:
             self._next_stats_s = now + STATS_INTERVAL_S
             self.write_stats()
