@@ -145,7 +145,7 @@ class Worker:
                                                   last_stats)
         resume_us = None if self.live_event_time_us is None else self.live_event_time_us + 1
         try:
-            self.source = make_source(self.function, self.program.path, start_us=resume_us)
+            self.source = make_source(self.function, self.program.path, start_us=resume_us, clock=self.clock)
         except SourceError as e:
             raise WorkerError(str(e)) from None
         if self.source.resumes_from_us is not None:
