@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
@@ -29,6 +29,7 @@ from workers.defaults import SPARK_HEARTBEAT_S, SPARK_RETRY_S
 from workers.heavy import SparkExecutor
 from workers.inputs import Input
 from workers.stats import WorkerStats
+from workers.windows import ClosedWindow
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,18 @@ def by_input(batches: Batches, messages: Messages, every_us: int
         else:
             runs.append([found, [batch], bounds, window])
     return [(found, pa.Table.from_batches(run), bounds) for found, run, bounds, _ in runs]
+
+
+def committed(state: ChannelState, batches: Batches, messages: Messages, event_time: str | None,
+              stats: WorkerStats, *, by_parent: bool = False) -> Iterator[ClosedWindow]:
+    """The windows a poll's rows commit, each as soon as it closes (a light call starts while the
+    next rows are placed); rows too late for their window are counted once all are placed.
+    `by_parent`: each parent's rows stay apart within a window (a Spark function's views)."""
+    late_before = state.windows.late
+    for found, table, bounds in by_input(batches, messages, state.windows.every_us):
+        yield from state.windows.add(table, found.event_time or event_time, found.parent if by_parent else None,
+                                     bounds=bounds)
+    stats.add("late", state.windows.late - late_before, state.channel)
 
 
 def heartbeating(job: Callable[[], pa.Table], heartbeat: Callable[[], None],
@@ -105,20 +118,18 @@ class LightDispatch:
             self.compute.submit(state, self.runner,
                                 pa.Table.from_batches([b for _, b in batches], schema=batches[0][1].schema))
             return
-        late_before = state.windows.late
-        for found, table, bounds in by_input(batches, messages, state.windows.every_us):
-            for closed in state.windows.add(table, found.event_time or self.event_time, bounds=bounds):
-                self.compute.submit(state, self.runner, closed.table, (closed.start_us, closed.end_us))
-        self.stats.add("late", state.windows.late - late_before, state.channel)
+        for closed in committed(state, batches, messages, self.event_time, self.stats):
+            self._call(state, closed)
 
     def end(self, state: ChannelState) -> bool:
         """Every END_OF_REPLAY is in: the open windows are called (`drain` then has the results)."""
         if state.windows is not None:
-            late_before = state.windows.late
             for closed in state.windows.flush():
-                self.compute.submit(state, self.runner, closed.table, (closed.start_us, closed.end_us))
-            self.stats.add("late", state.windows.late - late_before, state.channel)
+                self._call(state, closed)
         return True
+
+    def _call(self, state: ChannelState, closed: ClosedWindow) -> None:
+        self.compute.submit(state, self.runner, closed.table, (closed.start_us, closed.end_us))
 
     def completed(self) -> list[tuple[ChannelState, pa.Table]]:
         return self.compute.completed()
@@ -157,22 +168,16 @@ class HeavyDispatch:
         if state.windows is None:
             self._keep(state, [(found.parent, batch) for found, batch in batches])
         else:
-            late_before = state.windows.late
-            for found, table, bounds in by_input(batches, messages, state.windows.every_us):
-                for closed in state.windows.add(table, found.event_time or self.event_time, found.parent,
-                                                bounds=bounds):
-                    self._keep(state, closed.batches)
-            self.stats.add("late", state.windows.late - late_before, state.channel)
+            for closed in committed(state, batches, messages, self.event_time, self.stats, by_parent=True):
+                self._keep(state, closed.batches)
         self._run(state)
 
     def end(self, state: ChannelState) -> bool:
         """Every END_OF_REPLAY is in: the open windows join the rest, and the job runs. False while
         Spark is unreachable: the channel ends when `retry` has run it."""
         if state.windows is not None:
-            late_before = state.windows.late
             for closed in state.windows.flush():
                 self._keep(state, closed.batches)
-            self.stats.add("late", state.windows.late - late_before, state.channel)
         return self._run(state)
 
     def completed(self) -> list:

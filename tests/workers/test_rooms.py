@@ -163,3 +163,22 @@ def test_a_heavy_replay_keeps_its_rows_while_spark_is_gone_and_retries_when_the_
     assert dispatch.retry([state]) == [state] and spark.calls == 3
     assert [(channel, table.column("rows").to_pylist()) for channel, table in emitted] == [(7, [3])]
     assert state.gathered is None and state.retries == 0 and stats.get("spark jobs") == 1
+
+
+def test_a_heavy_window_keeps_each_parents_rows_apart_and_counts_late_rows():
+    from ramen.tuples import encode_tuples
+    from workers.windows import WindowState
+    minute_us = 60_000_000
+    spark = FlakySpark(failures=0)
+    stats = WorkerStats("p/heavy")
+    dispatch = HeavyDispatch(spark, stats, lambda state, table: None, keep_alive=lambda: None, clock=ManualClock())
+    state = ChannelState(7, windows=WindowState(minute_us, 0))
+    a, b = (Input(Path(name), None, "ts", f"p/{name}") for name in ("a", "b"))
+
+    def rows(*times_us: int) -> pa.RecordBatch:
+        return pa.record_batch({"ts": pa.array(times_us, pa.timestamp("us"))})
+    polled = [(a, rows(1, 2)), (b, rows(3)), (a, rows(minute_us + 1)), (b, rows(5))]  # the last one late
+    dispatch.process(state, polled, [(found, encode_tuples(batch, "ts")) for found, batch in polled])
+    assert {parent: sum(b.num_rows for b in batches) for parent, batches in state.gathered.batches.items()} == \
+        {"p/a": 2, "p/b": 1}
+    assert stats.get("late") == 1 and stats.channel(7).late == 1 and spark.calls == 0
