@@ -67,7 +67,8 @@ class ReplayPart:
     inputs: tuple[str, ...]
     parents: tuple[str | None, ...]
     """Whose rows each input carries (None: not said, by an older supervisor)."""
-    also: tuple
+    also: tuple[dict, ...]
+    """The target only: `{"channel", "recipient"}` of each identical replay riding on this one."""
 
 
 def replay_part(value: dict) -> ReplayPart:

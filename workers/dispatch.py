@@ -99,11 +99,11 @@ def heartbeating(job: Callable[[], pa.Table], heartbeat: Callable[[], None],
 class LightDispatch:
     """A python function's calls on the compute thread; results come back through `completed`."""
 
-    def __init__(self, runner: PythonRunner, stats: WorkerStats, name: str) -> None:
+    def __init__(self, runner: PythonRunner, stats: WorkerStats) -> None:
         self.runner = runner
         self.stats = stats
         self.event_time = runner.function.event_time
-        self.compute: ComputeThread[ChannelState] = ComputeThread(f"compute {name}")
+        self.compute: ComputeThread[ChannelState] = ComputeThread(f"compute {runner.function.qualified_name}")
 
     @property
     def in_flight(self) -> int:

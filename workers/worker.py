@@ -123,7 +123,7 @@ class Worker:
                 runner = make_runner(self.function, self.program.path)
             except ComputeError as e:
                 raise WorkerError(str(e)) from None
-            self.dispatch = LightDispatch(runner, self.stats, self.qualified_name)
+            self.dispatch = LightDispatch(runner, self.stats)
         self.stats.allocate(self.counters)
         live = bool(self.key_value.get("live", True))
         live_output = self.outputs.open_live(archived=bool(self.key_value.get("archived", self.function.archived)))
