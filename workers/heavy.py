@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ import pyarrow.parquet as pq
 
 from confserver import ConfClient
 from ramen import keyspace
+from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.program.model import Function
 from ramen.spark.frames import for_spark, utc_schema, view_name
 from ramen.spark.session import SparkUnavailable, configured_remote, connect, is_unavailable, one_line
@@ -66,7 +66,7 @@ class Gathered:
     (a local Spark) every SPARK_STAGING_FILE_ROWS rows of a parent go to a Parquet file, written by
     `writer` while more rows arrive; without one they stay in memory for createDataFrame."""
 
-    def __init__(self, directory: Path | None, writer: ThreadPoolExecutor) -> None:
+    def __init__(self, directory: Path | None, writer: ThreadPoolExecutor, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.directory = directory
         self.writer = writer
         self.batches: dict[str, list[pa.RecordBatch]] = {}
@@ -74,7 +74,7 @@ class Gathered:
         self._files: dict[str, int] = {}
         self._writes: list[Future] = []
         self.rows = 0
-        self.created_s = time.monotonic()
+        self.created_s = clock.seconds()
 
     def __bool__(self) -> bool:
         return self.rows > 0
@@ -150,6 +150,7 @@ class SparkExecutor:
     job_s: float = 0.0
     _server: SparkServer | None = None
     _spark: object = None
+    clock: Clock = SYSTEM_CLOCK
     _writer: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "staging"))
 
     def gathered(self) -> Gathered:
@@ -162,25 +163,25 @@ class SparkExecutor:
                 pass  # not known yet: in memory
         if self._server is not None and self._server.staging is not None:
             staging = self._server.staging / f"{self.function.program}.{self.function.name}.{uuid.uuid4().hex}"
-        return Gathered(staging, self._writer)
+        return Gathered(staging, self._writer, clock=self.clock)
 
     def run(self, gathered: Gathered) -> pa.Table:
         """The SQL over these rows (a parent without rows is an empty view). SparkUnavailable:
         nothing ran, call again; ComputeError: the SQL failed on this data. The rows are kept
         either way: the caller discards them once the job's result is out."""
-        started = time.monotonic()
+        started = self.clock.seconds()
         spark = self._session()
         try:
-            connected = time.monotonic()
+            connected = self.clock.seconds()
             self._register(spark, gathered)
-            registered = time.monotonic()
+            registered = self.clock.seconds()
             result = spark.sql(self.function.sql).toArrow()
         except Exception as e:  # noqa: BLE001 - classified: Spark gone (retry) or the SQL's error
             if is_unavailable(e):
                 self._spark = self._server = None
                 raise SparkUnavailable(one_line(e)) from None
             raise ComputeError(f"{self.function.qualified_name}: Spark SQL failed: {one_line(e)}") from None
-        ended = time.monotonic()
+        ended = self.clock.seconds()
         self.jobs += 1
         self.job_s += ended - started
         log.info("%s: Spark job: %.2f s session, %.2f s registering its %d rows, %.2f s SQL",

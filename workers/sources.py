@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.program.durations import parse_duration
 from ramen.program.model import Function
 from workers.defaults import (BATCH_ROWS, FOLLOW_INTERVAL_S, GENERATOR_BYTES_MAX, GENERATOR_BYTES_MIN,
@@ -298,7 +299,8 @@ def resume_start(start_us: int, backfill_us: int, now_us: int) -> int:
     return max(start_us, now_us - backfill_us)
 
 
-def make_source(function: Function, program_path: str | None, *, start_us: int | None = None) -> RowSource:
+def make_source(function: Function, program_path: str | None, *, start_us: int | None = None,
+                clock: Clock = SYSTEM_CLOCK) -> RowSource:
     """The row source of a source function. `start_us` (generator only) resumes after what an
     earlier run already wrote, instead of backfilling again (at most `backfill` ago: resume_start)."""
     source = function.source
@@ -311,7 +313,7 @@ def make_source(function: Function, program_path: str | None, *, start_us: int |
         except ValueError as e:
             raise SourceError(f"{function.qualified_name}: source 'backfill': {e}") from None
         if start_us is not None:
-            now_us = time.time_ns() // 1000
+            now_us = clock.epoch_us()
             resumed_us = resume_start(start_us, backfill_us, now_us)
             if resumed_us != start_us:
                 log.warning("%s: its last row is %.0f s old, more than its backfill: it resumes %g s ago, and "
@@ -328,5 +330,5 @@ def make_source(function: Function, program_path: str | None, *, start_us: int |
         if not path.is_absolute() and program_path:
             path = Path(program_path).parent / path
         return FileSource(source.kind, path, function.schema, function.event_time,
-                          follow=bool(source.option("follow", False)))
+                          follow=bool(source.option("follow", False)), clock=clock.seconds)
     raise SourceError(f"{function.qualified_name}: unknown source kind {source.kind!r}")

@@ -12,6 +12,7 @@ import resource
 import time
 from dataclasses import dataclass, field
 
+from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.transport import counters as ctr
 from ramen.transport.counters import Counter, CountersFile
 
@@ -48,16 +49,21 @@ def rss_bytes() -> int:
 class WorkerStats:
     qualified_name: str
     counters: CountersFile | None = None
+    clock: Clock = SYSTEM_CLOCK
     channels: dict[int, ChannelStats] = field(default_factory=dict)
     _counters: dict[str, Counter] = field(default_factory=dict)
     _local: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self._local.update(dict.fromkeys(COUNTER_NAMES, 0))
+        if self.counters is not None:
+            self.allocate(self.counters)
+
+    def allocate(self, counters: CountersFile) -> None:
+        """The totals' counters in counters.dat (apart from construction, which does no I/O)."""
+        self.counters = counters
         for name in COUNTER_NAMES:
-            self._local[name] = 0
-            if self.counters is not None:
-                self._counters[name] = self.counters.allocate(ctr.SYSTEM_COUNTER_TYPE_ID,
-                                                              f"worker {self.qualified_name} {name}")
+            self._counters[name] = counters.allocate(ctr.SYSTEM_COUNTER_TYPE_ID, f"worker {self.qualified_name} {name}")
 
     def add(self, name: str, value: int, channel: int | None = None) -> None:
         if not value:
@@ -86,7 +92,7 @@ class WorkerStats:
                 "unexpected": self._local["unexpected"], "skipped": self._local["skipped"],
                 "cpu_s": round(time.process_time(), 3), "rss_bytes": rss_bytes(),
                 "position_in": position_in, "position_out": position_out, "pid": os.getpid(),
-                "updated_us": time.time_ns() // 1000,
+                "updated_us": self.clock.epoch_us(),
                 "channels": {str(c): s.to_json() for c, s in sorted(self.channels.items())}}
         if heavy:
             record.update(spark_jobs=self._local["spark jobs"], spark_s=self._local["spark ms"] / 1000)

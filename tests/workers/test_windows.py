@@ -131,11 +131,11 @@ def test_header_bounds_place_a_batch_whole_and_change_nothing_in_what_is_committ
 
 
 def test_a_poll_of_many_messages_goes_to_the_windows_a_window_at_a_time(monkeypatch):
-    """A worker catching up takes hundreds of messages a poll (workers.worker.by_input): those
+    """A worker catching up takes hundreds of messages a poll (workers.dispatch.by_input): those
     inside one window go there together and whole; only those across an edge get the pass over
     their rows; and what is committed is what the messages one by one commit."""
     from ramen.tuples import encode_tuples
-    from workers.worker import by_input
+    from workers.dispatch import by_input
 
     class Found:
         event_time = "ts"

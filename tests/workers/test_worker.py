@@ -27,7 +27,8 @@ from ramen.transport import (CountersFile, ExclusivePublication, FragmentAssembl
 from ramen.tuples import decode_tuples, encode_tuples, end_of_replay
 from tests.waiting import wait_for
 from workers.sources import generate_rows, step_of
-from workers.worker import heartbeating
+from ramen.clocks import SYSTEM_CLOCK, ManualClock
+from workers.dispatch import heartbeating
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 30.0
@@ -438,7 +439,7 @@ def test_a_torn_down_replay_leaves_no_pending_message_in_a_shared_output(rig, tm
     replay is torn down (its target died), its held-back messages go, or, counted as pending,
     they would stop the worker reading for every later replay."""
     from ramen.tuples import encode_tuples
-    from workers.worker import Output
+    from workers.outputs import Output
     output = Output.open(tmp_path / "shared.logbuffer", rig.counters, create=True)
     batch = pa.RecordBatch.from_pydict({"ts": pa.array([1], pa.timestamp("us")), "v": [1]})
     for channel in (5, 6, 5, 6):
@@ -457,17 +458,19 @@ def test_a_replay_input_not_there_yet_is_looked_for_every_millisecond_a_live_one
     from workers.worker import Worker
     rig.load()
     rig.worker_key("per_minute")  # live: it waits for its parent's output log, which nobody writes
-    worker = Worker(rig.admin, rig.site, rig.qualified("per_minute"), rig.counters)
+    from workers.channels import replay_part
+    worker = Worker(rig.admin, rig.site, rig.qualified("per_minute"), rig.counters).open()
     try:
-        assert worker._open_waiting_inputs() == LOG_WAIT_INTERVAL_S
+        assert worker.inputs.open_waiting() == LOG_WAIT_INTERVAL_S
         replayer_log = paths.replayer_log(rig.site, 78)
-        worker._start_replay(5, {"channel": 5, "since_us": 0, "until_us": 1, "inputs": [str(replayer_log)],
-                                 "parents": [rig.qualified("traffic")], "expect_eor": 1})
-        assert worker._next_look_s == 0.0  # looked for in the same duty cycle as the key
-        assert worker._open_waiting_inputs() == REPLAY_LOG_WAIT_INTERVAL_S
+        worker.channels.start(5, replay_part({"channel": 5, "since_us": 0, "until_us": 1,
+                                              "inputs": [str(replayer_log)], "parents": [rig.qualified("traffic")],
+                                              "expect_eor": 1}))
+        assert worker.inputs.next_look_s == 0.0  # looked for in the same duty cycle as the key
+        assert worker.inputs.open_waiting() == REPLAY_LOG_WAIT_INTERVAL_S
         rig.publication(replayer_log)
-        assert worker._open_waiting_inputs() == LOG_WAIT_INTERVAL_S  # the live parent's still missing
-        assert worker.inputs[replayer_log].image is not None
+        assert worker.inputs.open_waiting() == LOG_WAIT_INTERVAL_S  # the live parent's still missing
+        assert worker.inputs.found[replayer_log].image is not None
     finally:
         worker.close(flush_timeout_s=0)
 
@@ -519,40 +522,41 @@ def test_a_killed_source_resumes_right_after_the_last_row_in_its_log_whatever_it
 
 
 class GatedWorker:
-    """An in-process worker of `gated`, its duty cycle in a thread, fed a minute per message."""
+    """An in-process worker of `gated`, fed a minute per message, whose duty cycle the test drives
+    (on a clock that moves only when told): what the worker did not do in a cycle, it did not do."""
 
-    def __init__(self, rig) -> None:
+    def __init__(self, rig, clock=None) -> None:
         from workers.worker import Worker
         GATE.clear()
         rig.load()
         rig.worker_key("gated")
         self.parent = rig.publication(paths.output_log(rig.site, rig.qualified("traffic")))
-        self.worker = Worker(rig.admin, rig.site, rig.qualified("gated"), rig.counters)
+        self.worker = Worker(rig.admin, rig.site, rig.qualified("gated"), rig.counters,
+                             clock=clock or ManualClock()).open()
         self.output = rig.reader(paths.output_log(rig.site, rig.qualified("gated")),
                                  rig.loaded.function("gated").schema, join_position=0)
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="gated worker")
-        self.thread.start()
         self.rows = generate_rows(TRAFFIC, "ts", seed=4, hosts=3, step_us=10 * SECOND_US,
                                   first_index=2_000 * MINUTE_US // (10 * SECOND_US), count=60)  # 6 a minute
 
-    def _run(self) -> None:
-        from workers.worker import run
-        run(self.worker, self.stop)
+    def until(self, condition, what: str) -> None:
+        """Duty cycles until `condition`."""
+        wait_for(lambda: self.worker.do_work() >= 0 and condition(), what)
 
     def minutes(self, first: int, end: int) -> pa.Table:
         return pa.Table.from_batches([self.rows.slice(6 * first, 6 * (end - first))])
 
     def offer_minute(self, minute: int) -> None:
-        offer(self.parent, encode_tuples(self.rows.slice(6 * minute, 6), "ts"))
+        message = encode_tuples(self.rows.slice(6 * minute, 6), "ts")
+        self.until(lambda: self.parent.offer(message) > 0, "the worker to read its input")
 
     def read_all(self) -> bool:
-        return self.worker.subscription.images[0].position == self.parent.position
+        return self.worker.inputs.subscription.images[0].position == self.parent.position
+
+    def in_flight(self) -> int:
+        return self.worker.dispatch.in_flight
 
     def close(self) -> None:
         GATE.set()
-        self.stop.set()
-        self.thread.join(WAIT_S)
         self.worker.close(flush_timeout_s=0)
 
 
@@ -566,31 +570,31 @@ def test_a_slow_call_lets_the_worker_read_on_until_max_calls_wait_and_results_ke
         for minute in range(MAX_CALLS_IN_FLIGHT + 1):  # minute m's rows commit minute m - 1
             gated.offer_minute(minute)
             # The image's position moves before the poll's windows are submitted: wait for both.
-            wait_for(lambda: gated.read_all() and len(gated.worker.compute) == minute,
-                     f"minute {minute} read while {minute} calls wait")
-        assert gated.worker.compute.full
+            gated.until(lambda: gated.read_all() and gated.in_flight() == minute,
+                        f"minute {minute} read while {minute} calls wait")
+        assert gated.worker.dispatch.full
         gated.offer_minute(MAX_CALLS_IN_FLIGHT + 1)
-        threading.Event().wait(0.3)  # time to read it, were the worker still reading
-        assert not gated.read_all() and len(gated.worker.compute) == MAX_CALLS_IN_FLIGHT
+        for _ in range(10):  # each cycle would read it, were the worker still reading
+            gated.worker.do_work()
+        assert not gated.read_all() and gated.in_flight() == MAX_CALLS_IN_FLIGHT
         gated.output.poll()
         assert gated.output.rows == 0
         GATE.set()
-        wait_for(gated.read_all, "the last minute read once calls returned")
+        gated.until(gated.read_all, "the last minute read once calls returned")
         expected = expected_per_minute(gated.minutes(0, MAX_CALLS_IN_FLIGHT + 1))
-        gated.output.read_until(lambda: gated.output.rows == expected.num_rows, "every committed minute")
+        gated.until(lambda: gated.output.poll() >= 0 and gated.output.rows == expected.num_rows,
+                    "every committed minute")
         assert gated.output.table().equals(expected)
     finally:
         gated.close()
 
 
 def test_a_stopped_worker_writes_the_windows_whose_calls_were_running(rig):
-    gated = GatedWorker(rig)
+    gated = GatedWorker(rig, clock=SYSTEM_CLOCK)  # close() waits for the writes on it
     try:
         for minute in range(3):
             gated.offer_minute(minute)
-        wait_for(lambda: len(gated.worker.compute) == 2, "minutes 0 and 1 computing")
-        gated.stop.set()
-        gated.thread.join(WAIT_S)
+        gated.until(lambda: gated.in_flight() == 2, "minutes 0 and 1 computing")
         threading.Timer(0.1, GATE.set).start()
         gated.worker.close(flush_timeout_s=WAIT_S)  # waits for the calls, writes their results
         expected = expected_per_minute(gated.minutes(0, 2))
@@ -620,3 +624,17 @@ def test_a_source_down_longer_than_its_backfill_resumes_backfill_ago_and_says_so
     assert before_us - 5 * SECOND_US <= resumed_us <= after_us - 5 * SECOND_US
     first_us = reader.table().column("ts").cast(pa.int64())[0].as_py()
     assert resumed_us <= first_us < resumed_us + step_of(1000)
+
+
+def test_constructing_a_worker_does_no_io(tmp_path, monkeypatch):
+    """Opening logs, reading keys, watching and counting wait for open(): a Worker is built from
+    nothing but its names (a client and counters that fail at any use)."""
+    from workers.worker import Worker
+
+    class Untouchable:
+        def __getattr__(self, name):
+            raise AssertionError(f"construction used .{name}")
+    monkeypatch.setenv("RAMEN_DIR", str(tmp_path))
+    worker = Worker(Untouchable(), "site", "prog/func", Untouchable(), clock=ManualClock())
+    assert worker.function is None and worker.channels is None
+    assert list(tmp_path.iterdir()) == []

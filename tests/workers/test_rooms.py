@@ -1,0 +1,184 @@
+"""The worker's rooms without processes or files: a replay channel's life in workers/channels.py
+(inputs used and released, END_OF_REPLAYs counted, the ends written, the keys deleted riders
+first) and a heavy function's retry in workers/dispatch.py, on a clock the test moves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow as pa
+
+from ramen import keyspace
+from ramen.clocks import ManualClock
+from ramen.message import decode_header
+from ramen.spark.session import SparkUnavailable
+from workers.channels import Channels, ChannelState, replay_part
+from workers.defaults import SPARK_RETRY_S
+from workers.dispatch import HeavyDispatch
+from workers.heavy import Gathered
+from workers.inputs import Input
+from workers.stats import WorkerStats
+
+SCHEMA = pa.schema([("n", pa.int64())])
+
+
+class FakeOutput:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.sent: list[tuple[bytes, object]] = []
+        self.closed = False
+
+    def send(self, message: bytes, rows: int = 0, on_sent=None) -> None:
+        self.sent.append((message, on_sent))
+
+    def write_all(self) -> None:
+        for _, on_sent in self.sent:
+            if on_sent is not None:
+                on_sent()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeOutputs:
+    def __init__(self) -> None:
+        self.opened: dict[str, FakeOutput] = {}
+        self.retired: list[tuple[int, list]] = []
+
+    def for_replay(self, recipient):
+        return self.open_recipient(Path(recipient or "replay.logbuffer"))
+
+    def open_recipient(self, path: Path) -> FakeOutput:
+        return self.opened.setdefault(str(path), FakeOutput(str(path)))
+
+    def retire(self, channel: int, outputs) -> None:
+        self.retired.append((channel, list(outputs)))
+
+    def tear_down(self, channel: int) -> None:
+        pass
+
+
+class FakeInputs:
+    def __init__(self) -> None:
+        self.users: dict[Path, set] = {}
+        self.looked = False
+
+    def use(self, path: Path, function, user) -> None:
+        self.users.setdefault(path, set()).add(user)
+
+    def release(self, path: Path, user) -> None:
+        self.users[path].discard(user)
+
+    def look_now(self) -> None:
+        self.looked = True
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.deleted: list[str] = []
+
+    def delete(self, key: str) -> None:
+        self.deleted.append(key)
+
+
+def channels() -> tuple[Channels, FakeInputs, FakeOutputs, FakeClient]:
+    function = SimpleNamespace(qualified_name="p/f", window=None, schema=SCHEMA, event_time=None)
+    parent = SimpleNamespace(qualified_name="p/parent", window=None, schema=SCHEMA, event_time=None)
+    inputs, outputs, client = FakeInputs(), FakeOutputs(), FakeClient()
+    return (Channels(client, "site", function, {"p/parent": parent}, 42, inputs, outputs, WorkerStats("p/f")),
+            inputs, outputs, client)
+
+
+def test_a_target_counts_its_ends_writes_one_per_recipient_and_deletes_the_riders_keys_first():
+    rooms, inputs, outputs, client = channels()
+    rooms.start(7, replay_part({"channel": 7, "inputs": ["a", "b"], "parents": ["p/parent", "p/parent"],
+                                "expect_eor": 2, "recipient": "r7", "also": [{"channel": 9, "recipient": "r9"}]}))
+    assert inputs.users == {Path("a"): {7}, Path("b"): {7}} and inputs.looked
+    assert rooms.count_end_of_replay(7, 1, shared=False) is None  # one of two
+    state = rooms.count_end_of_replay(7, 2, shared=False)
+    assert state is not None and state.ending and rooms.stats.channel(7).eor_received == 2
+    rooms.send_end_of_replay(state)
+    leader, rider = outputs.opened["r7"], outputs.opened["r9"]
+    assert [decode_header(m).channel for m, _ in leader.sent + rider.sent] == [7, 9]
+    assert rooms.get(7) is None and 7 in rooms.finished and inputs.users == {Path("a"): set(), Path("b"): set()}
+    assert outputs.retired == [(7, [leader, rider])]  # closed once written
+    assert client.deleted == []  # nothing written yet
+    rider.write_all()
+    leader.write_all()
+    assert client.deleted == [keyspace.replay_key(9), keyspace.replay_key(7)]
+    rooms.start(7, replay_part({"channel": 7, "inputs": ["a"], "expect_eor": 1}))  # a late rewrite of its key
+    assert rooms.get(7) is None
+
+
+def test_an_end_of_a_replay_nobody_here_expects_counts_nothing():
+    rooms, _, _, _ = channels()
+    assert rooms.count_end_of_replay(5, 1, shared=True) is None
+    assert rooms.stats.channels == {}
+
+
+def test_an_older_supervisors_key_without_parents_reads_each_input_as_its_parents_log():
+    part = replay_part({"channel": 3, "inputs": ["x", "y"], "parents": ["p/a"]})
+    assert part.parents == ("p/a", None) and part.expect_eor == 1 and not part.pass_through and part.also == ()
+
+
+class FlakySpark:
+    """A SparkExecutor whose first `failures` jobs find Spark gone."""
+
+    def __init__(self, failures: int) -> None:
+        self.function = SimpleNamespace(event_time=None, qualified_name="p/heavy")
+        self.failures = failures
+        self.calls = 0
+        self.jobs = 0
+        self.job_s = 0.0
+
+    def gathered(self) -> Gathered:
+        return Gathered(None, writer=None)
+
+    def run(self, gathered: Gathered) -> pa.Table:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise SparkUnavailable("connection refused")
+        self.jobs += 1
+        return pa.table({"rows": [gathered.rows]})
+
+
+def test_a_heavy_replay_keeps_its_rows_while_spark_is_gone_and_retries_when_the_clock_says_so():
+    clock, spark, emitted = ManualClock(), FlakySpark(failures=2), []
+    stats = WorkerStats("p/heavy")
+    dispatch = HeavyDispatch(spark, stats, lambda state, table: emitted.append((state.channel, table)),
+                             keep_alive=lambda: None, clock=clock)
+    state = ChannelState(7)
+    found = Input(Path("log"), SCHEMA, None, "p/parent")
+    dispatch.process(state, [(found, pa.record_batch({"n": [1, 2, 3]}))], [(found, b"")])
+    assert spark.calls == 0 and state.gathered.rows == 3  # a replay's rows wait for its end
+    state.ending = True
+    assert dispatch.end(state) is False and spark.calls == 1 and state.gathered.rows == 3
+    assert dispatch.retry([state]) == [] and spark.calls == 1  # not before its time
+    clock.advance(SPARK_RETRY_S[0])
+    assert dispatch.retry([state]) == [] and spark.calls == 2  # tried: gone again, waits longer
+    clock.advance(SPARK_RETRY_S[0])
+    assert dispatch.retry([state]) == [] and spark.calls == 2
+    clock.advance(SPARK_RETRY_S[1] - SPARK_RETRY_S[0])
+    assert dispatch.retry([state]) == [state] and spark.calls == 3
+    assert [(channel, table.column("rows").to_pylist()) for channel, table in emitted] == [(7, [3])]
+    assert state.gathered is None and state.retries == 0 and stats.get("spark jobs") == 1
+
+
+def test_a_heavy_window_keeps_each_parents_rows_apart_and_counts_late_rows():
+    from ramen.tuples import encode_tuples
+    from workers.windows import WindowState
+    minute_us = 60_000_000
+    spark = FlakySpark(failures=0)
+    stats = WorkerStats("p/heavy")
+    dispatch = HeavyDispatch(spark, stats, lambda state, table: None, keep_alive=lambda: None, clock=ManualClock())
+    state = ChannelState(7, windows=WindowState(minute_us, 0))
+    a, b = (Input(Path(name), None, "ts", f"p/{name}") for name in ("a", "b"))
+
+    def rows(*times_us: int) -> pa.RecordBatch:
+        return pa.record_batch({"ts": pa.array(times_us, pa.timestamp("us"))})
+    polled = [(a, rows(1, 2)), (b, rows(3)), (a, rows(minute_us + 1)), (b, rows(5))]  # the last one late
+    dispatch.process(state, polled, [(found, encode_tuples(batch, "ts")) for found, batch in polled])
+    assert {parent: sum(b.num_rows for b in batches) for parent, batches in state.gathered.batches.items()} == \
+        {"p/a": 2, "p/b": 1}
+    assert stats.get("late") == 1 and stats.channel(7).late == 1 and spark.calls == 0

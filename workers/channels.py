@@ -1,0 +1,234 @@
+"""A worker's channel states: live (channel 0) and one per replay it takes part in, kept apart so
+that replayed and live rows never mix (docs/runtime.md, "Replay, step by step").
+
+For each `…/<prog>/<func>/replays/<channel>` key the supervisor writes, the worker reads the listed
+input logs and keeps that channel's windows and counts; it writes to its replay output log or, as
+the target, to the client's recipient log (and the same rows to the riders' recipients). After
+`expect_eor` END_OF_REPLAYs the channel's windows are flushed (workers/dispatch.py), one
+END_OF_REPLAY goes out per recipient, and the target deletes `replays/<channel>`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from confserver import ConfClient, ConfError
+from ramen import keyspace, paths
+from ramen.message import LIVE_CHANNEL
+from ramen.program.model import Function
+from ramen.transport import LogBufferError
+from ramen.tuples import end_of_replay, with_channel
+from workers.heavy import Gathered
+from workers.inputs import Inputs
+from workers.outputs import Output, Outputs
+from workers.stats import WorkerStats
+from workers.windows import WindowState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ChannelState:
+    channel: int
+    pass_through: bool = False
+    expect_eor: int = 1
+    windows: WindowState | None = None
+    output: Output | None = None
+    recipient: str | None = None
+    riders: list[tuple[int, Output]] = field(default_factory=list)
+    """Identical replays riding with this one: the target writes the same result to their
+    recipients too, tagged with their channels (docs/runtime.md, "also")."""
+    eor_received: int = 0
+    eor_unsent: int = 0
+    inputs: tuple[str, ...] = ()
+    gathered: Gathered | None = None
+    """A heavy worker's committed rows not run through Spark yet."""
+    ending: bool = False
+    """Every END_OF_REPLAY is in: the channel ends once its gathered rows have run."""
+    retry_at: float = 0.0
+    retries: int = 0
+
+    def send(self, message: bytes, rows: int, on_sent: Callable[[], None] | None = None) -> None:
+        """To the channel's output, and the same tuples to every rider, re-tagged with its channel."""
+        self.output.send(message, rows, on_sent)
+        for channel, output in self.riders:
+            output.send(with_channel(message, channel), rows)
+
+
+@dataclass(frozen=True)
+class ReplayPart:
+    """How this worker takes part in a replay: the value of its `…/replays/<channel>` key."""
+    pass_through: bool
+    expect_eor: int
+    recipient: str | None
+    inputs: tuple[str, ...]
+    parents: tuple[str | None, ...]
+    """Whose rows each input carries (None: not said, by an older supervisor)."""
+    also: tuple[dict, ...]
+    """The target only: `{"channel", "recipient"}` of each identical replay riding on this one."""
+
+
+def replay_part(value: dict) -> ReplayPart:
+    """The one place the worker reads its replay key's value (docs/runtime.md)."""
+    inputs = tuple(value.get("inputs") or ())
+    parents = tuple(value.get("parents") or ())
+    return ReplayPart(pass_through=bool(value.get("pass_through")), expect_eor=int(value.get("expect_eor", 1)),
+                      recipient=value.get("recipient"), inputs=inputs,
+                      parents=parents + (None,) * (len(inputs) - len(parents)), also=tuple(value.get("also") or ()))
+
+
+class Channels:
+    """The channel states of one worker, and the start and end of its replays."""
+
+    def __init__(self, client: ConfClient, site: str, function: Function, parents: dict[str, Function],
+                 source_id: int, inputs: Inputs, outputs: Outputs, stats: WorkerStats) -> None:
+        self.client = client
+        self.site = site
+        self.function = function
+        self.name = function.qualified_name
+        self.parents = parents
+        self.source_id = source_id
+        """The `source` of the END_OF_REPLAYs this worker forwards."""
+        self.inputs = inputs
+        self.outputs = outputs
+        self.stats = stats
+        self.states: dict[int, ChannelState] = {}
+        self.finished: set[int] = set()
+
+    def get(self, channel: int) -> ChannelState | None:
+        return self.states.get(channel)
+
+    def is_current(self, state: ChannelState) -> bool:
+        """The state is still its channel's (not a replay torn down since)."""
+        return self.states.get(state.channel) is state
+
+    def _windows(self) -> WindowState | None:
+        window = self.function.window
+        return WindowState(window.every_us, window.lateness_us) if window else None
+
+    def open_live(self, output: Output) -> ChannelState:
+        state = self.states[LIVE_CHANNEL] = ChannelState(LIVE_CHANNEL, output=output, expect_eor=0,
+                                                         windows=self._windows())
+        return state
+
+    def recipients(self) -> list[Output]:
+        """The outputs the replays' states hold: recipients, then riders."""
+        outputs = [s.output for s in self.states.values() if s.recipient and s.output is not None]
+        return outputs + [o for s in self.states.values() for _, o in s.riders]
+
+    def _input_function(self, path: Path, pass_through: bool, parent: str | None) -> Function:
+        """The function whose rows an input log of a replay carries: this one for a pass-through
+        source, else the parent the key names for it (a replayer's log says nothing of whose
+        rows it holds) or, from an older supervisor's key, the parent whose log it is."""
+        if pass_through:
+            return self.function
+        if parent in self.parents:
+            return self.parents[parent]
+        for name, function in self.parents.items():
+            if path == paths.replay_output_log(self.site, name) or path == paths.output_log(self.site, name):
+                return function
+        return next(iter(self.parents.values()))
+
+    def start(self, channel: int, part: ReplayPart) -> None:
+        """A replay key written (or rewritten): the channel's state, output and inputs."""
+        if channel in self.finished:
+            return
+        if not part.pass_through and not self.parents:
+            log.error("%s: replay %d asks a source to compute (not pass_through): ignored", self.name, channel)
+            return
+        state = self.states.get(channel)
+        if state is None:
+            state = self.states[channel] = ChannelState(
+                channel, pass_through=part.pass_through, windows=None if part.pass_through else self._windows())
+            log.info("%s: replay %d (%s) from %s", self.name, channel,
+                     "pass-through" if part.pass_through else "computed", list(part.inputs))
+        state.expect_eor = part.expect_eor
+        if state.output is None:
+            try:
+                state.output = self.outputs.for_replay(part.recipient)
+            except LogBufferError as e:
+                log.error("%s: replay %d: cannot open its output: %s", self.name, channel, e)
+                del self.states[channel]
+                return
+            state.recipient = part.recipient
+        if part.recipient and not state.riders:
+            try:
+                state.riders = [(int(also["channel"]), self.outputs.open_recipient(Path(also["recipient"])))
+                                for also in part.also]
+            except (LogBufferError, KeyError, TypeError, ValueError) as e:
+                log.error("%s: replay %d: cannot open a rider's recipient: %s", self.name, channel, e)
+        for path, parent in zip(part.inputs, part.parents):
+            self.inputs.use(Path(path), self._input_function(Path(path), part.pass_through, parent), channel)
+        for path in set(state.inputs) - set(part.inputs):
+            self.inputs.release(Path(path), channel)
+        state.inputs = part.inputs
+        self.inputs.look_now()  # its inputs: at once, in this duty cycle
+
+    def end(self, channel: int, *, torn_down: bool = False) -> None:
+        """The channel's state goes: it ended (its recipients still flush), or its key was deleted."""
+        state = self.states.pop(channel, None)
+        if torn_down:
+            self.finished.discard(channel)
+            self.outputs.tear_down(channel)
+        if state is None:
+            return
+        if torn_down:
+            log.info("%s: replay %d torn down", self.name, channel)
+        if state.gathered is not None:
+            state.gathered.discard()
+        for path in state.inputs:
+            self.inputs.release(Path(path), channel)
+        if state.recipient and state.output is not None:
+            recipients = [state.output, *(o for _, o in state.riders)]
+            if torn_down:
+                for output in recipients:
+                    output.close()
+            else:
+                self.outputs.retire(channel, recipients)
+
+    def count_end_of_replay(self, channel: int, source: int, shared: bool) -> ChannelState | None:
+        """One END_OF_REPLAY read; the channel's state once every one it expects is in."""
+        state = self.states.get(channel)
+        if state is None or channel == LIVE_CHANNEL:
+            if not shared:  # on a replayer's log, another reader's replay ended
+                log.warning("%s: END_OF_REPLAY of channel %d (from %d) nobody here expects", self.name, channel,
+                            source)
+            return None
+        state.eor_received += 1
+        self.stats.channel(channel).eor_received += 1
+        if state.eor_received < state.expect_eor:
+            return None
+        state.ending = True
+        return state
+
+    def send_end_of_replay(self, state: ChannelState) -> None:
+        """The channel's last message, to its output and its riders'; then its state goes."""
+        channel = state.channel
+        state.eor_unsent = 1 + len(state.riders)
+        state.output.send(end_of_replay(channel, self.source_id), on_sent=lambda: self._replay_done(channel, state))
+        for rider, output in state.riders:
+            output.send(end_of_replay(rider, self.source_id), on_sent=lambda: self._replay_done(channel, state))
+        log.info("%s: replay %d ended (%d END_OF_REPLAY)", self.name, channel, state.eor_received)
+        self.finished.add(channel)
+        self.end(channel)
+
+    def _replay_done(self, channel: int, state: ChannelState) -> None:
+        """One END_OF_REPLAY is written; once all are, the target ends the replay: the riders'
+        keys first, so that nobody takes the leader's end for theirs."""
+        state.eor_unsent -= 1
+        if not state.recipient or state.eor_unsent > 0:
+            return
+        for key_channel in [*(rider for rider, _ in state.riders), channel]:
+            try:
+                self.client.delete(keyspace.replay_key(key_channel))
+            except ConfError as e:  # the client or the supervisor may have removed it first
+                log.info("replays/%d: %s", key_channel, e)
+
+    def discard_gathered(self) -> None:
+        """On stop: staged files go; the rows are the replayer's to send again."""
+        for state in self.states.values():
+            if state.gathered is not None:
+                state.gathered.discard()

@@ -1,0 +1,133 @@
+"""A worker's input logs: which it reads, for whom (live, replay channels), and their life cycle.
+
+An input is wanted by its users (the live channel, replay channels) and read while one remains.
+A log that does not exist yet is looked for again later: soon while a replay waits for it (its
+replayer creates it within milliseconds), less often for a live parent that may not run for a long
+while. Logs are joined at their producer position when first found: the supervisor writes the
+replay keys before it spawns the replayers, and a replayer (like any publication) writes nothing
+until a reader is connected.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from ramen import paths
+from ramen.message import LIVE_CHANNEL
+from ramen.program.model import Function
+from ramen.transport import BlockAssembler, CountersFile, Image, LogBuffer, LogBufferError, Subscription
+from workers.defaults import LOG_WAIT_INTERVAL_S, POLL_BLOCK_LENGTH, REPLAY_LOG_WAIT_INTERVAL_S
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Input:
+    """An input log: the schema its TUPLES decode with, and who needs it (live, replay channels)."""
+    path: Path
+    schema: pa.Schema
+    event_time: str | None
+    parent: str
+    """The parent whose rows this log carries (this function itself for a pass-through source)."""
+    shared: bool = False
+    """A replayer's log: it carries the replay channels of every worker that reads it."""
+    users: set = field(default_factory=set)
+    log: LogBuffer | None = None
+    image: Image | None = None
+    assembler: BlockAssembler | None = None
+
+
+class Inputs:
+    """The input logs of one worker, read as one subscription (one image per log)."""
+
+    def __init__(self, site: str, qualified_name: str, counters: CountersFile) -> None:
+        self.site = site
+        self.qualified_name = qualified_name
+        self.counters = counters
+        self.found: dict[Path, Input] = {}
+        self.subscription = Subscription()
+        self._images: dict[int, Input] = {}
+        self.next_look_s = 0.0
+        """When to look for the logs not found yet (the clock's seconds)."""
+
+    def use(self, path: Path, function: Function, user) -> None:
+        """`user` reads the log at `path`, which carries `function`'s rows."""
+        found = self.found.get(path)
+        if found is None:
+            found = self.found[path] = Input(path, function.schema, function.event_time, function.qualified_name,
+                                             shared=path.parent == paths.replayer_logs_dir(self.site))
+        found.users.add(user)
+
+    def release(self, path: Path, user) -> None:
+        """`user` no longer reads the log; the last one closes it."""
+        found = self.found.get(path)
+        if found is None:
+            return
+        found.users.discard(user)
+        if not found.users:
+            del self.found[path]
+            if found.image is not None:
+                self._images.pop(id(found.image), None)
+                self.subscription.remove_image(found.image)
+                found.log.close()
+
+    def look_now(self) -> None:
+        """Look for the missing logs in this duty cycle (a replay's, just named)."""
+        self.next_look_s = 0.0
+
+    def look(self, now_s: float) -> None:
+        """Open the logs that have appeared, when it is time to look (`now_s`: the clock's seconds)."""
+        if now_s >= self.next_look_s:
+            self.next_look_s = now_s + self.open_waiting()
+
+    def open_waiting(self) -> float:
+        """Open the input logs that have appeared; returns when to look again (seconds from now):
+        soon while a replay waits for one."""
+        wait_s = LOG_WAIT_INTERVAL_S
+        for found in self.found.values():
+            if found.image is not None:
+                continue
+            try:
+                found.log = LogBuffer.open(found.path) if found.path.exists() else None
+            except LogBufferError as e:
+                log.debug("%s not ready yet: %s", found.path, e)  # being created: look again
+            if found.log is None:
+                if found.users - {LIVE_CHANNEL}:
+                    wait_s = REPLAY_LOG_WAIT_INTERVAL_S
+                continue
+            found.image = Image(found.log, self.counters, name=f"{self.qualified_name} <- {found.path.name}")
+            found.assembler = BlockAssembler()
+            self._images[id(found.image)] = found
+            self.subscription.add_image(found.image)
+            log.info("%s reads %s from position %d", self.qualified_name, found.path, found.image.position)
+        return wait_s
+
+    def poll(self) -> tuple[int, list[tuple[Input, bytes]]]:
+        """One block of committed frames from each image: how many images gave one, and their
+        whole messages with the input each came from, in image order."""
+        read = 0
+        inbox: list[tuple[Input, bytes]] = []
+        for image in self.subscription.images:
+            found = self._images.get(id(image))
+            if found is not None and image.block_poll(found.assembler.on_block, POLL_BLOCK_LENGTH):
+                read += 1
+                inbox += [(found, message) for message in found.assembler.take()]
+        return read, inbox
+
+    def keep_alive(self) -> None:
+        """Held back by our readers, not dead: the writers must wait, not drop us."""
+        self.subscription.keep_alive()
+
+    @property
+    def position(self) -> int:
+        return sum(image.position for image in self.subscription.images)
+
+    def close(self) -> None:
+        self.subscription.close()
+        for found in self.found.values():
+            if found.log is not None:
+                found.log.close()
