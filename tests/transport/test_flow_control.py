@@ -16,6 +16,7 @@ import traceback
 
 import pytest
 
+from ramen.clocks import SystemClock
 from ramen.transport import (ABORT, ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED, BackoffIdleStrategy, BufferClaim,
                              CountersFile, ExclusivePublication, Image, LogBuffer, LogBufferParams, Subscription)
 from ramen.transport import counters as ctr
@@ -492,15 +493,15 @@ def test_dead_subscriber_is_dropped_after_the_liveness_timeout_and_the_writer_pr
     assert check.errors == [] and check.next == writer.seq
 
 
-class RunAheadClock:
-    """CLOCK_MONOTONIC in ns, plus a lead a test moves forward: the subscribers' heartbeats are on
-    the real clock, and time passes for the writer without the test sleeping."""
+class RunAheadClock(SystemClock):
+    """The host's clocks plus a lead a test moves forward: the subscribers' heartbeats are on the
+    real clock, and time passes for the writer without the test sleeping."""
 
     def __init__(self) -> None:
         self.lead_ns = 0
 
-    def __call__(self) -> int:
-        return time.monotonic_ns() + self.lead_ns
+    def nanos(self) -> int:
+        return super().nanos() + self.lead_ns
 
     def advance(self, seconds: float) -> None:
         self.lead_ns += int(seconds * 1e9)
@@ -512,7 +513,7 @@ def held_by_a_tethered_subscriber(tmp_path):
     log, counters = make_log(tmp_path)
     tethered = Image(log, counters, join_position=0, tethered=True, tether_hold_s=60.0, name="tethered")
     clock = RunAheadClock()
-    publication = ExclusivePublication(log, counters, subscriber_liveness_timeout_s=0.5, nano_clock=clock)
+    publication = ExclusivePublication(log, counters, subscriber_liveness_timeout_s=0.5, clock=clock)
     writer = Writer(publication)
     writer.offer_until_back_pressured()
     return log, counters, tethered, clock, publication, writer
