@@ -16,7 +16,7 @@ import traceback
 
 import pytest
 
-from ramen.clocks import SystemClock
+from ramen.clocks import ManualClock, SystemClock
 from ramen.transport import (ABORT, ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED, BackoffIdleStrategy, BufferClaim,
                              CountersFile, ExclusivePublication, Image, LogBuffer, LogBufferParams, Subscription)
 from ramen.transport import counters as ctr
@@ -430,12 +430,13 @@ def test_no_message_is_written_after_the_last_subscriber_left(tmp_path):
     """A reader joining later starts where the writer is: whatever went in while nobody read is lost
     to it, so the writer must see the leaving on its very next offer, within its window or not."""
     log, counters = make_log(tmp_path)
-    publication = ExclusivePublication(log, counters)
+    clock = RunAheadClock()
+    publication = ExclusivePublication(log, counters, clock=clock)
     leaver = Image(log, counters, name="leaver")
     wait_connected(publication)
     assert publication.offer(b"read") > 0
     leaver.close()
-    time.sleep(0.01)  # past the limit's refresh interval, far inside the window
+    clock.advance(0.01)  # past the limit's refresh interval, far inside the window
 
     assert publication.offer(b"nobody reads this") == NOT_CONNECTED
     joiner = Image(log, counters, name="joiner")
@@ -448,7 +449,8 @@ def test_a_left_subscribers_counter_reused_by_another_counter_of_the_same_log_is
     last reader's position freed: the writer must not take one of them for a reader at position 0."""
     monkeypatch.setattr(ctr, "COUNTER_FREE_TO_REUSE_DELAY_S", 0.0)
     log, counters = make_log(tmp_path)
-    publication = ExclusivePublication(log, counters)
+    clock = RunAheadClock()
+    publication = ExclusivePublication(log, counters, clock=clock)
     leaver = Image(log, counters, name="leaver")
     wait_connected(publication)
     position_slot = leaver._sub_pos.id
@@ -456,7 +458,7 @@ def test_a_left_subscribers_counter_reused_by_another_counter_of_the_same_log_is
     reused = counters.allocate(ctr.UNBLOCKED_FRAMES_TYPE_ID, "unblocked: next reader",
                                registration_id=log.correlation_id)
     assert reused.id == position_slot  # the case under test: the very slot, another type
-    time.sleep(0.01)  # past the limit's refresh interval
+    clock.advance(0.01)  # past the limit's refresh interval
 
     assert publication.offer(b"nobody reads this") == NOT_CONNECTED
 
@@ -752,15 +754,15 @@ def test_a_reader_that_holds_back_but_keeps_alive_is_not_dropped(tmp_path):
     """A worker whose own output is back pressured stops reading, on purpose: keep_alive() says it
     is alive, so the writer waits for it instead of dropping it as dead."""
     log, counters = make_log(tmp_path)
-    held = Image(log, counters, join_position=0, name="held back")
-    publication = ExclusivePublication(log, counters, subscriber_liveness_timeout_s=0.5)
+    clock = ManualClock(nanos=time.monotonic_ns())  # from the counters' clock, which stamped the first heartbeat
+    held = Image(log, counters, join_position=0, name="held back", clock=clock)
+    publication = ExclusivePublication(log, counters, subscriber_liveness_timeout_s=0.5, clock=clock)
     writer = Writer(publication)
     writer.offer_until_back_pressured()
-    quiet_until = time.monotonic() + 1.0  # twice the liveness timeout without a poll
-    while time.monotonic() < quiet_until:
+    for _ in range(100):  # 1 s, twice the liveness timeout, without a poll
+        clock.advance(0.01)
         held.keep_alive()
         assert writer.offer_next() == BACK_PRESSURED
-        time.sleep(0.01)
     assert counter_value(counters, ctr.SUBSCRIBERS_DROPPED_TYPE_ID, log) == 0
     check = Checker()
     while held.poll(check, 256):
