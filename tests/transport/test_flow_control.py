@@ -21,7 +21,7 @@ from ramen.transport import (ABORT, ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED,
                              CountersFile, ExclusivePublication, Image, LogBuffer, LogBufferParams, Subscription)
 from ramen.transport import counters as ctr
 from ramen.transport.logbuffer import pack_tail
-from ramen.transport.publication import seal_dead_writer_claims
+from ramen.transport.writer_lock import seal_dead_writer_claims
 from ramen.transport.writer_lock import LogBufferBusy, acquire_writer_lock, writer_pids
 from ramen.transport.status import STATUS_NAMES
 
@@ -424,6 +424,22 @@ def test_closed_subscriber_no_longer_holds_the_writer(tmp_path):
     while reader.poll(check, 256):
         pass
     assert check.errors == [] and check.next == writer.seq
+
+
+def test_a_term_window_ends_a_quarter_term_past_the_limit(tmp_path):
+    """A replay writes a window in place and commits all of it: the window must not take the writer
+    a term ahead of the slowest reader, or the cleaning behind that reader, two terms back, zeroes
+    what was just written when the reader gets there (a replay held back by a slow reader stalled)."""
+    log, counters = make_log(tmp_path)
+    reader = Image(log, counters, name="slow reader")
+    publication = ExclusivePublication(log, counters)
+    wait_connected(publication)
+    assert publication.position_limit == TERM // 2
+    length, window = publication.term_window(TERM)
+    assert length == len(window) == TERM // 2 + TERM // 4  # from position 0: the limit and a quarter term
+    window.release()
+    reader.close()
+    publication.close()
 
 
 def test_no_message_is_written_after_the_last_subscriber_left(tmp_path):
