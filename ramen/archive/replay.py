@@ -11,7 +11,7 @@ recording stops.
 The replay publication's log must line up with the recording (same term length and initial term
 id, starting at the replay's start position; `replay_log_params` makes those parameters). Then
 frames keep their term offsets, and the session reads straight into the log's term: the block is
-invisible to readers until its first frame's length, kept aside meanwhile, is stored last. 
+invisible to readers until its first frame's length, kept aside meanwhile, is stored last.
 
 Damage never stalls a replay nor gets through it: every frame's length, type, term offset and
 term id are checked before its length is trusted (frames are found by the one frame walker,
