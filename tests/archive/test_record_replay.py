@@ -1,7 +1,6 @@
 """Recording a live publication and replaying it: whole, bounded, followed, back-pressured, checked."""
 
 import random
-import struct
 
 import pytest
 
@@ -15,7 +14,6 @@ from ramen.archive.segment import segment_file_name
 from ramen.archive.time_index import TimeIndex, index_path
 from ramen.transport import (ADMIN_ACTION, CountersFile, ExclusivePublication, FragmentAssembler, Image,
                              LogBuffer, LogBufferParams)
-from ramen.transport import frame
 from ramen.transport import counters as ctr
 from ramen.transport.defaults import DEFAULT_MTU_LENGTH, IPC_MTU_LENGTH
 
