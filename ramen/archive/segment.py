@@ -41,7 +41,7 @@ from ramen.archive.errors import ArchiveError
 from ramen.transport import frame
 from ramen.transport.frame import (BEGIN_FLAG, END_FLAG, FRAME_ALIGNMENT, HDR_TYPE_DATA, HDR_TYPE_PAD, HEADER,
                                    HEADER_LENGTH, align)
-from ramen.transport.frame_walk import frame_problem
+from ramen.transport.frame_walk import frame_problem, walk
 from ramen.transport.logbuffer import MAX_MESSAGE_LENGTH_CAP, TERM_MAX_LENGTH, TERM_MIN_LENGTH, is_power_of_two
 
 log = logging.getLogger(__name__)
@@ -662,6 +662,17 @@ def find_stop_position(archive_dir: str | os.PathLike, recording_id: int, start_
             last_type = HDR_TYPE_DATA
             unpack = frame.LENGTH_AND_TYPE.unpack_from
             while offset + HEADER_LENGTH <= limit:
+                # The frames that chain from here to the term's end, found by the one frame walker;
+                # then the one it stopped at, judged as before (a header that does not claim its
+                # place is taken at its length, as a walk of old did).
+                frames = walk(data, offset, min((offset | (term_length - 1)) + 1, limit),
+                              term_offset=offset & (term_length - 1))
+                if len(frames):
+                    last_length = int(frames.ends[-1] - frames.starts[-1])
+                    last_type = int(frames.types[-1])
+                    offset = frames.end
+                    if offset + HEADER_LENGTH > limit:
+                        break
                 frame_length, frame_type = unpack(data, offset)
                 if frame_length <= 0:
                     break
