@@ -36,13 +36,16 @@ import stat
 from pathlib import Path
 from typing import Callable, Iterator
 
+import numpy as np
+
 from ramen.archive.checksum import Checksum
 from ramen.archive.errors import ArchiveError
 from ramen.transport import frame
 from ramen.transport.frame import (BEGIN_FLAG, END_FLAG, FRAME_ALIGNMENT, HDR_TYPE_DATA, HDR_TYPE_PAD, HEADER,
                                    HEADER_LENGTH, align)
-from ramen.transport.frame_walk import frame_problem, walk
+from ramen.transport.frame_walk import frame_problem, headers_fit, walk
 from ramen.transport.logbuffer import MAX_MESSAGE_LENGTH_CAP, TERM_MAX_LENGTH, TERM_MIN_LENGTH, is_power_of_two
+from ramen.transport.position import int32, position_bits_to_shift
 
 log = logging.getLogger(__name__)
 
@@ -545,6 +548,22 @@ class SegmentReader:
             offset = 0
             min_read = 0
             while offset + HEADER_LENGTH <= want and (to_position is None or position < to_position):
+                # The frames that chain from here and fit their place, found by the one frame
+                # walker; the frame it stops at is judged one at a time below.
+                found = walk(chunk, offset, min(held, want), term_offset=position & (term_length - 1),
+                             term_id=None if initial_term_id is None else
+                             int32(initial_term_id + (position >> position_bits_to_shift(term_length))))
+                fit = headers_fit(found.headers, term_id=found.headers[:, frame.TERM_ID_WORD], mtu_length=mtu_length)
+                count = len(found) if fit.all() else int(fit.argmin())
+                if to_position is not None:
+                    count = min(count, int(np.searchsorted(found.starts, offset + to_position - position)))
+                if count:
+                    for at in found.starts[:count].tolist():
+                        yield SegmentFrame(position + at - offset, unpack(chunk, at), chunk, at, base)
+                    walked = int(found.ends[count - 1]) - offset
+                    offset += walked
+                    position += walked
+                    continue
                 must_go_on = strict and to_position is not None
                 if offset + HEADER_LENGTH > held:
                     if offset < held or must_go_on:  # cut inside a header, or data that must go on is gone
