@@ -52,10 +52,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ramen.archive import checksum as checksums  # noqa: E402
 from ramen.archive.catalog import Catalog  # noqa: E402
 from ramen.archive.recorder import Recorder  # noqa: E402
-from ramen.archive.replay import REPLAY_BUFFER_LENGTH, ReplaySession, replay_log_params, walk_budget  # noqa: E402
+from ramen.archive.replay import REPLAY_BUFFER_LENGTH, ReplaySession, replay_log_params  # noqa: E402
 from ramen.transport import (ADMIN_ACTION, BackoffIdleStrategy, CountersFile, ExclusivePublication, Image,  # noqa: E402
-                             InPlacePublication, LogBuffer, LogBufferParams)
+                             LogBuffer, LogBufferParams)
 from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH  # noqa: E402
+from ramen.transport.frame_walk import walk_budget  # noqa: E402
 from ramen.transport.logbuffer import compute_max_message_length  # noqa: E402
 from workers.archiver import DEFAULT_CHECKSUM, NO_CHECKSUM  # noqa: E402
 
@@ -225,7 +226,7 @@ def replay_once(rec: Recorded, archive_dir: Path, logdir: Path, counters: Counte
     reader = ctx.Process(target=READERS[reader_kind],
                          args=(str(replay_log.path), str(counters.path), descriptor.start_position, done))
     reader.start()
-    publication = InPlacePublication(replay_log, counters)
+    publication = ExclusivePublication(replay_log, counters)
     idle = BackoffIdleStrategy()
     while not publication.is_connected:
         idle.idle(0)

@@ -29,8 +29,9 @@ class Clock(Protocol):
 class SystemClock:
     """The host's clocks."""
 
-    def nanos(self) -> int:
-        return time.monotonic_ns()
+    nanos = staticmethod(time.monotonic_ns)
+    """The C function itself, not a method around it: a writer asks it on every offer (a Python
+    frame there cost 30 ns an offer, 3-5% of a 32-byte one)."""
 
     def epoch_us(self) -> int:
         return time.time_ns() // NANOS_PER_MICRO

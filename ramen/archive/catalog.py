@@ -35,7 +35,6 @@ import logging
 import mmap
 import os
 import struct
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -44,6 +43,7 @@ from ramen.archive import checksum as checksums
 from ramen.archive import segment
 from ramen.archive.checksum import Checksum
 from ramen.archive.errors import ArchiveError
+from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.transport.frame import FRAME_ALIGNMENT, align
 from ramen.transport.position import max_possible_position
 
@@ -118,9 +118,6 @@ class UnknownRecordingError(CatalogError):
         super().__init__(f"{path}: no recording {recording_id}")
         self.recording_id = recording_id
 
-
-def epoch_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def version_string(version: int) -> str:
@@ -225,8 +222,10 @@ class Catalog:
     """
 
     def __init__(self, path: Path, fd: int, mapped: mmap.mmap, writable: bool, checksum: Checksum | None,
-                 sync: bool) -> None:
+                 sync: bool, clock: Clock = SYSTEM_CLOCK) -> None:
         self.path = path
+        self.clock = clock
+        """Stamps the recordings' start and stop timestamps that callers do not give."""
         self._fd = fd
         self._mm = mapped
         self.writable = writable
@@ -266,7 +265,7 @@ class Catalog:
 
     @classmethod
     def open(cls, archive_dir: str | os.PathLike, *, writable: bool = False, checksum: Checksum | None = None,
-             sync: bool = False) -> "Catalog":
+             sync: bool = False, clock: Clock = SYSTEM_CLOCK) -> "Catalog":
         """Map the catalog of an existing archive, after checking that it is one.
 
         `checksum` is the archive's descriptor checksum: updates then keep each descriptor's checksum.
@@ -295,7 +294,7 @@ class Catalog:
             os.close(fd)
             raise
         try:
-            return cls(path, fd, mapped, writable, checksum, sync)
+            return cls(path, fd, mapped, writable, checksum, sync, clock)
         except BaseException:
             mapped.close()
             os.close(fd)
@@ -303,7 +302,8 @@ class Catalog:
 
     @classmethod
     def create(cls, archive_dir: str | os.PathLike, *, capacity: int = DEFAULT_CAPACITY,
-               alignment: int = DEFAULT_ALIGNMENT, checksum: Checksum | None = None, sync: bool = False) -> "Catalog":
+               alignment: int = DEFAULT_ALIGNMENT, checksum: Checksum | None = None, sync: bool = False,
+               clock: Clock = SYSTEM_CLOCK) -> "Catalog":
         """Create the catalog of a new archive (the directory is created if needed).
 
         The file appears whole or not at all: it is written under a temporary name and renamed.
@@ -326,14 +326,18 @@ class Catalog:
         os.rename(tmp, path)
         _fsync_directory(archive_dir)
         log.info("%s: created (capacity %d bytes, alignment %d)", path, capacity, alignment)
-        return cls.open(archive_dir, writable=True, checksum=checksum, sync=sync)
+        return cls.open(archive_dir, writable=True, checksum=checksum, sync=sync, clock=clock)
 
     @classmethod
     def open_or_create(cls, archive_dir: str | os.PathLike, *, checksum: Checksum | None = None,
-                       sync: bool = False) -> "Catalog":
+                       sync: bool = False, clock: Clock = SYSTEM_CLOCK) -> "Catalog":
         if (Path(archive_dir) / CATALOG_FILE_NAME).exists():
-            return cls.open(archive_dir, writable=True, checksum=checksum, sync=sync)
-        return cls.create(archive_dir, checksum=checksum, sync=sync)
+            return cls.open(archive_dir, writable=True, checksum=checksum, sync=sync, clock=clock)
+        return cls.create(archive_dir, checksum=checksum, sync=sync, clock=clock)
+
+    def epoch_ms(self) -> int:
+        """Now, as a recording's timestamps are: ms since the Unix epoch, by the catalog's clock."""
+        return self.clock.epoch_us() // 1000
 
     def close(self) -> None:
         if self._mm is None:
@@ -454,7 +458,7 @@ class Catalog:
             self._grow(offset + frame_length)
         recording_id = self._next_recording_id
         if start_timestamp is None:
-            start_timestamp = epoch_ms()
+            start_timestamp = self.epoch_ms()
         mm = self._mm
         start = offset + DESCRIPTOR_HEADER_LENGTH
         mm[offset:offset + frame_length] = bytes(frame_length)
@@ -486,7 +490,7 @@ class Catalog:
         start = offset + DESCRIPTOR_HEADER_LENGTH
         self._check_stop(recording_id, start, stop_position)
         algorithm = self._algorithm_of(offset)
-        self._i64[(start + STOP_TIMESTAMP_OFFSET) >> 3] = epoch_ms() if stop_timestamp is None else stop_timestamp
+        self._i64[(start + STOP_TIMESTAMP_OFFSET) >> 3] = self.epoch_ms() if stop_timestamp is None else stop_timestamp
         self._i64[(start + STOP_POSITION_OFFSET) >> 3] = stop_position
         self._update_checksum(offset, algorithm)
         self._after_write()

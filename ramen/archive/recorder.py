@@ -18,17 +18,18 @@ from __future__ import annotations
 import logging
 import os
 import struct
-import time
 
 from ramen import message
-from ramen.archive.catalog import NULL_POSITION, NULL_TIMESTAMP, Catalog, RecordingDescriptor, epoch_ms
+from ramen.archive.catalog import NULL_POSITION, NULL_TIMESTAMP, Catalog, RecordingDescriptor
 from ramen.archive.checksum import Checksum
 from ramen.archive.segment import SegmentWriter, segment_file_base_position, segment_file_name
 from ramen.archive.time_index import TimeIndexWriter, index_path
+from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.transport import frame
 from ramen.transport import counters as ctr
 from ramen.transport.counters import RECORDING_POSITION_TYPE_ID, CountersFile
 from ramen.transport.defaults import TETHER_HOLD_S
+from ramen.transport.frame_walk import walk
 from ramen.transport.image import Image
 from ramen.transport.logbuffer import LogBuffer
 
@@ -48,12 +49,14 @@ class Recorder:
                  segment_length: int, checksum: Checksum | None = None, channel: str = "",
                  source_identity: str = "", join_position: int | None = None,
                  index_event_time: bool = True, tether_hold_s: float = TETHER_HOLD_S,
-                 extend: RecordingDescriptor | None = None) -> None:
+                 extend: RecordingDescriptor | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         """`extend`: an earlier recording of this log to go on with from its stop position (see
         continued_recording); else a new recording starts at `join_position` (default: where the
         writer is). The recording's original channel is `channel` with the log's id, which says
-        later which log a recording came from."""
+        later which log a recording came from. `clock`: of the index flushes and the recording's
+        timestamps."""
         self.catalog = catalog
+        self._clock = clock
         self.archive_dir = catalog.path.parent
         self.log = log_buffer
         if extend is not None:
@@ -64,7 +67,7 @@ class Recorder:
         join_position = self.image.position
         if extend is None:
             self.recording_id = catalog.add_recording(
-                start_position=join_position, start_timestamp=epoch_ms(),
+                start_position=join_position, start_timestamp=clock.epoch_us() // 1000,
                 initial_term_id=log_buffer.initial_term_id, segment_file_length=segment_length,
                 term_buffer_length=log_buffer.term_length, mtu_length=log_buffer.mtu_length,
                 session_id=log_buffer.session_id, stream_id=log_buffer.stream_id,
@@ -108,7 +111,7 @@ class Recorder:
         consumed = self.image.block_poll(self._on_block, BLOCK_LENGTH_LIMIT)
         if consumed:
             self.position_counter.set(self.image.position)
-        now = time.monotonic()
+        now = self._clock.seconds()
         if self.index is not None and now >= self._next_index_flush:
             self.index.flush()
             self._next_index_flush = now + INDEX_FLUSH_INTERVAL_S
@@ -124,19 +127,14 @@ class Recorder:
 
     def _index_block(self, term, offset: int, length: int, position: int) -> None:
         """Index every ramen message that begins in the block, by its header's event-time bounds."""
-        end = offset + length
-        frame_offset = offset
+        frames = walk(term, offset, offset + length)
+        first = (frames.types == frame.HDR_TYPE_DATA) & ((frames.flags & frame.BEGIN_FLAG) != 0) & \
+            (frames.lengths >= frame.HEADER_LENGTH + message.HEADER_LENGTH)
         index = self.index
-        while frame_offset < end:
-            frame_length = int.from_bytes(term[frame_offset:frame_offset + 4], "little", signed=True)
-            flags = term[frame_offset + frame.FLAGS_OFFSET]
-            is_data = term[frame_offset + frame.TYPE_OFFSET] == frame.HDR_TYPE_DATA
-            if is_data and flags & frame.BEGIN_FLAG:
-                bounds = message.event_time_bounds(term, frame_offset + frame.HEADER_LENGTH) \
-                    if frame_length >= frame.HEADER_LENGTH + message.HEADER_LENGTH else None
-                if bounds is not None:
-                    index.append(position + (frame_offset - offset), bounds[0], bounds[1])
-            frame_offset += frame.align(frame_length)
+        for frame_offset in frames.starts[first].tolist():
+            bounds = message.event_time_bounds(term, frame_offset + frame.HEADER_LENGTH)
+            if bounds is not None:
+                index.append(position + (frame_offset - offset), bounds[0], bounds[1])
 
     def close(self, *, keep_tether: bool = False) -> None:
         """Stop recording: the catalog gets the stop position; the tethered image lets the writer
@@ -149,7 +147,7 @@ class Recorder:
         self.writer.close()
         if self.index is not None:
             self.index.close()
-        self.catalog.recording_stopped(self.recording_id, stop, epoch_ms())
+        self.catalog.recording_stopped(self.recording_id, stop, self._clock.epoch_us() // 1000)
         self.position_counter.set(stop)
         self.position_counter.close()
         self.image.close(keep_tether=keep_tether)

@@ -11,13 +11,11 @@ recording stops.
 The replay publication's log must line up with the recording (same term length and initial term
 id, starting at the replay's start position; `replay_log_params` makes those parameters). Then
 frames keep their term offsets, and the session reads straight into the log's term: the block is
-invisible to readers until its first frame's length, kept aside meanwhile, is stored last. The
-publication is best an InPlacePublication, which spares the cleaning behind the readers that
-nothing written this way needs (any ExclusivePublication works).
+invisible to readers until its first frame's length, kept aside meanwhile, is stored last.
 
 Damage never stalls a replay nor gets through it: every frame's length, type, term offset and
-term id are checked before its length is trusted (by the vectorised scan for blocks of many frames,
-frame by frame otherwise), the data up to the stop (or the live position) must be there (a segment
+term id are checked before its length is trusted (frames are found by the one frame walker,
+ramen.transport.frame_walk), the data up to the stop (or the live position) must be there (a segment
 file that ends before it is truncated, a zero length before it is damaged), and the session fails
 with an error naming the recording, the segment file and the offset.
 """
@@ -26,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,10 +34,12 @@ import numpy as np
 from ramen.archive.catalog import NULL_POSITION, RecordingDescriptor
 from ramen.archive.checksum import Checksum
 from ramen.archive.errors import ArchiveError
-from ramen.archive.segment import SegmentError, SegmentReader, frame_problem
+from ramen.archive.segment import SegmentError, SegmentReader
 from ramen.archive.time_index import TimeIndex, index_path
 from ramen.transport import frame
 from ramen.transport.counters import Counter
+from ramen.transport.frame import ALIGN_MASK, ALIGN_UP, KIND_WORD_INDEX, TYPE_SHIFT_IN_KIND
+from ramen.transport.frame_walk import frame_problem, headers_fit, walk
 from ramen.transport.logbuffer import LogBufferParams
 from ramen.transport.position import term_id_of
 from ramen.transport.publication import ExclusivePublication
@@ -50,26 +49,6 @@ log = logging.getLogger(__name__)
 
 REPLAY_BUFFER_LENGTH = 1024 * 1024
 """Bytes read per duty cycle, as Aeron's default replay buffer."""
-
-SCAN_FIXED_STEPS = 30
-"""The numpy scan's fixed cost per block (about 30 µs), in steps of the Python walk (about 1 µs a frame)."""
-
-SCAN_SLOTS_PER_STEP = 400
-"""32-byte slots the scan covers in the time of one walk step (about 2.5 ns a slot)."""
-
-_FRAME_START = struct.Struct("<iBBH")  # length, version, flags, type
-_WALKED = struct.Struct("<iBBHi")  # the same and the term offset: what the walk reads of a header
-_TERM_ID = struct.Struct("<i")
-_INT32 = struct.Struct("<i")
-_IDS = struct.Struct("<ii")  # sessionId, streamId: adjacent in the header
-_ALIGN_UP = frame.FRAME_ALIGNMENT - 1
-_ALIGN_MASK = -frame.FRAME_ALIGNMENT
-_SLOT_WORDS = frame.FRAME_ALIGNMENT // 4  # int32 words per 32-byte slot
-_TERM_OFFSET_WORD = frame.TERM_OFFSET_OFFSET // 4
-_TERM_ID_WORD = frame.TERM_ID_OFFSET // 4
-_KIND_WORD = frame.VERSION_OFFSET // 4  # version u8, flags u8, type u16
-_END_IN_KIND = frame.END_FLAG << 8 * (frame.FLAGS_OFFSET - frame.VERSION_OFFSET)
-_TYPE_SHIFT = 8 * (frame.TYPE_OFFSET - frame.VERSION_OFFSET)
 
 # Session states.
 REPLAYING, DONE, FAILED = "replaying", "done", "failed"
@@ -163,11 +142,6 @@ class ReplaySession:
         self._window_length = 0
         self._window: memoryview | None = None
         self._words = np.zeros(0, dtype=np.int32)
-        # Scratch of the vectorised scan, one entry per 32-byte slot of the largest block.
-        max_slots = self.max_block_length // frame.FRAME_ALIGNMENT
-        self._slot_offsets = np.arange(max_slots, dtype=np.int32) * frame.FRAME_ALIGNMENT
-        self._relative = np.empty(max_slots, dtype=np.int32)
-        self._matches = np.empty(max_slots, dtype=bool)
         self._reader = SegmentReader.for_recording(archive_dir, descriptor)
 
     # -- agent ----------------------------------------------------------------------------------
@@ -311,127 +285,39 @@ class ReplaySession:
         if end < length:
             self._words[end >> 2] = 0
 
-    def _whole_messages(self, length: int, at_stop: bool) -> tuple[int, list[int] | np.ndarray, int]:
+    def _whole_messages(self, length: int, at_stop: bool) -> tuple[int, np.ndarray, int]:
         """Bytes up to the end of the last whole message (or of the frames that fit, when one
         message is larger than the buffer), the offsets of the frames in it, and the end of the
-        last complete frame read.
-
-        A block of few frames (large frames, as ramen's 64 KiB-MTU logs have, or the short reads
-        of a tailing replay) is walked frame by frame, for at most as many Python steps as the
-        scan would cost (walk_budget); a block of many frames is scanned with numpy, whose cost is
-        per 32-byte slot, not per frame. Both give the same answer."""
-        budget = walk_budget(length)
-        if length < budget * frame.align(max(self._first_length, frame.HEADER_LENGTH)):
-            found = self._whole_messages_walk(length, at_stop, budget)
-            if found is not None:
-                return found
-        return self._whole_messages_scan(length, at_stop)
-
-    def _whole_messages_scan(self, length: int, at_stop: bool) -> tuple[int, list[int] | np.ndarray, int]:
-        """The vectorised scan: every 32-byte slot whose header claims the slot's own term offset
-        is a candidate frame, and the candidates must chain exactly (each frame ends where the next
-        begins). A payload that happens to look like a header breaks the chain and sends this
-        block through the frame-by-frame walk instead, so the result is exact either way."""
-        slots = length >> 5
-        if slots == 0:
-            return 0, [], 0
-        starts = self._candidate_frames(slots)
-        if len(starts) == 0 or starts[0] != 0:
-            return self._whole_messages_walk(length, at_stop)
-        # Each candidate's whole header in one gather (a copy): length, kind and term id are columns.
-        headers = self._words[:slots * _SLOT_WORDS].reshape(slots, _SLOT_WORDS)[starts >> 5]
-        headers[0, 0] = self._first_length
-        framed = headers[:, 0] >= frame.HEADER_LENGTH
-        if not framed.all():  # a look-alike with an impossible length is no candidate
-            starts, headers = starts[framed], headers[framed]
-            if len(starts) == 0 or starts[0] != 0:
-                return self._whole_messages_walk(length, at_stop)
-        frame_lengths = headers[:, 0]
-        ends = starts + ((frame_lengths.astype(np.int64) + _ALIGN_UP) & _ALIGN_MASK)
-        # Version, flags and type share one word.
-        kinds = headers[:, _KIND_WORD]
-        types = kinds >> _TYPE_SHIFT
-        if not np.array_equal(ends[:-1], starts[1:]) or not self._headers_fit(headers, types):
-            # Either a header look-alike inside a payload, or the data ends (zeros) and an old
-            # frame lies beyond, or a damaged header: the walk tells which (and names the damage).
-            return self._whole_messages_walk(length, at_stop)
-        count = int(np.searchsorted(ends, length, side="right"))  # the frames read whole
-        if count == 0:
-            return 0, [], 0
-        starts, ends = starts[:count], ends[:count]
-        complete = int(ends[-1])
+        last complete frame read. Every frame read, and the header the walk stopped at, is checked
+        against its place first: what was read lies below the limit, so was recorded."""
+        frames = walk(self._window, 0, length, term_offset=self.position & (self.term_length - 1),
+                      first_length=self._first_length)
+        fit = headers_fit(frames.headers, term_id=self._term_id, mtu_length=self.descriptor.mtu_length)
+        if not fit.all():
+            bad = int(np.argmin(fit))
+            self._bad_frame(int(frames.starts[bad]), int(frames.lengths[bad]))
+        complete = frames.end
+        if complete + frame.HEADER_LENGTH <= length:  # the walk stopped at a header: damage, or a frame cut
+            stopped_length = self._first_length if complete == 0 else int(self._words[complete >> 2])
+            self._check_frame(complete, stopped_length)
+        if len(frames) == 0:
+            return 0, frames.starts, 0
         # A message ends at an END fragment; padding (a term's end) stands alone.
-        message_ends = np.flatnonzero((kinds[:count] & _END_IN_KIND) | (types[:count] == frame.HDR_TYPE_PAD))
+        kinds = frames.headers[:, KIND_WORD_INDEX]
+        message_ends = np.flatnonzero((kinds & frame.END_FLAG_IN_KIND) |
+                                      ((kinds >> TYPE_SHIFT_IN_KIND) == frame.HDR_TYPE_PAD))
         if len(message_ends) == 0:
             if self._window_is_full(length) or at_stop:
                 # One message larger than the buffer, or cut by the stop: its fragments go as they come.
-                return complete, starts, complete
-            return 0, [], complete
+                return complete, frames.starts, complete
+            return 0, frames.starts[:0], complete
         last = int(message_ends[-1])
-        return int(ends[last]), starts[:last + 1], complete
-
-    def _headers_fit(self, headers: np.ndarray, types: np.ndarray) -> bool:
-        """Whether the chained frames' types, term ids and lengths are those of their place (a
-        block lies in one term); if not, the walk names the first that is not."""
-        if (types & ~1).any():  # neither PAD (0) nor DATA (1)
-            return False
-        if (headers[:, _TERM_ID_WORD] != self._term_id).any():
-            return False
-        mtu = self.descriptor.mtu_length
-        lengths = headers[:, 0]
-        return lengths.max() <= mtu or not ((lengths > mtu) & (types == frame.HDR_TYPE_DATA)).any()
+        return int(frames.ends[last]), frames.starts[:last + 1], complete
 
     @property
     def _term_id(self) -> int:
         """The term id every frame of the block being read must carry (a block lies in one term)."""
         return term_id_of(self.position, self.term_length.bit_length() - 1, self.descriptor.initial_term_id)
-
-    def _candidate_frames(self, slots: int) -> np.ndarray:
-        """Offsets of the slots whose term offset field holds the slot's own term offset: one
-        strided pass over the block into scratch arrays kept from block to block."""
-        claimed = self._words[:slots * _SLOT_WORDS].reshape(slots, _SLOT_WORDS)[:, _TERM_OFFSET_WORD]
-        relative = self._relative[:slots]
-        np.subtract(claimed, self._slot_offsets[:slots], out=relative)
-        matches = self._matches[:slots]
-        np.equal(relative, self.position & (self.term_length - 1), out=matches)
-        return np.flatnonzero(matches) << 5
-
-    def _whole_messages_walk(self, length: int, at_stop: bool,
-                             max_frames: int | None = None) -> tuple[int, list[int], int] | None:
-        """The same, frame by frame: for blocks of few frames, and for blocks the vectorised scan
-        cannot vouch for. With `max_frames`, None once the block turns out to hold more frames."""
-        window = self._window
-        offset = 0
-        boundary = 0
-        frames: list[int] = []
-        boundary_frames = 0
-        term_offset_of_block = self.position & (self.term_length - 1)
-        term_id = self._term_id
-        mtu_length = self.descriptor.mtu_length
-        term_end = self.term_length - term_offset_of_block  # from the block's start
-        while offset + frame.HEADER_LENGTH <= length:
-            if max_frames is not None and len(frames) == max_frames:
-                return None
-            frame_length, _, flags, frame_type, term_offset = _WALKED.unpack_from(window, offset)
-            if offset == 0:
-                frame_length = self._first_length
-            aligned = (frame_length + _ALIGN_UP) & _ALIGN_MASK
-            # Checked before the length is trusted: what was read lies below the limit, so was recorded.
-            if frame_length < frame.HEADER_LENGTH or offset + aligned > term_end or frame_type > frame.HDR_TYPE_DATA \
-                    or term_offset != term_offset_of_block + offset \
-                    or _TERM_ID.unpack_from(window, offset + frame.TERM_ID_OFFSET)[0] != term_id \
-                    or (frame_type == frame.HDR_TYPE_DATA and frame_length > mtu_length):
-                self._bad_frame(offset, frame_length)
-            if offset + aligned > length:
-                break
-            frames.append(offset)
-            offset += aligned
-            if frame_type == frame.HDR_TYPE_PAD or flags & frame.END_FLAG:
-                boundary, boundary_frames = offset, len(frames)
-        if boundary == 0 and frames and (self._window_is_full(length) or at_stop):
-            # One message larger than the buffer, or cut by the stop: its fragments go as they come.
-            return offset, frames, offset
-        return boundary, frames[:boundary_frames], offset
 
     def _window_is_full(self, length: int) -> bool:
         """Whether the block filled the window: a message that has not ended by then is larger
@@ -439,21 +325,31 @@ class ReplaySession:
         is read again, whole, at the start of the next window). Not with a transform, which takes
         whole messages: it waits for the window to grow (a message is at most an eighth of a term,
         flow control lets the window grow to half of one; the replay buffer must hold the largest)."""
-        return self.transform is None and length == self._window_length & _ALIGN_MASK
+        return self.transform is None and length == self._window_length & ALIGN_MASK
+
+    def _check_frame(self, offset: int, frame_length: int) -> None:
+        """Raise if the header at `offset` does not fit its place (a frame merely cut by the
+        window's end does)."""
+        if frame_length > 0 and self._problem(offset, frame_length) is None:
+            return
+        self._bad_frame(offset, frame_length)
+
+    def _problem(self, offset: int, frame_length: int) -> str | None:
+        _, _, _, frame_type, term_offset = frame.LENGTH_TO_TERM_OFFSET.unpack_from(self._window, offset)
+        term_id = frame.INT32.unpack_from(self._window, offset + frame.TERM_ID_OFFSET)[0]
+        d = self.descriptor
+        return frame_problem(self.position + offset, frame_length, frame_type, term_offset, term_id,
+                             term_length=self.term_length, initial_term_id=d.initial_term_id,
+                             mtu_length=d.mtu_length)
 
     def _bad_frame(self, offset: int, frame_length: int) -> None:
-        window = self._window
         position = self.position + offset
-        _, _, _, frame_type, term_offset = _WALKED.unpack_from(window, offset)
-        term_id = _TERM_ID.unpack_from(window, offset + frame.TERM_ID_OFFSET)[0]
         d = self.descriptor
         if frame_length <= 0:
             problem = (f"frame length {frame_length}: no frame where the recording holds data (up to position "
                        f"{self.position + self._window_length}): zeroed or damaged")
         else:
-            problem = frame_problem(position, frame_length, frame_type, term_offset, term_id,
-                                    term_length=self.term_length, initial_term_id=d.initial_term_id,
-                                    mtu_length=d.mtu_length) or f"corrupt frame (length {frame_length})"
+            problem = self._problem(offset, frame_length) or f"corrupt frame (length {frame_length})"
         raise ReplayError(f"recording {d.recording_id}: corrupt frame at {self._reader.where(position)} (position "
                           f"{position}): {problem}")
 
@@ -461,36 +357,28 @@ class ReplaySession:
         """`<segment file> offset <o>` of a position of the recording, for messages."""
         return self._reader.where(position)
 
-    def _rewrite_ids(self, frames: list[int] | np.ndarray) -> None:
-        """Give every frame the replay publication's session and stream ids: one struct store per
-        frame for the few frames of a walk, two numpy stores for the many of a scan."""
-        session_id, stream_id = self.publication.session_id, self.publication.stream_id
-        if isinstance(frames, list):
-            window = self._window
-            for offset in frames:
-                _IDS.pack_into(window, offset + frame.SESSION_ID_OFFSET, session_id, stream_id)
-            return
-        words = self._words
+    def _rewrite_ids(self, frames: np.ndarray) -> None:
+        """Give every frame the replay publication's session and stream ids: two numpy stores."""
         index = frames >> 2
-        words[index + frame.SESSION_ID_OFFSET // 4] = session_id
-        words[index + frame.STREAM_ID_OFFSET // 4] = stream_id
+        self._words[index + frame.SESSION_ID_WORD] = self.publication.session_id
+        self._words[index + frame.STREAM_ID_WORD] = self.publication.stream_id
 
     def _verify(self, frames) -> None:
         """Check each DATA frame's payload against the checksum its sessionId field holds: for the
         many frames of a scan, their bounds and stored checksums gathered with numpy, then one CRC
         call a frame (the CRC itself runs at 10-20 GB/s; the Python around it is what costs)."""
-        if isinstance(frames, np.ndarray) and len(frames) > 1:
+        if len(frames) > 1:
             self._verify_many(frames)
             return
         window = self._window
         for offset in map(int, frames):
-            frame_length, _, _, frame_type = _FRAME_START.unpack_from(window, offset)
+            frame_length, _, _, frame_type = frame.LENGTH_FLAGS_TYPE.unpack_from(window, offset)
             if frame_type != frame.HDR_TYPE_DATA:
                 continue
             if offset == 0:
                 frame_length = self._first_length
             payload = frame.align(frame_length) - frame.HEADER_LENGTH
-            expected = _INT32.unpack_from(window, offset + frame.SESSION_ID_OFFSET)[0]
+            expected = frame.INT32.unpack_from(window, offset + frame.SESSION_ID_OFFSET)[0]
             start = offset + frame.HEADER_LENGTH
             actual = self.checksum.compute(window[start:start + payload])
             if actual != expected:
@@ -505,10 +393,10 @@ class ReplaySession:
         index = starts >> 2
         lengths = words[index]  # a copy: the block's first length word is not in the window
         lengths[0] = self._first_length
-        data = (words[index + _KIND_WORD] >> _TYPE_SHIFT) == frame.HDR_TYPE_DATA
+        data = (words[index + KIND_WORD_INDEX] >> TYPE_SHIFT_IN_KIND) == frame.HDR_TYPE_DATA
         begins = starts[data] + frame.HEADER_LENGTH
-        ends = starts[data] + ((lengths[data] + _ALIGN_UP) & _ALIGN_MASK)
-        stored = words[index[data] + frame.SESSION_ID_OFFSET // 4].view(np.uint32)
+        ends = starts[data] + ((lengths[data] + ALIGN_UP) & ALIGN_MASK)
+        stored = words[index[data] + frame.SESSION_ID_WORD].view(np.uint32)
         crc, window = self.checksum.unsigned, self._window
         for begin, end, expected in zip(begins.tolist(), ends.tolist(), stored.tolist()):
             if crc(window[begin:end]) != expected:
@@ -524,12 +412,6 @@ class ReplaySession:
         self.state = FAILED
         self.error = message
         log.info("replay failed: %s", message)
-
-
-def walk_budget(length: int) -> int:
-    """Walk steps that cost what the numpy scan of a `length`-byte block costs: a 1 MiB block may be
-    walked if it holds fewer than about 110 frames, a 64 KiB one fewer than about 35."""
-    return SCAN_FIXED_STEPS + (length >> 5) // SCAN_SLOTS_PER_STEP
 
 
 def positions_for_times(archive_dir: str | os.PathLike, descriptor: RecordingDescriptor, since_us: int,

@@ -33,15 +33,17 @@ import mmap
 import os
 import re
 import stat
-import struct
 from pathlib import Path
 from typing import Callable, Iterator
+
+import numpy as np
 
 from ramen.archive.checksum import Checksum
 from ramen.archive.errors import ArchiveError
 from ramen.transport import frame
 from ramen.transport.frame import (BEGIN_FLAG, END_FLAG, FRAME_ALIGNMENT, HDR_TYPE_DATA, HDR_TYPE_PAD, HEADER,
                                    HEADER_LENGTH, align)
+from ramen.transport.frame_walk import frame_problem, headers_fit, walk
 from ramen.transport.logbuffer import MAX_MESSAGE_LENGTH_CAP, TERM_MAX_LENGTH, TERM_MIN_LENGTH, is_power_of_two
 from ramen.transport.position import int32, position_bits_to_shift
 
@@ -62,9 +64,6 @@ at most, whatever a damaged descriptor claims."""
 NULL_POSITION = -1
 
 _SEGMENT_NAME = re.compile(r"^(\d+)-(\d+)" + re.escape(SEGMENT_SUFFIX) + "$")
-_LENGTH_AND_TYPE = struct.Struct("<i2xH")
-"""A frame's length (i32 @0) and type (u16 @6) in one unpack."""
-_INT32 = struct.Struct("<i")
 _ZERO_WORD = bytes(8)
 
 
@@ -220,7 +219,7 @@ class SegmentWriter:
         """
         end = offset + length
         file_offset = self._segment_offset - offset  # file offset = this + offset in src
-        unpack = _LENGTH_AND_TYPE.unpack_from
+        unpack = frame.LENGTH_AND_TYPE.unpack_from
         checksum = self.checksum
         run_start = offset
         while offset < end:
@@ -236,7 +235,7 @@ class SegmentWriter:
                 run_start = offset + aligned
             elif checksum is not None:
                 value = checksum.compute(src[offset + HEADER_LENGTH:offset + aligned])
-                _INT32.pack_into(src, offset + frame.SESSION_ID_OFFSET, value)
+                frame.INT32.pack_into(src, offset + frame.SESSION_ID_OFFSET, value)
             offset += aligned
         self._pwrite(src[run_start:end], file_offset + run_start)
 
@@ -362,34 +361,6 @@ class FrameError(SegmentError):
         self.position = position
         self.file_offset = file_offset
         self.problem = problem
-
-
-def frame_problem(position: int, length: int, frame_type: int, term_offset: int, term_id: int, *,
-                  term_length: int, initial_term_id: int | None = None,
-                  mtu_length: int | None = None) -> str | None:
-    """What is wrong with a frame header found at `position` of a recording, or None. Its length is
-    checked before anyone uses it to find the next frame (a length <= 0 is the end of the data, for
-    the caller to judge). Without initial_term_id or mtu_length, those checks are left out."""
-    mask = term_length - 1
-    if length < HEADER_LENGTH:
-        return f"frame length {length} is shorter than a frame header ({HEADER_LENGTH})"
-    term_end = (position | mask) + 1
-    if position + align(length) > term_end:
-        return f"frame length {length} runs past the end of its term (position {term_end})"
-    if frame_type != HDR_TYPE_DATA and frame_type != HDR_TYPE_PAD:
-        return f"frame type {frame_type} is neither DATA ({HDR_TYPE_DATA}) nor PAD ({HDR_TYPE_PAD})"
-    if frame_type == HDR_TYPE_DATA and mtu_length is not None and length > mtu_length:
-        return f"DATA frame length {length} exceeds the recording's MTU ({mtu_length})"
-    wrong = []
-    if term_offset != position & mask:
-        wrong.append(f"termOffset {term_offset} (expected {position & mask})")
-    if initial_term_id is not None:
-        expected = int32(initial_term_id + (position >> position_bits_to_shift(term_length)))
-        if term_id != expected:
-            wrong.append(f"termId {term_id} (expected {expected})")
-    if wrong:
-        return f"frame header does not fit its position: {', '.join(wrong)}"
-    return None
 
 
 class MessageOrder:
@@ -577,6 +548,22 @@ class SegmentReader:
             offset = 0
             min_read = 0
             while offset + HEADER_LENGTH <= want and (to_position is None or position < to_position):
+                # The frames that chain from here and fit their place, found by the one frame
+                # walker; the frame it stops at is judged one at a time below.
+                found = walk(chunk, offset, min(held, want), term_offset=position & (term_length - 1),
+                             term_id=None if initial_term_id is None else
+                             int32(initial_term_id + (position >> position_bits_to_shift(term_length))))
+                fit = headers_fit(found.headers, term_id=found.headers[:, frame.TERM_ID_WORD], mtu_length=mtu_length)
+                count = len(found) if fit.all() else int(fit.argmin())
+                if to_position is not None:
+                    count = min(count, int(np.searchsorted(found.starts, offset + to_position - position)))
+                if count:
+                    for at in found.starts[:count].tolist():
+                        yield SegmentFrame(position + at - offset, unpack(chunk, at), chunk, at, base)
+                    walked = int(found.ends[count - 1]) - offset
+                    offset += walked
+                    position += walked
+                    continue
                 must_go_on = strict and to_position is not None
                 if offset + HEADER_LENGTH > held:
                     if offset < held or must_go_on:  # cut inside a header, or data that must go on is gone
@@ -651,7 +638,7 @@ def is_complete_frame(data, offset: int, aligned_length: int, checksum: Checksum
     """Whether a frame that straddles a page boundary was written whole, by Aeron's rule: its
     checksum matches (when the archive has checksums), or every page after its first holds data."""
     if checksum is not None:
-        recorded = _INT32.unpack_from(data, offset + frame.SESSION_ID_OFFSET)[0]
+        recorded = frame.INT32.unpack_from(data, offset + frame.SESSION_ID_OFFSET)[0]
         if checksum.compute(data[offset + HEADER_LENGTH:offset + aligned_length]) == recorded:
             return True
     return _has_data_in_every_page_after_the_first(data, offset, aligned_length)
@@ -692,8 +679,19 @@ def find_stop_position(archive_dir: str | os.PathLike, recording_id: int, start_
             offset = file_offset
             last_length = 0
             last_type = HDR_TYPE_DATA
-            unpack = _LENGTH_AND_TYPE.unpack_from
+            unpack = frame.LENGTH_AND_TYPE.unpack_from
             while offset + HEADER_LENGTH <= limit:
+                # The frames that chain from here to the term's end, found by the one frame walker;
+                # then the one it stopped at, judged as before (a header that does not claim its
+                # place is taken at its length, as a walk of old did).
+                frames = walk(data, offset, min((offset | (term_length - 1)) + 1, limit),
+                              term_offset=offset & (term_length - 1))
+                if len(frames):
+                    last_length = int(frames.ends[-1] - frames.starts[-1])
+                    last_type = int(frames.types[-1])
+                    offset = frames.end
+                    if offset + HEADER_LENGTH > limit:
+                        break
                 frame_length, frame_type = unpack(data, offset)
                 if frame_length <= 0:
                     break

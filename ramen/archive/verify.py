@@ -39,7 +39,7 @@ from ramen.archive.segment import SEGMENT_SUFFIX, FrameError, MessageOrder, Segm
 from ramen.archive.time_index import (CRC_CHUNK_LENGTH, DISORDER_OFFSET, ENTRIES_CHECKSUM_OFFSET, ENTRY_DTYPE,
                                       ENTRY_LENGTH, INDEX_HEADER_LENGTH, IndexDamage, LegacyIndex, index_path,
                                       parse_header)
-from ramen.transport.frame import BEGIN_FLAG, HDR_TYPE_DATA, HEADER_LENGTH, align
+from ramen.transport.frame import BEGIN_FLAG, HDR_TYPE_DATA, HEADER_LENGTH, INT32, align
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +252,7 @@ def _check_nothing_after_stop(archive_dir: Path, d: RecordingDescriptor) -> list
         buffer = bytearray(HEADER_LENGTH)
         if reader.read(stop, buffer) < HEADER_LENGTH:
             return []
-        length = int.from_bytes(buffer[:4], "little", signed=True)
+        length = INT32.unpack_from(buffer, 0)[0]
     except SegmentError:
         return []  # no file holds the position after the stop: nothing was written there
     finally:

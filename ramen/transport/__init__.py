@@ -6,7 +6,8 @@ from ramen.transport.frame import Header
 from ramen.transport.idle import BackoffIdleStrategy
 from ramen.transport.image import Image
 from ramen.transport.logbuffer import LogBuffer, LogBufferError, LogBufferParams
-from ramen.transport.publication import BufferClaim, ExclusivePublication, InPlacePublication
+from ramen.transport.publication import ExclusivePublication
+from ramen.transport.term_appender import BufferClaim
 from ramen.transport.status import (ABORT, ADMIN_ACTION, BACK_PRESSURED, BREAK, CLOSED, COMMIT, CONTINUE,
                                     MAX_POSITION_EXCEEDED, NOT_CONNECTED)
 from ramen.transport.subscription import Subscription
@@ -14,6 +15,6 @@ from ramen.transport.subscription import Subscription
 __all__ = [
     "ABORT", "ADMIN_ACTION", "BACK_PRESSURED", "BREAK", "CLOSED", "COMMIT", "CONTINUE", "MAX_POSITION_EXCEEDED",
     "NOT_CONNECTED", "BackoffIdleStrategy", "BlockAssembler", "BufferClaim", "CountersFile", "ExclusivePublication",
-    "FragmentAssembler", "Header", "Image", "InPlacePublication", "LogBuffer", "LogBufferError", "LogBufferParams",
+    "FragmentAssembler", "Header", "Image", "LogBuffer", "LogBufferError", "LogBufferParams",
     "MessageHeader", "Subscription",
 ]

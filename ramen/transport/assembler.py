@@ -8,10 +8,10 @@ fragment's term id and offset, and the position after the last fragment.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 from ramen.transport import frame
+from ramen.transport.frame import ALIGN_MASK, ALIGN_UP
 from ramen.transport.status import ABORT, CONTINUE
 
 
@@ -37,9 +37,6 @@ class _Builder:
         """`data` is already the whole message (joined at its BEGIN): the other fragments are skipped."""
 
 
-_FRAME_LENGTH = struct.Struct("<i")
-
-
 def _join_committed(buffer, frame_offset: int) -> bytes | None:
     """The message whose BEGIN frame is at frame_offset, in one exact-size copy, when every fragment
     of it is committed already (a reader catching up finds them so); None otherwise. A message's
@@ -47,7 +44,7 @@ def _join_committed(buffer, frame_offset: int) -> bytes | None:
     pieces = []
     offset = frame_offset
     while offset + frame.HEADER_LENGTH <= len(buffer):
-        length = _FRAME_LENGTH.unpack_from(buffer, offset)[0]
+        length = frame.INT32.unpack_from(buffer, offset)[0]
         if length <= 0:
             return None
         pieces.append(buffer[offset + frame.HEADER_LENGTH:offset + length])
@@ -155,10 +152,7 @@ class FragmentAssembler:
                              header.position)
 
 
-_LENGTH_FLAGS_TYPE = struct.Struct("<iBBH")  # a frame's length, version, flags and type
 _HDR = frame.HEADER_LENGTH
-_ALIGN_UP = frame.FRAME_ALIGNMENT - 1
-_ALIGN_MASK = -frame.FRAME_ALIGNMENT
 
 
 class BlockAssembler:
@@ -187,10 +181,10 @@ class BlockAssembler:
         end = offset + length
         messages = self.messages
         pieces = self._carried
-        unpack = _LENGTH_FLAGS_TYPE.unpack_from
+        unpack = frame.LENGTH_FLAGS_TYPE.unpack_from
         while offset < end:
             frame_length, _, flags, frame_type = unpack(term, offset)
-            aligned = (frame_length + _ALIGN_UP) & _ALIGN_MASK
+            aligned = (frame_length + ALIGN_UP) & ALIGN_MASK
             if frame_type == frame.HDR_TYPE_DATA:
                 body = term[offset + _HDR:offset + frame_length]
                 if flags & frame.BEGIN_FLAG:

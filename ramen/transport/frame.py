@@ -28,6 +28,10 @@ UNFRAGMENTED = BEGIN_FLAG | END_FLAG
 HDR_TYPE_PAD = 0
 HDR_TYPE_DATA = 1
 
+ALIGN_UP = FRAME_ALIGNMENT - 1
+ALIGN_MASK = -FRAME_ALIGNMENT
+"""align(n) is (n + ALIGN_UP) & ALIGN_MASK: inlined on per-frame paths, where a call costs more than the sum."""
+
 HEADER = struct.Struct("<iBBHiiiiq")
 """The whole header in one unpack: length, version, flags, type, term offset, session, stream, term id, reserved."""
 
@@ -35,6 +39,43 @@ HEADER_BY_WORD = struct.Struct("<iiiiiiq")
 """The same 32 bytes with version, flags and type as one word (see frame_word): length, that word, term
 offset, session, stream, term id, reserved. The writer's hot path packs a header with one precomputed
 word instead of three small fields."""
+
+# Parts of the header, each read or written where the comment says (one unpack instead of several on
+# per-frame paths). Every module reads frames through these: none declares a header layout of its own.
+INT32 = struct.Struct("<i")
+"""Any one int32 field: the frame length @FRAME_LENGTH_OFFSET, the term id @TERM_ID_OFFSET, the session
+id (a recorded frame's checksum) @SESSION_ID_OFFSET."""
+LENGTH_FLAGS_TYPE = struct.Struct("<iBBH")
+"""@0: length, version, flags, type."""
+LENGTH_TO_TERM_OFFSET = struct.Struct("<iBBHi")
+"""@0: length, version, flags, type, term offset: what a checked walk reads of a header."""
+LENGTH_AND_TYPE = struct.Struct("<i2xH")
+"""@0: length and type."""
+FLAGS_AND_TYPE = struct.Struct("<BH")
+"""@FLAGS_OFFSET: flags and type."""
+KIND_WORD = struct.Struct("<I")
+"""@VERSION_OFFSET: version, flags and type as one word (see frame_word)."""
+STREAM_IDS = struct.Struct("<ii")
+"""@SESSION_ID_OFFSET: session id, stream id."""
+PLACE = struct.Struct("<iiii")
+"""@TERM_OFFSET_OFFSET: term offset, session id, stream id, term id: where a frame lies in which log."""
+
+# The header's fields as indexes of its int32 words, for numpy over many headers at once.
+LENGTH_WORD = FRAME_LENGTH_OFFSET // 4
+KIND_WORD_INDEX = VERSION_OFFSET // 4
+TERM_OFFSET_WORD = TERM_OFFSET_OFFSET // 4
+SESSION_ID_WORD = SESSION_ID_OFFSET // 4
+STREAM_ID_WORD = STREAM_ID_OFFSET // 4
+TERM_ID_WORD = TERM_ID_OFFSET // 4
+RESERVED_WORD = RESERVED_VALUE_OFFSET // 4
+"""The first of two."""
+HEADER_WORDS = HEADER_LENGTH // 4
+SLOT_WORDS = FRAME_ALIGNMENT // 4
+"""int32 words per frame-alignment slot."""
+END_FLAG_IN_KIND = END_FLAG << 8 * (FLAGS_OFFSET - VERSION_OFFSET)
+"""The END flag within the kind word."""
+TYPE_SHIFT_IN_KIND = 8 * (TYPE_OFFSET - VERSION_OFFSET)
+"""The type's shift within the kind word."""
 
 # The second 32-bit word of a header (version | flags | type), as written for the common frame kinds.
 DATA_WORD_UNFRAGMENTED = CURRENT_VERSION | (UNFRAGMENTED << 8) | (HDR_TYPE_DATA << 16)

@@ -9,14 +9,14 @@ unblock timeout (Aeron's TermUnblocker) and goes on.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Callable
 
+from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.transport import counters as ctr
 from ramen.transport import frame
 from ramen.transport.counters import CountersFile
 from ramen.transport.defaults import PUBLICATION_UNBLOCK_TIMEOUT_S, TETHER_HOLD_S
-from ramen.transport.frame import Header
+from ramen.transport.frame import ALIGN_MASK, ALIGN_UP, Header
 from ramen.transport.logbuffer import LogBuffer
 from ramen.transport.position import int32
 from ramen.transport.status import ABORT, BREAK, COMMIT
@@ -30,8 +30,6 @@ BlockHandler = Callable[[memoryview, int, int, int, int], None]
 # Hot constants bound to module names: on a per-fragment path a global lookup is cheaper than the
 # global-and-attribute lookup of frame.X.
 _HDR = frame.HEADER_LENGTH
-_ALIGN_UP = frame.FRAME_ALIGNMENT - 1  # frame.align(n) is (n + _ALIGN_UP) & _ALIGN_MASK, inlined
-_ALIGN_MASK = -frame.FRAME_ALIGNMENT
 _TYPE_INDEX = frame.TYPE_OFFSET >> 1  # the type among a frame's 16-bit words
 _PAD = frame.HDR_TYPE_PAD
 _TERM_ID_INDEX = frame.TERM_ID_OFFSET >> 2  # the term id among a frame's 32-bit words
@@ -52,9 +50,12 @@ class Image:
 
     def __init__(self, log_buffer: LogBuffer, counters: CountersFile | None = None, *,
                  join_position: int | None = None, tethered: bool = False, tether_hold_s: float = TETHER_HOLD_S,
-                 name: str = "", unblock_timeout_s: float = PUBLICATION_UNBLOCK_TIMEOUT_S) -> None:
+                 name: str = "", unblock_timeout_s: float = PUBLICATION_UNBLOCK_TIMEOUT_S,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         """A tethered image holds its writer back (a recorder's: nothing goes unread); once silent,
-        for `tether_hold_s` at most, however it went silent (see defaults.TETHER_HOLD_S)."""
+        for `tether_hold_s` at most, however it went silent (see defaults.TETHER_HOLD_S). `clock`:
+        its nanos() stamp the heartbeats and time the unblocking, as the writer's clock reads them."""
+        self._nanos = clock.nanos
         self.log = log_buffer
         self.counters = counters
         self.term_length = log_buffer.term_length
@@ -160,7 +161,7 @@ class Image:
             if length <= 0:
                 break
             frame_offset = offset
-            offset += (length + _ALIGN_UP) & _ALIGN_MASK
+            offset += (length + ALIGN_UP) & ALIGN_MASK
             if types[(frame_offset >> 1) + _TYPE_INDEX] == _PAD:
                 continue
             fragments += 1
@@ -190,7 +191,7 @@ class Image:
             if length <= 0:
                 break
             frame_offset = offset
-            aligned = (length + _ALIGN_UP) & _ALIGN_MASK
+            aligned = (length + ALIGN_UP) & ALIGN_MASK
             if types[(frame_offset >> 1) + _TYPE_INDEX] == _PAD:
                 offset += aligned
                 continue
@@ -227,7 +228,7 @@ class Image:
             length = lengths[offset >> 2]
             if length <= 0:
                 break
-            aligned = (length + _ALIGN_UP) & _ALIGN_MASK
+            aligned = (length + ALIGN_UP) & ALIGN_MASK
             if offset + aligned > limit and offset > start:
                 break
             offset += aligned
@@ -272,7 +273,7 @@ class Image:
         if consumed:
             self._position = position = position + consumed
             self._sub_pos_record[self._sub_pos_index] = position
-        now_ns = time.monotonic_ns()
+        now_ns = self._nanos()
         if now_ns >= self._next_housekeeping_ns:
             self._next_housekeeping_ns = now_ns + _HOUSEKEEPING_INTERVAL_NS
             if self._sub_pos is not None:
@@ -332,12 +333,12 @@ def unblock(log_buffer: LogBuffer, position: int) -> bool:
     term_id = log_buffer.initial_term_id + (position >> bits)
     producer = log_buffer.producer_position()
     tail_offset = min(term_length, offset + (producer - position))
-    length = int.from_bytes(term[offset:offset + 4], "little", signed=True)
+    length = frame.INT32.unpack_from(term, offset)[0]
     if length < 0:
         pad = -length
     elif length == 0:
         scan = offset + frame.FRAME_ALIGNMENT
-        while scan < tail_offset and int.from_bytes(term[scan:scan + 4], "little", signed=True) == 0:
+        while scan < tail_offset and frame.INT32.unpack_from(term, scan)[0] == 0:
             scan += frame.FRAME_ALIGNMENT
         if scan < tail_offset and any(term[offset:scan]):
             return False  # not a clean gap: leave it

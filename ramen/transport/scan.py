@@ -2,10 +2,10 @@
 
 A live reader follows one position; a tool looking at a file does not know where readers were.
 Aeron zeroes the space behind its consumers (sometimes mid-frame), and an image log keeps its tail
-counters at 0, so the scan trusts neither the tails nor term starts: it walks each term and accepts
-a frame only where its header says it is (its termOffset field equals its offset, its version and
-type are valid, it fits the term, and its session and stream are the log's). Zeroed or torn space
-is skipped a frame alignment at a time. Messages are then rebuilt from fragments in position order;
+counters at 0, so the scan trusts neither the tails nor term starts: it walks each term (the one
+frame walker, frame_walk.walk) and accepts a frame only where its header says it is (its termOffset
+field equals its offset, its version and type are valid, it fits the term, and its session and
+stream are the log's). Zeroed or torn space is skipped to the next non-zero slot. Messages are then rebuilt from fragments in position order;
 a message whose first fragment was cleaned away is left out.
 """
 
@@ -18,6 +18,7 @@ from typing import Iterator
 import numpy as np
 
 from ramen.transport import frame
+from ramen.transport.frame_walk import headers_fit, walk
 from ramen.transport.logbuffer import LogBuffer
 from ramen.transport.position import PARTITION_COUNT, compute_position
 
@@ -73,27 +74,24 @@ def _scan_term(log: LogBuffer, partition: int) -> Iterator[Frame]:
     candidates = (np.flatnonzero(words[::frame.FRAME_ALIGNMENT // 4]) * frame.FRAME_ALIGNMENT).tolist()
     offset = candidates[0] if candidates else term_length
     while offset < term_length:
-        length, version, flags, frame_type, term_offset, session_id, stream_id, term_id, reserved = \
-            frame.HEADER.unpack_from(term, offset)
-        plausible = (
-            length >= frame.HEADER_LENGTH
-            and offset + frame.align(length) <= term_length
-            and version == frame.CURRENT_VERSION
-            and frame_type in (frame.HDR_TYPE_DATA, frame.HDR_TYPE_PAD)
-            and term_offset == offset
-            and (frame_type == frame.HDR_TYPE_PAD
-                 or (session_id == log.session_id and stream_id == log.stream_id))
-        )
-        if not plausible:
-            next_candidate = bisect.bisect_right(candidates, offset)
-            offset = candidates[next_candidate] if next_candidate < len(candidates) else term_length
-            continue
-        position = compute_position(term_id, offset, log.position_bits_to_shift, log.initial_term_id)
-        yield Frame(position, partition, term_id, offset, length, flags, frame_type, session_id, stream_id, reserved)
-        offset += frame.align(length)
-        if offset < term_length and not words[offset >> 2]:
-            next_candidate = bisect.bisect_right(candidates, offset)
-            offset = candidates[next_candidate] if next_candidate < len(candidates) else term_length
+        # The frames chained from here (the walker checks each one's place), as far as they are the log's.
+        frames = walk(term, offset, term_length)
+        headers = frames.headers
+        plausible = ((headers[:, frame.KIND_WORD_INDEX] & 0xFF) == frame.CURRENT_VERSION) & \
+            headers_fit(headers, term_id=headers[:, frame.TERM_ID_WORD]) & \
+            ((frames.types == frame.HDR_TYPE_PAD) | ((headers[:, frame.SESSION_ID_WORD] == log.session_id) &
+                                                     (headers[:, frame.STREAM_ID_WORD] == log.stream_id)))
+        count = len(frames) if plausible.all() else int(plausible.argmin())
+        for at, fields in zip(frames.starts[:count].tolist(), headers[:count].tolist()):
+            length, kind, _, session_id, stream_id, term_id, reserved_low, reserved_high = fields
+            position = compute_position(term_id, at, log.position_bits_to_shift, log.initial_term_id)
+            yield Frame(position, partition, term_id, at, length, (kind >> 8) & 0xFF, kind >> 16, session_id,
+                        stream_id, (reserved_high << 32) | (reserved_low & 0xFFFFFFFF))
+        # Then the next place a frame can start, zeroed or torn space skipped: from where the chain
+        # stopped, or past it if it stopped where it began (nothing there is a frame of this log).
+        stop = int(frames.starts[count]) if count < len(frames) else frames.end
+        at = bisect.bisect_left(candidates, stop) if stop > offset else bisect.bisect_right(candidates, stop)
+        offset = candidates[at] if at < len(candidates) else term_length
 
 
 def assemble(log: LogBuffer, frames: list[Frame]) -> list[Message]:

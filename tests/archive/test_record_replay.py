@@ -1,7 +1,6 @@
 """Recording a live publication and replaying it: whole, bounded, followed, back-pressured, checked."""
 
 import random
-import struct
 
 import pytest
 
@@ -14,8 +13,7 @@ from ramen.archive.replay import (DONE, FAILED, ReplayError, ReplaySession, Repl
 from ramen.archive.segment import segment_file_name
 from ramen.archive.time_index import TimeIndex, index_path
 from ramen.transport import (ADMIN_ACTION, CountersFile, ExclusivePublication, FragmentAssembler, Image,
-                             InPlacePublication, LogBuffer, LogBufferParams)
-from ramen.transport import frame
+                             LogBuffer, LogBufferParams)
 from ramen.transport import counters as ctr
 from ramen.transport.defaults import DEFAULT_MTU_LENGTH, IPC_MTU_LENGTH
 
@@ -73,17 +71,13 @@ class Rig:
 
 
 def replay(rig, *, start=None, stop=None, follow=None, checksum=None, reader_counters=None, pump=None,
-           buffer_length=1024 * 1024, stats=None, fragments_per_cycle=64, publication_class=InPlacePublication,
-           stale=False):
-    """Replay a recording into a new log and read it back; returns (session, [(position, payload)]).
-    `stale`: the log is full of frames a reader would take (see fill_with_stale_frames) first."""
+           buffer_length=1024 * 1024, stats=None, fragments_per_cycle=64):
+    """Replay a recording into a new log and read it back; returns (session, [(position, payload)])."""
     descriptor = rig.catalog.get(rig.recorder.recording_id)
     start_position = descriptor.start_position if start is None else start
     path = rig.tmp / f"replay-{random.getrandbits(32)}.logbuffer"
     replay_log = LogBuffer.create(path, replay_log_params(descriptor, start_position, session_id=77, stream_id=5))
-    if stale:
-        fill_with_stale_frames(replay_log, start_position)
-    publication = publication_class(replay_log, reader_counters)
+    publication = ExclusivePublication(replay_log, reader_counters)
     image = Image(LogBuffer.open(path), reader_counters, join_position=start_position)
     session = ReplaySession(rig.catalog.path.parent, descriptor, publication, start_position=start, stop_position=stop,
                             follow=follow, checksum=checksum, replay_buffer_length=buffer_length, stats=stats)
@@ -99,21 +93,6 @@ def replay(rig, *, start=None, stop=None, follow=None, checksum=None, reader_cou
     else:
         pytest.fail(f"replay did not finish (state {session.state}, position {session.position})")
     return session, got
-
-
-def fill_with_stale_frames(log: LogBuffer, start_position: int) -> None:
-    """Every 32-byte slot of every term a committed-looking 32-byte DATA frame with the ids, term
-    offset and term id a reader expects there when the replay first comes to that term: the worst
-    a reused log could hold. A reader that looked past the writer's tail would take them."""
-    bits = log.term_length.bit_length() - 1
-    first_count = start_position >> bits
-    for index, term in enumerate(log.terms):
-        count = first_count + (index - first_count) % 3  # the first term count this partition holds
-        slots = log.term_length // frame.FRAME_ALIGNMENT
-        for slot in range(slots):
-            offset = slot * frame.FRAME_ALIGNMENT
-            frame.HEADER.pack_into(term, offset, frame.FRAME_ALIGNMENT, 0, frame.UNFRAGMENTED, frame.HDR_TYPE_DATA,
-                                   offset, log.session_id, log.stream_id, log.initial_term_id + count, 0)
 
 
 def test_a_recorded_stream_replays_every_message_at_its_position(tmp_path):
@@ -185,54 +164,15 @@ def test_back_pressure_during_a_replay_loses_and_duplicates_nothing(tmp_path):
     assert back_pressure and back_pressure[0].value > 0
 
 
-@pytest.mark.parametrize("flow_control", [False, True], ids=["alone", "flow-controlled"])
-def test_an_in_place_replay_into_a_log_full_of_stale_frames_reads_back_exactly_the_recording(tmp_path, flow_control):
-    """The in-place publication does not clean: each claim zeroes the one word a reader looks at
-    past it (the next term's first, at a term's end). Frames left anywhere else are never read."""
-    rng = random.Random(41)
-    rig = Rig(tmp_path)
-    rig.publish(ramen_message(i, rng) for i in range(900))
-    rig.stop()
-    start = rig.sent[9][0]  # mid-term, mid-stream
-    # The reader keeps up, so it stands at the writer's tail, where a stale frame would show.
-    session, got = replay(rig, start=start, stale=True, reader_counters=rig.counters if flow_control else None,
-                          buffer_length=16 * 1024 if flow_control else 1024 * 1024, fragments_per_cycle=1000)
-    assert session.state == DONE
-    assert got == rig.sent[10:]
-
-
-def test_the_same_replay_through_a_cleaning_publication_is_the_same(tmp_path):
+def test_a_replay_held_back_by_a_slow_reader_still_reads_back_exactly_the_recording(tmp_path):
     rng = random.Random(42)
     rig = Rig(tmp_path)
     rig.publish(ramen_message(i, rng) for i in range(600))
     rig.stop()
-    session, got = replay(rig, publication_class=ExclusivePublication, reader_counters=rig.counters,
+    session, got = replay(rig, reader_counters=rig.counters,
                           buffer_length=16 * 1024, fragments_per_cycle=8)
     assert session.state == DONE
     assert got == rig.sent
-
-
-def test_an_in_place_publication_over_a_log_ending_a_term_clears_the_next_terms_first_word(tmp_path):
-    """Reopened with its tail at a term's end, the next write rotates: a reader that got there
-    first must find a zero length word, not a frame of three terms back."""
-    log = LogBuffer.create(tmp_path / "full.logbuffer", LogBufferParams(term_length=TERM))
-    writer = ExclusivePublication(log)
-    while writer.position < TERM:
-        assert writer.offer(b"x" * (1024 - 32)) > 0  # 64 frames fill the term exactly
-    writer.close(end_of_stream=False)
-    fill_with_stale_frames(log, TERM)  # the next term's first word among them
-    reopened = LogBuffer.open(log.path)
-    InPlacePublication(reopened)
-    assert struct.unpack_from("<i", reopened.terms[1], 0)[0] == 0
-
-
-def test_an_in_place_publication_refuses_offers(tmp_path):
-    log = LogBuffer.create(tmp_path / "in-place.logbuffer", LogBufferParams(term_length=TERM))
-    publication = InPlacePublication(log)
-    for offer in (lambda: publication.offer(b"x"), lambda: publication.offer_batch([b"x"]),
-                  lambda: publication.try_claim(1, None), lambda: publication.offer_frames(b"", 0, 0)):
-        with pytest.raises(TypeError, match="term_window and commit_window only"):
-            offer()
 
 
 def test_a_checksum_mismatch_fails_the_replay_naming_recording_and_position(tmp_path):
@@ -291,9 +231,7 @@ def test_a_bad_start_position_is_refused_with_a_clear_error(tmp_path, start, pro
 
 def test_a_payload_that_looks_like_a_frame_header_does_not_fool_the_replay(tmp_path, monkeypatch):
     """The replay's vectorised frame scan must fall back to walking when a payload mimics a header."""
-    walks = []
-    walk = ReplaySession._whole_messages_walk
-    monkeypatch.setattr(ReplaySession, "_whole_messages_walk", lambda self, *a: walks.append(a) or walk(self, *a))
+    calls = spy_on_frame_finders(monkeypatch)
     rig = Rig(tmp_path)
     rig.publish([b"a" * 100] * 3)
     frame_offset = rig.publication.position & (TERM - 1)
@@ -306,7 +244,7 @@ def test_a_payload_that_looks_like_a_frame_header_does_not_fool_the_replay(tmp_p
     session, got = replay(rig)
     assert session.state == DONE
     assert got == rig.sent
-    assert walks, "the forged header should have sent the scan to the walk"
+    assert calls["walk"], "the forged header should have sent the scan to the walk"
 
 
 def test_purging_before_a_time_uses_the_event_time_index_and_keeps_everything_after(tmp_path):
@@ -339,24 +277,39 @@ def test_purging_before_a_time_uses_the_event_time_index_and_keeps_everything_af
 
 # -- the frame walk and the vectorised scan ------------------------------------------------------
 
+def spy_on_frame_finders(monkeypatch) -> dict:
+    """Count the replay session's calls of the frame walker's two ways (frame_walk._walk_each,
+    frame_walk._scan), and keep what the walk one frame at a time was given and gave. The session's
+    calls are those with its first frame's length (others, the recorder's, come without)."""
+    from ramen.transport import frame_walk
+    calls = {"walk": 0, "scan": 0, "walks": []}
+    original_walk, original_scan = frame_walk._walk_each, frame_walk._scan
+
+    def walk_each(buffer, start, length, term_offset, term_id, first_length, max_frames):
+        found = original_walk(buffer, start, length, term_offset, term_id, first_length, max_frames)
+        if first_length is not None:
+            calls["walk"] += 1
+            calls["walks"].append((max_frames, found))
+        return found
+
+    def scan(buffer, start, length, term_offset, term_id, first_length):
+        calls["scan"] += first_length is not None
+        return original_scan(buffer, start, length, term_offset, term_id, first_length)
+    monkeypatch.setattr(frame_walk, "_walk_each", walk_each)
+    monkeypatch.setattr(frame_walk, "_scan", scan)
+    return calls
+
+
 MESSAGE_SIZES = {"small": 100, "large": 8000}  # large: 6 fragments of the default 1408-byte MTU
 
 
 @pytest.fixture(params=["walk", "scan"])
 def frame_path(request, monkeypatch):
     """Force every block through one of the replay's two frame finders, and count their calls."""
-    from ramen.archive import replay as replay_module
+    from ramen.transport import frame_walk
     budget = 10**9 if request.param == "walk" else 0
-    monkeypatch.setattr(replay_module, "walk_budget", lambda length: budget)
-    calls = {"walk": 0, "scan": 0}
-    for name, key in (("_whole_messages_walk", "walk"), ("_whole_messages_scan", "scan")):
-        original = getattr(ReplaySession, name)
-
-        def spy(self, *args, _original=original, _key=key):
-            calls[_key] += 1
-            return _original(self, *args)
-        monkeypatch.setattr(ReplaySession, name, spy)
-    return request.param, calls
+    monkeypatch.setattr(frame_walk, "walk_budget", lambda length: budget)
+    return request.param, spy_on_frame_finders(monkeypatch)
 
 
 def sized_messages(size: int, count: int) -> list[bytes]:
@@ -368,7 +321,7 @@ def ids_seen(rig, **kwargs):
     descriptor = rig.catalog.get(rig.recorder.recording_id)
     path = rig.tmp / f"replay-{random.getrandbits(32)}.logbuffer"
     log = LogBuffer.create(path, replay_log_params(descriptor, descriptor.start_position, session_id=77, stream_id=5))
-    session = ReplaySession(rig.catalog.path.parent, descriptor, InPlacePublication(log), **kwargs)
+    session = ReplaySession(rig.catalog.path.parent, descriptor, ExclusivePublication(log), **kwargs)
     image = Image(LogBuffer.open(path), join_position=descriptor.start_position)
     ids = set()
     for _ in range(SAFETY_CYCLES):
@@ -433,38 +386,28 @@ def test_a_checksum_mismatch_is_caught_on_either_path(tmp_path, frame_path, size
 
 
 def test_the_walk_hands_a_block_of_many_frames_to_the_scan_after_a_bounded_number_of_steps(tmp_path, monkeypatch):
-    from ramen.archive import replay as replay_module
-    walks = []
-    walk = ReplaySession._whole_messages_walk
-    monkeypatch.setattr(ReplaySession, "_whole_messages_walk",
-                        lambda self, *a: walks.append((a, walk(self, *a))) or walks[-1][1])
+    from ramen.transport import frame_walk
+    calls = spy_on_frame_finders(monkeypatch)
     rig = Rig(tmp_path)
     # A first frame as long as the MTU makes the block look walkable; the many small ones after it are not.
     rig.publish([b"x" * 1300] + [b"y" * 10] * 400)
     rig.stop()
     session, got = replay(rig, buffer_length=16 * 1024)  # fewer frames of 1344 bytes than the walk's budget
     assert session.state == DONE and got == rig.sent
-    bounded = [result for (args, result) in walks if len(args) == 3]
+    bounded = [found for max_frames, found in calls["walks"] if max_frames is not None]
     assert None in bounded  # the walk gave up after its budget of frames ...
-    budget = replay_module.walk_budget(16 * 1024)
-    assert all(result is None or len(result[1]) <= budget for result in bounded)
+    budget = frame_walk.walk_budget(16 * 1024)
+    assert all(found is None or len(found) <= budget for found in bounded)
 
 
 def test_blocks_of_few_frames_are_walked_and_blocks_of_many_are_scanned(tmp_path, monkeypatch):
-    calls = {"walk": 0, "scan": 0}
-    for name, key in (("_whole_messages_walk", "walk"), ("_whole_messages_scan", "scan")):
-        original = getattr(ReplaySession, name)
-
-        def spy(self, *args, _original=original, _key=key):
-            calls[_key] += 1
-            return _original(self, *args)
-        monkeypatch.setattr(ReplaySession, name, spy)
+    calls = spy_on_frame_finders(monkeypatch)
     rig = Rig(tmp_path)
     rig.publish([b"z" * 1300] * 40)  # 40 frames of 1344 bytes: one term
     rig.stop()
     session, got = replay(rig, buffer_length=8 * 1024)  # 5 frames a read
     assert session.state == DONE and got == rig.sent
-    assert calls == {"walk": calls["walk"], "scan": 0} and calls["walk"] > 0
+    assert calls["scan"] == 0 and calls["walk"] > 0
     calls.update(walk=0, scan=0)
     session, got = replay(rig)  # all 40 frames in one read
     assert session.state == DONE and got == rig.sent

@@ -16,11 +16,12 @@ import traceback
 
 import pytest
 
+from ramen.clocks import ManualClock, SystemClock
 from ramen.transport import (ABORT, ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED, BackoffIdleStrategy, BufferClaim,
                              CountersFile, ExclusivePublication, Image, LogBuffer, LogBufferParams, Subscription)
 from ramen.transport import counters as ctr
 from ramen.transport.logbuffer import pack_tail
-from ramen.transport.publication import seal_dead_writer_claims
+from ramen.transport.writer_lock import seal_dead_writer_claims
 from ramen.transport.writer_lock import LogBufferBusy, acquire_writer_lock, writer_pids
 from ramen.transport.status import STATUS_NAMES
 
@@ -425,16 +426,33 @@ def test_closed_subscriber_no_longer_holds_the_writer(tmp_path):
     assert check.errors == [] and check.next == writer.seq
 
 
+def test_a_term_window_ends_a_quarter_term_past_the_limit(tmp_path):
+    """A replay writes a window in place and commits all of it: the window must not take the writer
+    a term ahead of the slowest reader, or the cleaning behind that reader, two terms back, zeroes
+    what was just written when the reader gets there (a replay held back by a slow reader stalled)."""
+    log, counters = make_log(tmp_path)
+    reader = Image(log, counters, name="slow reader")
+    publication = ExclusivePublication(log, counters)
+    wait_connected(publication)
+    assert publication.position_limit == TERM // 2
+    length, window = publication.term_window(TERM)
+    assert length == len(window) == TERM // 2 + TERM // 4  # from position 0: the limit and a quarter term
+    window.release()
+    reader.close()
+    publication.close()
+
+
 def test_no_message_is_written_after_the_last_subscriber_left(tmp_path):
     """A reader joining later starts where the writer is: whatever went in while nobody read is lost
     to it, so the writer must see the leaving on its very next offer, within its window or not."""
     log, counters = make_log(tmp_path)
-    publication = ExclusivePublication(log, counters)
+    clock = RunAheadClock()
+    publication = ExclusivePublication(log, counters, clock=clock)
     leaver = Image(log, counters, name="leaver")
     wait_connected(publication)
     assert publication.offer(b"read") > 0
     leaver.close()
-    time.sleep(0.01)  # past the limit's refresh interval, far inside the window
+    clock.advance(0.01)  # past the limit's refresh interval, far inside the window
 
     assert publication.offer(b"nobody reads this") == NOT_CONNECTED
     joiner = Image(log, counters, name="joiner")
@@ -447,7 +465,8 @@ def test_a_left_subscribers_counter_reused_by_another_counter_of_the_same_log_is
     last reader's position freed: the writer must not take one of them for a reader at position 0."""
     monkeypatch.setattr(ctr, "COUNTER_FREE_TO_REUSE_DELAY_S", 0.0)
     log, counters = make_log(tmp_path)
-    publication = ExclusivePublication(log, counters)
+    clock = RunAheadClock()
+    publication = ExclusivePublication(log, counters, clock=clock)
     leaver = Image(log, counters, name="leaver")
     wait_connected(publication)
     position_slot = leaver._sub_pos.id
@@ -455,7 +474,7 @@ def test_a_left_subscribers_counter_reused_by_another_counter_of_the_same_log_is
     reused = counters.allocate(ctr.UNBLOCKED_FRAMES_TYPE_ID, "unblocked: next reader",
                                registration_id=log.correlation_id)
     assert reused.id == position_slot  # the case under test: the very slot, another type
-    time.sleep(0.01)  # past the limit's refresh interval
+    clock.advance(0.01)  # past the limit's refresh interval
 
     assert publication.offer(b"nobody reads this") == NOT_CONNECTED
 
@@ -492,15 +511,15 @@ def test_dead_subscriber_is_dropped_after_the_liveness_timeout_and_the_writer_pr
     assert check.errors == [] and check.next == writer.seq
 
 
-class RunAheadClock:
-    """CLOCK_MONOTONIC in ns, plus a lead a test moves forward: the subscribers' heartbeats are on
-    the real clock, and time passes for the writer without the test sleeping."""
+class RunAheadClock(SystemClock):
+    """The host's clocks plus a lead a test moves forward: the subscribers' heartbeats are on the
+    real clock, and time passes for the writer without the test sleeping."""
 
     def __init__(self) -> None:
         self.lead_ns = 0
 
-    def __call__(self) -> int:
-        return time.monotonic_ns() + self.lead_ns
+    def nanos(self) -> int:
+        return super().nanos() + self.lead_ns
 
     def advance(self, seconds: float) -> None:
         self.lead_ns += int(seconds * 1e9)
@@ -512,7 +531,7 @@ def held_by_a_tethered_subscriber(tmp_path):
     log, counters = make_log(tmp_path)
     tethered = Image(log, counters, join_position=0, tethered=True, tether_hold_s=60.0, name="tethered")
     clock = RunAheadClock()
-    publication = ExclusivePublication(log, counters, subscriber_liveness_timeout_s=0.5, nano_clock=clock)
+    publication = ExclusivePublication(log, counters, subscriber_liveness_timeout_s=0.5, clock=clock)
     writer = Writer(publication)
     writer.offer_until_back_pressured()
     return log, counters, tethered, clock, publication, writer
@@ -751,15 +770,15 @@ def test_a_reader_that_holds_back_but_keeps_alive_is_not_dropped(tmp_path):
     """A worker whose own output is back pressured stops reading, on purpose: keep_alive() says it
     is alive, so the writer waits for it instead of dropping it as dead."""
     log, counters = make_log(tmp_path)
-    held = Image(log, counters, join_position=0, name="held back")
-    publication = ExclusivePublication(log, counters, subscriber_liveness_timeout_s=0.5)
+    clock = ManualClock(nanos=time.monotonic_ns())  # from the counters' clock, which stamped the first heartbeat
+    held = Image(log, counters, join_position=0, name="held back", clock=clock)
+    publication = ExclusivePublication(log, counters, subscriber_liveness_timeout_s=0.5, clock=clock)
     writer = Writer(publication)
     writer.offer_until_back_pressured()
-    quiet_until = time.monotonic() + 1.0  # twice the liveness timeout without a poll
-    while time.monotonic() < quiet_until:
+    for _ in range(100):  # 1 s, twice the liveness timeout, without a poll
+        clock.advance(0.01)
         held.keep_alive()
         assert writer.offer_next() == BACK_PRESSURED
-        time.sleep(0.01)
     assert counter_value(counters, ctr.SUBSCRIBERS_DROPPED_TYPE_ID, log) == 0
     check = Checker()
     while held.poll(check, 256):

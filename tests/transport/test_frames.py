@@ -325,25 +325,6 @@ def test_opening_a_missing_log_names_the_file(tmp_path):
     assert str(path) in str(error.value)
 
 
-def test_offer_block_copies_framed_fragments_verbatim_and_checks_the_first_frame(tmp_path):
-    """A replay copies recorded frames as a block: same bytes, same positions, checked continuity."""
-    from ramen.transport.scan import scan_messages
-
-    params = LogBufferParams(term_length=65536, session_id=11, stream_id=22, initial_term_id=5)
-    source = LogBuffer.create(tmp_path / "src.logbuffer", params)
-    writer = ExclusivePublication(source)
-    for i in range(10):
-        assert writer.offer(bytes([i]) * (i * 300)) > 0  # some fragmented
-    block_length = writer.position
-    target = LogBuffer.create(tmp_path / "dst.logbuffer", params)
-    replay = ExclusivePublication(target)
-    with pytest.raises(ValueError, match="does not continue this publication"):
-        replay.offer_block(source.terms[0], 32, block_length - 32)
-    assert replay.offer_block(source.terms[0], 0, block_length) == block_length
-    assert bytes(target.terms[0][:block_length]) == bytes(source.terms[0][:block_length])
-    assert [m.payload for m in scan_messages(target)] == [bytes([i]) * (i * 300) for i in range(10)]
-
-
 def test_offer_frames_forwards_recorded_messages_with_this_logs_ids_and_offsets(tmp_path):
     """A replayer forwards recorded frames as they lie: the payloads, lengths, flags and reserved
     values are kept; term offset, session, stream and term id become the replay log's."""

@@ -253,6 +253,29 @@ def test_offer_batch_of_nothing_writes_nothing(tmp_path):
     assert publication.offer_batch([]) == (0, 64)
 
 
+@pytest.mark.parametrize("lengths", [[100] * 10, [100, 60, 100, 30, 100, 100, 100, 100, 100, 100]],
+                         ids=["one-length", "varied"])
+def test_offer_batch_block_stays_invisible_until_its_first_frame_commits(tmp_path, lengths):
+    """While the payloads are copied, the tail already covers the block and its first frame holds
+    minus the whole block's length, so a reader waits at it."""
+    log = LogBuffer.create(tmp_path / "commit.logbuffer", LogBufferParams(term_length=TERM))
+    reader = Image(log)
+    publication = ExclusivePublication(log)
+    block_length = sum(align32(32 + n) for n in lengths)
+    seen = []
+
+    class WatchedMessages(list):
+        def __getitem__(self, key):
+            seen.append((struct.unpack_from("<i", log.terms[0], 0)[0], log.raw_tail(0),
+                         reader.poll(lambda *fragment: None, 100)))
+            return list.__getitem__(self, key)
+
+    messages = WatchedMessages(bytes([i]) * n for i, n in enumerate(lengths))
+    assert publication.offer_batch(messages) == (10, block_length)
+    assert seen == [(-block_length, block_length, 0)]
+    assert reader.poll(lambda *fragment: None, 100) == 10
+
+
 # -- the end of the stream -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("with_counters", [False, True], ids=["no-counters", "counters"])

@@ -10,6 +10,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -30,7 +31,12 @@ from tests.workers.test_archiver_follow import (BASE_US, ROW_SPACING_US, WAIT_S,
                                                 wait_for)
 from ramen.transport.defaults import IPC_MTU_LENGTH
 from ramen.transport.frame import BEGIN_FLAG, HDR_TYPE_PAD
-from workers.replayer import REPLAYER_BYTES_READ_TYPE_ID, RecordingReader, reassemble
+from ramen.archive.reader import RecordingReader, reassemble
+from ramen.clocks import ManualClock
+from ramen.transport import ExclusivePublication, LogBufferParams
+from workers import replayer_process
+from workers.replayer import ReplayerError
+from workers.replayer_process import REPLAYER_BYTES_READ_TYPE_ID
 
 
 @pytest.fixture(scope="module")
@@ -243,9 +249,44 @@ def test_one_channel_is_replayed_in_place_cut_at_both_edges(request, monkeypatch
     assert stats["rows_out"] == stats["channels"][str(channel)] == expected.num_rows
 
 
+def test_waiting_for_two_readers_writes_nothing_while_one_has_subscribed(tmp_path):
+    """The replayer's wait for its readers, driven by a clock the test moves: with one reader of
+    two it goes on waiting (and the log stays empty) until the second comes, and gives up with a
+    one-line error past its timeout."""
+    counters = CountersFile.open(tmp_path / "counters.dat")
+    log_buffer = LogBuffer.create(tmp_path / "replay.logbuffer", LogBufferParams(term_length=64 * 1024))
+    publication = ExclusivePublication(log_buffer, counters)
+    first = Image(log_buffer, counters, name="first reader")
+    clock = ManualClock()
+    idles = []
+
+    class SecondReaderAfterTenSeconds:
+        def idle(self, work: int) -> None:
+            assert publication.position == 0
+            idles.append(clock.seconds())
+            clock.advance(1.0)
+            if len(idles) == 10:
+                idles.append(Image(log_buffer, counters, name="second reader"))
+
+    replayer_process.wait_for_reader(publication, threading.Event(), 2, clock=clock,
+                                     idle=SecondReaderAfterTenSeconds())
+    assert len(idles) == 11 and publication.subscriber_count == 2
+    idles[-1].close()
+
+    class Idle:
+        def idle(self, work: int) -> None:
+            clock.advance(1.0)
+    with pytest.raises(ReplayerError, match="1 of the 2 expected readers subscribed to .* within 30 s"):
+        replayer_process.wait_for_reader(publication, threading.Event(), 2, clock=clock, idle=Idle())
+    first.close()
+    publication.close()
+    counters.close()
+
+
 def test_a_replayer_read_by_two_workers_writes_nothing_until_both_subscribed(ramen_env):
     """Two children of a source read its replayer's log, each joining where the log is (as a
-    worker's image does): the second, subscribing later, still gets the replay from its start."""
+    worker's image does): the second, subscribing after the first, still gets the replay from its
+    start (that the replayer waits for it meanwhile is the test above's)."""
     archive = ramen_env
     replayer_id, (_, since, until) = new_id(), CHANNEL_A
     write_key(archive, replayer_id, [CHANNEL_A], readers=2)
@@ -259,8 +300,7 @@ def test_a_replayer_read_by_two_workers_writes_nothing_until_both_subscribed(ram
         for reader in range(2):
             images.append(Image(log_buffer, counters, name=f"test reader {reader}"))
             if reader == 0:
-                time.sleep(1.0)  # the replayer runs meanwhile: with one reader of two it must wait
-                assert log_buffer.producer_position() == initial and process.poll() is None
+                assert log_buffer.producer_position() == initial
 
         def on_message(reader):
             def handler(buffer, offset, length, header):
@@ -290,6 +330,15 @@ def test_a_replayer_read_by_two_workers_writes_nothing_until_both_subscribed(ram
     expected = expected_rows(archive, since, until)
     for batches in tables:
         assert pa.Table.from_batches(batches, archive.schema).equals(expected)
+
+
+def publication_counter(log_path: Path) -> bool:
+    """Whether a publication of the log at log_path has its position counter in counters.dat."""
+    counters = CountersFile.open(paths.counters_path())
+    try:
+        return any(c.type_name == "pub-pos" and c.label.endswith(log_path.name) for c in counters.counters())
+    finally:
+        counters.close()
 
 
 def test_a_missing_key_is_a_one_line_error(ramen_env):
@@ -359,8 +408,9 @@ def test_sigterm_stops_a_replayer_waiting_for_its_reader_with_exit_0(ramen_env):
     write_key(ramen_env, replayer_id, [(9, us(0), us(100))])
     process = start_replayer(ramen_env, replayer_id)
     try:
-        wait_for(lambda: paths.replayer_log(ramen_env.site, replayer_id).exists(), "the replayer's log")
-        time.sleep(0.2)  # past the log's creation: waiting for a reader
+        # Its publication's position counter comes after the log and before the wait for a reader.
+        wait_for(lambda: publication_counter(paths.replayer_log(ramen_env.site, replayer_id)),
+                 "the replayer's publication")
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=WAIT_S)
         assert process.returncode == 0, err
@@ -378,17 +428,20 @@ def test_a_warm_replayer_without_a_key_gives_up_quietly(ramen_env):
     assert result.returncode == 0 and result.stderr == ""
 
 
-def test_a_warm_replayer_replays_once_its_key_comes(ramen_env):
+def test_a_warm_replayer_replays_once_its_key_comes(ramen_env, tmp_path):
     replayer_id = new_id()
-    process = subprocess.Popen([sys.executable, "-m", "workers.replayer", "--site", ramen_env.site, "--id",
-                                str(replayer_id), "--wait-for-key", "30"], env=ramen_env.env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stderr = tmp_path / "replayer.stderr"
+    with open(stderr, "w") as err:
+        process = subprocess.Popen([sys.executable, "-m", "workers.replayer", "--site", ramen_env.site, "--id",
+                                    str(replayer_id), "--wait-for-key", "30", "--debug"], env=ramen_env.env,
+                                   stdout=subprocess.DEVNULL, stderr=err, text=True)
     try:
-        time.sleep(1.0)  # started, and waiting
-        assert process.poll() is None
+        wait_for(lambda: "waiting up to 30 s for its key" in stderr.read_text() or process.poll() is not None,
+                 "the warm replayer to wait for its key")
+        assert process.poll() is None, stderr.read_text()
         write_key(ramen_env, replayer_id, [CHANNEL_A])
         log_buffer = open_log(paths.replayer_log(ramen_env.site, replayer_id), process)
-        assert log_buffer is not None, process.communicate()[1]
+        assert log_buffer is not None, stderr.read_text()
         log_buffer.close()
     finally:
         process.terminate()
