@@ -27,7 +27,7 @@ from ramen.transport import (ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED, Counte
 from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH
 from ramen.transport.logbuffer import END_OF_STREAM_UNSET
 from ramen.transport.position import int32
-from ramen.transport.publication import seal_dead_writer_claims
+from ramen.transport.writer_lock import seal_dead_writer_claims
 from ramen.transport.writer_lock import acquire_writer_lock
 from ramen.tuples import encode_tuples
 from workers.defaults import BATCH_ROWS, MESSAGE_FILL

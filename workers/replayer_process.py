@@ -30,6 +30,7 @@ from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.memory import freeze_startup_objects, retain_freed_memory
 from ramen.program import Program, split_qualified
 from ramen.transport.counters import CountersFile, CountersFileError
+from ramen.transport.service_counters import allocate_service_counter
 from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH
 from ramen.transport.idle import BackoffIdleStrategy
 from ramen.transport.logbuffer import LogBuffer, LogBufferError, LogBufferParams
@@ -49,7 +50,6 @@ its readers need to catch up (0.04 s a replay of an hour, of 0.25 s, measured on
 sleeps at most 1 ms: a reader empties the log's window (2 MiB) in a few."""
 STATS_INTERVAL_S = 1.0
 """How often the stats key is rewritten while replaying (and once at the end)."""
-REPLAYER_BYTES_READ_TYPE_ID = 1010
 """Counter type of `replayer <id> bytes read` (ramen's own type ids start at 1000)."""
 EXIT_ERROR = 1
 
@@ -227,8 +227,7 @@ def _replay(client, site: str, replayer_id: int, spec: ReplayerSpec, stop: threa
         raise ReplayerError(str(e)) from None
     readers = open_readers(spec, counters)
     stats_key = keyspace.replayer_stats_key(site, replayer_id)
-    bytes_counter = counters.allocate(REPLAYER_BYTES_READ_TYPE_ID, f"replayer {replayer_id} bytes read",
-                                      registration_id=replayer_id)
+    bytes_counter = allocate_service_counter(counters, "replayer", "bytes_read", str(replayer_id))
     # Not freed at exit: the figure stays readable by `ramen stat` (and reclaimed once the file fills).
     candidate = in_place_candidate(spec, readers)
     publication, aligned = open_output(Path(spec.log), counters, candidate)

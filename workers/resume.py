@@ -8,35 +8,10 @@ from pathlib import Path
 from typing import Callable
 
 from ramen.archive.coverage import last_event_time_us as archived_last_event_time_us
-from ramen.message import HEADER_LENGTH, KIND_TUPLES, NO_EVENT_TIME, decode_header
-from ramen.transport import LogBuffer, frame
+from ramen.transport import LogBuffer
+from ramen.transport.frame_walk import last_event_time_us
 
 log = logging.getLogger(__name__)
-
-
-def last_event_time_us(buffer: LogBuffer) -> int | None:
-    """The largest event time in the messages of the active and previous terms of a log: where a
-    restarted source resumes. Frames from older rotations (a stale term id) are ignored."""
-    term_count = buffer.active_term_count
-    best = None
-    for count in (term_count - 1, term_count):
-        if count < 0:
-            continue
-        term = buffer.terms[count % 3]
-        term_id = buffer.initial_term_id + count
-        offset = 0
-        while offset + frame.HEADER_LENGTH <= buffer.term_length:
-            fields = frame.HEADER.unpack_from(term, offset)
-            length, flags, kind, found_term_id = fields[0], fields[2], fields[3], fields[7]
-            if length <= 0 or found_term_id != term_id:
-                break
-            if kind == frame.HDR_TYPE_DATA and flags & frame.BEGIN_FLAG and \
-                    length >= frame.HEADER_LENGTH + HEADER_LENGTH:
-                header = decode_header(term, offset + frame.HEADER_LENGTH)
-                if header is not None and header.kind == KIND_TUPLES and header.max_event_time_us != NO_EVENT_TIME:
-                    best = header.max_event_time_us if best is None else max(best, header.max_event_time_us)
-            offset += frame.align(length)
-    return best
 
 
 def last_written_us(name: str, live_log: LogBuffer, archive_dir: Path,

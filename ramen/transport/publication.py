@@ -38,7 +38,7 @@ from ramen.transport.position import (PARTITION_COUNT, index_by_term_count, int3
                                       max_possible_position)
 from ramen.transport.status import (ADMIN_ACTION, BACK_PRESSURED, CLOSED, MAX_POSITION_EXCEEDED,
                                     NOT_CONNECTED)
-from ramen.transport.writer_lock import acquire_writer_lock, seal_dead_writer_claims  # noqa: F401 (worker.py's import)
+from ramen.transport.writer_lock import acquire_writer_lock
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class ExclusivePublication:
                  subscriber_liveness_timeout_s: float = SUBSCRIBER_LIVENESS_TIMEOUT_S,
                  writer_lock: FileLock | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         """`writer_lock`: the log's (writer_lock.py), taken before the log was opened for writing
-        (workers/worker.py open_output_log); without one, it is taken here (LogBufferBusy if
+        (workers/outputs.py open_output_log); without one, it is taken here (LogBufferBusy if
         another process writes the log). `clock`: its nanos() are the clock of the subscribers'
         heartbeats (a test drives a ManualClock)."""
         self._nanos = clock.nanos  # bound once: the offer's hot path asks it

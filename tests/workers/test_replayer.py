@@ -36,7 +36,7 @@ from ramen.clocks import ManualClock
 from ramen.transport import ExclusivePublication, LogBufferParams
 from workers import replayer_process
 from workers.replayer import ReplayerError
-from workers.replayer_process import REPLAYER_BYTES_READ_TYPE_ID
+from ramen.transport.counters import REPLAYER_BYTES_READ_TYPE_ID
 
 
 @pytest.fixture(scope="module")
