@@ -37,13 +37,14 @@ from confserver.errors import ConfError
 from confserver.model import EventKind
 from ramen import keyspace, liveness, paths
 from ramen.archive import checksum as checksums
-from ramen.archive.catalog import Catalog, CatalogError, RecordingDescriptor, RecordingState
+from ramen.archive.catalog import Catalog, RecordingDescriptor, RecordingState
 from ramen.archive.coverage import function_channel
-from ramen.archive.markfile import UPDATE_INTERVAL_MS, ArchiveMarkFile, MarkFileError
+from ramen.archive.errors import ArchiveError
+from ramen.archive.markfile import UPDATE_INTERVAL_MS, ArchiveMarkFile
 from ramen.archive.recorder import Recorder, continued_recording, log_id_of, oldest_kept_position
-from ramen.archive.segment import SegmentError
-from ramen.transport.counters import CountersFile, CountersFileError
+from ramen.transport.counters import CountersFile
 from ramen.transport.defaults import TETHER_HOLD_S
+from ramen.transport.errors import TransportError
 from ramen.transport.idle import BackoffIdleStrategy
 from ramen.transport.logbuffer import END_OF_STREAM_UNSET, LogBuffer, LogBufferError
 from ramen.transport.service_counters import Count, ServiceCounters
@@ -209,7 +210,7 @@ class FunctionFollower:
             extend, join_position = self._where_to_go_on(name, path, self.archiver.latest_recording(channel))
             recorder = self.archiver.record(path, channel=channel, source_identity=str(path), extend=extend,
                                             join_position=join_position)
-        except (LogBufferError, ValueError) as e:
+        except (TransportError, ArchiveError) as e:
             log.warning("%s: cannot record %s: %s", name, path, e)
             return 0
         self.recording[name] = (recorder, inode)
@@ -301,7 +302,7 @@ def serve(args) -> int:
         counters = CountersFile.open(args.counters)
         archiver = Archiver(args.dir, counters, checksum=None if args.checksum == NO_CHECKSUM else args.checksum,
                             segment_length=args.segment_length, tether_hold_s=args.tether_hold)
-    except (MarkFileError, CatalogError, CountersFileError, SegmentError, ValueError) as e:
+    except (ArchiveError, TransportError) as e:
         if client is not None:
             client.close()
         print(f"ramen: archiver: {e}", file=sys.stderr)
@@ -309,7 +310,7 @@ def serve(args) -> int:
     try:
         for path in args.record:
             archiver.record(path)
-    except (LogBufferError, ValueError) as e:
+    except (TransportError, ArchiveError) as e:
         archiver.close()
         if client is not None:
             client.close()

@@ -185,7 +185,7 @@ def layout_problem(d: RecordingDescriptor) -> str | None:
     try:
         segment.check_segment_file_length(d.segment_file_length, d.term_buffer_length)
         segment.check_mtu_length(d.mtu_length, d.term_buffer_length)
-    except ValueError as e:
+    except segment.SegmentError as e:
         return str(e)
     start, stop = d.start_position, d.stop_position
     if start < 0 or start & (FRAME_ALIGNMENT - 1):
@@ -447,9 +447,9 @@ class Catalog:
         self._check_writable()
         segment.check_segment_file_length(segment_file_length, term_buffer_length)
         if start_position < 0 or start_position & (FRAME_ALIGNMENT - 1):
-            raise ValueError(f"start position {start_position} is not a non-negative multiple of {FRAME_ALIGNMENT}")
+            raise CatalogError(f"start position {start_position} is not a non-negative multiple of {FRAME_ALIGNMENT}")
         if stop_position != NULL_POSITION and stop_position < start_position:
-            raise ValueError(f"stop position {stop_position} is before the start position {start_position}")
+            raise CatalogError(f"stop position {stop_position} is before the start position {start_position}")
         strings = [_ascii("strippedChannel", stripped_channel), _ascii("originalChannel", original_channel),
                    _ascii("sourceIdentity", source_identity)]
         frame_length = descriptor_frame_length(stripped_channel, original_channel, source_identity, self.alignment)
@@ -512,11 +512,11 @@ class Catalog:
         offset = self._offset(recording_id)
         start = offset + DESCRIPTOR_HEADER_LENGTH
         if start_position < 0 or start_position & (FRAME_ALIGNMENT - 1):
-            raise ValueError(f"start position {start_position} is not a non-negative multiple of {FRAME_ALIGNMENT}")
+            raise CatalogError(f"start position {start_position} is not a non-negative multiple of {FRAME_ALIGNMENT}")
         stop = self._i64[(start + STOP_POSITION_OFFSET) >> 3]
         if stop != NULL_POSITION and start_position > stop:
-            raise ValueError(f"recording {recording_id}: start position {start_position} is past the stop "
-                             f"position {stop}")
+            raise CatalogError(f"recording {recording_id}: start position {start_position} is past the stop "
+                               f"position {stop}")
         algorithm = self._algorithm_of(offset)
         self._i64[(start + START_POSITION_OFFSET) >> 3] = start_position
         self._update_checksum(offset, algorithm)
@@ -576,8 +576,8 @@ class Catalog:
             return
         start_position = self._i64[(start + START_POSITION_OFFSET) >> 3]
         if stop_position < start_position or stop_position & (FRAME_ALIGNMENT - 1):
-            raise ValueError(f"recording {recording_id}: stop position {stop_position} is not an aligned position "
-                             f"at or after the start position {start_position}")
+            raise CatalogError(f"recording {recording_id}: stop position {stop_position} is not an aligned position "
+                               f"at or after the start position {start_position}")
 
     def _checksum_of(self, start: int, length: int) -> int:
         if self.checksum is None:

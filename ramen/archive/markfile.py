@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ramen.archive.catalog import MAJOR_VERSION, SEMANTIC_VERSION
+from ramen.archive.errors import ArchiveError
 from ramen.processes import pid_alive
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ DEFAULT_LOCAL_CONTROL_STREAM_ID = 10
 DEFAULT_EVENTS_STREAM_ID = 30
 
 
-class MarkFileError(Exception):
+class MarkFileError(ArchiveError):
     """The mark file refuses us (another archiver is live) or is unreadable; the message says which."""
 
 

@@ -54,7 +54,7 @@ REPLAY_BUFFER_LENGTH = 1024 * 1024
 REPLAYING, DONE, FAILED = "replaying", "done", "failed"
 
 
-class ReplayError(ArchiveError, ValueError):
+class ReplayError(ArchiveError):
     """A replay that cannot start or go on, with a message naming the recording and position (and,
     for damaged data, the segment file and offset)."""
 

@@ -25,12 +25,13 @@ from typing import Callable
 
 from ramen.archive import segment
 from ramen.archive.catalog import NULL_POSITION, NULL_TIMESTAMP, Catalog, RecordingState
+from ramen.archive.errors import ArchiveError
 from ramen.archive.time_index import index_path
 
 log = logging.getLogger(__name__)
 
 
-class RetentionError(Exception):
+class RetentionError(ArchiveError):
     """A purge that may not be done; the message says why."""
 
 
@@ -49,7 +50,7 @@ class PurgeResult:
 def purge_before(catalog: Catalog, recording_id: int, position: int) -> PurgeResult:
     """Delete the segments of a recording that lie wholly before `position`; move its start."""
     if position < 0:
-        raise ValueError(f"purge position {position} is negative")
+        raise RetentionError(f"purge position {position} is negative")
     d = catalog.get(recording_id)
     if d.state == RecordingState.DELETED:
         raise RetentionError(f"recording {recording_id} is DELETED")
@@ -106,7 +107,7 @@ def purge_to_size(catalog: Catalog, recording_id: int, max_bytes: int) -> PurgeR
     """Keep at most about `max_bytes` of a recording: purge whole segments before its last
     `max_bytes` (rounded so that at least max_bytes stay; the last segment always stays)."""
     if max_bytes < 0:
-        raise ValueError(f"size limit {max_bytes} is negative")
+        raise RetentionError(f"size limit {max_bytes} is negative")
     d = catalog.get(recording_id)
     if d.stop_position != NULL_POSITION:
         end = d.stop_position

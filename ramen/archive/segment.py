@@ -105,15 +105,15 @@ def segment_file_base_position(start_position: int, position: int, term_length: 
 
 
 def check_segment_file_length(segment_length: int, term_length: int) -> None:
-    """Raise ValueError unless segment_length is a power of two in 64 KiB..1 GiB and holds whole terms."""
+    """Raise SegmentError unless segment_length is a power of two in 64 KiB..1 GiB and holds whole terms."""
     if not SEGMENT_MIN_LENGTH <= segment_length <= SEGMENT_MAX_LENGTH or not is_power_of_two(segment_length):
-        raise ValueError(f"segment file length {segment_length} is not a power of two in "
-                         f"{SEGMENT_MIN_LENGTH}..{SEGMENT_MAX_LENGTH}")
+        raise SegmentError(f"segment file length {segment_length} is not a power of two in "
+                           f"{SEGMENT_MIN_LENGTH}..{SEGMENT_MAX_LENGTH}")
     if not TERM_MIN_LENGTH <= term_length <= TERM_MAX_LENGTH or not is_power_of_two(term_length):
-        raise ValueError(f"term length {term_length} is not a power of two in {TERM_MIN_LENGTH}..{TERM_MAX_LENGTH}")
+        raise SegmentError(f"term length {term_length} is not a power of two in {TERM_MIN_LENGTH}..{TERM_MAX_LENGTH}")
     if segment_length < term_length:
-        raise ValueError(f"segment file length {segment_length} is shorter than the term length {term_length}: "
-                         f"a segment must hold whole terms")
+        raise SegmentError(f"segment file length {segment_length} is shorter than the term length {term_length}: "
+                           f"a segment must hold whole terms")
 
 
 def list_segment_files(archive_dir: str | os.PathLike) -> dict[int, list[int]]:
@@ -130,7 +130,7 @@ def list_segment_files(archive_dir: str | os.PathLike) -> dict[int, list[int]]:
 
 def _check_aligned(what: str, position: int) -> None:
     if position < 0 or position & (FRAME_ALIGNMENT - 1):
-        raise ValueError(f"{what} {position} is not a non-negative multiple of {FRAME_ALIGNMENT}")
+        raise SegmentError(f"{what} {position} is not a non-negative multiple of {FRAME_ALIGNMENT}")
 
 
 # -- writing ---------------------------------------------------------------------------------------
@@ -482,8 +482,8 @@ class SegmentReader:
         `must_exist`, bytes the file does not hold are an error (truncated) rather than zeros."""
         _check_aligned("position", position)
         if position < self.start_position:
-            raise ValueError(f"position {position} is before the start of recording {self.recording_id} "
-                             f"({self.start_position})")
+            raise SegmentError(f"position {position} is before the start of recording {self.recording_id} "
+                               f"({self.start_position})")
         term_end = (position | (self.term_length - 1)) + 1
         with memoryview(buffer) as view:
             length = min(len(view), term_end - position)
@@ -527,8 +527,8 @@ class SegmentReader:
         position = self.start_position if from_position is None else from_position
         _check_aligned("from position", position)
         if position < self.start_position:
-            raise ValueError(f"from position {position} is before the start of recording {self.recording_id} "
-                             f"({self.start_position})")
+            raise SegmentError(f"from position {position} is before the start of recording {self.recording_id} "
+                               f"({self.start_position})")
         term_length = self.term_length
         # A chunk of its own per walk, so two walks over one reader do not overwrite each other's frames.
         # Never more than a term: a read stops at the term end. A PAD's body is never needed (nor
@@ -610,10 +610,10 @@ class SegmentReader:
 
 
 def check_mtu_length(mtu_length: int, term_length: int) -> None:
-    """Raise ValueError unless mtu_length is a frame-aligned length a recording's frames can have."""
+    """Raise SegmentError unless mtu_length is a frame-aligned length a recording's frames can have."""
     if not HEADER_LENGTH < mtu_length <= min(MAX_MTU_LENGTH, term_length) or mtu_length % FRAME_ALIGNMENT:
-        raise ValueError(f"MTU {mtu_length} is not a multiple of {FRAME_ALIGNMENT} in "
-                         f"{HEADER_LENGTH + FRAME_ALIGNMENT}..{min(MAX_MTU_LENGTH, term_length)}")
+        raise SegmentError(f"MTU {mtu_length} is not a multiple of {FRAME_ALIGNMENT} in "
+                           f"{HEADER_LENGTH + FRAME_ALIGNMENT}..{min(MAX_MTU_LENGTH, term_length)}")
 
 
 # -- recovering the end of a recording -------------------------------------------------------------

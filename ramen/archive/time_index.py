@@ -76,7 +76,7 @@ CRC_CHUNK_LENGTH = 1024 * 1024
 """Bytes of entries read at a time to check their checksum (bounded memory whatever the header says)."""
 
 
-class TimeIndexError(ArchiveError, ValueError):
+class TimeIndexError(ArchiveError):
     """An index file that is not one, or that belongs to another recording, and cannot be rebuilt."""
 
 
@@ -220,7 +220,7 @@ def rebuilt_entries(path: Path, recording_id: int, descriptor, reason: IndexDama
         recording = index_rebuild.find_recording(archive_dir, recording_id, descriptor)
         for found in index_rebuild.indexed_messages(archive_dir, recording):
             messages.append(found)
-    except (ArchiveError, ValueError) as e:
+    except ArchiveError as e:
         if not messages or recording.is_stopped:
             raise TimeIndexError(f"{reason}; cannot rebuild it from the segments: {e}") from None
         # An active recording's last frame may be read while its recorder writes it: the index
@@ -366,7 +366,7 @@ class TimeIndexWriter:
         last = self._entry(self._flushed - 1) if self._flushed else None
         try:
             missing = index_rebuild.messages_after(self.path.parent, recording, last)
-        except (index_rebuild.StaleEntry, ValueError) as e:
+        except ArchiveError as e:
             self._rebuild(descriptor, IndexDamage(self.path, INDEX_HEADER_LENGTH + (self._flushed - 1) * ENTRY_LENGTH,
                                                   str(e)))
             return

@@ -217,7 +217,7 @@ def run_dump(args) -> int:
     out = sys.stdout
     try:
         reader = SegmentReader.for_recording(args.dir, d)
-    except ValueError as e:
+    except ArchiveError as e:
         raise UserError(f"recording {d.recording_id}: {e}") from None
     with reader:
         try:
@@ -295,7 +295,7 @@ def run_purge(args) -> int:
             else:
                 result = retention.purge_before_time(catalog, args.recording_id, before_time_ms,
                                                      time_to_position=_time_index_lookup(index_file, args.recording_id))
-        except (retention.RetentionError, ArchiveError, ValueError) as e:
+        except ArchiveError as e:
             raise UserError(str(e)) from None
         if result.purged and index_file.exists():
             try:

@@ -1,7 +1,8 @@
 """Aeron log buffers shared between processes: frames, publications, images, subscriptions, counters."""
 
 from ramen.transport.assembler import BlockAssembler, FragmentAssembler, MessageHeader
-from ramen.transport.counters import CountersFile
+from ramen.transport.counters import CountersFile, CountersFileError
+from ramen.transport.errors import TransportError
 from ramen.transport.frame import Header
 from ramen.transport.idle import BackoffIdleStrategy
 from ramen.transport.image import Image
@@ -15,6 +16,6 @@ from ramen.transport.subscription import Subscription
 __all__ = [
     "ABORT", "ADMIN_ACTION", "BACK_PRESSURED", "BREAK", "CLOSED", "COMMIT", "CONTINUE", "MAX_POSITION_EXCEEDED",
     "NOT_CONNECTED", "BackoffIdleStrategy", "BlockAssembler", "BufferClaim", "CountersFile", "ExclusivePublication",
-    "FragmentAssembler", "Header", "Image", "LogBuffer", "LogBufferError", "LogBufferParams",
-    "MessageHeader", "Subscription",
+    "CountersFileError", "FragmentAssembler", "Header", "Image", "LogBuffer", "LogBufferError", "LogBufferParams",
+    "MessageHeader", "Subscription", "TransportError",
 ]

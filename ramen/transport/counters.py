@@ -24,6 +24,7 @@ from typing import Iterator
 
 from ramen.processes import pid_alive
 from ramen.transport.defaults import COUNTER_FREE_TO_REUSE_DELAY_S, COUNTERS_DEFAULT_CAPACITY
+from ramen.transport.errors import TransportError
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ def tether_hold_ms(key: bytes) -> int | None:
     return TETHER_HOLD_KEY.unpack_from(key, STREAM_KEY.size)[0]
 
 
-class CountersFileError(ValueError):
+class CountersFileError(TransportError):
     """A counters file that cannot be used, or that is full."""
 
 

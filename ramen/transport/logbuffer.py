@@ -18,6 +18,7 @@ import numpy as np
 
 from ramen.transport import frame
 from ramen.transport.defaults import DEFAULT_MTU_LENGTH, DEFAULT_PAGE_SIZE, DEFAULT_TERM_LENGTH
+from ramen.transport.errors import TransportError
 from ramen.transport.position import (PARTITION_COUNT, compute_position, index_by_term_count,
                                       int32, position_bits_to_shift)
 
@@ -47,7 +48,7 @@ END_OF_STREAM_UNSET = 0x7FFFFFFFFFFFFFFF  # Long.MAX_VALUE, as Aeron initialises
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux only
 
 
-class LogBufferError(ValueError):
+class LogBufferError(TransportError):
     """A log buffer file that cannot be used, with a message that names the file and the problem."""
 
 

@@ -10,6 +10,7 @@ import pytest
 from ramen.archive import checksum
 from ramen.archive.catalog import (CATALOG_FILE_NAME, DEFAULT_CAPACITY, NULL_POSITION, NULL_TIMESTAMP, Catalog,
                                    CatalogError, RecordingDescriptor, RecordingState, UnknownRecordingError)
+from ramen.archive.errors import ArchiveError
 from ramen.transport import LogBufferParams
 from tests.archive.helpers import ARCHIVES, record
 
@@ -110,11 +111,11 @@ def test_stop_start_and_state_updates_persist(tmp_path):
 def test_updates_that_make_no_sense_are_refused(tmp_path):
     with Catalog.create(tmp_path) as catalog:
         recording_id = add(catalog, start_position=4096)
-        with pytest.raises(ValueError, match="at or after the start position 4096"):
+        with pytest.raises(CatalogError, match="at or after the start position 4096"):
             catalog.recording_stopped(recording_id, 0)
         with pytest.raises(ValueError, match="not ASCII"):
             add(catalog, original_channel="aeron:ipc?alias=café")
-        with pytest.raises(ValueError, match="not a power of two"):
+        with pytest.raises(ArchiveError, match="not a power of two"):  # the descriptor's layout
             add(catalog, segment_file_length=100000)
         with pytest.raises(UnknownRecordingError, match="no recording 9"):
             catalog.set_stop_position(9, 0)

@@ -56,7 +56,7 @@ def test_base_positions_count_from_the_term_a_recording_started_in():
     (2 << 30, TERM, "not a power of two in"), (TERM, 2 * TERM, "shorter than the term length"),
 ])
 def test_segment_length_must_be_a_power_of_two_holding_whole_terms(segment_length, term_length, problem):
-    with pytest.raises(ValueError, match=problem):
+    with pytest.raises(SegmentError, match=problem):
         check_segment_file_length(segment_length, term_length)
     check_segment_file_length(1 << 30, 1 << 30)
 

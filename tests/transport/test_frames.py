@@ -253,7 +253,7 @@ def test_log_file_length_is_three_terms_plus_metadata_aligned_to_the_page(tmp_pa
 # -- bad files -----------------------------------------------------------------------------------
 
 def test_creating_a_log_whose_term_length_is_not_a_power_of_two_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="term length 100000 is not a power of two"):
+    with pytest.raises(LogBufferError, match="term length 100000 is not a power of two"):
         LogBuffer.create(tmp_path / "bad.logbuffer", LogBufferParams(term_length=100000))
 
 
