@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import confserver
 from confserver import ConfClient
 from ramen import keyspace, paths
-from ramen.program.plan import ReplayPlan
+from ramen.replay.plan import ReplayPlan
 from supervisor import defaults
 from supervisor.counters import SupervisorCounters
 from supervisor.processes import Child, adopt, now_us, spawn

@@ -8,7 +8,7 @@ import signal
 import time
 
 from ramen import keyspace, paths
-from ramen.program.plan import ReplayPlan
+from ramen.replay.plan import ReplayPlan
 from supervisor.replays import Request, merge
 from tests.supervisor.conftest import SITE, pid_alive, set_worker, value_of, wait_for
 

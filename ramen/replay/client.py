@@ -22,7 +22,7 @@ from ramen.archive.coverage import archive_coverage
 from ramen.archive.errors import ArchiveError
 from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, decode_header
 from ramen.program import Program
-from ramen.program.plan import ReplayGapError, ReplayPlan, plan_replay
+from ramen.replay.plan import ReplayGapError, ReplayPlan, plan_replay
 from ramen.transport import BackoffIdleStrategy, CountersFile, FragmentAssembler, Image, LogBuffer, LogBufferParams
 from ramen.transport.defaults import IPC_MTU_LENGTH
 from ramen.tuples import decode_tuples
