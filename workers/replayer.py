@@ -64,6 +64,8 @@ from ramen.archive.segment import SegmentError, SegmentReader, frame_problem
 from ramen.archive.time_index import TimeIndex, index_path
 from ramen.memory import freeze_startup_objects, retain_freed_memory
 from ramen.program import Program, split_qualified
+from ramen.replay.contract import ChannelRange, ContractError, ReplayerAssignment, error_of, with_error
+from ramen.replay.contract import ReplayerStats as ReplayerStatsValue
 from ramen.transport import frame
 from ramen.transport.counters import CountersFile, CountersFileError
 from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH
@@ -113,56 +115,6 @@ _FIRST_CHANNEL_OFFSET = frame.HEADER_LENGTH + msg.CHANNEL_OFFSET  # in a recorde
 
 class ReplayerError(Exception):
     """Why a replayer cannot go on, as the one line it prints."""
-
-
-# -- the key ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ChannelRange:
-    """One replay channel served by this replayer and the event times [since_us, until_us) it wants."""
-    channel: int
-    since_us: int
-    until_us: int
-
-
-@dataclass(frozen=True)
-class ReplayerSpec:
-    """The value of `sites/<site>/replayers/<id>`."""
-    id: int
-    source: str
-    log: str
-    archive_dir: str
-    channels: tuple[ChannelRange, ...]
-    checksum: str | None = None
-    """Beyond docs/runtime.md: the archive's frame checksum, when the supervisor knows it; without
-    it the replayer finds the algorithm from the catalog's descriptor checksums."""
-    readers: int = 1
-    """How many workers subscribe to the log: the replay starts once they all have."""
-
-    @classmethod
-    def from_value(cls, value: dict) -> "ReplayerSpec":
-        try:
-            channels = tuple(ChannelRange(int(c["channel"]), int(c["since_us"]), int(c["until_us"]))
-                             for c in value["channels"])
-            spec = cls(int(value["id"]), str(value["source"]), str(value["log"]), str(value["archive_dir"]),
-                       channels, value.get("checksum"), int(value.get("readers", 1)))
-        except (KeyError, TypeError, ValueError) as e:
-            raise ReplayerError(f"malformed replayer key ({type(e).__name__}: {e})") from None
-        if not channels:
-            raise ReplayerError("the replayer key has no channels")
-        for c in channels:
-            if c.until_us <= c.since_us:
-                raise ReplayerError(f"channel {c.channel}: empty range [{c.since_us}, {c.until_us})")
-        return spec
-
-    @property
-    def since_us(self) -> int:
-        return min(c.since_us for c in self.channels)
-
-    @property
-    def until_us(self) -> int:
-        return max(c.until_us for c in self.channels)
 
 
 # -- reading the archive ---------------------------------------------------------------------------
@@ -368,23 +320,22 @@ def _joined(window: memoryview, frames: list[tuple[int, int]]) -> bytes:
 
 @dataclass
 class ReplayerStats:
+    """Counted as the replayer goes; written as the contract's ReplayerStats."""
     bytes_read: int = 0
     messages: int = 0
     rows_out: int = 0
     channels: dict[int, int] = field(default_factory=dict)
     done: bool = False
-    """Every channel ended: what a supervisor that adopted this replayer (and so cannot read its
-    exit status) checks once the process is gone."""
 
     def to_value(self) -> dict:
-        return {"bytes_read": self.bytes_read, "messages": self.messages, "rows_out": self.rows_out,
-                "channels": {str(ch): rows for ch, rows in self.channels.items()}, "done": self.done}
+        return ReplayerStatsValue(self.bytes_read, self.messages, self.rows_out, dict(self.channels),
+                                  self.done).to_value()
 
 
 class Replayer:
     """An agent: each do_work offers what is pending, or reads and splits one chunk of the archive."""
 
-    def __init__(self, spec: ReplayerSpec, schema: pa.Schema, event_time: str, readers: list[RecordingReader],
+    def __init__(self, spec: ReplayerAssignment, schema: pa.Schema, event_time: str, readers: list[RecordingReader],
                  publication: ExclusivePublication, bytes_counter=None) -> None:
         self.spec = spec
         self.schema = schema
@@ -672,7 +623,7 @@ class Replayer:
 
 
 def load_spec(client, site: str, replayer_id: int, wait_s: float = 0.0,
-              stop: threading.Event | None = None, parent: int | None = None) -> ReplayerSpec | None:
+              stop: threading.Event | None = None, parent: int | None = None) -> ReplayerAssignment | None:
     """The replayer's key. A warm replayer (started before its replay is merged, so that its start-up
     overlaps the merge delay) waits up to wait_s for it; None if it never comes, or once `parent`
     (the supervisor that started it) is no longer its parent."""
@@ -685,7 +636,10 @@ def load_spec(client, site: str, replayer_id: int, wait_s: float = 0.0,
         entry = client.get_or_none(key)
     if entry is None:
         raise ReplayerError(f"no replayer key {key}")
-    return ReplayerSpec.from_value(entry.value)
+    try:
+        return ReplayerAssignment.from_value(entry.value, key)
+    except ContractError as e:
+        raise ReplayerError(str(e)) from None
 
 
 def load_function(client, qualified_name: str):
@@ -704,7 +658,7 @@ def load_function(client, qualified_name: str):
     return function
 
 
-def open_readers(spec: ReplayerSpec, counters: CountersFile) -> list[RecordingReader]:
+def open_readers(spec: ReplayerAssignment, counters: CountersFile) -> list[RecordingReader]:
     """A reader per recording of the source holding event times of the spec's whole range."""
     archive_dir = Path(spec.archive_dir)
     try:
@@ -725,7 +679,7 @@ def open_readers(spec: ReplayerSpec, counters: CountersFile) -> list[RecordingRe
                 if problem is not None:
                     raise ReplayerError(f"{catalog.where(r.recording_id)}: recording {r.recording_id}: {problem} "
                                         f"(damaged descriptor)")
-                checksum = checksums.get(spec.checksum) if spec.checksum else archive_checksum(catalog, r.recording_id)
+                checksum = archive_checksum(catalog, r.recording_id)
                 follow = done_at = None
                 if r.stop_position is None:
                     follow = recording_position(counters, r.recording_id)
@@ -761,7 +715,7 @@ def open_output(path: Path, counters: CountersFile,
     return ExclusivePublication(log_buffer, counters), aligned
 
 
-def in_place_candidate(spec: ReplayerSpec, readers: list[RecordingReader]) -> RecordingReader | None:
+def in_place_candidate(spec: ReplayerAssignment, readers: list[RecordingReader]) -> RecordingReader | None:
     """The reader whose range can be replayed in place: the first, when the replay has one channel
     (a message has room for one tag) and the range's end is known (an active recording's end is
     found as it is read, by the reader)."""
@@ -803,7 +757,7 @@ def replay(client, site: str, replayer_id: int, stop: threading.Event,
     raise error
 
 
-def report_failure(client, spec: ReplayerSpec, message: str) -> None:
+def report_failure(client, spec: ReplayerAssignment, message: str) -> None:
     """Put the replayer's one-line error into each replay it serves, unless one is there already:
     the client prints it and exits at once, and the supervisor keeps this first error when it sees
     the replayer exit."""
@@ -812,14 +766,14 @@ def report_failure(client, spec: ReplayerSpec, message: str) -> None:
         key = keyspace.replay_key(c.channel)
         try:
             entry = client.get_or_none(key)
-            if entry is None or not isinstance(entry.value, dict) or entry.value.get("error"):
+            if entry is None or error_of(entry.value):
                 continue
-            client.update(key, dict(entry.value, error=message), version=entry.version)
+            client.update(key, with_error(entry.value, message), version=entry.version)
         except ConfError as e:  # gone or changed meanwhile: the supervisor reports the exit anyway
             log.warning("replayer %d: cannot set the error of %s: %s", spec.id, key, e)
 
 
-def _replay(client, site: str, replayer_id: int, spec: ReplayerSpec, stop: threading.Event) -> ReplayerStats | None:
+def _replay(client, site: str, replayer_id: int, spec: ReplayerAssignment, stop: threading.Event) -> ReplayerStats | None:
     function = load_function(client, spec.source)
     try:
         counters = CountersFile.open(paths.counters_path())

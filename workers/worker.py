@@ -51,6 +51,7 @@ from ramen.memory import freeze_startup_objects, retain_freed_memory
 from ramen.message import (HEADER_LENGTH, KIND_END_OF_REPLAY, KIND_TUPLES, LIVE_CHANNEL, NO_EVENT_TIME,
                            decode_header, event_time_bounds)
 from ramen.program.model import ENGINE_SPARK, Function, Program, split_qualified
+from ramen.replay.contract import ContractError, WorkerReplay
 from ramen.spark.session import SparkUnavailable
 from ramen.transport import (ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED, BackoffIdleStrategy, BlockAssembler,
                              CountersFile, ExclusivePublication, Image, LogBuffer, LogBufferError,
@@ -475,30 +476,32 @@ class Worker:
                 continue
             if event.kind == EventKind.DELETED:
                 self._end_replay(int(channel), torn_down=True)
-            elif isinstance(event.entry.value, dict):
+            else:
                 self._start_replay(int(channel), event.entry.value)
         return len(events)
 
-    def _input_function(self, path: Path, pass_through: bool, parent: str | None) -> Function:
+    def _input_function(self, pass_through: bool, parent: str | None) -> Function:
         """The function whose rows an input log of a replay carries: this one for a pass-through
         source, else the parent the key names for it (a replayer's log says nothing of whose
-        rows it holds) or, from an older supervisor's key, the parent whose log it is."""
-        if pass_through:
-            return self.function
-        if parent in self.parents:
-            return self.parents[parent]
-        for name, function in self.parents.items():
-            if path == paths.replay_output_log(self.site, name) or path == paths.output_log(self.site, name):
-                return function
-        return next(iter(self.parents.values()))
+        rows it holds)."""
+        return self.function if pass_through else self.parents[parent]
 
-    def _start_replay(self, channel: int, spec: dict) -> None:
+    def _start_replay(self, channel: int, value) -> None:
         if channel in self.finished:
             return
-        pass_through = bool(spec.get("pass_through"))
+        try:
+            spec = WorkerReplay.from_value(value, keyspace.worker_replay_key(self.site, self.qualified_name, channel))
+        except ContractError as e:
+            log.error("%s: ignored", e)
+            return
+        pass_through = spec.pass_through
         if not pass_through and not self.parents:
             log.error("%s: replay %d asks a source to compute (not pass_through): ignored", self.qualified_name,
                       channel)
+            return
+        if not pass_through and not set(spec.parents) <= set(self.parents):
+            log.error("%s: replay %d names parents %s, not this function's: ignored", self.qualified_name, channel,
+                      ", ".join(sorted(set(spec.parents) - set(self.parents))))
             return
         state = self.channels.get(channel)
         if state is None:
@@ -507,9 +510,9 @@ class Worker:
                 channel, pass_through=pass_through,
                 windows=WindowState(window.every_us, window.lateness_us) if window and not pass_through else None)
             log.info("%s: replay %d (%s) from %s", self.qualified_name, channel,
-                     "pass-through" if pass_through else "computed", spec.get("inputs"))
-        state.expect_eor = int(spec.get("expect_eor", 1))
-        recipient = spec.get("recipient")
+                     "pass-through" if pass_through else "computed", list(spec.inputs))
+        state.expect_eor = spec.expect_eor
+        recipient = spec.recipient
         if state.output is None:
             try:
                 state.output = self._replay_output_for(channel, recipient)
@@ -520,15 +523,14 @@ class Worker:
             state.recipient = recipient
         if recipient and not state.riders:
             try:
-                state.riders = [(int(also["channel"]), Output.open(Path(also["recipient"]), self.counters,
-                                                                   create=False))
-                                for also in spec.get("also") or ()]
-            except (LogBufferError, KeyError, TypeError, ValueError) as e:
+                state.riders = [(also.channel, Output.open(Path(also.recipient), self.counters, create=False))
+                                for also in spec.also]
+            except LogBufferError as e:
                 log.error("%s: replay %d: cannot open a rider's recipient: %s", self.qualified_name, channel, e)
-        inputs = tuple(spec.get("inputs") or ())
-        parents = list(spec.get("parents") or ())
-        for path, parent in zip(inputs, parents + [None] * (len(inputs) - len(parents))):
-            self._use_input(Path(path), self._input_function(Path(path), pass_through, parent), channel)
+        inputs = spec.inputs
+        parents = spec.parents if not pass_through else (None,) * len(inputs)
+        for path, parent in zip(inputs, parents):
+            self._use_input(Path(path), self._input_function(pass_through, parent), channel)
         for path in set(state.inputs) - set(inputs):
             self._release_input(Path(path), channel)
         state.inputs = inputs

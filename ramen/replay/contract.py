@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 from ramen.replay.plan import ReplayPlan
 
 __all__ = ["ChannelRange", "ContractError", "ReplayRequest", "ReplayerAssignment", "ReplayerStats", "Rider",
-           "WorkerReplay", "with_error"]
+           "WorkerReplay", "error_of", "with_error"]
 
 class ContractError(Exception):
     """A key value that does not follow its contract: one line naming the key and the field."""
@@ -40,7 +40,9 @@ class _Value:
     """The key pattern, for errors when the caller does not say which key it read."""
 
     def to_value(self) -> dict:
-        return {f.name: _to_json(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        """Optional fields left unset (None, empty) are left out, as readers take them as such."""
+        return {f.name: _to_json(value) for f in dataclasses.fields(self)
+                if not ((value := getattr(self, f.name)) in (None, ()) and f.default is not dataclasses.MISSING)}
 
     @classmethod
     def from_value(cls, value: Any, key: str | None = None):
@@ -148,6 +150,12 @@ class ReplayRequest(_Value):
     def _check(self, key: str) -> None:
         if self.until_us <= self.since_us:
             raise ContractError(f"{key}: empty range [{self.since_us}, {self.until_us})")
+
+
+def error_of(value: Any) -> str | None:
+    """The error of replays/<channel>, read even when the rest of it does not follow the contract
+    (the first error stays: see with_error)."""
+    return (value.get("error") or None) if isinstance(value, dict) else None
 
 
 def with_error(value: Any, message: str) -> dict:
