@@ -61,8 +61,6 @@ class Request:
         return self.spec.plan if self.spec is not None else None
 
 
-# -- the service part ---------------------------------------------------------------------------
-
 @dataclass
 class Replayer:
     id: int
@@ -215,24 +213,24 @@ class ReplaySupervision:
 
     def launch(self, batch: list[Request]) -> None:
         specs = {r.channel: r.spec for r in batch}
-        plan = wiring.batch_of(specs, allow_merge=self.merge)
+        served = wiring.batch_of(specs, allow_merge=self.merge)
         ids = []
         warm_children: dict[int, Child] = {}
-        for _ in plan.groups:
+        for _ in served.groups:
             if self._warm is not None and not self._warm[1].poll():
                 replayer_id, warm_children[replayer_id] = self._warm
             else:
                 replayer_id = self.client.next_sequence(defaults.REPLAYER_SEQUENCE)
             self._warm = None
             ids.append(replayer_id)
-        wired = wiring.wire(self.site, specs, plan, ids)
+        wired = wiring.wire(self.site, specs, served, ids)
         for key, value in wired.workers.items():
             self.client.set(key, value.to_value())
         for request in batch:
             request.launched = True
             request.leader = wired.riders.get(request.channel)
             self.counters.replays_wired += 1
-        for (replayer_id, assignment), group in zip(wired.replayers.items(), plan.groups):
+        for (replayer_id, assignment), group in zip(wired.replayers.items(), served.groups):
             self._spawn(assignment, group, warm_children.get(replayer_id))
 
     def _spawn(self, assignment: ReplayerAssignment, group: wiring.Group, child: Child | None = None) -> None:
