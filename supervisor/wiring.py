@@ -73,21 +73,21 @@ def merge(requests: Mapping[int, ReplayRequest], *, allow: bool = True) -> list[
     for channel, request in requests.items():
         for source in request.plan.sources:
             by_source.setdefault(source, []).append(channel)
-    groups: list[list] = []  # [source, channels]
+    runs: list[tuple[str, list[int]]] = []
     for source, channels in sorted(by_source.items()):
-        current: list | None = None
+        current: list[int] | None = None
         current_until = 0
         for channel in sorted(channels, key=lambda c: (requests[c].since_us, c)):
             request = requests[channel]
             if request.no_merge or not allow:
-                groups.append([source, [channel]])
+                runs.append((source, [channel]))
             elif current is not None and request.since_us < current_until:
-                current[1].append(channel)
+                current.append(channel)
                 current_until = max(current_until, request.until_us)
             else:
-                current, current_until = [source, [channel]], request.until_us
-                groups.append(current)
-    return [Group(source, tuple(sorted(channels))) for source, channels in groups]
+                current, current_until = [channel], request.until_us
+                runs.append((source, current))
+    return [Group(source, tuple(sorted(channels))) for source, channels in runs]
 
 
 @dataclass(frozen=True)
@@ -132,10 +132,9 @@ def replayer_assignment(site: str, replayer_id: int, group: Group,
     """`readers`: how many workers subscribe to the replayer's log; it waits for them all before
     its first message, so that none joins late and misses the start."""
     readers = {reader for c in group.channels for reader in requests[c].plan.readers_of(group.source)}
+    channels = tuple(ChannelRange(c, requests[c].since_us, requests[c].until_us) for c in group.channels)
     return ReplayerAssignment(replayer_id, group.source, str(paths.replayer_log(site, replayer_id)),
-                              str(paths.archive_dir(site)),
-                              tuple(ChannelRange(c, requests[c].since_us, requests[c].until_us) for c in group.channels),
-                              readers=max(1, len(readers)))
+                              str(paths.archive_dir(site)), channels, readers=max(1, len(readers)))
 
 
 def wire(site: str, requests: Mapping[int, ReplayRequest], batch: Batch, replayer_ids: Sequence[int]) -> Wiring:

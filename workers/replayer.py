@@ -773,7 +773,8 @@ def report_failure(client, spec: ReplayerAssignment, message: str) -> None:
             log.warning("replayer %d: cannot set the error of %s: %s", spec.id, key, e)
 
 
-def _replay(client, site: str, replayer_id: int, spec: ReplayerAssignment, stop: threading.Event) -> ReplayerStats | None:
+def _replay(client, site: str, replayer_id: int, spec: ReplayerAssignment,
+            stop: threading.Event) -> ReplayerStats | None:
     function = load_function(client, spec.source)
     try:
         counters = CountersFile.open(paths.counters_path())
