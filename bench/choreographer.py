@@ -23,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import confserver  # noqa: E402
 from choreographer.service import Choreographer, run  # noqa: E402
 from ramen import keyspace  # noqa: E402
+from ramen.replay.contract import ReplayRequest  # noqa: E402
+from ramen.replay.plan import ReplayPlan  # noqa: E402
 from tests.choreographer.programs import program  # noqa: E402
 from tests.confserver.builtin import BuiltinServer  # noqa: E402
 
@@ -42,6 +44,13 @@ def wait_for_keys(watch, keys: set[str], want_used: bool) -> None:
             raise RuntimeError(f"worker keys never changed: {sorted(pending)[:3]}")
         if event.key in pending and event.entry is not None and event.entry.value["is_used"] is want_used:
             pending.discard(event.key)
+
+
+def request_along(path: list[str]) -> dict:
+    """A replay of path[-1] answered from path[0]'s archive, through the rest of the path."""
+    plan = ReplayPlan(path[-1], 0, 1, (path[0],), tuple(sorted(zip(path, path[1:]))), tuple(sorted(path)))
+    return ReplayRequest(plan.target, plan.since_us, plan.until_us, plan, "/nowhere", created_us=0,
+                         timeout_s=300.0, no_merge=False).to_value()
 
 
 def main() -> int:
@@ -73,7 +82,7 @@ def main() -> int:
                 keys = {keyspace.worker_key(SITE, f) for f in path}
                 channel = admin.next_sequence(keyspace.REPLAY_CHANNEL_SEQUENCE)
                 t0 = time.perf_counter()
-                admin.set(keyspace.replay_key(channel), {"target": path[-1], "functions": path})
+                admin.set(keyspace.replay_key(channel), request_along(path))
                 wait_for_keys(watch, keys, True)
                 marks.append((time.perf_counter() - t0) * 1e3)
                 t0 = time.perf_counter()

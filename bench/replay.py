@@ -45,7 +45,7 @@ from ramen.archive.coverage import archive_coverage  # noqa: E402
 from ramen.cli.ps import collect  # noqa: E402
 from ramen.memory import retain_freed_memory  # noqa: E402
 from ramen.program import Program  # noqa: E402
-from ramen.replay_client import Replay  # noqa: E402
+from ramen.replay.client import Replay  # noqa: E402
 from ramen.transport import CountersFile  # noqa: E402
 from supervisor.defaults import DELAY_BEFORE_REPLAY_S  # noqa: E402
 

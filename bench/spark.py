@@ -44,7 +44,7 @@ from ramen import keyspace, paths  # noqa: E402
 from ramen.archive.coverage import archive_coverage  # noqa: E402
 from ramen.cli.ps import collect  # noqa: E402
 from ramen.program import Program  # noqa: E402
-from ramen.replay_client import Replay  # noqa: E402
+from ramen.replay.client import Replay  # noqa: E402
 from ramen.spark.defaults import CONNECT_SERVER_CLASS  # noqa: E402
 from ramen.spark.session import connect  # noqa: E402
 from workers.defaults import SPARK_JOB_ROWS  # noqa: E402

@@ -31,6 +31,7 @@ from confserver import ConfClient, EventKind
 from ramen import keyspace, liveness, paths
 from ramen.cli import argtypes
 from ramen.program import Program
+from ramen.replay.contract import ContractError, ReplayRequest
 from ramen.transport.counters import CountersFileError
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,8 @@ class Choreographer:
         self.client = client
         self.site = site
         self.programs: dict[str, Program] = {}
-        self.replays: dict[int, dict] = {}
+        self.replays: dict[int, ReplayRequest | None] = {}
+        """None: a request that does not read (the supervisor fails it); it marks nothing."""
         self.tails: dict[str, dict] = {}
         self.workers: dict[str, dict] = {}  # worker key -> value, as last written or read
         self.graph = nx.DiGraph()
@@ -121,7 +123,11 @@ class Choreographer:
                     new_replays.append(channel)
                 else:
                     self._needs_recompute = True
-                self.replays[channel] = event.entry.value if isinstance(event.entry.value, dict) else {}
+                try:
+                    self.replays[channel] = ReplayRequest.from_value(event.entry.value, event.key)
+                except ContractError as e:
+                    log.error("%s", e)
+                    self.replays[channel] = None
         elif prefix == TAILS:
             self._needs_recompute = True
             if deleted:
@@ -131,15 +137,10 @@ class Choreographer:
 
     # -- decisions -----------------------------------------------------------------------------
 
-    def replay_functions(self, replay: dict) -> list[str]:
-        """The functions a replay needs: those of its plan, else its target and all ancestors."""
-        functions = replay.get("functions")
-        if isinstance(functions, list) and functions:
-            return [f for f in functions if isinstance(f, str)]
-        target = replay.get("target")
-        if target not in self.graph:
-            return []
-        return [target, *nx.ancestors(self.graph, target)]
+    @staticmethod
+    def replay_functions(replay: ReplayRequest | None) -> tuple[str, ...]:
+        """The functions a replay needs: those on its plan's paths."""
+        return replay.plan.functions if replay is not None else ()
 
     def recompute(self) -> None:
         self._needs_recompute = False

@@ -17,6 +17,9 @@
     sequences/replay_channel                          hands out replay channels (never 0: 0 is live)
     spark/server                                      the deployment's Spark Connect endpoint (ramen start)
     spark/wanted                                      a program needs Spark: start the local one (ramen run)
+
+The values of a replay's keys (replays/<channel>, …/replays/<channel>, replayers/<id> and its stats)
+are defined in ramen/replay/contract.py.
 """
 
 from __future__ import annotations

@@ -15,18 +15,14 @@ import logging
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.processes import running
 
 log = logging.getLogger(__name__)
-
-
-def now_us() -> int:
-    return time.time_ns() // 1000
 
 
 @dataclass
@@ -46,6 +42,8 @@ class Child:
     returncode: int | None = None
     log_path: Path | None = None
     """Where its output goes (None for an adopted process)."""
+    clock: Clock = SYSTEM_CLOCK
+    """Stamps its end and its stop deadline (the supervisor's clock)."""
 
     @property
     def stopping(self) -> bool:
@@ -67,14 +65,14 @@ class Child:
         elif running(self.pid):
             return False
         self.ended = True
-        self.ended_us = now_us()
+        self.ended_us = self.clock.epoch_us()
         return True
 
     def stop(self, grace_s: float) -> None:
         """SIGTERM now, SIGKILL after grace_s (see enforce_stop). Idempotent."""
         if self.stopping or self.poll():
             return
-        self.stop_deadline = time.monotonic() + grace_s
+        self.stop_deadline = self.clock.seconds() + grace_s
         self._signal(signal.SIGTERM)
 
     def enforce_stop(self, now: float) -> bool:
@@ -119,7 +117,7 @@ class Child:
 
     @property
     def run_time_s(self) -> float:
-        end = self.ended_us if self.ended_us is not None else now_us()
+        end = self.ended_us if self.ended_us is not None else self.clock.epoch_us()
         return max(0.0, (end - self.started_us) / 1e6)
 
     def describe_exit(self) -> str:
@@ -142,24 +140,25 @@ def describe_exit(returncode: int | None) -> str:
     return f"exit {returncode}"
 
 
-def spawn(name: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> Child:
+def spawn(name: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path, clock: Clock = SYSTEM_CLOCK) -> Child:
     """Start argv with env, its stdout and stderr appended to log_path (created with its folder)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
         popen = subprocess.Popen(list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                  start_new_session=True)
-    child = Child(name, popen.pid, now_us(), popen, log_path=log_path)
+    child = Child(name, popen.pid, clock.epoch_us(), popen, log_path=log_path, clock=clock)
     log.info("started %s: pid %d, log %s", name, popen.pid, log_path)
     return child
 
 
-def adopt(name: str, pid: int, started_us: int, *, expect_args: Sequence[str] = ()) -> Child | None:
+def adopt(name: str, pid: int, started_us: int, *, expect_args: Sequence[str] = (),
+          clock: Clock = SYSTEM_CLOCK) -> Child | None:
     """A Child for a running process an earlier supervisor started, or None if pid is gone or is
     now some other program (its command line lacks `expect_args` in order: a reused pid)."""
     if pid <= 0 or not running(pid) or not _has_args(pid, expect_args):
         return None
     log.info("adopted %s: pid %d", name, pid)
-    return Child(name, pid, started_us)
+    return Child(name, pid, started_us, clock=clock)
 
 
 def _has_args(pid: int, expected: Sequence[str]) -> bool:

@@ -26,19 +26,18 @@ import queue
 import signal
 import sys
 import threading
-import time
 from collections.abc import Mapping, Sequence
 
 import confserver
 from confserver import ConfClient, EventKind
 from confserver.url import CONFSERVER_ENV
 from ramen import keyspace, liveness, paths
+from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.cli import argtypes
 from ramen.locks import FileLock, LockHeld
 from ramen.transport.counters import CountersFileError
 from supervisor import defaults
 from supervisor.counters import SupervisorCounters
-from supervisor.processes import now_us
 from supervisor.replays import DEFAULT_REPLAYER_COMMAND, ReplaySupervision
 from supervisor.workers import DEFAULT_WORKER_COMMAND, RestartPolicy, WorkerSupervision
 
@@ -60,24 +59,26 @@ class Supervisor:
                  delay_before_replay_s: float = defaults.DELAY_BEFORE_REPLAY_S,
                  stop_grace_s: float = defaults.STOP_GRACE_S,
                  restart_policy: RestartPolicy = RestartPolicy(),
-                 merge: bool = True, spares: bool = True, counters: SupervisorCounters | None = None):
+                 merge: bool = True, spares: bool = True, counters: SupervisorCounters | None = None,
+                 clock: Clock = SYSTEM_CLOCK):
         """`env` is what the children get (default: ours); the commands are prefixes to which
         `--site SITE --function PROG/FUNC` (workers) or `--site SITE --id ID` (replayers) are added.
         `merge=False` gives every replay request replayers of its own, as `no_merge` does per request.
         `spares` keeps a worker (workers/spare.py) and a replayer started ahead of need, so that
         neither makes a replay wait for Python's start-up. `counters`: in the site's counters
-        file (main), else in memory."""
+        file (main), else in memory. `clock` times every delay, grace and stamp."""
         self.client = client
+        self.clock = clock
         self.site = site
         self.counters = SupervisorCounters() if counters is None else counters
         env = dict(os.environ if env is None else env)
         self.workers = WorkerSupervision(client, site, self.counters, command=worker_command, env=env,
                                          policy=restart_policy, stop_grace_s=stop_grace_s,
                                          on_death=self._on_worker_death, spares=spares,
-                                         busy=lambda: bool(self.replays.requests))
+                                         busy=lambda: bool(self.replays.requests), clock=clock)
         self.replays = ReplaySupervision(client, site, self.counters, command=replayer_command, env=env,
                                          delay_s=delay_before_replay_s, stop_grace_s=stop_grace_s, merge=merge,
-                                         worker_leaving=self.workers.leaving, keep_warm=spares)
+                                         worker_leaving=self.workers.leaving, keep_warm=spares, clock=clock)
         self.events: queue.SimpleQueue = queue.SimpleQueue()
         self._next_stats = 0.0
         self.workers.adopt()
@@ -106,7 +107,7 @@ class Supervisor:
                     break
             self._on_event(*item)
             work += 1
-        now = time.monotonic()
+        now = self.clock.seconds()
         work += self.workers.do_work(now)
         work += self.replays.do_work(now)
         if now >= self._next_stats:
@@ -128,8 +129,6 @@ class Supervisor:
         if channel is None:
             return  # replays/<x>/... or a non-numeric name: not a request
         value = None if event.kind is EventKind.DELETED else event.entry.value
-        if value is not None and not isinstance(value, dict):
-            value = {}
         self.replays.on_replay(channel, value, existing=event.kind is EventKind.EXISTING)
 
     def write_stats(self, now: float) -> None:
@@ -137,7 +136,7 @@ class Supervisor:
                      quarantined=self.workers.quarantined(now),
                      replayers=sorted(self.replays.replayers), replays=sorted(self.replays.requests),
                      spare_worker=_standby(self.workers.spare), warm_replayer=_standby(self.replays.warm),
-                     updated_us=now_us())
+                     updated_us=self.clock.epoch_us())
         self.client.set(keyspace.supervisor_stats_key(self.site), stats)
 
     def run(self, stop: threading.Event) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 import confserver
 from confserver import ConfClient
 from ramen import keyspace, paths
+from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.transport.writer_lock import writer_pids
 from supervisor import defaults
 from supervisor.counters import SupervisorCounters
@@ -86,8 +87,9 @@ class WorkerSupervision:
                  command: Sequence[str] = DEFAULT_WORKER_COMMAND, env: Mapping[str, str],
                  policy: RestartPolicy = RestartPolicy(), stop_grace_s: float = defaults.STOP_GRACE_S,
                  on_death: Callable[[str, str], None] = lambda name, description: None,
-                 spares: bool = True, busy: Callable[[], bool] = lambda: False):
+                 spares: bool = True, busy: Callable[[], bool] = lambda: False, clock: Clock = SYSTEM_CLOCK):
         self.client = client
+        self.clock = clock
         self.site = site
         self.counters = counters
         self.command = tuple(command)
@@ -129,7 +131,8 @@ class WorkerSupervision:
                 continue
             spare_id = value.get("spare")
             child = adopt(f"worker {name}", int(value.get("pid") or 0), int(value.get("started_us") or 0),
-                          expect_args=("--function", name) if spare_id is None else ("--spare", str(spare_id)))
+                          expect_args=("--function", name) if spare_id is None else ("--spare", str(spare_id)),
+                          clock=self.clock)
             if child is None:
                 log.info("worker %s: instance of pid %s is gone; key deleted", name, value.get("pid"))
             else:
@@ -153,14 +156,14 @@ class WorkerSupervision:
         from its stats."""
         if instance is None or instance.get("pid") != pid:
             instance = {"pid": pid, "signature": self._signature_in_stats(name, pid)}
-        child = adopt(f"worker {name}", pid, int(instance.get("started_us") or 0))
+        child = adopt(f"worker {name}", pid, int(instance.get("started_us") or 0), clock=self.clock)
         if child is not None:  # else it ended just now
             self._adopted(name, child, instance)
 
     def _adopted(self, name: str, child: Child, value: dict) -> None:
         state = self.workers.setdefault(name, WorkerState(name))
         state.child, state.signature, state.spare_id = child, value.get("signature"), value.get("spare")
-        state.started_at = time.monotonic()
+        state.started_at = self.clock.seconds()
         if state.signature is None:
             log.warning("worker %s: adopted pid %d runs an unknown signature: it will be restarted", name, child.pid)
         self._write_instance(state)
@@ -191,7 +194,7 @@ class WorkerSupervision:
         spare_id = self.client.next_sequence(defaults.SPARE_WORKER_SEQUENCE)
         argv = [*self.command, "--site", self.site, "--spare", str(spare_id), "--parent", str(os.getpid())]
         self._spare = (spare_id, spawn(f"spare worker {spare_id}", argv, self.env,
-                                       paths.logs_dir() / "workers" / f"spare-{spare_id}.log"))
+                                       paths.logs_dir() / "workers" / f"spare-{spare_id}.log", self.clock))
         self.counters.spares += 1
         return 1
 
@@ -238,7 +241,7 @@ class WorkerSupervision:
                 spare[1].drop_unused_log()
                 self._spare = None
             argv = [*self.command, "--site", self.site, "--function", name]
-            state.spare_id, state.child = None, spawn(f"worker {name}", argv, self.env, log_path)
+            state.spare_id, state.child = None, spawn(f"worker {name}", argv, self.env, log_path, self.clock)
         state.signature, state.started_at = state.wanted_signature, now
         self.counters.starts += 1
         if state.crashed:
@@ -291,7 +294,7 @@ class WorkerSupervision:
             log.error("worker %s crashed %d times within %.0f s (last: %s): quarantined for %.0f s",
                       state.name, policy.quarantine_failures, policy.quarantine_window_s, child.describe_exit(),
                       policy.quarantine_s)
-            return time.time_ns() // 1000 + round(policy.quarantine_s * 1e6)
+            return self.clock.epoch_us() + round(policy.quarantine_s * 1e6)
         delay = policy.backoff_s(state.consecutive)
         state.not_before = now + delay
         log.warning("worker %s (pid %d) died (%s) after %.1f s: restart in %.1f s", state.name, child.pid,
@@ -349,9 +352,9 @@ class WorkerSupervision:
         self._spare = None
         if spare is not None:
             spare.stop(min(self.stop_grace_s, timeout_s))
-        deadline = time.monotonic() + timeout_s
+        deadline = self.clock.seconds() + timeout_s
         while any(s.child is not None for s in self.workers.values()) or (spare is not None and not spare.poll()):
-            now = time.monotonic()
+            now = self.clock.seconds()
             if spare is not None and not spare.poll():
                 spare.follow_stop(now, deadline)
             for state in self.workers.values():

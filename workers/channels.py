@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Callable
 
 from confserver import ConfClient, ConfError
-from ramen import keyspace, paths
+from ramen import keyspace
 from ramen.message import LIVE_CHANNEL
 from ramen.program.model import Function
+from ramen.replay.contract import WorkerReplay
 from ramen.transport import LogBufferError
 from ramen.tuples import end_of_replay, with_channel
 from workers.heavy import Gathered
@@ -56,28 +57,6 @@ class ChannelState:
         self.output.send(message, rows, on_sent)
         for channel, output in self.riders:
             output.send(with_channel(message, channel), rows)
-
-
-@dataclass(frozen=True)
-class ReplayPart:
-    """How this worker takes part in a replay: the value of its `…/replays/<channel>` key."""
-    pass_through: bool
-    expect_eor: int
-    recipient: str | None
-    inputs: tuple[str, ...]
-    parents: tuple[str | None, ...]
-    """Whose rows each input carries (None: not said, by an older supervisor)."""
-    also: tuple[dict, ...]
-    """The target only: `{"channel", "recipient"}` of each identical replay riding on this one."""
-
-
-def replay_part(value: dict) -> ReplayPart:
-    """The one place the worker reads its replay key's value (docs/runtime.md)."""
-    inputs = tuple(value.get("inputs") or ())
-    parents = tuple(value.get("parents") or ())
-    return ReplayPart(pass_through=bool(value.get("pass_through")), expect_eor=int(value.get("expect_eor", 1)),
-                      recipient=value.get("recipient"), inputs=inputs,
-                      parents=parents + (None,) * (len(inputs) - len(parents)), also=tuple(value.get("also") or ()))
 
 
 class Channels:
@@ -119,25 +98,16 @@ class Channels:
         outputs = [s.output for s in self.states.values() if s.recipient and s.output is not None]
         return outputs + [o for s in self.states.values() for _, o in s.riders]
 
-    def _input_function(self, path: Path, pass_through: bool, parent: str | None) -> Function:
-        """The function whose rows an input log of a replay carries: this one for a pass-through
-        source, else the parent the key names for it (a replayer's log says nothing of whose
-        rows it holds) or, from an older supervisor's key, the parent whose log it is."""
-        if pass_through:
-            return self.function
-        if parent in self.parents:
-            return self.parents[parent]
-        for name, function in self.parents.items():
-            if path == paths.replay_output_log(self.site, name) or path == paths.output_log(self.site, name):
-                return function
-        return next(iter(self.parents.values()))
-
-    def start(self, channel: int, part: ReplayPart) -> None:
+    def start(self, channel: int, part: WorkerReplay) -> None:
         """A replay key written (or rewritten): the channel's state, output and inputs."""
         if channel in self.finished:
             return
         if not part.pass_through and not self.parents:
             log.error("%s: replay %d asks a source to compute (not pass_through): ignored", self.name, channel)
+            return
+        if not part.pass_through and not set(part.parents) <= set(self.parents):
+            log.error("%s: replay %d names parents %s, not this function's: ignored", self.name, channel,
+                      ", ".join(sorted(set(part.parents) - set(self.parents))))
             return
         state = self.states.get(channel)
         if state is None:
@@ -156,12 +126,16 @@ class Channels:
             state.recipient = part.recipient
         if part.recipient and not state.riders:
             try:
-                state.riders = [(int(also["channel"]), self.outputs.open_recipient(Path(also["recipient"])))
+                state.riders = [(also.channel, self.outputs.open_recipient(Path(also.recipient)))
                                 for also in part.also]
-            except (LogBufferError, KeyError, TypeError, ValueError) as e:
+            except LogBufferError as e:
                 log.error("%s: replay %d: cannot open a rider's recipient: %s", self.name, channel, e)
-        for path, parent in zip(part.inputs, part.parents):
-            self.inputs.use(Path(path), self._input_function(Path(path), part.pass_through, parent), channel)
+        # Whose rows each input carries: this function's for a pass-through source, else the parent
+        # the key names (a replayer's log says nothing of whose rows it holds).
+        functions = [self.function] * len(part.inputs) if part.pass_through else \
+            [self.parents[parent] for parent in part.parents]
+        for path, function in zip(part.inputs, functions):
+            self.inputs.use(Path(path), function, channel)
         for path in set(state.inputs) - set(part.inputs):
             self.inputs.release(Path(path), channel)
         state.inputs = part.inputs

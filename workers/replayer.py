@@ -47,6 +47,8 @@ from ramen.archive.reader import (RecordingReader, first_payload, group_messages
                                   write_messages)
 from ramen.archive.replay import FAILED, REPLAY_BUFFER_LENGTH, ReplaySession
 from ramen.clocks import SYSTEM_CLOCK, Clock
+from ramen.replay.contract import ChannelRange, ReplayerAssignment
+from ramen.replay.contract import ReplayerStats as ReplayerStatsValue
 from ramen.transport import frame
 from ramen.transport.frame_walk import walk
 from ramen.transport.logbuffer import compute_max_message_length
@@ -70,78 +72,27 @@ class ReplayerError(Exception):
     """Why a replayer cannot go on, as the one line it prints."""
 
 
-# -- the key ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ChannelRange:
-    """One replay channel served by this replayer and the event times [since_us, until_us) it wants."""
-    channel: int
-    since_us: int
-    until_us: int
-
-
-@dataclass(frozen=True)
-class ReplayerSpec:
-    """The value of `sites/<site>/replayers/<id>`."""
-    id: int
-    source: str
-    log: str
-    archive_dir: str
-    channels: tuple[ChannelRange, ...]
-    checksum: str | None = None
-    """Beyond docs/runtime.md: the archive's frame checksum, when the supervisor knows it; without
-    it the replayer finds the algorithm from the catalog's descriptor checksums."""
-    readers: int = 1
-    """How many workers subscribe to the log: the replay starts once they all have."""
-
-    @classmethod
-    def from_value(cls, value: dict) -> "ReplayerSpec":
-        try:
-            channels = tuple(ChannelRange(int(c["channel"]), int(c["since_us"]), int(c["until_us"]))
-                             for c in value["channels"])
-            spec = cls(int(value["id"]), str(value["source"]), str(value["log"]), str(value["archive_dir"]),
-                       channels, value.get("checksum"), int(value.get("readers", 1)))
-        except (KeyError, TypeError, ValueError) as e:
-            raise ReplayerError(f"malformed replayer key ({type(e).__name__}: {e})") from None
-        if not channels:
-            raise ReplayerError("the replayer key has no channels")
-        for c in channels:
-            if c.until_us <= c.since_us:
-                raise ReplayerError(f"channel {c.channel}: empty range [{c.since_us}, {c.until_us})")
-        return spec
-
-    @property
-    def since_us(self) -> int:
-        return min(c.since_us for c in self.channels)
-
-    @property
-    def until_us(self) -> int:
-        return max(c.until_us for c in self.channels)
-
-
 # -- the replayer agent ----------------------------------------------------------------------------
 
 
 @dataclass
 class ReplayerStats:
+    """Counted as the replayer goes; written as the contract's ReplayerStats."""
     bytes_read: int = 0
     messages: int = 0
     rows_out: int = 0
     channels: dict[int, int] = field(default_factory=dict)
     done: bool = False
-    """Every channel ended: what a supervisor that adopted this replayer (and so cannot read its
-    exit status) checks once the process is gone."""
 
     def to_value(self) -> dict:
-        return {"bytes_read": self.bytes_read, "messages": self.messages, "rows_out": self.rows_out,
-                "channels": {str(ch): rows for ch, rows in self.channels.items()}, "done": self.done}
+        return ReplayerStatsValue(self.bytes_read, self.messages, self.rows_out, dict(self.channels),
+                                  self.done).to_value()
 
 
 class Replayer:
     """An agent: each do_work offers what is pending, or reads and splits one chunk of the archive."""
 
-    def __init__(self, spec: ReplayerSpec, schema: pa.Schema, event_time: str, readers: list[RecordingReader],
+    def __init__(self, spec: ReplayerAssignment, schema: pa.Schema, event_time: str, readers: list[RecordingReader],
                  publication: ExclusivePublication, bytes_counter=None, clock: Clock = SYSTEM_CLOCK) -> None:
         self.spec = spec
         self._clock = clock

@@ -29,13 +29,14 @@ from ramen.archive.time_index import TimeIndex, index_path
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.memory import freeze_startup_objects, retain_freed_memory
 from ramen.program import Program, split_qualified
+from ramen.replay.contract import ContractError, ReplayerAssignment, error_of, with_error
 from ramen.transport.counters import CountersFile, CountersFileError
 from ramen.transport.service_counters import allocate_service_counter
 from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH
 from ramen.transport.idle import BackoffIdleStrategy
 from ramen.transport.logbuffer import LogBuffer, LogBufferError, LogBufferParams
 from ramen.transport.publication import ExclusivePublication
-from workers.replayer import SUBSCRIBER_WAIT_TIMEOUT_S, Replayer, ReplayerError, ReplayerSpec, ReplayerStats
+from workers.replayer import SUBSCRIBER_WAIT_TIMEOUT_S, Replayer, ReplayerError, ReplayerStats
 from workers.spare import wait_for_key, warm_up_arrow
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ def archive_checksum(catalog: Catalog, recording_id: int) -> checksums.Checksum 
 
 
 def load_spec(client, site: str, replayer_id: int, wait_s: float = 0.0,
-              stop: threading.Event | None = None, parent: int | None = None) -> ReplayerSpec | None:
+              stop: threading.Event | None = None, parent: int | None = None) -> ReplayerAssignment | None:
     """The replayer's key. A warm replayer (started before its replay is merged, so that its start-up
     overlaps the merge delay) waits up to wait_s for it; None if it never comes, or once `parent`
     (the supervisor that started it) is no longer its parent."""
@@ -82,7 +83,10 @@ def load_spec(client, site: str, replayer_id: int, wait_s: float = 0.0,
         entry = client.get_or_none(key)
     if entry is None:
         raise ReplayerError(f"no replayer key {key}")
-    return ReplayerSpec.from_value(entry.value)
+    try:
+        return ReplayerAssignment.from_value(entry.value, key)
+    except ContractError as e:
+        raise ReplayerError(str(e)) from None
 
 
 def load_function(client, qualified_name: str):
@@ -101,7 +105,7 @@ def load_function(client, qualified_name: str):
     return function
 
 
-def open_readers(spec: ReplayerSpec, counters: CountersFile) -> list[RecordingReader]:
+def open_readers(spec: ReplayerAssignment, counters: CountersFile) -> list[RecordingReader]:
     """A reader per recording of the source holding event times of the spec's whole range."""
     archive_dir = Path(spec.archive_dir)
     try:
@@ -122,7 +126,7 @@ def open_readers(spec: ReplayerSpec, counters: CountersFile) -> list[RecordingRe
                 if problem is not None:
                     raise ReplayerError(f"{catalog.where(r.recording_id)}: recording {r.recording_id}: {problem} "
                                         f"(damaged descriptor)")
-                checksum = checksums.get(spec.checksum) if spec.checksum else archive_checksum(catalog, r.recording_id)
+                checksum = archive_checksum(catalog, r.recording_id)
                 follow = done_at = None
                 if r.stop_position is None:
                     follow = recording_position(counters, r.recording_id)
@@ -158,7 +162,7 @@ def open_output(path: Path, counters: CountersFile,
     return ExclusivePublication(log_buffer, counters), aligned
 
 
-def in_place_candidate(spec: ReplayerSpec, readers: list[RecordingReader]) -> RecordingReader | None:
+def in_place_candidate(spec: ReplayerAssignment, readers: list[RecordingReader]) -> RecordingReader | None:
     """The reader whose range can be replayed in place: the first, when the replay has one channel
     (a message has room for one tag) and the range's end is known (an active recording's end is
     found as it is read, by the reader)."""
@@ -202,7 +206,7 @@ def replay(client, site: str, replayer_id: int, stop: threading.Event,
     raise error
 
 
-def report_failure(client, spec: ReplayerSpec, message: str) -> None:
+def report_failure(client, spec: ReplayerAssignment, message: str) -> None:
     """Put the replayer's one-line error into each replay it serves, unless one is there already:
     the client prints it and exits at once, and the supervisor keeps this first error when it sees
     the replayer exit."""
@@ -211,14 +215,15 @@ def report_failure(client, spec: ReplayerSpec, message: str) -> None:
         key = keyspace.replay_key(c.channel)
         try:
             entry = client.get_or_none(key)
-            if entry is None or not isinstance(entry.value, dict) or entry.value.get("error"):
+            if entry is None or error_of(entry.value):
                 continue
-            client.update(key, dict(entry.value, error=message), version=entry.version)
+            client.update(key, with_error(entry.value, message), version=entry.version)
         except ConfError as e:  # gone or changed meanwhile: the supervisor reports the exit anyway
             log.warning("replayer %d: cannot set the error of %s: %s", spec.id, key, e)
 
 
-def _replay(client, site: str, replayer_id: int, spec: ReplayerSpec, stop: threading.Event) -> ReplayerStats | None:
+def _replay(client, site: str, replayer_id: int, spec: ReplayerAssignment,
+            stop: threading.Event) -> ReplayerStats | None:
     function = load_function(client, spec.source)
     clock = SYSTEM_CLOCK  # the process's: its parts take theirs injected, so their tests drive a ManualClock
     try:

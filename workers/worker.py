@@ -42,10 +42,11 @@ from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.memory import freeze_startup_objects, retain_freed_memory
 from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, LIVE_CHANNEL, decode_header, event_time_bounds
 from ramen.program.model import ENGINE_SPARK, Function, Program, split_qualified
+from ramen.replay.contract import ContractError, WorkerReplay
 from ramen.transport import BackoffIdleStrategy, CountersFile, LogBufferError
 from ramen.tuples import decode_tuples, resumed
 from workers import spare
-from workers.channels import Channels, ChannelState, replay_part
+from workers.channels import Channels, ChannelState
 from workers.compute import ComputeError, make_runner
 from workers.defaults import COMPUTE_WAIT_S, EXIT_ERROR, MAX_PENDING_MESSAGES, SPARE_WORKER_WAIT_S, STATS_INTERVAL_S
 from workers.dispatch import HeavyDispatch, LightDispatch
@@ -212,9 +213,17 @@ class Worker:
                 continue
             if event.kind == EventKind.DELETED:
                 self.channels.end(int(channel), torn_down=True)
-            elif isinstance(event.entry.value, dict):
-                self.channels.start(int(channel), replay_part(event.entry.value))
+            else:
+                self._start_replay(int(channel), event.key, event.entry.value)
         return len(events)
+
+    def _start_replay(self, channel: int, key: str, value) -> None:
+        try:
+            part = WorkerReplay.from_value(value, key)
+        except ContractError as e:
+            log.error("%s: ignored", e)
+            return
+        self.channels.start(channel, part)
 
     # -- data --------------------------------------------------------------------------------
 

@@ -137,7 +137,7 @@ def _describe_coverage(archive_dir: Path, out) -> None:
     """The event times each function's recordings hold, and the gaps between them: where the
     archive misses rows (its source was down, or its archiver longer than the writer waited)."""
     from ramen.archive.coverage import archive_coverage
-    from ramen.program.plan import format_range
+    from ramen.times import format_range
     for name, intervals in sorted(archive_coverage(archive_dir).items()):
         out.write(f"function {name}\n")
         for interval in intervals:

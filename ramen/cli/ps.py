@@ -56,16 +56,22 @@ def _exit_status(last_exit):
 
 def collect_replayers(client, site: str) -> list[dict]:
     """One row per replayer of the site (they run while they have channels to serve)."""
+    from ramen.replay.contract import ContractError, ReplayerAssignment, ReplayerStats
     rows = []
     for entry in client.glob(f"{keyspace.replayers_prefix(site)}/*"):
-        spec = entry.value if isinstance(entry.value, dict) else {}
-        stats = client.get_or_none(f"{entry.key}/stats")
-        stats = stats.value if stats is not None and isinstance(stats.value, dict) else {}
-        rows.append({"function": f"replayer {entry.key.rsplit('/', 1)[1]} of {spec.get('source', '?')}",
-                     "lazy": None, "used": True, "running": True, "pid": spec.get("pid"), "tuples_in": None,
-                     "tuples_out": stats.get("rows_out"), "cpu_s": None, "rss_bytes": None, "spark_jobs": None,
-                     "spark_s": None, "last_exit": None,
-                     "replays": [c.get("channel") for c in spec.get("channels", [])]})
+        try:
+            spec = ReplayerAssignment.from_value(entry.value, entry.key)
+        except ContractError:
+            continue  # not a replayer's assignment: nothing runs for it
+        stats = client.get_or_none(keyspace.replayer_stats_key(site, spec.id))
+        try:
+            rows_out = ReplayerStats.from_value(stats.value).rows_out if stats is not None else None
+        except ContractError:
+            rows_out = None
+        rows.append({"function": f"replayer {spec.id} of {spec.source}",
+                     "lazy": None, "used": True, "running": True, "pid": spec.pid, "tuples_in": None,
+                     "tuples_out": rows_out, "cpu_s": None, "rss_bytes": None, "spark_jobs": None,
+                     "spark_s": None, "last_exit": None, "replays": [c.channel for c in spec.channels]})
     return rows
 
 

@@ -47,13 +47,14 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ramen.program.plan import ReplayPlanError, check_range, parse_time
-    from ramen.replay_client import DEFAULT_REPLAY_TIMEOUT_S, ReplayFailed
+    from ramen.replay.client import DEFAULT_REPLAY_TIMEOUT_S, ReplayFailed
+    from ramen.replay.plan import ReplayPlanError, check_range
+    from ramen.times import TimeError, parse_time
     now_us = time.time_ns() // 1000
     try:
         since_us, until_us = parse_time(args.since, now_us), parse_time(args.until or "now", now_us)
         check_range(since_us, until_us)
-    except ReplayPlanError as e:
+    except (TimeError, ReplayPlanError) as e:
         raise UserError(str(e)) from None
     with conf.connected(args) as client:
         programs = conf.loaded_programs(client)
@@ -89,7 +90,7 @@ def run(args) -> int:
 def _plan(client, programs, target: str, since_us: int, until_us: int, *, to_newest: bool, **options):
     """The replay. A range that ends now (no --until, `--until now`, or a time to come) ends as far
     as the archives reach: the newest tuples are still on their way to the disk."""
-    from ramen.replay_client import Replay, replay_to_newest
+    from ramen.replay.client import Replay, replay_to_newest
     return (replay_to_newest if to_newest else Replay)(client, programs, target, since_us, until_us, **options)
 
 

@@ -98,8 +98,8 @@ def _read_batches(image: Image, schema: pa.Schema, until: int | None) -> list[pa
 
 
 def _print_last_archived(client, programs, function, args) -> None:
-    from ramen.program.plan import ReplayGapError, ReplayPlanError
-    from ramen.replay_client import ReplayFailed, replay_to_newest
+    from ramen.replay.client import ReplayFailed, replay_to_newest
+    from ramen.replay.plan import ReplayGapError, ReplayPlanError
     until = time.time_ns() // 1000
     since = until - ARCHIVE_LOOKBACK_US
     try:
@@ -171,8 +171,9 @@ def _first_event_time(batch: pa.RecordBatch, event_time: str | None) -> int:
 
 
 def _replay_until(client, programs, function, args, until_us: int) -> None:
-    from ramen.program.plan import ReplayPlanError, parse_time
-    from ramen.replay_client import Replay, ReplayFailed
+    from ramen.replay.client import Replay, ReplayFailed
+    from ramen.replay.plan import ReplayPlanError
+    from ramen.times import parse_time
     since_us = parse_time(args.since, time.time_ns() // 1000)
     if since_us >= until_us:
         return
@@ -192,7 +193,7 @@ def _replay_until(client, programs, function, args, until_us: int) -> None:
 def _when_archived(make_replay, until_us: int):
     """The replay, once the archive reaches until_us: the first live tuple was just written, and
     its recorder, reading the same log, is a moment behind it. Any other gap is an error at once."""
-    from ramen.program.plan import ReplayGapError
+    from ramen.replay.plan import ReplayGapError
     deadline = time.monotonic() + ARCHIVE_CATCH_UP_S
     while True:
         try:

@@ -14,7 +14,7 @@ from ramen.archive.replay import positions_for_times
 from ramen.archive.segment import list_segment_files
 from ramen.archive.time_index import index_path
 from ramen.program import loads
-from ramen.program.plan import ReplayGapError, plan_replay
+from ramen.replay.plan import ReplayGapError, plan_replay
 from ramen.transport import ADMIN_ACTION, CountersFile, ExclusivePublication, LogBuffer, LogBufferParams
 
 TERM = 64 * 1024

@@ -14,12 +14,13 @@ import pytest
 import confserver
 from choreographer.service import Choreographer, run
 from ramen import keyspace
+from ramen.replay.contract import ReplayRequest
+from ramen.replay.plan import ReplayPlan
 from tests import waiting
 from tests.choreographer.programs import program
 
 EVENTUALLY_S = 10.0
 wait_for = functools.partial(waiting.wait_for, timeout_s=EVENTUALLY_S, poll_s=0.01)
-QUIET_S = 0.5
 SITE = "s1"
 NET = [("traffic", False, []), ("per_minute", True, ["net/traffic"]), ("top", True, ["net/per_minute"]),
        ("other", True, ["net/traffic"])]
@@ -57,6 +58,23 @@ def load(admin, name, functions):
     admin.set(keyspace.program_key(name), program(name, functions).to_dict())
 
 
+def replay_of_top() -> dict:
+    """A request for net/top, answered from net/traffic's archive."""
+    plan = ReplayPlan("net/top", 0, 1, ("net/traffic",), (("net/per_minute", "net/top"),
+                                                          ("net/traffic", "net/per_minute")),
+                      ("net/per_minute", "net/top", "net/traffic"))
+    return ReplayRequest(plan.target, plan.since_us, plan.until_us, plan, "/nowhere", created_us=0,
+                         timeout_s=300.0, no_merge=False).to_value()
+
+
+def next_write_is_the_marker(admin, watch) -> None:
+    """Load a program of one function: the choreographer acts on events in order, so when the next
+    worker key written is the marker's, nothing was written before it (no waiting for silence)."""
+    load(admin, "marker", [("m", True, [])])
+    event = watch.next(EVENTUALLY_S)
+    assert (event.kind, event.key) == (confserver.EventKind.CREATED, keyspace.worker_key(SITE, "marker/m"))
+
+
 def test_one_worker_key_per_function_with_its_place_in_the_graph(admin, choreographer):
     load(admin, "net", NET)
     wait_for(lambda: len(workers(admin)) == 4)
@@ -72,8 +90,7 @@ def test_a_replay_marks_its_paths_used_and_its_deletion_unmarks_them(admin, chor
     load(admin, "net", NET)
     wait_for(lambda: len(workers(admin)) == 4)
     fast_paths = choreographer.counters.fast_paths
-    admin.set(keyspace.replay_key(5), {"target": "net/top", "sources": ["net/traffic"],
-                                       "functions": ["net/traffic", "net/per_minute", "net/top"]})
+    admin.set(keyspace.replay_key(5), replay_of_top())
     wait_for(lambda: used(admin) == {"net/traffic", "net/per_minute", "net/top"})
     assert choreographer.counters.fast_paths == fast_paths + 1
     assert workers(admin)["net/top"]["replays"] == [5]
@@ -82,11 +99,13 @@ def test_a_replay_marks_its_paths_used_and_its_deletion_unmarks_them(admin, chor
     assert workers(admin)["net/top"]["replays"] == []
 
 
-def test_a_replay_without_a_plan_uses_its_target_and_ancestors(admin, choreographer):
+def test_a_request_that_does_not_follow_the_contract_marks_nothing(admin, choreographer):
     load(admin, "net", NET)
     wait_for(lambda: len(workers(admin)) == 4)
-    admin.set(keyspace.replay_key(6), {"target": "net/top"})
-    wait_for(lambda: used(admin) == {"net/traffic", "net/per_minute", "net/top"})
+    admin.set(keyspace.replay_key(6), {"target": "net/top"})  # no plan: the supervisor fails it
+    admin.set(keyspace.replay_key(7), replay_of_top())
+    wait_for(lambda: workers(admin)["net/top"]["replays"] == [7])
+    assert choreographer.replays[6] is None
 
 
 def test_a_tail_marks_its_chain_live_until_it_ends(admin, choreographer):
@@ -109,9 +128,10 @@ def test_nothing_is_written_when_nothing_changed(admin, choreographer):
     load(admin, "unrelated", [("x", True, [])])  # one new key, nothing else changes
     event = watch.next(EVENTUALLY_S)
     assert (event.kind, event.key) == (confserver.EventKind.CREATED, keyspace.worker_key(SITE, "unrelated/x"))
-    assert watch.next(QUIET_S) is None
+    next_write_is_the_marker(admin, watch)
+    wait_for(lambda: choreographer.counters.writes >= writes + 2)  # counted just after the write
     assert choreographer.counters.recomputes > recomputes
-    assert choreographer.counters.writes == writes + 1
+    assert choreographer.counters.writes == writes + 2
 
 
 def test_functions_that_no_longer_exist_lose_their_keys(admin, choreographer):
@@ -170,6 +190,6 @@ def test_a_restarted_choreographer_leaves_the_worker_keys_as_they_are(fresh_conf
             restarted.do_work()
             assert restarted.counters.recomputes == 1
             assert restarted.counters.writes == 0 and restarted.counters.deletes == 0
-            assert watch.next(QUIET_S) is None
+            next_write_is_the_marker(admin, watch)
         finally:
             restarted.close()

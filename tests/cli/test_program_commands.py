@@ -15,6 +15,7 @@ from ramen import keyspace
 from ramen.archive.catalog import Catalog, RecordingState
 from ramen.archive.coverage import function_channel
 from ramen.archive.segment import segment_file_name
+from ramen.replay.contract import ChannelRange, ReplayerAssignment, ReplayerStats
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "net.toml"
 READER = """
@@ -129,9 +130,9 @@ def test_ps_shows_used_or_running_workers_and_all_with_all(ramen, fresh_confserv
 
 def test_ps_shows_replayers(ramen, fresh_confserver):
     with confserver.connect(fresh_confserver.url, identity="supervisor", auth_file=fresh_confserver.auth_file) as c:
-        c.set(keyspace.replayer_key("local", 3), {"id": 3, "source": "net/traffic", "pid": 99,
-                                                  "channels": [{"channel": 7, "since_us": 0, "until_us": 1}]})
-        c.set(f"{keyspace.replayer_key('local', 3)}/stats", {"rows_out": 10})
+        c.set(keyspace.replayer_key("local", 3), ReplayerAssignment(3, "net/traffic", "/r/3.logbuffer", "/archive",
+                                                                    (ChannelRange(7, 0, 1),), pid=99).to_value())
+        c.set(keyspace.replayer_stats_key("local", 3), ReplayerStats(100, 1, 10, {7: 10}, False).to_value())
     rows = [json.loads(line) for line in ramen("ps", "--json").stdout.splitlines()]
     assert [(r["function"], r["pid"], r["tuples_out"], r["replays"]) for r in rows] == [
         ("replayer 3 of net/traffic", 99, 10, [7])]

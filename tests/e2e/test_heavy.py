@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from ramen import keyspace
-from ramen.replay_client import Replay
+from ramen.replay.client import Replay
 from ramen.spark.frames import for_spark
 from ramen.spark.session import connect
 from tests.e2e.test_replay import (BACKFILL_MIN, RATE, STARTUP_S, Stack, minute_range, per_minute_by_pyarrow,

@@ -20,7 +20,7 @@ import confserver
 from ramen import keyspace, paths
 from ramen.archive.coverage import archive_coverage
 from ramen.program import Program
-from ramen.replay_client import Replay, ReplayFailed
+from ramen.replay.client import Replay, ReplayFailed
 from tests.waiting import wait_for
 
 RATE = 1000

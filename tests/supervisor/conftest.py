@@ -13,6 +13,7 @@ import pytest
 
 import confserver
 from ramen import keyspace
+from ramen.clocks import ManualClock
 from tests import waiting
 from supervisor.service import Supervisor
 from supervisor.workers import RestartPolicy
@@ -42,12 +43,14 @@ def admin(fresh_confserver):
 
 @pytest.fixture
 def start_supervisor(fresh_confserver, ramen_dir):
-    """start_supervisor(**options) -> Supervisor running in a thread; all stopped at the end."""
+    """start_supervisor(**options) -> Supervisor running in a thread (or, with `thread=False`, for
+    the test to drive: see drive); all stopped at the end."""
     running = []
     env = dict(os.environ, RAMEN_DIR=str(ramen_dir), RAMEN_CONFSERVER=fresh_confserver.url,
                RAMEN_CONFSERVER_AUTH=str(fresh_confserver.auth_file))
 
-    def start(*, worker_mode="by-name", replayer_mode="sleep", policy=None, stop_children=True, **options):
+    def start(*, worker_mode="by-name", replayer_mode="sleep", policy=None, stop_children=True, thread=True,
+              **options):
         client = confserver.connect(fresh_confserver.url, identity="supervisor", auth_file=fresh_confserver.auth_file)
         options.setdefault("delay_before_replay_s", 0.3)
         options.setdefault("stop_grace_s", 2.0)
@@ -55,10 +58,12 @@ def start_supervisor(fresh_confserver, ramen_dir):
         service = Supervisor(client, SITE, env=env, worker_command=fake_command(worker_mode),
                              replayer_command=fake_command(replayer_mode),
                              restart_policy=policy or RestartPolicy(initial_s=0.05), **options)
-        stop = threading.Event()
-        thread = threading.Thread(target=service.run, args=(stop,), daemon=True)
-        thread.start()
-        service.stop_thread = lambda: (stop.set(), thread.join(10))
+        service.stop_thread = lambda: None
+        if thread:
+            stop = threading.Event()
+            runner = threading.Thread(target=service.run, args=(stop,), daemon=True)
+            runner.start()
+            service.stop_thread = lambda: (stop.set(), runner.join(10))
         running.append((service, client, stop_children))
         return service
 
@@ -67,15 +72,27 @@ def start_supervisor(fresh_confserver, ramen_dir):
     finally:
         for service, client, stop_children in running:
             service.stop_thread()
+            if isinstance(service.clock, ManualClock):  # its grace never ends: nothing may outlive SIGTERM
+                kill_children(service)
             service.close(stop_children=stop_children, timeout_s=5)
             client.close()
         for service, _, _ in running:  # what a "dead" supervisor left and nobody adopted
-            for child in [*service.workers.running().values(), service.workers.spare, service.replays.warm]:
-                if child is not None:
-                    child.kill()
-            for replayer in service.replays.replayers.values():
-                if replayer.child is not None:
-                    replayer.child.kill()
+            kill_children(service)
+
+
+def kill_children(service: Supervisor) -> None:
+    for child in [*service.workers.running().values(), service.workers.spare, service.replays.warm]:
+        if child is not None:
+            child.kill()
+    for replayer in service.replays.replayers.values():
+        if replayer.child is not None:
+            replayer.child.kill()
+
+
+def drive(supervisor: Supervisor, condition, what: str = "condition"):
+    """Run the duty cycle of a supervisor started with `thread=False` until condition() holds
+    (the events of its watches arrive on their own threads); returns its value."""
+    return wait_for(lambda: (supervisor.do_work(), condition())[1], what=what)
 
 
 def set_worker(admin, name: str, *, is_used: bool = True, signature: str = "sig1") -> None:

@@ -1,16 +1,19 @@
-"""The supervisor's side of replays: wiring the path workers, merging requests into replayers,
-teardown, faults and timeouts. Replayers are tests/supervisor/fake_process.py."""
+"""The supervisor's side of replays, with its processes: the wiring written, merged requests
+sharing a replayer, teardown, faults and timeouts. Replayers are tests/supervisor/fake_process.py;
+the wiring itself is tested without processes in test_wiring.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
 
 from ramen import keyspace, paths
-from ramen.program.plan import ReplayPlan
-from supervisor.replays import Request, merge
-from tests.supervisor.conftest import SITE, pid_alive, set_worker, value_of, wait_for
+from ramen.clocks import ManualClock
+from ramen.replay.contract import ReplayerStats, ReplayRequest, WorkerReplay
+from ramen.replay.plan import ReplayPlan
+from tests.supervisor.conftest import SITE, drive, pid_alive, set_worker, value_of, wait_for
 
 SOURCE = "p/src"
 CHAIN = ReplayPlan("p/t", 0, 100, ("p/src",), (("p/src", "p/t"),), ("p/src", "p/t"))
@@ -22,11 +25,10 @@ DIAMOND = ReplayPlan("p/t", 0, 100, ("p/src",),
 def request_replay(admin, plan: ReplayPlan = CHAIN, since_us: int | None = None, until_us: int | None = None,
                    **extra) -> int:
     channel = admin.next_sequence(keyspace.REPLAY_CHANNEL_SEQUENCE)
-    value = {"target": plan.target, "since_us": plan.since_us if since_us is None else since_us,
-             "until_us": plan.until_us if until_us is None else until_us, "plan": plan.to_json(),
-             "functions": list(plan.functions), "recipient": str(paths.recipient_log(channel)),
-             "timeout_s": 300, "no_merge": False, "created_us": time.time_ns() // 1000}
-    admin.create(keyspace.replay_key(channel), dict(value, **extra))
+    request = ReplayRequest(plan.target, plan.since_us if since_us is None else since_us,
+                            plan.until_us if until_us is None else until_us, plan, str(paths.recipient_log(channel)),
+                            created_us=time.time_ns() // 1000, timeout_s=300.0, no_merge=False)
+    admin.create(keyspace.replay_key(channel), dataclasses.replace(request, **extra).to_value())
     return channel
 
 
@@ -40,15 +42,6 @@ def worker_replay(admin, name: str, channel: int) -> dict | None:
 
 def channels_of(replayer: dict) -> list[int]:
     return [c["channel"] for c in replayer["channels"]]
-
-
-def test_overlapping_requests_for_one_source_share_a_replayer_and_disjoint_ones_do_not():
-    def request(channel, since, until, no_merge=False):
-        return Request(channel, {"since_us": since, "until_us": until, "no_merge": no_merge}, CHAIN, 0.0)
-    groups = merge([request(1, 0, 100), request(2, 50, 200), request(3, 150, 300), request(4, 400, 500),
-                    request(5, 0, 100, no_merge=True)])
-    assert sorted([r.channel for r in g.requests] for g in groups) == [[1, 2, 3], [4], [5]]
-    assert len(merge([request(1, 0, 100), request(2, 0, 100)], allow=False)) == 2
 
 
 def test_requests_within_the_delay_that_overlap_are_merged_into_one_replayer(admin, start_supervisor):
@@ -91,8 +84,8 @@ def test_path_workers_of_a_diamond_get_their_inputs_and_the_target_its_recipient
     keys = {name: wait_for(lambda: worker_replay(admin, name, channel)) for name in ("p/a", "p/b", "p/t")}
     assert replayer["readers"] == 2
     for middle in ("p/a", "p/b"):
-        assert keys[middle] == {"channel": channel, "since_us": 0, "until_us": 100, "inputs": [replayer["log"]],
-                                "parents": ["p/src"], "pass_through": False, "expect_eor": 1, "recipient": None}
+        assert WorkerReplay.from_value(keys[middle]) == WorkerReplay(channel, 0, 100, (replayer["log"],), expect_eor=1,
+                                                                     parents=("p/src",))
     assert keys["p/t"]["inputs"] == [str(paths.replay_output_log(SITE, "p/a")),
                                      str(paths.replay_output_log(SITE, "p/b"))]
     assert keys["p/t"]["parents"] == ["p/a", "p/b"]
@@ -118,7 +111,7 @@ def test_deleting_the_replays_tears_down_their_keys_then_the_replayer_they_share
     log_path = paths.replayer_log(SITE, replayer["id"])
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_bytes(b"")
-    admin.set(f"{keyspace.replayer_key(SITE, replayer['id'])}/stats", {"bytes_read": 1})
+    admin.set(keyspace.replayer_stats_key(SITE, replayer["id"]), ReplayerStats(1, 0, 0, {}, False).to_value())
 
     admin.delete(keyspace.replay_key(first))
     wait_for(lambda: worker_replay(admin, "p/t", first) is None and worker_replay(admin, SOURCE, first) is None,
@@ -187,12 +180,15 @@ def test_a_restarted_supervisor_adopts_launched_replays_and_tears_them_down(admi
     channel = request_replay(admin)
     replayer = wait_for(lambda: (r := replayers(admin)) and "pid" in (v := next(iter(r.values()))) and v)
     first.stop_thread()  # as if it died
-    second = start_supervisor()
-    wait_for(lambda: second.counters.adopted == 1, what="replayer adopted")
-    time.sleep(0.5)  # past the merge delay: an adopted replay is not launched again
+    clock = ManualClock()
+    second = start_supervisor(clock=clock, thread=False)
+    assert second.counters.adopted == 1
+    drive(second, lambda: channel in second.replays.requests, what="the replay seen")
+    clock.advance(1.0)  # past the merge delay (0.3 s): an adopted replay is not launched again
+    second.do_work()
     assert second.counters.replayers_spawned == 0 and list(replayers(admin)) == [replayer["id"]]
     admin.delete(keyspace.replay_key(channel))
-    wait_for(lambda: not replayers(admin) and not pid_alive(replayer["pid"]), what="adopted replayer torn down")
+    drive(second, lambda: not replayers(admin) and not pid_alive(replayer["pid"]), what="adopted replayer torn down")
 
 
 def test_an_adopted_replayer_that_ends_unfinished_fails_its_replay_and_one_that_finished_does_not(
@@ -209,7 +205,7 @@ def test_an_adopted_replayer_that_ends_unfinished_fails_its_replay_and_one_that_
     second = start_supervisor()
     wait_for(lambda: second.counters.adopted == 2, what="replayers adopted")
     done = by_channel[finished]
-    admin.set(keyspace.replayer_stats_key(SITE, done["id"]), {"done": True})
+    admin.set(keyspace.replayer_stats_key(SITE, done["id"]), ReplayerStats(10, 1, 1, {finished: 1}, True).to_value())
     for replayer in by_channel.values():
         os.kill(replayer["pid"], signal.SIGKILL)
     value = wait_for(lambda: (v := value_of(admin, keyspace.replay_key(unfinished))).get("error") and v,
@@ -297,20 +293,25 @@ def test_a_replay_through_a_worker_being_stopped_waits_for_its_next_process(admi
     """The old process would read the replay's first rows and exit with them (its successor joins
     the log where the writer is): the replay is wired once that process is gone."""
     set_worker(admin, "p/stubborn")
-    supervisor = start_supervisor(stop_grace_s=2.0)  # the old process lives 2 s after its SIGTERM, well past the delay
-    old = wait_for(lambda: value_of(admin, keyspace.function_key(SITE, "p/stubborn", "instance")))["pid"]
+    clock = ManualClock()
+    supervisor = start_supervisor(stop_grace_s=2.0, clock=clock, thread=False)
+    instance_key = keyspace.function_key(SITE, "p/stubborn", "instance")
+    old = drive(supervisor, lambda: value_of(admin, instance_key), what="the first process")["pid"]
     wait_for(lambda: "ready" in (ramen_dir / "logs" / "workers" / "p" / "stubborn.log").read_text(),
              what="handlers installed")
     set_worker(admin, "p/stubborn", is_used=False)
-    wait_for(lambda: supervisor.workers.leaving("p/stubborn") and supervisor.workers.running()["p/stubborn"].stopping,
-             what="the stop begun")
+    drive(supervisor, lambda: supervisor.workers.leaving("p/stubborn")
+          and supervisor.workers.running()["p/stubborn"].stopping, what="the stop begun")
     set_worker(admin, "p/stubborn")
     plan = ReplayPlan("p/stubborn", 0, 100, ("p/src",), (("p/src", "p/stubborn"),), ("p/src", "p/stubborn"))
     channel = request_replay(admin, plan)
-    time.sleep(0.8)  # past the merge delay (0.3 s)
+    drive(supervisor, lambda: channel in supervisor.replays.requests
+          and supervisor.workers.workers["p/stubborn"].should_run, what="the replay and the worker wanted again")
+    clock.advance(1.0)  # past the merge delay (0.3 s), within the old process's grace (2 s)
+    supervisor.do_work()
     assert pid_alive(old) and worker_replay(admin, "p/stubborn", channel) is None and not replayers(admin)
 
-    wait_for(lambda: worker_replay(admin, "p/stubborn", channel), what="the replay wired")
+    clock.advance(2.0)  # past its grace: SIGKILL
+    drive(supervisor, lambda: worker_replay(admin, "p/stubborn", channel), what="the replay wired")
     assert not pid_alive(old)
-    wait_for(lambda: (value_of(admin, keyspace.function_key(SITE, "p/stubborn", "instance")) or {}).get("pid"),
-             what="the next process")
+    drive(supervisor, lambda: (value_of(admin, instance_key) or {}).get("pid"), what="the next process")

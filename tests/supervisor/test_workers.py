@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import signal
-import time
 
 from ramen import keyspace
+from ramen.clocks import ManualClock
 from supervisor.workers import RestartPolicy
-from tests.supervisor.conftest import SITE, pid_alive, set_worker, value_of, wait_for
+from tests.supervisor.conftest import SITE, drive, pid_alive, set_worker, value_of, wait_for
 
 
 def instance(admin, name):
@@ -68,17 +68,18 @@ def test_a_crashing_worker_is_restarted_with_backoff_then_quarantined(admin, sta
     set_worker(admin, "p/crash")
     policy = RestartPolicy(initial_s=0.05, factor=2.0, quarantine_failures=3, quarantine_window_s=60.0,
                            quarantine_s=600.0)
-    supervisor = start_supervisor(policy=policy)
-    wait_for(lambda: supervisor.counters.quarantines == 1, what="quarantine")
+    clock = ManualClock()
+    supervisor = start_supervisor(policy=policy, clock=clock, thread=False)
+    drive(supervisor, lambda: clock.advance(0.05) or supervisor.counters.quarantines == 1, what="quarantine")
     record = wait_for(lambda: (v := value_of(admin, keyspace.function_key(SITE, "p/crash", "instances/sig1")))
                       and "quarantined_until_us" in v and v, what="the quarantine recorded")
     assert [r["exit_status"] for r in record["runs"]] == [1, 1, 1]
-    assert record["quarantined_until_us"] > time.time() * 1e6 + 500e6
+    assert record["quarantined_until_us"] > clock.epoch_us() + 500e6
     assert supervisor.counters.starts == 3 and supervisor.counters.restarts == 2
-    time.sleep(0.3)  # quarantined: no further start
+    clock.advance(300.0)  # half the quarantine, far past any backoff: no further start
+    supervisor.do_work()
     assert supervisor.counters.starts == 3 and instance(admin, "p/crash") is None
-    wait_for(lambda: value_of(admin, f"sites/{SITE}/supervisor/stats")["quarantined"] == ["p/crash"],
-             what="quarantine in the supervisor's stats")
+    assert value_of(admin, f"sites/{SITE}/supervisor/stats")["quarantined"] == ["p/crash"]
 
 
 def test_defunct_runs_keep_only_the_last_ten(admin, start_supervisor):

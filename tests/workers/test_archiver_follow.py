@@ -24,7 +24,7 @@ from ramen.archive.catalog import NULL_POSITION, Catalog
 from ramen.archive.coverage import Interval, archive_coverage, function_channel
 from ramen.archive.recorder import RECORDING_POSITION_TYPE_ID
 from ramen.program import loads
-from ramen.program.plan import format_range
+from ramen.times import format_range
 from ramen.transport import ADMIN_ACTION, CountersFile, ExclusivePublication, Image, LogBuffer, LogBufferParams
 from ramen.transport.defaults import IPC_MTU_LENGTH
 from ramen.tuples import decode_tuples, encode_tuples

@@ -7,10 +7,11 @@ from __future__ import annotations
 import pyarrow as pa
 
 from ramen import message as msg
+from ramen.replay.contract import ChannelRange, ReplayerAssignment
 from ramen.transport import ExclusivePublication, LogBuffer, LogBufferParams
 from ramen.transport.scan import scan_messages
 from ramen.tuples import decode_tuples, encode_tuples
-from workers.replayer import ChannelRange, Replayer, ReplayerSpec
+from workers.replayer import Replayer
 
 SCHEMA = pa.schema({"ts": pa.timestamp("us"), "host": pa.string()})
 ROWS = 6000
@@ -44,8 +45,8 @@ def test_a_whole_message_is_forwarded_as_recorded_and_a_cut_one_is_sliced_to_fit
     end = ExclusivePublication(recording).offer(recorded)
     replay_log = LogBuffer.create(tmp_path / "replay.logbuffer", LogBufferParams(term_length=256 * 1024))
     assert len(recorded) > replay_log.max_message_length  # too long to offer, not to forward
-    spec = ReplayerSpec(REPLAYER_ID, "p/f", str(replay_log.path), str(tmp_path),
-                        (ChannelRange(WHOLE, 0, ROWS), ChannelRange(CUT, ROWS // 2, ROWS)))
+    spec = ReplayerAssignment(REPLAYER_ID, "p/f", str(replay_log.path), str(tmp_path),
+                              (ChannelRange(WHOLE, 0, ROWS), ChannelRange(CUT, ROWS // 2, ROWS)))
     replayer = Replayer(spec, SCHEMA, "ts", [RecordedFrames(recording.terms[0][:end])],
                         ExclusivePublication(replay_log))
     for _ in range(100):

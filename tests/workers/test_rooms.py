@@ -12,8 +12,9 @@ import pyarrow as pa
 from ramen import keyspace
 from ramen.clocks import ManualClock
 from ramen.message import decode_header
+from ramen.replay.contract import WorkerReplay
 from ramen.spark.session import SparkUnavailable
-from workers.channels import Channels, ChannelState, replay_part
+from workers.channels import Channels, ChannelState
 from workers.defaults import SPARK_RETRY_S
 from workers.dispatch import HeavyDispatch
 from workers.heavy import Gathered
@@ -82,6 +83,10 @@ class FakeClient:
         self.deleted.append(key)
 
 
+def part(value: dict) -> WorkerReplay:
+    return WorkerReplay.from_value(value, "sites/site/workers/p/f/replays/7")
+
+
 def channels() -> tuple[Channels, FakeInputs, FakeOutputs, FakeClient]:
     function = SimpleNamespace(qualified_name="p/f", window=None, schema=SCHEMA, event_time=None)
     parent = SimpleNamespace(qualified_name="p/parent", window=None, schema=SCHEMA, event_time=None)
@@ -92,8 +97,9 @@ def channels() -> tuple[Channels, FakeInputs, FakeOutputs, FakeClient]:
 
 def test_a_target_counts_its_ends_writes_one_per_recipient_and_deletes_the_riders_keys_first():
     rooms, inputs, outputs, client = channels()
-    rooms.start(7, replay_part({"channel": 7, "inputs": ["a", "b"], "parents": ["p/parent", "p/parent"],
-                                "expect_eor": 2, "recipient": "r7", "also": [{"channel": 9, "recipient": "r9"}]}))
+    rooms.start(7, part({"channel": 7, "since_us": 0, "until_us": 1, "inputs": ["a", "b"],
+                         "parents": ["p/parent", "p/parent"], "expect_eor": 2, "recipient": "r7",
+                         "also": [{"channel": 9, "recipient": "r9"}]}))
     assert inputs.users == {Path("a"): {7}, Path("b"): {7}} and inputs.looked
     assert rooms.count_end_of_replay(7, 1, shared=False) is None  # one of two
     state = rooms.count_end_of_replay(7, 2, shared=False)
@@ -107,7 +113,8 @@ def test_a_target_counts_its_ends_writes_one_per_recipient_and_deletes_the_rider
     rider.write_all()
     leader.write_all()
     assert client.deleted == [keyspace.replay_key(9), keyspace.replay_key(7)]
-    rooms.start(7, replay_part({"channel": 7, "inputs": ["a"], "expect_eor": 1}))  # a late rewrite of its key
+    rooms.start(7, part({"channel": 7, "since_us": 0, "until_us": 1, "inputs": ["a"], "parents": ["p/parent"],
+                         "expect_eor": 1}))  # a late rewrite of its key
     assert rooms.get(7) is None
 
 
@@ -117,9 +124,11 @@ def test_an_end_of_a_replay_nobody_here_expects_counts_nothing():
     assert rooms.stats.channels == {}
 
 
-def test_an_older_supervisors_key_without_parents_reads_each_input_as_its_parents_log():
-    part = replay_part({"channel": 3, "inputs": ["x", "y"], "parents": ["p/a"]})
-    assert part.parents == ("p/a", None) and part.expect_eor == 1 and not part.pass_through and part.also == ()
+def test_a_replay_naming_a_parent_the_function_does_not_have_is_ignored():
+    rooms, inputs, _, _ = channels()
+    rooms.start(3, part({"channel": 3, "since_us": 0, "until_us": 1, "inputs": ["x"], "parents": ["p/other"],
+                         "expect_eor": 1}))
+    assert rooms.get(3) is None and inputs.users == {}
 
 
 class FlakySpark:

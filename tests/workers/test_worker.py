@@ -458,14 +458,14 @@ def test_a_replay_input_not_there_yet_is_looked_for_every_millisecond_a_live_one
     from workers.worker import Worker
     rig.load()
     rig.worker_key("per_minute")  # live: it waits for its parent's output log, which nobody writes
-    from workers.channels import replay_part
+    from ramen.replay.contract import WorkerReplay
     worker = Worker(rig.admin, rig.site, rig.qualified("per_minute"), rig.counters).open()
     try:
         assert worker.inputs.open_waiting() == LOG_WAIT_INTERVAL_S
         replayer_log = paths.replayer_log(rig.site, 78)
-        worker.channels.start(5, replay_part({"channel": 5, "since_us": 0, "until_us": 1,
-                                              "inputs": [str(replayer_log)], "parents": [rig.qualified("traffic")],
-                                              "expect_eor": 1}))
+        worker.channels.start(5, WorkerReplay.from_value({
+            "channel": 5, "since_us": 0, "until_us": 1, "inputs": [str(replayer_log)],
+            "parents": [rig.qualified("traffic")], "expect_eor": 1}, "test"))
         assert worker.inputs.next_look_s == 0.0  # looked for in the same duty cycle as the key
         assert worker.inputs.open_waiting() == REPLAY_LOG_WAIT_INTERVAL_S
         rig.publication(replayer_log)

@@ -22,7 +22,8 @@ from ramen.archive.coverage import archive_coverage
 from ramen.archive.errors import ArchiveError
 from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, decode_header
 from ramen.program import Program
-from ramen.program.plan import ReplayGapError, ReplayPlan, plan_replay
+from ramen.replay.contract import ContractError, ReplayRequest
+from ramen.replay.plan import ReplayGapError, ReplayPlan, plan_replay
 from ramen.transport import BackoffIdleStrategy, CountersFile, FragmentAssembler, Image, LogBuffer, LogBufferParams
 from ramen.transport.defaults import IPC_MTU_LENGTH
 from ramen.tuples import decode_tuples
@@ -104,10 +105,9 @@ class Replay:
         log.info("replay %d of %s requested", self.channel, self.plan.target)
 
     def request(self) -> dict:
-        return {"target": self.plan.target, "since_us": self.plan.since_us, "until_us": self.plan.until_us,
-                "plan": self.plan.to_json(), "functions": list(self.plan.functions),
-                "recipient": str(paths.recipient_log(self.channel)), "timeout_s": self.timeout_s,
-                "no_merge": self.no_merge, "created_us": time.time_ns() // 1000, "pid": os.getpid()}
+        return ReplayRequest(self.plan.target, self.plan.since_us, self.plan.until_us, self.plan,
+                             str(paths.recipient_log(self.channel)), created_us=time.time_ns() // 1000,
+                             timeout_s=self.timeout_s, no_merge=self.no_merge, pid=os.getpid()).to_value()
 
     def batches(self, on_progress: Callable[[ReplayProgress], None] | None = None) -> Iterator[pa.RecordBatch]:
         """The result's batches as they arrive, until the target's END_OF_REPLAY."""
@@ -147,9 +147,13 @@ class Replay:
     def _check_request(self) -> None:
         """Fail at once when the supervisor marked the replay failed, or it vanished unfinished."""
         for event in self._watch.drain():
-            entry = event.entry
-            if entry is not None and isinstance(entry.value, dict) and entry.value.get("error"):
-                raise ReplayFailed(entry.value["error"])
+            if event.entry is not None:
+                try:
+                    error = ReplayRequest.from_value(event.entry.value, event.key).error
+                except ContractError as e:
+                    raise ReplayFailed(str(e)) from None
+                if error:
+                    raise ReplayFailed(error)
             if event.kind.value == "deleted":
                 # The target deletes the key after writing END_OF_REPLAY: read what is left first.
                 self._image.poll(self._assembler.on_fragment, 1 << 30)

@@ -1,0 +1,83 @@
+"""The pure wiring of replays, without processes or a confserver: which requests share a replayer,
+which ride on another's channel, and the key values launching them writes."""
+
+from __future__ import annotations
+
+from ramen import keyspace, paths
+from ramen.replay.contract import ChannelRange, ReplayRequest, Rider, WorkerReplay
+from ramen.replay.plan import ReplayPlan
+from supervisor.wiring import Group, batch_of, merge, wire
+
+SITE = "s1"
+SOURCE = "p/src"
+CHAIN = ReplayPlan("p/t", 0, 100, (SOURCE,), ((SOURCE, "p/t"),), (SOURCE, "p/t"))
+DIAMOND = ReplayPlan("p/t", 0, 100, (SOURCE,), (("p/a", "p/t"), ("p/b", "p/t"), (SOURCE, "p/a"), (SOURCE, "p/b")),
+                     ("p/a", "p/b", SOURCE, "p/t"))
+
+
+def request(channel: int, since_us: int = 0, until_us: int = 100, plan: ReplayPlan = CHAIN, *,
+            no_merge: bool = False) -> ReplayRequest:
+    return ReplayRequest(plan.target, since_us, until_us, plan, str(paths.recipient_log(channel)), created_us=0,
+                         timeout_s=300.0, no_merge=no_merge)
+
+
+def test_overlapping_requests_for_one_source_share_a_group_and_disjoint_ones_do_not():
+    requests = {1: request(1, 0, 100), 2: request(2, 50, 200), 3: request(3, 150, 300), 4: request(4, 400, 500),
+                5: request(5, 0, 100, no_merge=True)}
+    assert sorted(g.channels for g in merge(requests)) == [(1, 2, 3), (4,), (5,)]
+    assert len(merge({1: request(1), 2: request(2, 0, 90)}, allow=False)) == 2
+
+
+def test_identical_requests_ride_on_the_first_ones_channel():
+    requests = {3: request(3), 5: request(5), 7: request(7, 50, 150), 8: request(8, no_merge=True)}
+    batch = batch_of(requests)
+    assert batch.leaders == {3: (5,), 7: (), 8: ()}
+    assert batch.groups == [Group(SOURCE, (3, 7), riders=(5,)), Group(SOURCE, (8,))]
+    assert batch_of(requests, allow_merge=False).leaders == {3: (), 5: (), 7: (), 8: ()}
+
+
+def test_a_diamond_wires_both_children_of_the_source_to_its_replayer_and_the_target_to_both(ramen_dir):
+    requests = {9: request(9, plan=DIAMOND)}
+    wired = wire(SITE, requests, batch_of(requests), [42])
+    replayer_log = str(paths.replayer_log(SITE, 42))
+    for middle in ("p/a", "p/b"):
+        assert wired.workers[keyspace.worker_replay_key(SITE, middle, 9)] == WorkerReplay(
+            9, 0, 100, (replayer_log,), expect_eor=1, parents=(SOURCE,))
+    assert wired.workers[keyspace.worker_replay_key(SITE, "p/t", 9)] == WorkerReplay(
+        9, 0, 100, (str(paths.replay_output_log(SITE, "p/a")), str(paths.replay_output_log(SITE, "p/b"))),
+        expect_eor=2, parents=("p/a", "p/b"), recipient=str(paths.recipient_log(9)))
+    assert keyspace.worker_replay_key(SITE, SOURCE, 9) not in wired.workers  # its replayer stands in for it
+    (assignment,) = wired.replayers.values()
+    assert (assignment.id, assignment.source, assignment.log, assignment.readers) == (42, SOURCE, replayer_log, 2)
+    assert assignment.archive_dir == str(paths.archive_dir(SITE))
+    assert assignment.channels == (ChannelRange(9, 0, 100),)
+
+
+def test_a_replay_of_a_source_itself_passes_through_its_worker(ramen_dir):
+    plan = ReplayPlan(SOURCE, 0, 100, (SOURCE,), (), (SOURCE,))
+    requests = {4: request(4, plan=plan)}
+    wired = wire(SITE, requests, batch_of(requests), [1])
+    assert wired.workers == {keyspace.worker_replay_key(SITE, SOURCE, 4): WorkerReplay(
+        4, 0, 100, (str(paths.replayer_log(SITE, 1)),), expect_eor=1, parents=(SOURCE,), pass_through=True,
+        recipient=str(paths.recipient_log(4)))}
+    assert wired.replayers[1].readers == 1
+
+
+def test_the_target_of_a_leader_writes_to_its_riders_and_only_the_leader_is_wired(ramen_dir):
+    requests = {1: request(1), 2: request(2), 3: request(3), 4: request(4, 50, 150)}
+    batch = batch_of(requests)
+    wired = wire(SITE, requests, batch, [10])
+    assert wired.riders == {2: 1, 3: 1}
+    assert wired.workers[keyspace.worker_replay_key(SITE, "p/t", 1)].also == (
+        Rider(2, str(paths.recipient_log(2))), Rider(3, str(paths.recipient_log(3))))
+    assert wired.workers[keyspace.worker_replay_key(SITE, "p/t", 4)].also == ()
+    assert sorted(wired.workers) == [keyspace.worker_replay_key(SITE, "p/t", c) for c in (1, 4)]
+    assert wired.replayers[10].channels == (ChannelRange(1, 0, 100), ChannelRange(4, 50, 150))
+
+
+def test_the_values_wired_follow_the_contract(ramen_dir):
+    requests = {1: request(1, plan=DIAMOND), 2: request(2, plan=DIAMOND)}
+    wired = wire(SITE, requests, batch_of(requests), [7])
+    for value in wired.workers.values():
+        assert WorkerReplay.from_value(value.to_value()) == value
+    assert [type(v).from_value(v.to_value()) for v in wired.replayers.values()] == list(wired.replayers.values())
