@@ -30,9 +30,9 @@ from choreographer.graph import Usage, build_graph, compute_usage, worker_value
 from confserver import ConfClient, EventKind
 from ramen import keyspace, liveness, paths
 from ramen.cli import argtypes
-from ramen.program import Program
+from ramen.program import Program, ProgramError
 from ramen.replay.contract import ContractError, ReplayRequest
-from ramen.transport.counters import CountersFileError
+from ramen.transport.errors import TransportError
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class Choreographer:
                 return
             try:
                 self.programs[name] = Program.from_dict(event.entry.value)
-            except (ValueError, KeyError, TypeError) as e:
+            except ProgramError as e:
                 self.counters.bad_programs += 1
                 log.error("programs/%s cannot be read (%s); keeping what was there", name, e)
         elif prefix == REPLAYS:
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             log.info("choreographer of site %s on %s", args.site, args.confserver or "the local confserver")
             run(choreographer, stop)
             choreographer.close()
-    except (confserver.ConfError, CountersFileError) as e:
+    except (confserver.ConfError, TransportError) as e:
         print(f"ramen: choreographer: {e}", file=sys.stderr)
         return 1
     return 0

@@ -538,13 +538,13 @@ async def serve(args: argparse.Namespace) -> None:
     data_dir = Path(args.data_dir)
     config = authn.load(args.auth) if args.auth else authn.load_or_create(data_dir / authn.AUTH_FILE_NAME)
     server = ConfServer(data_dir, config, fsync=not args.no_fsync, snapshot_every_records=args.snapshot_every)
-    await server.start(host, port)
-    if args.ready_file:
-        Path(args.ready_file).write_text("%s:%d\n" % server.address)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    await server.start(host, port)
+    if args.ready_file:  # only now: who reads it may stop us at once, and must get a clean stop
+        Path(args.ready_file).write_text("%s:%d\n" % server.address)
     await stop.wait()
     log.info("stopping")
     await server.stop()

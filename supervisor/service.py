@@ -35,7 +35,7 @@ from ramen import keyspace, liveness, paths
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.cli import argtypes
 from ramen.locks import FileLock, LockHeld
-from ramen.transport.counters import CountersFileError
+from ramen.transport.errors import TransportError
 from supervisor import defaults
 from supervisor.counters import SupervisorCounters
 from supervisor.replays import DEFAULT_REPLAYER_COMMAND, ReplaySupervision
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                     supervisor.run(stop)
             finally:
                 supervisor.close()
-    except (confserver.ConfError, CountersFileError) as e:
+    except (confserver.ConfError, TransportError) as e:
         print(f"ramen: supervisor: {e}", file=sys.stderr)
         return 1
     finally:

@@ -14,7 +14,6 @@ import logging
 import signal
 import sys
 import threading
-import zlib
 from pathlib import Path
 
 from ramen import keyspace, paths
@@ -28,11 +27,12 @@ from ramen.archive.replay import replay_log_params
 from ramen.archive.time_index import TimeIndex, index_path
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.memory import freeze_startup_objects, retain_freed_memory
-from ramen.program import Program, split_qualified
+from ramen.program import Program, ProgramError, split_qualified
 from ramen.replay.contract import ContractError, ReplayerAssignment, error_of, with_error
 from ramen.transport.counters import CountersFile, CountersFileError
 from ramen.transport.service_counters import allocate_service_counter
 from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH
+from ramen.transport.errors import TransportError
 from ramen.transport.idle import BackoffIdleStrategy
 from ramen.transport.logbuffer import LogBuffer, LogBufferError, LogBufferParams
 from ramen.transport.publication import ExclusivePublication
@@ -96,7 +96,10 @@ def load_function(client, qualified_name: str):
     entry = client.get_or_none(keyspace.program_key(program_name))
     if entry is None:
         raise ReplayerError(f"source {qualified_name}: no program {program_name} loaded")
-    program = Program.from_dict(entry.value)
+    try:
+        program = Program.from_dict(entry.value)
+    except ProgramError as e:
+        raise ReplayerError(f"source {qualified_name}: {e}") from None
     if function_name not in program:
         raise ReplayerError(f"source {qualified_name}: program {program_name} has no function {function_name}")
     function = program.function(function_name)
@@ -288,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     except ReplayerError as e:
         print(f"ramen: replayer {args.id}: {e}", file=sys.stderr)
         return EXIT_ERROR
-    except (ConfError, OSError, ValueError, zlib.error) as e:
+    except (ConfError, OSError, ArchiveError, TransportError) as e:
         if args.debug:
             raise
         print(f"ramen: replayer {args.id}: {type(e).__name__}: {e}", file=sys.stderr)

@@ -37,13 +37,15 @@ import pyarrow as pa
 import confserver
 from confserver import ConfClient, ConfError, EventKind
 from ramen import keyspace, paths
+from ramen.archive.errors import ArchiveError
 from ramen.cli import argtypes
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.memory import freeze_startup_objects, retain_freed_memory
 from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, LIVE_CHANNEL, decode_header, event_time_bounds
+from ramen.program.errors import ProgramError
 from ramen.program.model import ENGINE_SPARK, Function, Program, split_qualified
 from ramen.replay.contract import ContractError, WorkerReplay
-from ramen.transport import BackoffIdleStrategy, CountersFile, LogBufferError
+from ramen.transport import BackoffIdleStrategy, CountersFile, TransportError
 from ramen.tuples import decode_tuples, resumed
 from workers import spare
 from workers.channels import Channels, ChannelState
@@ -160,8 +162,8 @@ class Worker:
             raise WorkerError(f"program {name} is not loaded (no key {keyspace.program_key(name)})")
         try:
             return Program.from_dict(entry.value)
-        except (KeyError, TypeError, ValueError) as e:
-            raise WorkerError(f"program {name}: unreadable ({type(e).__name__}: {e})") from None
+        except ProgramError as e:
+            raise WorkerError(f"{keyspace.program_key(name)}: {e}") from None
 
     def _load_function(self, qualified_name: str) -> tuple[Program, Function]:
         program_name, function_name = split_qualified(qualified_name)
@@ -442,7 +444,7 @@ def serve(args) -> int:
         log.info("worker %s on site %s running (pid ready)", name, args.site)
         run(worker, stop)
         return 0
-    except (WorkerError, ComputeError, SourceError, ConfError, LogBufferError, OSError) as e:
+    except (WorkerError, ComputeError, SourceError, ConfError, TransportError, ArchiveError, OSError) as e:
         print(f"ramen: worker {name}: {e}".replace("\n", " "), file=sys.stderr)
         return EXIT_ERROR
     finally:

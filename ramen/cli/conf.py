@@ -54,11 +54,11 @@ def connected(args) -> Iterator:
 
 def loaded_programs(client) -> dict:
     """Every program in the confserver, by name."""
-    from ramen.program import Program
+    from ramen.program import Program, ProgramError
     programs = {}
     for entry in client.glob(f"{keyspace.PROGRAMS}/*"):
         try:
             programs[entry.key.split("/", 1)[1]] = Program.from_dict(entry.value)
-        except (ValueError, KeyError, TypeError) as e:
+        except ProgramError as e:
             raise UserError(f"{entry.key} in the confserver cannot be read: {e}") from None
     return programs

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
+from ramen.program.errors import ProgramError
 from ramen.program.schema import schema_from_pairs, schema_to_pairs
 
 JSON_FORMAT = 1
@@ -27,6 +28,9 @@ ENGINES = (ENGINE_PYTHON, ENGINE_SPARK)
 SCHEMA_DECLARED, SCHEMA_INFERRED, SCHEMA_FROM_PARENT = "declared", "inferred", "parent"
 QUALIFIER = "/"
 """Between program and function in a qualified name: `net/traffic`."""
+
+STORED = "stored program"
+"""Where a stored program that names no file comes from, in its errors."""
 
 
 def qualified(program: str, function: str) -> str:
@@ -199,10 +203,18 @@ class Program:
 
     @classmethod
     def from_dict(cls, data: dict) -> Program:
+        """A program as `to_dict` stored it; ProgramError names what makes a stored value
+        unreadable (another format, a field missing or of the wrong kind)."""
+        if not isinstance(data, dict):
+            raise ProgramError(STORED, None, f"a {type(data).__name__}, not a program")
+        where = str(data.get("path") or STORED)
         if data.get("format") != JSON_FORMAT:
-            raise ValueError(f"program JSON format {data.get('format')!r} is not {JSON_FORMAT}")
-        name = data["name"]
-        return cls(name, tuple(Function.from_dict(name, f) for f in data["functions"]), data.get("path"))
+            raise ProgramError(where, None, f"program JSON format {data.get('format')!r} is not {JSON_FORMAT}")
+        try:
+            name = data["name"]
+            return cls(name, tuple(Function.from_dict(name, f) for f in data["functions"]), data.get("path"))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ProgramError(where, None, f"unreadable ({type(e).__name__}: {e})") from None
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Program:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ramen.program import Program, load, loads
+from ramen.program import Program, ProgramError, load, loads
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "net.toml"
 SOURCE = '''[program]
@@ -60,7 +60,7 @@ def test_a_program_round_trips_through_json_with_equal_signatures(text):
 def test_json_of_another_format_is_refused():
     data = json.loads(loads(SOURCE).to_json())
     data["format"] = 99
-    with pytest.raises(ValueError, match="format 99"):
+    with pytest.raises(ProgramError, match="format 99"):
         Program.from_dict(data)
 
 
