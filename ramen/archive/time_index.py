@@ -80,7 +80,7 @@ class TimeIndexError(ArchiveError):
     """An index file that is not one, or that belongs to another recording, and cannot be rebuilt."""
 
 
-class IndexDamage(Exception):
+class IndexDamage(ArchiveError):
     """Why an index file cannot be used as it is (internal: readers rebuild it)."""
 
     def __init__(self, path: Path, offset: int, problem: str, *, legacy: bool = False,
