@@ -29,6 +29,7 @@ from ramen.replay.plan import ReplayPlan
 __all__ = ["ChannelRange", "ContractError", "ReplayRequest", "ReplayerAssignment", "ReplayerStats", "Rider",
            "WorkerReplay", "error_of", "with_error"]
 
+
 class ContractError(Exception):
     """A key value that does not follow its contract: one line naming the key and the field."""
 
