@@ -26,7 +26,7 @@ _OPERATORS = {"==": pc.equal, "=": pc.equal, "!=": pc.not_equal, "<": pc.less, "
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("replay", help="what a function produced over a past time range",
+    parser = sub.add_parser("replay",
                             description="Replay TARGET (prog/func) over [--since, --until) from the archives "
                                         "and print its tuples in event-time order.")
     parser.add_argument("target", metavar="TARGET", help="the function, as prog/func")
