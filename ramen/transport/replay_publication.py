@@ -21,6 +21,9 @@ from ramen.transport.frame import ALIGN_MASK, ALIGN_UP, HEADER_LENGTH
 from ramen.transport.position import index_by_term_count
 from ramen.transport.publication import ExclusivePublication
 
+_offer = ExclusivePublication.offer
+_FRAME_UP = HEADER_LENGTH + ALIGN_UP
+
 
 class NoCleaner:
     """A TermCleaner that leaves every term as written."""
@@ -47,14 +50,17 @@ class ReplayPublication(ExclusivePublication):
 
     def offer(self, buffer, offset: int = 0, length: int | None = None, reserved_value: int = 0) -> int:
         # ExclusivePublication.offer inlines its claim: zero the word just past the frame first.
-        # When nothing is written after all (back pressure, padding), the word zeroed lies past
-        # the tail, where no reader looks.
-        payload = len(buffer) - offset if length is None else length
-        if payload <= self.max_payload_length and not self._closed:
-            new_offset = self._term_offset + ((payload + HEADER_LENGTH + ALIGN_UP) & ALIGN_MASK)
-            if new_offset <= self.term_length:
-                self._zero_length_word(new_offset)
-        return super().offer(buffer, offset, length, reserved_value)
+        # When nothing is written there after all (back pressure, padding, fragments), the word
+        # zeroed lies past the tail, where no reader looks.
+        if self._closed:
+            return _offer(self, buffer, offset, length, reserved_value)
+        new_offset = self._term_offset + \
+            (((len(buffer) - offset if length is None else length) + _FRAME_UP) & ALIGN_MASK)
+        if new_offset < self.term_length:
+            self._terms_i32[self._index][new_offset >> 2] = 0
+        elif new_offset == self.term_length:
+            self._zero_length_word(new_offset)
+        return _offer(self, buffer, offset, length, reserved_value)
 
     def _offer_fragmented(self, buffer, offset: int, length: int, reserved_value: int) -> int:
         # Each fragment is committed as it is written, so a reader reaches the next one's length
