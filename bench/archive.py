@@ -54,7 +54,7 @@ from ramen.archive.catalog import Catalog  # noqa: E402
 from ramen.archive.recorder import Recorder  # noqa: E402
 from ramen.archive.replay import REPLAY_BUFFER_LENGTH, ReplaySession, replay_log_params  # noqa: E402
 from ramen.transport import (ADMIN_ACTION, BackoffIdleStrategy, CountersFile, ExclusivePublication, Image,  # noqa: E402
-                             LogBuffer, LogBufferParams)
+                             LogBuffer, LogBufferParams, ReplayPublication)
 from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH  # noqa: E402
 from ramen.transport.frame_walk import walk_budget  # noqa: E402
 from ramen.transport.logbuffer import compute_max_message_length  # noqa: E402
@@ -226,7 +226,7 @@ def replay_once(rec: Recorded, archive_dir: Path, logdir: Path, counters: Counte
     reader = ctx.Process(target=READERS[reader_kind],
                          args=(str(replay_log.path), str(counters.path), descriptor.start_position, done))
     reader.start()
-    publication = ExclusivePublication(replay_log, counters)
+    publication = ReplayPublication(replay_log, counters)  # as the replayer's (replayer_process.open_output)
     idle = BackoffIdleStrategy()
     while not publication.is_connected:
         idle.idle(0)

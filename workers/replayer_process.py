@@ -36,6 +36,7 @@ from ramen.transport.errors import TransportError
 from ramen.transport.idle import BackoffIdleStrategy
 from ramen.transport.logbuffer import LogBuffer, LogBufferError, LogBufferParams
 from ramen.transport.publication import ExclusivePublication
+from ramen.transport.replay_publication import ReplayPublication
 from workers.replayer import SUBSCRIBER_WAIT_TIMEOUT_S, Replayer, ReplayerError, ReplayerStats
 from workers.spare import wait_for_key, warm_up_arrow
 
@@ -150,7 +151,8 @@ def open_output(path: Path, counters: CountersFile,
     """The replayer's log, and whether it lines up with `aligned_with`'s recording (positions,
     terms and term ids alike, starting where the reader does: `replay_log_params`), so that its
     range can be replayed in place. Created so when asked; a log already there (a replayer that
-    restarted) is opened as it is, and does not."""
+    restarted) is opened as it is, and does not. Nothing is cleaned behind its readers: a replay's
+    log is never resumed by a restarted writer (replay_publication.py)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if aligned_with is not None:
         params = replay_log_params(aligned_with.descriptor, aligned_with.position, session_id=0, stream_id=0)
@@ -162,7 +164,7 @@ def open_output(path: Path, counters: CountersFile,
     except LogBufferError:
         log_buffer = LogBuffer.open(path)
         aligned = False
-    return ExclusivePublication(log_buffer, counters), aligned
+    return ReplayPublication(log_buffer, counters), aligned
 
 
 def in_place_candidate(spec: ReplayerAssignment, readers: list[RecordingReader]) -> RecordingReader | None:

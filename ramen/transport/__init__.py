@@ -8,6 +8,7 @@ from ramen.transport.idle import BackoffIdleStrategy
 from ramen.transport.image import Image
 from ramen.transport.logbuffer import LogBuffer, LogBufferError, LogBufferParams
 from ramen.transport.publication import ExclusivePublication
+from ramen.transport.replay_publication import ReplayPublication
 from ramen.transport.term_appender import BufferClaim
 from ramen.transport.status import (ABORT, ADMIN_ACTION, BACK_PRESSURED, BREAK, CLOSED, COMMIT, CONTINUE,
                                     MAX_POSITION_EXCEEDED, NOT_CONNECTED)
@@ -17,5 +18,5 @@ __all__ = [
     "ABORT", "ADMIN_ACTION", "BACK_PRESSURED", "BREAK", "CLOSED", "COMMIT", "CONTINUE", "MAX_POSITION_EXCEEDED",
     "NOT_CONNECTED", "BackoffIdleStrategy", "BlockAssembler", "BufferClaim", "CountersFile", "ExclusivePublication",
     "CountersFileError", "FragmentAssembler", "Header", "Image", "LogBuffer", "LogBufferError", "LogBufferParams",
-    "MessageHeader", "Subscription", "TransportError",
+    "MessageHeader", "ReplayPublication", "Subscription", "TransportError",
 ]

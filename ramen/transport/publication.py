@@ -49,6 +49,8 @@ _pack_header = frame.HEADER_BY_WORD.pack_into  # bound once: the offer's hot pat
 class ExclusivePublication:
     """Single-writer publication over one log buffer."""
 
+    _cleaner_type = TermCleaner  # replay_publication.py's cleans nothing
+
     def __init__(self, log_buffer: LogBuffer, counters: CountersFile | None = None, *,
                  subscriber_liveness_timeout_s: float = SUBSCRIBER_LIVENESS_TIMEOUT_S,
                  writer_lock: FileLock | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
@@ -90,7 +92,7 @@ class ExclusivePublication:
         self._limit = self.max_possible_position if counters is None else 0
         # A reopened log may hold frames its previous writer never cleaned: they reappear past our
         # tail when we come round the ring again, so cleaning starts a whole ring behind us.
-        self._cleaner = TermCleaner(self._terms_np, self.term_length, self.bits,
+        self._cleaner = self._cleaner_type(self._terms_np, self.term_length, self.bits,
                                     max(0, self.position - PARTITION_COUNT * self.term_length))
         self._flow: FlowControl | None = None
         self._connected = counters is None
@@ -282,7 +284,8 @@ class ExclusivePublication:
 
         Beyond Aeron: how a replay reads from its segment files straight into the log, whose
         positions line up with the recording's. The length word at the tail reads zero (the space
-        is clean, zeroed behind the slowest subscriber or when the term was entered), so nothing
+        is clean, zeroed behind the slowest subscriber, when the term was entered or, in a
+        ReplayPublication, by the last claim), so nothing
         in the window is visible until committed, provided the writer keeps the first frame's
         length word out of it until then."""
         if self._closed:
