@@ -148,8 +148,7 @@ def _walk_each(buffer, start: int, length: int, term_offset: int, term_id: int |
                max_frames: int | None) -> Frames | None:
     """The walk one frame at a time; None once more than `max_frames` frames are found."""
     header_at = frame.HEADER_BY_WORD.unpack_from
-    starts: list[int] = []
-    headers: list[tuple] = []
+    starts: list[int] = []  # from the stretch's start
     offset = 0
     while offset + HEADER_LENGTH <= length:
         if max_frames is not None and len(starts) == max_frames:
@@ -162,13 +161,19 @@ def _walk_each(buffer, start: int, length: int, term_offset: int, term_id: int |
         aligned = (frame_length + ALIGN_UP) & ALIGN_MASK
         if offset + aligned > length:
             break
-        starts.append(start + offset)
-        headers.append((frame_length,) + fields[1:6] + (fields[6] & 0xFFFFFFFF, fields[6] >> 32))
+        starts.append(offset)
         offset += aligned
     if not starts:
         return Frames(_EMPTY_STARTS, _EMPTY_HEADERS, start)
-    return Frames(np.array(starts, dtype=np.int64), np.array(headers, dtype=np.int64).astype(np.int32),
-                  start + offset)
+    # The headers in one gather of their words (a copy), as the scan takes them: building them
+    # from the walk's tuples cost more than the walk (about 2 µs a frame against 0.4).
+    offsets = np.array(starts, dtype=np.int64)
+    slots = offset >> 5
+    words = np.frombuffer(buffer, dtype=np.int32, count=slots * SLOT_WORDS, offset=start).reshape(slots, SLOT_WORDS)
+    headers = words[offsets >> 5]
+    if first_length is not None:
+        headers[0, LENGTH_WORD] = first_length
+    return Frames(offsets + start, headers, start + offset)
 
 
 def headers_fit(headers: np.ndarray, *, term_id: int, mtu_length: int | None = None) -> np.ndarray:
