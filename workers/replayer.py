@@ -184,9 +184,8 @@ class Replayer:
         c = self.spec.channels[0]
         frames = walk(window, 0, length, term_offset=position & (self.publication.term_length - 1),
                       first_length=first_length)
-        starts, ends, lengths = frames.starts.tolist(), frames.ends.tolist(), frames.lengths.tolist()
-        bounds, _, _ = group_messages(starts, ends, frames.types.tolist(), frames.flags.tolist(), position,
-                                      self._in_place_error)
+        starts, ends, lengths, types, flags = frames.columns()
+        bounds, _, _ = group_messages(starts, ends, types, flags, position, self._in_place_error)
         for first, last in bounds:
             start, end = starts[first], ends[last]
             parts = list(zip(starts[first:last + 1], lengths[first:last + 1]))

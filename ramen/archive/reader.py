@@ -28,7 +28,7 @@ from ramen.archive.segment import SegmentError, SegmentReader
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.transport import frame
 from ramen.transport.frame import ALIGN_MASK, ALIGN_UP, HDR_TYPE_PAD, HEADER_LENGTH
-from ramen.transport.frame_walk import frame_problem, headers_fit, walk
+from ramen.transport.frame_walk import frame_problem, walk
 from ramen.transport.position import int32
 
 READ_CHUNK_LENGTH = 1024 * 1024
@@ -133,12 +133,11 @@ class RecordingReader:
         # A read never crosses a term end (nor does a message it carries over): one term per walk.
         term_id = int32(self.descriptor.initial_term_id + (base >> (self.term_length.bit_length() - 1)))
         frames = walk(buffer, 0, end, term_offset=base & mask)
-        fit = headers_fit(frames.headers, term_id=term_id, mtu_length=self.descriptor.mtu_length)
-        if not fit.all():
-            self._bad_frame(buffer, int(frames.starts[int(fit.argmin())]), base)
+        bad = frames.first_misfit(term_id=term_id, mtu_length=self.descriptor.mtu_length)
+        if bad is not None:
+            self._bad_frame(buffer, frames.start_of(bad), base)
         offset = frames.end  # past the frames found; a header there is a frame cut by the end, or damage
-        starts, ends = frames.starts.tolist(), frames.ends.tolist()
-        types, flags = frames.types.tolist(), frames.flags.tolist()
+        starts, ends, _, types, flags = frames.columns()
         if offset + HEADER_LENGTH <= end:
             length, _, _, frame_type, _ = frame.LENGTH_TO_TERM_OFFSET.unpack_from(buffer, offset)
             if length <= 0 or self._problem(buffer, offset, base) is not None:

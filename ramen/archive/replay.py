@@ -39,7 +39,7 @@ from ramen.archive.time_index import TimeIndex, index_path
 from ramen.transport import frame
 from ramen.transport.counters import Counter
 from ramen.transport.frame import ALIGN_MASK, ALIGN_UP, KIND_WORD_INDEX, TYPE_SHIFT_IN_KIND
-from ramen.transport.frame_walk import frame_problem, headers_fit, walk
+from ramen.transport.frame_walk import frame_problem, walk
 from ramen.transport.logbuffer import LogBufferParams
 from ramen.transport.position import term_id_of
 from ramen.transport.publication import ExclusivePublication
@@ -292,27 +292,22 @@ class ReplaySession:
         against its place first: what was read lies below the limit, so was recorded."""
         frames = walk(self._window, 0, length, term_offset=self.position & (self.term_length - 1),
                       first_length=self._first_length)
-        fit = headers_fit(frames.headers, term_id=self._term_id, mtu_length=self.descriptor.mtu_length)
-        if not fit.all():
-            bad = int(np.argmin(fit))
-            self._bad_frame(int(frames.starts[bad]), int(frames.lengths[bad]))
+        bad = frames.first_misfit(term_id=self._term_id, mtu_length=self.descriptor.mtu_length)
+        if bad is not None:
+            self._bad_frame(frames.start_of(bad), frames.length_of(bad))
         complete = frames.end
         if complete + frame.HEADER_LENGTH <= length:  # the walk stopped at a header: damage, or a frame cut
             stopped_length = self._first_length if complete == 0 else int(self._words[complete >> 2])
             self._check_frame(complete, stopped_length)
         if len(frames) == 0:
             return 0, frames.starts, 0
-        # A message ends at an END fragment; padding (a term's end) stands alone.
-        kinds = frames.headers[:, KIND_WORD_INDEX]
-        message_ends = np.flatnonzero((kinds & frame.END_FLAG_IN_KIND) |
-                                      ((kinds >> TYPE_SHIFT_IN_KIND) == frame.HDR_TYPE_PAD))
-        if len(message_ends) == 0:
+        count = frames.message_frames()
+        if count == 0:
             if self._window_is_full(length) or at_stop:
                 # One message larger than the buffer, or cut by the stop: its fragments go as they come.
                 return complete, frames.starts, complete
             return 0, frames.starts[:0], complete
-        last = int(message_ends[-1])
-        return int(frames.ends[last]), frames.starts[:last + 1], complete
+        return frames.end_of(count - 1), frames.starts[:count], complete
 
     @property
     def _term_id(self) -> int:

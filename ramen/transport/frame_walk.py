@@ -15,13 +15,11 @@ here too, so that every reader of recorded or logged frames judges them alike.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ramen import message
 from ramen.transport import frame
-from ramen.transport.frame import (ALIGN_MASK, ALIGN_UP, FRAME_ALIGNMENT, HDR_TYPE_DATA, HDR_TYPE_PAD,
+from ramen.transport.frame import (ALIGN_MASK, ALIGN_UP, END_FLAG_IN_KIND, FRAME_ALIGNMENT, HDR_TYPE_DATA, HDR_TYPE_PAD,
                                    HEADER_LENGTH, HEADER_WORDS, KIND_WORD_INDEX, LENGTH_WORD, SLOT_WORDS,
                                    TERM_ID_WORD, TERM_OFFSET_WORD, TYPE_SHIFT_IN_KIND, align)
 from ramen.transport.position import int32, position_bits_to_shift
@@ -36,18 +34,38 @@ _EMPTY_STARTS = np.zeros(0, dtype=np.int64)
 _EMPTY_HEADERS = np.zeros((0, HEADER_WORDS), dtype=np.int32)
 
 
-@dataclass(frozen=True)
 class Frames:
-    """Frames found in a stretch: their offsets in it and their headers as int32 words (copies)."""
-    starts: np.ndarray
-    """int64 offsets from the stretch's start."""
-    headers: np.ndarray
-    """(n, 8) int32: each frame's header, a column a field (frame.LENGTH_WORD, frame.KIND_WORD_INDEX, …)."""
-    end: int
-    """Where the walk stopped: the end of the last frame found (the stretch's start if none)."""
+    """Frames found in a stretch: their offsets in it and their headers as int32 words (copies).
+
+    A stretch walked one frame at a time (few frames) keeps the header tuples the walk read, and
+    makes the numpy arrays only when asked for them: for thirty frames (a 1 MiB replay block of 64
+    KiB messages), making them costs more than the walk, and `first_misfit` and `message_frames`
+    answer from the tuples."""
+
+    def __init__(self, end: int, starts: np.ndarray | None = None, headers: np.ndarray | None = None, *,
+                 walked: tuple[list[int], list[tuple]] | None = None) -> None:
+        self.end = end
+        """Where the walk stopped: the end of the last frame found (the stretch's start if none)."""
+        self._starts = starts
+        self._headers = headers
+        self._walked = walked
 
     def __len__(self) -> int:
-        return len(self.starts)
+        return len(self._walked[0]) if self._walked is not None else len(self._starts)
+
+    @property
+    def starts(self) -> np.ndarray:
+        """int64 offsets from the stretch's start."""
+        if self._starts is None:
+            self._starts = np.array(self._walked[0], dtype=np.int64)
+        return self._starts
+
+    @property
+    def headers(self) -> np.ndarray:
+        """(n, 8) int32: each frame's header, a column a field (frame.LENGTH_WORD, frame.KIND_WORD_INDEX, …)."""
+        if self._headers is None:
+            self._headers = _headers_of(self._walked[1])
+        return self._headers
 
     @property
     def lengths(self) -> np.ndarray:
@@ -64,6 +82,63 @@ class Frames:
     @property
     def ends(self) -> np.ndarray:
         return self.starts + ((self.lengths.astype(np.int64) + ALIGN_UP) & ALIGN_MASK)
+
+    def columns(self) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+        """Starts, ends, lengths, types and flags as lists of ints, for code that goes frame by frame."""
+        if self._walked is None:
+            return (self.starts.tolist(), self.ends.tolist(), self.lengths.tolist(), self.types.tolist(),
+                    self.flags.tolist())
+        starts, rows = self._walked
+        lengths = [row[0] for row in rows]
+        kinds = [row[1] for row in rows]
+        return (list(starts), [at + ((length + ALIGN_UP) & ALIGN_MASK) for at, length in zip(starts, lengths)], lengths,
+                [kind >> TYPE_SHIFT_IN_KIND for kind in kinds], [(kind >> 8) & 0xFF for kind in kinds])
+
+    def first_misfit(self, *, term_id: int, mtu_length: int | None = None) -> int | None:
+        """The index of the first frame whose type, term id or length is not that of its place (as
+        headers_fit judges), or None."""
+        if self._walked is None:
+            fit = headers_fit(self._headers, term_id=term_id, mtu_length=mtu_length)
+            return None if fit.all() else int(np.argmin(fit))
+        for i, (length, kind, _, _, _, frame_term_id, _) in enumerate(self._walked[1]):
+            frame_type = kind >> TYPE_SHIFT_IN_KIND
+            if frame_term_id != term_id or (frame_type != HDR_TYPE_PAD and (
+                    frame_type != HDR_TYPE_DATA or (mtu_length is not None and length > mtu_length))):
+                return i
+        return None
+
+    def message_frames(self) -> int:
+        """How many frames lead up to the end of the last whole message (0 if none ends here): a
+        message ends at an END fragment; padding (a term's end) stands alone."""
+        if self._walked is None:
+            kinds = self._headers[:, KIND_WORD_INDEX]
+            ends = np.flatnonzero((kinds & END_FLAG_IN_KIND) | ((kinds >> TYPE_SHIFT_IN_KIND) == HDR_TYPE_PAD))
+            return int(ends[-1]) + 1 if len(ends) else 0
+        rows = self._walked[1]
+        for i in range(len(rows) - 1, -1, -1):
+            kind = rows[i][1]
+            if kind & END_FLAG_IN_KIND or kind >> TYPE_SHIFT_IN_KIND == HDR_TYPE_PAD:
+                return i + 1
+        return 0
+
+    def start_of(self, i: int) -> int:
+        return self._walked[0][i] if self._walked is not None else int(self._starts[i])
+
+    def length_of(self, i: int) -> int:
+        return self._walked[1][i][0] if self._walked is not None else int(self._headers[i, LENGTH_WORD])
+
+    def end_of(self, i: int) -> int:
+        return self.start_of(i) + ((self.length_of(i) + ALIGN_UP) & ALIGN_MASK)
+
+
+def _headers_of(rows: list[tuple]) -> np.ndarray:
+    """The (n, 8) int32 headers of the walk's tuples (the last field is one int64 of two words)."""
+    headers = np.empty((len(rows), HEADER_WORDS), dtype=np.int32)
+    if rows:
+        fields = np.array(rows, dtype=np.int64)
+        headers[:, :HEADER_WORDS - 2] = fields[:, :HEADER_WORDS - 2]
+        headers[:, HEADER_WORDS - 2:] = fields[:, HEADER_WORDS - 2:].view(np.int32)
+    return headers
 
 
 _SLOT_OFFSETS = np.zeros(0, dtype=np.int32)
@@ -118,7 +193,7 @@ def _scan(buffer, start: int, length: int, term_offset: int, term_id: int | None
     """The vectorised walk; None when it cannot vouch for its answer (the walk one by one then gives it)."""
     slots = length >> 5
     if slots == 0:
-        return Frames(_EMPTY_STARTS, _EMPTY_HEADERS, start)
+        return Frames(start, _EMPTY_STARTS, _EMPTY_HEADERS)
     words = np.frombuffer(buffer, dtype=np.int32, count=slots * SLOT_WORDS, offset=start).reshape(slots, SLOT_WORDS)
     relative = words[:, TERM_OFFSET_WORD] - _slot_offsets(slots)  # each slot's claimed offset, from the slot's
     starts = np.flatnonzero(relative == term_offset).astype(np.int64) << 5
@@ -136,44 +211,41 @@ def _scan(buffer, start: int, length: int, term_offset: int, term_id: int | None
         ends = starts[:last] + ((lengths[:last].astype(np.int64) + ALIGN_UP) & ALIGN_MASK)
         if not np.array_equal(ends, starts[1:last + 1]):
             return None
-        return Frames(starts[:last] + start, headers[:last], start + (int(ends[-1]) if last else 0))
+        return Frames(start + (int(ends[-1]) if last else 0), starts[:last] + start, headers[:last])
     ends = starts + ((lengths.astype(np.int64) + ALIGN_UP) & ALIGN_MASK)
     if not np.array_equal(ends[:-1], starts[1:]):
         return None
     count = int(np.searchsorted(ends, length, side="right"))  # all, or all but a last cut by the end
-    return Frames(starts[:count] + start, headers[:count], start + (int(ends[count - 1]) if count else 0))
+    return Frames(start + (int(ends[count - 1]) if count else 0), starts[:count] + start, headers[:count])
 
 
 def _walk_each(buffer, start: int, length: int, term_offset: int, term_id: int | None, first_length: int | None,
                max_frames: int | None) -> Frames | None:
     """The walk one frame at a time; None once more than `max_frames` frames are found."""
     header_at = frame.HEADER_BY_WORD.unpack_from
-    starts: list[int] = []  # from the stretch's start
-    offset = 0
-    while offset + HEADER_LENGTH <= length:
-        if max_frames is not None and len(starts) == max_frames:
+    starts: list[int] = []  # from the buffer's start
+    rows: list[tuple] = []
+    at, end = start, start + length
+    last_header = end - HEADER_LENGTH
+    shift = term_offset - start  # a frame's term offset less its place in the buffer
+    left = -1 if max_frames is None else max_frames
+    while at <= last_header:
+        if left == 0:
             return None
-        fields = header_at(buffer, start + offset)
-        frame_length = first_length if offset == 0 and first_length is not None else fields[0]
-        if frame_length < HEADER_LENGTH or fields[2] != term_offset + offset or \
-                (term_id is not None and fields[5] != term_id):
+        left -= 1
+        fields = header_at(buffer, at)
+        if at == start and first_length is not None:
+            fields = (first_length, *fields[1:])
+        frame_length = fields[0]
+        if frame_length < HEADER_LENGTH or fields[2] != at + shift or (term_id is not None and fields[5] != term_id):
             break
-        aligned = (frame_length + ALIGN_UP) & ALIGN_MASK
-        if offset + aligned > length:
+        next_at = at + ((frame_length + ALIGN_UP) & ALIGN_MASK)
+        if next_at > end:
             break
-        starts.append(offset)
-        offset += aligned
-    if not starts:
-        return Frames(_EMPTY_STARTS, _EMPTY_HEADERS, start)
-    # The headers in one gather of their words (a copy), as the scan takes them: building them
-    # from the walk's tuples cost more than the walk (about 2 µs a frame against 0.4).
-    offsets = np.array(starts, dtype=np.int64)
-    slots = offset >> 5
-    words = np.frombuffer(buffer, dtype=np.int32, count=slots * SLOT_WORDS, offset=start).reshape(slots, SLOT_WORDS)
-    headers = words[offsets >> 5]
-    if first_length is not None:
-        headers[0, LENGTH_WORD] = first_length
-    return Frames(offsets + start, headers, start + offset)
+        starts.append(at)
+        rows.append(fields)
+        at = next_at
+    return Frames(at, walked=(starts, rows))
 
 
 def headers_fit(headers: np.ndarray, *, term_id: int, mtu_length: int | None = None) -> np.ndarray:

@@ -70,6 +70,20 @@ def test_a_first_length_kept_aside_is_the_first_frames(tmp_path, way):
     assert frames.starts.tolist() == [0, 160, 320, 480] and frames.lengths.tolist() == [132] * 4
 
 
+def test_both_ways_answer_alike_from_tuples_and_from_arrays(tmp_path):
+    """A walk one by one keeps its header tuples; every answer it gives from them is the scan's."""
+    log, _ = written_log(tmp_path, [0, 1377, 100, 3000, 5, 1500])
+    cut = int(walk(log.terms[0]).starts[-1])  # the last message's last fragment falls outside
+    walked, scanned = (walk(log.terms[0], 0, cut, term_id=7, max_frames=WAYS[way]) for way in ("one-by-one", "numpy"))
+    assert (walked.headers == scanned.headers).all() and (walked.starts == scanned.starts).all()
+    assert walked.columns() == scanned.columns()
+    assert walked.message_frames() == scanned.message_frames() == len(walked) - 1  # the first fragment of 1500 B
+    assert walked.end_of(3) == scanned.end_of(3) == int(scanned.ends[3])
+    for term_id, mtu, misfit in ((7, log.mtu_length, None), (8, log.mtu_length, 0), (7, 1000, 1)):
+        assert walked.first_misfit(term_id=term_id, mtu_length=mtu) == misfit
+        assert scanned.first_misfit(term_id=term_id, mtu_length=mtu) == misfit
+
+
 def test_last_event_time_us_is_the_largest_of_the_tuples_in_the_last_two_terms(tmp_path):
     log = LogBuffer.create(tmp_path / "times.logbuffer", LogBufferParams(term_length=TERM))
     publication = ExclusivePublication(log)
