@@ -201,42 +201,40 @@ class SegmentWriter:
                 raise ValueError(f"recording {self.recording_id}: block [{term_offset}, {term_offset + length}) "
                                  f"is outside the term buffer of {len(term)} bytes")
             if self._scratch is None:
-                self._write_frames(term, term_offset, length)
+                self._write_frames(term, term_offset, length, term_offset)
             else:
                 with memoryview(self._scratch) as scratch:
                     scratch[:length] = term[term_offset:term_offset + length]
-                    self._write_frames(scratch, 0, length)
+                    self._write_frames(scratch, 0, length, term_offset)
         if self.sync:
             os.fdatasync(self._fd)
         self._segment_offset += length
         if self._segment_offset >= self.segment_length:
             self._roll_over()
 
-    def _write_frames(self, src: memoryview, offset: int, length: int) -> None:
-        """Write the frames of src[offset:offset+length]: runs of DATA verbatim, PADs header only.
+    def _write_frames(self, src: memoryview, offset: int, length: int, term_offset: int) -> None:
+        """Write the frames of src[offset:offset+length] (found at `term_offset` of their term): runs
+        of DATA verbatim, PADs header only.
 
         With a checksum, src is our scratch copy and each DATA frame's sessionId is set first.
         """
         end = offset + length
+        frames = walk(src, offset, end, term_offset=term_offset)
+        if frames.end != end:
+            raise ValueError(f"recording {self.recording_id}: the frame at position "
+                             f"{self.position + frames.end - offset} does not fit the block: a block must hold "
+                             f"whole committed frames, each where its header says")
         file_offset = self._segment_offset - offset  # file offset = this + offset in src
-        unpack = frame.LENGTH_AND_TYPE.unpack_from
         checksum = self.checksum
         run_start = offset
-        while offset < end:
-            frame_length, frame_type = unpack(src, offset)
-            aligned = (frame_length + FRAME_ALIGNMENT - 1) & -FRAME_ALIGNMENT
-            if frame_length < HEADER_LENGTH or offset + aligned > end:
-                raise ValueError(f"recording {self.recording_id}: frame at position "
-                                 f"{self.position + offset - (end - length)} has length {frame_length}, which does "
-                                 f"not fit the block: a block must hold whole committed frames")
+        for at, frame_end, _, frame_type, _ in zip(*frames.columns()):
             if frame_type == HDR_TYPE_PAD:
-                self._pwrite(src[run_start:offset], file_offset + run_start)
-                self._pwrite(src[offset:offset + HEADER_LENGTH], file_offset + offset)
-                run_start = offset + aligned
+                self._pwrite(src[run_start:at], file_offset + run_start)
+                self._pwrite(src[at:at + HEADER_LENGTH], file_offset + at)
+                run_start = frame_end
             elif checksum is not None:
-                value = checksum.compute(src[offset + HEADER_LENGTH:offset + aligned])
-                frame.INT32.pack_into(src, offset + frame.SESSION_ID_OFFSET, value)
-            offset += aligned
+                frame.INT32.pack_into(src, at + frame.SESSION_ID_OFFSET,
+                                      checksum.compute(src[at + HEADER_LENGTH:frame_end]))
         self._pwrite(src[run_start:end], file_offset + run_start)
 
     def _pwrite(self, data: memoryview, file_offset: int) -> None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ramen.transport import frame
-from ramen.transport.frame import ALIGN_MASK, ALIGN_UP
+from ramen.transport.logbuffer import LogBufferError
+from ramen.transport.frame_walk import walk
 from ramen.transport.status import ABORT, CONTINUE
 
 
@@ -179,14 +180,15 @@ class BlockAssembler:
 
     def on_block(self, term, offset: int, length: int, session_id: int, term_id: int) -> None:
         end = offset + length
+        frames = walk(term, offset, end)
+        if frames.end != end:  # block_poll hands over committed frames only, each where its header says
+            raise LogBufferError(f"term {term_id}: the frame at term offset {frames.end} does not chain with "
+                                 f"the ones before it in a committed block (damaged log)")
         messages = self.messages
         pieces = self._carried
-        unpack = frame.LENGTH_FLAGS_TYPE.unpack_from
-        while offset < end:
-            frame_length, _, flags, frame_type = unpack(term, offset)
-            aligned = (frame_length + ALIGN_UP) & ALIGN_MASK
+        for at, _, frame_length, frame_type, flags in zip(*frames.columns()):
             if frame_type == frame.HDR_TYPE_DATA:
-                body = term[offset + _HDR:offset + frame_length]
+                body = term[at + _HDR:at + frame_length]
                 if flags & frame.BEGIN_FLAG:
                     if flags & frame.END_FLAG:
                         messages.append(bytes(body))
@@ -200,5 +202,4 @@ class BlockAssembler:
                         pieces = None
             else:  # padding: at a term's end, where no message is in progress, or an unblocked frame
                 pieces = None
-            offset += aligned
         self._carried = None if pieces is None else [b"".join(pieces)]

@@ -11,6 +11,10 @@ yet), at a header that does not fit its place, or at a frame that does not fit t
 
 What a frame is checked against before its length is trusted (`frame_problem`, `headers_fit`) lives
 here too, so that every reader of recorded or logged frames judges them alike.
+
+The live edge of a log is the one place walked otherwise: Image's polls read each length word first
+(the writer stores it last, as its commit) and stop at the first not yet stored; what they hand on
+(block_poll's block) is walked here.
 """
 
 from __future__ import annotations

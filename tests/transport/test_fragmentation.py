@@ -6,7 +6,8 @@ import struct
 import pytest
 
 from ramen.transport import (ABORT, ADMIN_ACTION, BREAK, COMMIT, CONTINUE, BlockAssembler, CountersFile,
-                             ExclusivePublication, FragmentAssembler, Image, LogBuffer, LogBufferParams)
+                             ExclusivePublication, FragmentAssembler, Image, LogBuffer, LogBufferError,
+                             LogBufferParams, frame)
 from ramen.transport.counters import SUBSCRIBER_POSITION_TYPE_ID
 from ramen.transport.image import unblock
 
@@ -417,3 +418,15 @@ def test_a_block_assembler_skips_the_fragments_of_a_message_begun_before_it_join
     while image.block_poll(assembler.on_block, TERM):
         pass
     assert assembler.take() == [second]
+
+
+def test_a_block_assembler_refuses_a_frame_that_is_not_where_its_header_says(tmp_path):
+    """Damage in a committed block (a term offset field that does not name its place) is an error,
+    not messages quietly lost."""
+    log = make_log(tmp_path)
+    publication = ExclusivePublication(log)
+    for i in range(3):
+        publication.offer(payload(100, i))
+    frame.INT32.pack_into(log.terms[0], 160 + frame.TERM_OFFSET_OFFSET, 999 * 32)  # the second frame's
+    with pytest.raises(LogBufferError, match="term offset 160 does not chain"):
+        Image(log, join_position=0).block_poll(BlockAssembler().on_block, TERM)
