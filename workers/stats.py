@@ -62,8 +62,10 @@ class WorkerStats:
     def allocate(self, counters: CountersFile) -> None:
         """The totals' counters in counters.dat (apart from construction, which does no I/O)."""
         self.counters = counters
+        type_ids = ctr.SERVICE_COUNTER_TYPE_IDS["worker"]
         for name in COUNTER_NAMES:
-            self._counters[name] = counters.allocate(ctr.SYSTEM_COUNTER_TYPE_ID, f"worker {self.qualified_name} {name}")
+            self._counters[name] = counters.allocate(type_ids[name.replace(" ", "_")],
+                                                     f"worker {self.qualified_name} {name}")
 
     def add(self, name: str, value: int, channel: int | None = None) -> None:
         if not value:

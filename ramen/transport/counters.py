@@ -82,6 +82,8 @@ SERVICE_COUNTER_TYPE_IDS: dict[str, dict[str, int]] = {
                       "bad_programs": 1204},
     "archiver": {"bytes_recorded": 104},  # Aeron's ARCHIVE_RECORDER_TOTAL_WRITE_BYTES_TYPE_ID
     "replayer": {"bytes_read": 1010},
+    "worker": {"tuples_in": 1300, "tuples_out": 1301, "late": 1302, "dropped": 1303, "unexpected": 1304,
+               "skipped": 1305, "spark_jobs": 1306, "spark_ms": 1307},
 }
 """The services' counters (ramen/transport/service_counters.py), one type id per thing counted,
 by service and attribute name: a service's counter is labelled `<service> <instance> <name>`
