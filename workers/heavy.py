@@ -187,7 +187,12 @@ class SparkExecutor:
         log.info("%s: Spark job: %.2f s session, %.2f s registering its %d rows, %.2f s SQL",
                  self.function.qualified_name, connected - started, registered - connected, gathered.rows,
                  ended - registered)
-        return conform(self.function, result)
+        table = conform(self.function, result)
+        if self.function.event_time is not None and table.num_rows:
+            # A job spans many windows and Spark's row order is any: sorted, its rows reach a replay's
+            # client at most a window out of order, the depth of its reorder buffer (ramen/replay/order.py).
+            table = table.sort_by(self.function.event_time)
+        return table
 
     def _session(self):
         if self._spark is None:

@@ -1,24 +1,39 @@
 """`ramen replay --since S --until U TARGET [FIELD…]`: what TARGET produced (or would have) over a
 past range, from the archives, through the workers on the way, printed in event-time order.
 
+Rows are written as they arrive (ramen/cli/output.py), in event-time order through a reorder
+buffer as deep as the target's output can be out of order (ramen/replay/order.py says how deep,
+and what is guaranteed), so memory holds a few batches whatever the range. A reader that goes
+away (`| head`) or `--limit` ends the replay at once: leaving the `with replay` withdraws the
+request, and the supervisor stops its replayers.
+
+Timestamps print as RFC 3339 in UTC (`2026-11-25T12:15:00Z`), or in the local zone with --local.
+`--json` is `--format jsonl`: one JSON object per row, as `ramen ps --json` prints one per worker.
+A windowed target's first and last windows, when the range cuts them, hold only part of their rows:
+one warning line on stderr names them, and --whole-windows narrows the range to whole windows.
+
 Progress (rows, time to first row) goes to stderr when it is a terminal.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import sys
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
 from ramen.cli import conf
 from ramen.cli.errors import UserError
+from ramen.cli.output import FORMATS, TEXT_FORMATS, local_zone, open_sink, open_writer
+
+log = logging.getLogger(__name__)
 
 IDENTITY = "user"
-FORMATS = ("table", "csv", "jsonl")
 PROGRESS_INTERVAL_S = 0.5
 _WHERE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(==|=|!=|<=|>=|<|>)\s*(.+?)\s*$")
 _OPERATORS = {"==": pc.equal, "=": pc.equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal,
@@ -28,7 +43,7 @@ _OPERATORS = {"==": pc.equal, "=": pc.equal, "!=": pc.not_equal, "<": pc.less, "
 def add_parser(sub) -> None:
     parser = sub.add_parser("replay",
                             description="Replay TARGET (prog/func) over [--since, --until) from the archives "
-                                        "and print its tuples in event-time order.")
+                                        "and print its tuples in event-time order, as they come.")
     parser.add_argument("target", metavar="TARGET", help="the function, as prog/func")
     parser.add_argument("fields", nargs="*", metavar="FIELD", help="fields to print (default: all)")
     parser.add_argument("--since", required=True, help="start, included: -2h, -10min, now, epoch seconds, ISO-8601")
@@ -36,7 +51,14 @@ def add_parser(sub) -> None:
                         help="end, excluded (default: now; a range that ends now or later ends as far as the archives reach)")
     parser.add_argument("--where", action="append", default=[], metavar="'FIELD OP VALUE'",
                         help="keep only rows where this holds (OP: = != < <= > >=); repeatable")
-    parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default table)")
+    parser.add_argument("--format", choices=FORMATS, default=None,
+                        help="output format (default table; parquet and arrow are binary: give --output or redirect)")
+    parser.add_argument("--json", action="store_true", help="the same as --format jsonl (one object per row, as ps --json)")
+    parser.add_argument("--output", "-o", type=Path, default=None, metavar="FILE", help="write to FILE, not stdout")
+    parser.add_argument("--limit", type=int, default=None, metavar="N", help="stop after N rows (ends the replay)")
+    parser.add_argument("--local", action="store_true", help="print times in the local zone, not UTC")
+    parser.add_argument("--whole-windows", action="store_true",
+                        help="a windowed TARGET: leave out the first and last windows when the range cuts them")
     parser.add_argument("--with-header", action="store_true", help="print a header line with csv")
     parser.add_argument("--no-merge", action="store_true",
                         help="no merge window: neither wait for nor merge with concurrent replays (for measurements)")
@@ -46,10 +68,22 @@ def add_parser(sub) -> None:
     parser.set_defaults(run=run)
 
 
+def _output_format(args) -> str:
+    if args.json and args.format not in (None, "jsonl"):
+        raise UserError(f"--json is --format jsonl: it cannot go with --format {args.format}")
+    output_format = "jsonl" if args.json else (args.format or "table")
+    if output_format not in TEXT_FORMATS and args.output is None and sys.stdout.isatty():
+        raise UserError(f"--format {output_format} is binary: give --output FILE or redirect stdout")
+    if args.limit is not None and args.limit < 0:
+        raise UserError(f"--limit {args.limit}: give a number of rows, 0 or more")
+    return output_format
+
+
 def run(args) -> int:
     from ramen.replay.client import DEFAULT_REPLAY_TIMEOUT_S, ReplayFailed
     from ramen.replay.plan import ReplayPlanError, check_range
     from ramen.times import TimeError, parse_time
+    output_format = _output_format(args)
     now_us = time.time_ns() // 1000
     try:
         since_us, until_us = parse_time(args.since, now_us), parse_time(args.until or "now", now_us)
@@ -61,37 +95,155 @@ def run(args) -> int:
         schema = _schema_of(programs, args.target)
         fields = _check_fields(args.fields, schema) if schema is not None else []
         filters = [_parse_where(w, schema) for w in args.where] if schema is not None else []
+        options = dict(site=args.site, timeout_s=args.timeout or DEFAULT_REPLAY_TIMEOUT_S, no_merge=args.no_merge)
         try:
             replay = _plan(client, programs, args.target, since_us, until_us, to_newest=until_us >= now_us,
-                           site=args.site, timeout_s=args.timeout or DEFAULT_REPLAY_TIMEOUT_S, no_merge=args.no_merge)
+                           whole_windows=args.whole_windows, **options)
         except (ReplayPlanError, ReplayFailed) as e:
             raise UserError(str(e)) from None
+        _warn_of_partial_windows(replay)
+        reorder = _reorder_buffer(replay, programs, args.site)
         progress = _Progress() if sys.stderr.isatty() else None
-        with replay:
-            replay.start()
-            try:
-                batches = list(replay.batches(progress))
-            except ReplayFailed as e:
-                raise UserError(str(e)) from None
-        if progress is not None:
-            progress.done(replay.progress)
-    table = pa.Table.from_batches(batches, schema=replay.schema)
-    for keep in filters:
-        table = table.filter(keep(table))
-    event_time = replay.function.event_time
-    if event_time is not None and table.num_rows:
-        table = table.sort_by(event_time)
-    if fields:
-        table = table.select(fields)
-    _print(table, args.format, args.with_header)
+        sink = open_sink(args.output)
+        try:
+            out_schema = replay.schema if not fields else pa.schema([replay.schema.field(f) for f in fields])
+            writer = open_writer(output_format, sink, out_schema, header=args.with_header,
+                                 zone=local_zone() if args.local else None)
+            with replay:
+                replay.start()
+                try:
+                    complete = _stream(replay.batches(progress), filters, reorder, fields, writer, args.limit)
+                    writer.close()
+                except ReplayFailed as e:
+                    raise UserError(str(e)) from None
+                except BrokenPipeError:
+                    # The reader went away (`| head`): leaving `with replay` withdraws the request.
+                    _silence_stdout()
+                    log.info("replay %s: the reader of the output went away after %d rows", replay.channel,
+                             writer.rows)
+                    return 0
+        finally:
+            if args.output is not None:
+                sink.close()
+    if progress is not None and complete:
+        progress.done(replay.progress)
+    if reorder is not None and reorder.late:
+        print(f"ramen: replay: warning: {reorder.late:,} rows came more than "
+              f"{reorder.disorder_us / 1e6:g} s behind newer ones and were printed out of event-time order",
+              file=sys.stderr)
     return 0
 
 
-def _plan(client, programs, target: str, since_us: int, until_us: int, *, to_newest: bool, **options):
+def _stream(batches, filters, reorder, fields: list[str], writer, limit: int | None) -> bool:
+    """Batches through filters and the reorder buffer to the writer, until the end or `limit` rows;
+    returns whether the result was read to its end."""
+    if limit == 0:
+        return False
+
+    def ordered():
+        for batch in batches:
+            for keep in filters:
+                batch = batch.filter(keep(batch))
+            if reorder is None:
+                yield pa.Table.from_batches([batch])
+            else:
+                yield from reorder.add(batch)
+        if reorder is not None:
+            yield from reorder.finish()
+
+    for table in ordered():
+        if fields:
+            table = table.select(fields)
+        for batch in table.to_batches():
+            if limit is not None and writer.rows + batch.num_rows >= limit:
+                writer.write(batch.slice(0, limit - writer.rows))
+                return False
+            writer.write(batch)
+    return True
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush finds no broken pipe (as
+    Python's documentation of SIGPIPE advises)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _reorder_buffer(replay, programs, site: str):
+    """The reorder buffer for the target's output (None for a target without an event time:
+    its rows go out as they come)."""
+    from ramen.replay.order import ReorderBuffer, disorder_bound_us, stable_sort_keys
+    function = replay.function
+    if function.event_time is None:
+        return None
+    disorder_us = disorder_bound_us(replay.plan, programs, _source_disorder(replay.plan, site))
+    log.debug("replay of %s: reorder buffer of %d µs", replay.plan.target, disorder_us)
+    return ReorderBuffer(replay.schema, function.event_time, disorder_us,
+                         stable_sort_keys(replay.schema, function.event_time, function.window is not None))
+
+
+def _source_disorder(plan, site: str) -> dict[str, int]:
+    """Each source's largest recorded disorder among its recordings of the range (time indexes).
+    One that cannot be read counts as 0: its late rows are printed and counted, not lost."""
+    from ramen import paths
+    from ramen.archive.coverage import recordings_for
+    from ramen.archive.errors import ArchiveError
+    from ramen.archive.time_index import TimeIndex, index_path
+    archive_dir = paths.archive_dir(site)
+    found: dict[str, int] = {}
+    for source in plan.sources:
+        try:
+            for r in recordings_for(archive_dir, source, plan.since_us, plan.until_us):
+                index = TimeIndex.open(index_path(archive_dir, r.recording_id), r.recording_id)
+                found[source] = max(found.get(source, 0), index.disorder_us)
+                index.close()
+        except (ArchiveError, OSError) as e:
+            log.warning("%s: no disorder from its time index (%s): taken as 0", source, e)
+    return found
+
+
+def _warn_of_partial_windows(replay) -> None:
+    """One line on stderr naming the first and last windows of a windowed target that the range
+    cuts (they hold only part of their rows)."""
+    from ramen.times import format_range
+    window = replay.function.window
+    if window is None:
+        return
+    every, since, until = window.every_us, replay.plan.since_us, replay.plan.until_us
+    cut = []
+    if since % every:
+        first = since // every * every
+        cut.append(f"the first window ({format_range(first, first + every)})")
+    if until % every:
+        last = until // every * every
+        if not cut or last != since // every * every:
+            cut.append(f"the last ({format_range(last, last + every)})" if cut else
+                       f"the last window ({format_range(last, last + every)})")
+    if cut:
+        print(f"ramen: replay: warning: {' and '.join(cut)} of {replay.plan.target} cover only part of "
+              f"the range asked; --whole-windows leaves them out", file=sys.stderr)
+
+
+def _plan(client, programs, target: str, since_us: int, until_us: int, *, to_newest: bool,
+          whole_windows: bool = False, **options):
     """The replay. A range that ends now (no --until, `--until now`, or a time to come) ends as far
-    as the archives reach: the newest tuples are still on their way to the disk."""
+    as the archives reach: the newest tuples are still on their way to the disk. `whole_windows`:
+    a windowed target's range narrowed to the windows it holds whole (after the archives' reach)."""
     from ramen.replay.client import Replay, replay_to_newest
-    return (replay_to_newest if to_newest else Replay)(client, programs, target, since_us, until_us, **options)
+    from ramen.times import format_range
+    replay = (replay_to_newest if to_newest else Replay)(client, programs, target, since_us, until_us, **options)
+    window = replay.function.window
+    if not whole_windows or window is None:
+        return replay
+    every = window.every_us
+    since, until = -(-replay.plan.since_us // every) * every, replay.plan.until_us // every * every
+    if since >= until:
+        raise UserError(f"--whole-windows: {format_range(replay.plan.since_us, replay.plan.until_us)} holds no "
+                        f"whole window of {target}")
+    if (since, until) == (replay.plan.since_us, replay.plan.until_us):
+        return replay
+    return Replay(client, programs, target, since, until, **options)
 
 
 def _schema_of(programs, target: str) -> pa.Schema | None:
@@ -125,30 +277,7 @@ def _parse_where(text: str, schema: pa.Schema):
             pa.scalar(raw, pa.string()).cast(field_type)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         raise UserError(f"--where {text!r}: {raw!r} is not a {field_type}") from None
-    return lambda table: _OPERATORS[op](table.column(name), value)
-
-
-def _print(table: pa.Table, output_format: str, with_header: bool) -> None:
-    out = sys.stdout
-    if output_format == "csv":
-        sink = pa.BufferOutputStream()
-        pacsv.write_csv(table, sink, pacsv.WriteOptions(include_header=with_header))
-        out.write(sink.getvalue().to_pybytes().decode())
-    elif output_format == "jsonl":
-        import json
-        for row in table.to_pylist():
-            out.write(json.dumps(row, default=str) + "\n")
-    else:
-        _print_table(table, out)
-    out.flush()
-
-
-def _print_table(table: pa.Table, out) -> None:
-    columns = [[str(v) for v in column.to_pylist()] for column in table.columns]
-    widths = [max([len(name), *(len(v) for v in values)]) for name, values in zip(table.column_names, columns)]
-    out.write("  ".join(n.ljust(w) for n, w in zip(table.column_names, widths)).rstrip() + "\n")
-    for row in zip(*columns):
-        out.write("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n")
+    return lambda batch: _OPERATORS[op](batch.column(name), value)
 
 
 class _Progress:
