@@ -37,7 +37,8 @@ TABLE_NULL = "null"
 PARQUET_ROW_GROUP_ROWS = 1 << 20
 """Rows held before a parquet row group is written: a few replay batches, a reader's usual group."""
 MICROS_PER_SECOND = 1_000_000
-_FRACTION_DIGITS = 6
+_NEEDS_ESCAPE = r'[\\"\x00-\x1f]'  # RE2: a backslash, a quote or a control character
+_CONTROL = r"[\x00-\x1f]"
 
 
 # -- values as text -----------------------------------------------------------------------------
@@ -57,27 +58,35 @@ def local_zone() -> str:
 
 
 def rfc3339(column: pa.Array | pa.ChunkedArray, zone: str | None = None) -> pa.Array | pa.ChunkedArray:
-    """A timestamp column as RFC 3339 strings (nulls stay null): UTC with `Z`, or in `zone` with its
-    offset. Fractional seconds only when not whole, without trailing zeros."""
-    tz = column.type.tz
-    micros = column.cast(pa.timestamp("us", tz=tz)).cast(pa.int64())
-    fraction = pc.subtract(micros, pc.multiply(pc.divide(micros, MICROS_PER_SECOND), MICROS_PER_SECOND))
-    seconds = pc.subtract(micros, fraction).cast(pa.timestamp("us", tz=zone or "UTC")).cast(
-        pa.timestamp("s", tz=zone or "UTC"))
+    """A timestamp column as RFC 3339 strings (nulls stay null): UTC with `Z`, or the wall time in
+    `zone` with its offset. Fractional seconds only when not whole, without trailing zeros.
+
+    Built from Arrow's own cast to text (`2026-11-25 12:15:00.250000`), edited column-wise:
+    pyarrow's strftime costs about 1 µs a value, the cast and edits about a tenth of that."""
+    # To µs, ramen's unit (nanoseconds are cut, not refused), UTC wall time.
+    utc = column.cast(pa.timestamp("us", tz=column.type.tz), safe=False).cast(pa.timestamp("us"))
     if zone is None:
-        whole = pc.strftime(seconds, format="%Y-%m-%dT%H:%M:%S")
-        suffix = "Z"
+        wall, suffix = utc, "Z"
     else:
-        # strftime gives +0100; RFC 3339 wants +01:00.
-        with_offset = pc.strftime(seconds, format="%Y-%m-%dT%H:%M:%S%z")
-        whole = pc.utf8_slice_codeunits(with_offset, 0, 19)
-        offset = pc.utf8_slice_codeunits(with_offset, 19)
-        suffix = pc.binary_join_element_wise(pc.utf8_slice_codeunits(offset, 0, 3),
-                                             pc.utf8_slice_codeunits(offset, 3), ":")
-    digits = pc.utf8_rtrim(pc.utf8_lpad(fraction.cast(pa.string()), width=_FRACTION_DIGITS, padding="0"),
-                           characters="0")
-    dotted = pc.if_else(pc.equal(fraction, 0), "", pc.binary_join_element_wise(".", digits, ""))
-    return pc.binary_join_element_wise(whole, dotted, suffix, "")
+        wall = pc.local_timestamp(utc.cast(pa.timestamp("us", tz=zone)))
+        suffix = _offsets(wall, utc)
+    text = pc.utf8_replace_slice(wall.cast(pa.string()), start=10, stop=11, replacement="T")
+    # Trailing zeros of the fraction go, then its dot if nothing is left of it; seconds keep theirs.
+    text = pc.utf8_rtrim(pc.utf8_rtrim(text, characters="0"), characters=".")
+    return pc.binary_join_element_wise(text, suffix, "")
+
+
+def _offsets(wall: pa.Array | pa.ChunkedArray, utc: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """Each row's UTC offset as `+01:00`: the few distinct offsets of a batch formatted once each."""
+    seconds = pc.divide(pc.subtract(wall.cast(pa.int64()), utc.cast(pa.int64())), MICROS_PER_SECOND)
+    encoded = pc.dictionary_encode(seconds)
+    chunks = encoded.chunks if isinstance(encoded, pa.ChunkedArray) else [encoded]
+    out = []
+    for chunk in chunks:
+        names = [None if s is None else f"{'-' if s < 0 else '+'}{abs(s) // 3600:02d}:{abs(s) % 3600 // 60:02d}"
+                 for s in chunk.dictionary.to_pylist()]
+        out.append(pa.array(names, pa.string()).take(chunk.indices))
+    return pa.chunked_array(out, pa.string()) if isinstance(encoded, pa.ChunkedArray) else out[0]
 
 
 def as_text(batch: pa.RecordBatch, zone: str | None = None) -> pa.RecordBatch:
@@ -90,21 +99,25 @@ def as_text(batch: pa.RecordBatch, zone: str | None = None) -> pa.RecordBatch:
 
 def _json_escaped(strings: pa.Array) -> pa.Array:
     """JSON string bodies: backslash and quote escaped, control characters as JSON wants them.
-    The rare control characters other than \\n \\r \\t are looked for once per batch."""
+    Most batches have none of these: one look for any costs less than the replacements."""
+    if not pc.any(pc.match_substring_regex(strings, _NEEDS_ESCAPE)).as_py():
+        return strings
     out = pc.replace_substring(strings, "\\", "\\\\")
     out = pc.replace_substring(out, '"', '\\"')
     for char, escape in (("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t")):
         out = pc.replace_substring(out, char, escape)
-    if pc.any(pc.match_substring_regex(out, "[\\x00-\\x1f]")).as_py():
+    if pc.any(pc.match_substring_regex(out, _CONTROL)).as_py():
         for code in (c for c in range(0x20) if chr(c) not in "\n\r\t"):
             out = pc.replace_substring(out, chr(code), f"\\u{code:04x}")
     return out
 
 
-def _json_values(column: pa.Array) -> pa.Array:
+def _json_values(column: pa.Array, zone: str | None = None) -> pa.Array:
     """Each value's JSON text (null for nulls, NaN and infinities, which JSON has no word for)."""
     kind = column.type
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+    if pa.types.is_timestamp(kind):  # RFC 3339 has nothing to escape
+        text = pc.binary_join_element_wise('"', rfc3339(column, zone), '"', "")
+    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
         text = pc.binary_join_element_wise('"', _json_escaped(column.cast(pa.string())), '"', "")
     elif pa.types.is_integer(kind) or pa.types.is_boolean(kind):
         text = column.cast(pa.string())
@@ -176,10 +189,9 @@ class JsonlWriter(RowWriter):
     def _write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
-        batch = as_text(batch, self.zone)
         parts: list = []
         for key, column in zip(self._keys, batch.columns):
-            parts += [key, _json_values(column)]
+            parts += [key, _json_values(column, self.zone)]
         lines = pc.binary_join_element_wise(*parts, "}\n", "")
         self.sink.write(_text_bytes(lines))
 
