@@ -12,7 +12,8 @@ Also measured: making the rows alone (the other figures but the anchor's include
 does for a source (rows already in order, disorder 0).
 
 Run: `.venv/bin/python bench/replay_output.py [--rows N] [--batch-rows N] [--json]`
-(about a minute). Goals printed beside the figures: csv >= 2 M rows/s, peak RSS <= 400 MB.
+(about a minute). With --cli, instead: `ramen replay` itself over an hour of generated traffic
+(examples/replay.toml, as bench/replay.py starts it) into /dev/null, and into `| head -3`. Goals printed beside the figures: csv >= 2 M rows/s, peak RSS <= 400 MB.
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ def measure(mode: str, rows: int, batch_rows: int) -> dict:
     """One mode, in this process: seconds of writing (making the rows excluded for the anchor only,
     which is handed a whole table) and this process's peak RSS."""
     from ramen.cli.output import open_writer
+    from ramen.memory import retain_freed_memory
+    retain_freed_memory()  # as `ramen replay` does (ramen/cli/main.py): its peak RSS is what is measured
     schema = next(batches(1, 1)).schema
     with open("/dev/null", "wb") as sink:
         if mode == "anchor write_csv":
@@ -115,16 +118,76 @@ def measure(mode: str, rows: int, batch_rows: int) -> dict:
             "peak_rss_mb": peak_mb}
 
 
+def cli_end_to_end(formats: list[str]) -> list[dict]:
+    """`ramen replay` of an hour of the source (examples/replay.toml, as bench/replay.py) into
+    /dev/null, each format once: wall time and the client's peak RSS (os.wait4, its own); then
+    `| head -3`: time to the 3rd line and to the client's exit after the pipe closed."""
+    import importlib.util
+    import os
+    import tempfile
+    spec = importlib.util.spec_from_file_location("replay_bench", ROOT / "bench" / "replay.py")
+    replay_bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(replay_bench)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="ramen-bench-output-") as tmp:
+        base = Path(tmp)
+        env = dict(os.environ, RAMEN_DIR=str(base), PYTHONPATH=str(ROOT))
+        env.pop("RAMEN_CONFSERVER", None)
+        os.environ["RAMEN_DIR"] = str(base)
+        ramen = [sys.executable, "-m", "ramen.cli.main"]
+        print("starting ramen and back-filling an hour of traffic", file=sys.stderr, flush=True)
+        if subprocess.run([*ramen, "start", "--daemon", "--dir", str(base), str(replay_bench.PROGRAM)],
+                          env=env).returncode:
+            raise SystemExit("bench: ramen start failed (its message is above)")
+        try:
+            since, until = replay_bench.wait_for_the_hour()
+            command = [*ramen, "replay", "--since", f"{since / 1e6}", "--until", f"{until / 1e6}", "demo/traffic"]
+            for output_format in formats:
+                started = time.perf_counter()
+                with open("/dev/null", "wb") as sink:
+                    child = subprocess.Popen([*command, "--format", output_format], stdout=sink, env=env)
+                    _, status, usage = os.wait4(child.pid, 0)
+                child.returncode = os.waitstatus_to_exitcode(status)
+                results.append({"mode": f"ramen replay --format {output_format}", "exit": child.returncode,
+                                "seconds": time.perf_counter() - started, "peak_rss_mb": usage.ru_maxrss / KB_PER_MB,
+                                "rows": None})
+            started = time.perf_counter()
+            child = subprocess.Popen([*command, "--format", "csv"], stdout=subprocess.PIPE, env=env)
+            for _ in range(3):
+                child.stdout.readline()
+            third_line_s = time.perf_counter() - started
+            child.stdout.close()  # as head does after its 3rd line
+            _, status, usage = os.wait4(child.pid, 0)
+            results.append({"mode": "ramen replay | head -3", "exit": os.waitstatus_to_exitcode(status),
+                            "seconds": time.perf_counter() - started, "third_line_s": third_line_s,
+                            "peak_rss_mb": usage.ru_maxrss / KB_PER_MB, "rows": None})
+        finally:
+            subprocess.run([*ramen, "stop", "--dir", str(base)], env=env)
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=DEFAULT_ROWS)
     parser.add_argument("--batch-rows", type=int, default=DEFAULT_BATCH_ROWS)
     parser.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--cli", action="store_true",
+                        help="instead: `ramen replay` end to end over an hour of examples/replay.toml (~2 min)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child measuring one mode
     args = parser.parse_args()
     if args.one:
         print(json.dumps(measure(args.one, args.rows, args.batch_rows)))
+        return 0
+    if args.cli:
+        results = cli_end_to_end(["csv", "jsonl", "table"])
+        if args.json:
+            print(json.dumps(results))
+            return 0
+        print(f"{'command':<30} {'exit':>4} {'seconds':>8} {'peak RSS MB':>12}")
+        for r in results:
+            extra = f"   3rd line after {r['third_line_s']:.2f} s" if "third_line_s" in r else ""
+            print(f"{r['mode']:<30} {r['exit']:>4} {r['seconds']:>8.2f} {r['peak_rss_mb']:>12.0f}{extra}")
         return 0
     results = []
     for mode in args.modes:

@@ -27,7 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ramen.cli import conf
+from ramen.cli import argtypes, conf
 from ramen.cli.errors import UserError
 from ramen.cli.output import FORMATS, TEXT_FORMATS, local_zone, open_sink, open_writer
 
@@ -55,7 +55,8 @@ def add_parser(sub) -> None:
                         help="output format (default table; parquet and arrow are binary: give --output or redirect)")
     parser.add_argument("--json", action="store_true", help="the same as --format jsonl (one object per row, as ps --json)")
     parser.add_argument("--output", "-o", type=Path, default=None, metavar="FILE", help="write to FILE, not stdout")
-    parser.add_argument("--limit", type=int, default=None, metavar="N", help="stop after N rows (ends the replay)")
+    parser.add_argument("--limit", type=argtypes.count, default=None, metavar="N",
+                        help="stop after N rows (ends the replay)")
     parser.add_argument("--local", action="store_true", help="print times in the local zone, not UTC")
     parser.add_argument("--whole-windows", action="store_true",
                         help="a windowed TARGET: leave out the first and last windows when the range cuts them")
@@ -74,8 +75,6 @@ def _output_format(args) -> str:
     output_format = "jsonl" if args.json else (args.format or "table")
     if output_format not in TEXT_FORMATS and args.output is None and sys.stdout.isatty():
         raise UserError(f"--format {output_format} is binary: give --output FILE or redirect stdout")
-    if args.limit is not None and args.limit < 0:
-        raise UserError(f"--limit {args.limit}: give a number of rows, 0 or more")
     return output_format
 
 

@@ -6,6 +6,7 @@ against the same computation done here with pyarrow over the raw tuples.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -329,3 +330,77 @@ def test_no_merge_replays_at_once_and_alone(stack):
     import pyarrow.csv as pacsv
     got = pacsv.read_csv(io.BytesIO(result.stdout.encode())).sort_by([("start", "ascending"), ("host", "ascending")])
     assert got["bytes"].to_pylist() == expected["bytes"].to_pylist()
+
+
+def _torn_down(stack) -> None:
+    """The request withdrawn (the client's close), so the supervisor stops the replayers."""
+    with stack.client() as client:
+        wait_for(lambda: not client.glob("replays/*") and not client.glob("sites/local/replayers/*"),
+                 what="the replay torn down")
+
+
+def test_a_closed_pipe_ends_the_replay_at_once_and_tears_it_down(stack, tmp_path):
+    since, until = minute_range(9, 8)
+    errors = tmp_path / "stderr"
+    command = (f"{sys.executable} -m ramen.cli.main --debug replay --since {since / 1e6} --until {until / 1e6} "
+               f"--format csv e2e/traffic 2>{errors} | head -3; exit ${{PIPESTATUS[0]}}")
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=stack.env, timeout=120)
+    assert result.returncode == 0, errors.read_text()[-2000:]
+    assert len(result.stdout.splitlines()) == 3 and result.stdout.startswith('"')
+    log = errors.read_text()
+    assert "Traceback" not in log
+    written = re.search(r"the reader of the output went away after (\d+) rows", log)
+    assert written is not None, log[-2000:]
+    assert int(written.group(1)) < 8 * 60 * RATE  # it stopped writing at the broken pipe, not at the end
+    _torn_down(stack)
+
+
+def test_limit_stops_after_n_rows_in_event_time_order_and_tears_the_replay_down(stack):
+    since, until = minute_range(9, 8)
+    result = stack.ramen("replay", "--since", f"{since / 1e6}", "--until", f"{until / 1e6}", "--limit", "5",
+                         "--json", "e2e/traffic")
+    assert result.returncode == 0, result.stderr
+    import json
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", r["ts"]) for r in rows)
+    from datetime import datetime
+    times = [datetime.fromisoformat(r["ts"]) for r in rows]  # (as text, "…00Z" sorts after "…00.001Z")
+    assert len(rows) == 5 and times == sorted(times) and times[0].timestamp() * 1e6 >= since
+    _torn_down(stack)
+
+
+def test_arrow_format_reads_back_with_pyarrow_in_event_time_order(stack, tmp_path):
+    since, until = minute_range(6, 1)
+    result = subprocess.run([sys.executable, "-m", "ramen.cli.main", "replay", "--since", f"{since / 1e6}",
+                             "--until", f"{until / 1e6}", "--format", "arrow", "e2e/traffic"],
+                            capture_output=True, env=stack.env, timeout=120)
+    assert result.returncode == 0, result.stderr.decode()
+    table = pa.ipc.open_stream(result.stdout).read_all()
+    assert table.schema.field("ts").type == pa.timestamp("us") and table.num_rows == 60 * RATE
+    ts = table["ts"].cast(pa.int64()).to_pylist()
+    assert ts == sorted(ts) and ts[0] >= since and ts[-1] < until
+    parquet = tmp_path / "minute.parquet"
+    result = stack.ramen("replay", "--since", f"{since / 1e6}", "--until", f"{until / 1e6}", "--format", "parquet",
+                         "--output", parquet, "e2e/traffic")
+    assert result.returncode == 0 and result.stdout == "", result.stderr
+    import pyarrow.parquet as pq
+    assert pq.read_table(parquet).equals(table)
+
+
+def test_partial_windows_are_named_on_stderr_and_whole_windows_leaves_them_out(stack):
+    since, until = minute_range(8, 3)
+    since, until = since + 20_000_000, until - 15_000_000
+    window = [f"--since={since / 1e6}", f"--until={until / 1e6}", "--format", "csv", "e2e/per_minute"]
+    cut = stack.ramen("replay", *window)
+    assert cut.returncode == 0, cut.stderr
+    warning = [line for line in cut.stderr.splitlines() if "warning" in line]
+    first, last = (since // MINUTE_US * MINUTE_US) / 1e6, (until // MINUTE_US * MINUTE_US) / 1e6
+    from ramen.times import format_time
+    assert len(warning) == 1 and format_time(int(first * 1e6)) in warning[0] and "--whole-windows" in warning[0]
+    assert format_time(int(last * 1e6))[-6:] in warning[0]
+    assert len(cut.stdout.splitlines()) == 3 * 20  # three windows, the first and last cut
+    whole = stack.ramen("replay", *window, "--whole-windows")
+    assert whole.returncode == 0 and "warning" not in whole.stderr, whole.stderr
+    starts = {line.split(",")[0] for line in whole.stdout.splitlines()}
+    assert len(whole.stdout.splitlines()) == 20 and len(starts) == 1  # the one whole minute
+    assert starts == {f'"{format_time(since // MINUTE_US * MINUTE_US + MINUTE_US)[:-1]}:00Z"'}
