@@ -8,12 +8,14 @@ own so that its peak RSS (ru_maxrss) is its own. Rows are made batch by batch fr
 templates (their timestamps moved on), as a replay's arrive, so the writer's memory is what is
 measured; the anchor, write_csv, is given the whole table, as the old `ramen replay` built it.
 
-Also measured: making the rows alone (the other figures but the anchor's include it), and csv through the reorder buffer (ramen/replay/order.py) then the writer, as the CLI
-does for a source (rows already in order, disorder 0).
+Also measured: making the rows alone (the other figures but the anchor's include it), and csv
+through the reorder buffer (ramen/replay/order.py) then the writer, as the CLI does for a source
+(rows already in order, disorder 0).
 
 Run: `.venv/bin/python bench/replay_output.py [--rows N] [--batch-rows N] [--json]`
 (about a minute). With --cli, instead: `ramen replay` itself over an hour of generated traffic
-(examples/replay.toml, as bench/replay.py starts it) into /dev/null, and into `| head -3`. Goals printed beside the figures: csv >= 2 M rows/s, peak RSS <= 400 MB.
+(examples/replay.toml, as bench/replay.py starts it) into /dev/null, and into `| head -3`.
+Goals printed beside the figures: csv >= 2 M rows/s, peak RSS <= 400 MB.
 """
 
 from __future__ import annotations

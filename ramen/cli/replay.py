@@ -23,6 +23,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,6 +31,10 @@ import pyarrow.compute as pc
 from ramen.cli import argtypes, conf
 from ramen.cli.errors import UserError
 from ramen.cli.output import FORMATS, TEXT_FORMATS, local_zone, open_sink, open_writer
+
+if TYPE_CHECKING:
+    from ramen.cli.output import RowWriter
+    from ramen.replay.order import ReorderBuffer
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +58,8 @@ def add_parser(sub) -> None:
                         help="keep only rows where this holds (OP: = != < <= > >=); repeatable")
     parser.add_argument("--format", choices=FORMATS, default=None,
                         help="output format (default table; parquet and arrow are binary: give --output or redirect)")
-    parser.add_argument("--json", action="store_true", help="the same as --format jsonl (one object per row, as ps --json)")
+    parser.add_argument("--json", action="store_true",
+                        help="the same as --format jsonl (one object per row, as ps --json)")
     parser.add_argument("--output", "-o", type=Path, default=None, metavar="FILE", help="write to FILE, not stdout")
     parser.add_argument("--limit", type=argtypes.count, default=None, metavar="N",
                         help="stop after N rows (ends the replay)")
@@ -104,6 +110,7 @@ def run(args) -> int:
         reorder = _reorder_buffer(replay, programs, args.site)
         progress = _Progress() if sys.stderr.isatty() else None
         sink = open_sink(args.output)
+        complete = failed = False
         try:
             out_schema = replay.schema if not fields else pa.schema([replay.schema.field(f) for f in fields])
             writer = open_writer(output_format, sink, out_schema, header=args.with_header,
@@ -114,6 +121,7 @@ def run(args) -> int:
                     complete = _stream(replay.batches(progress), filters, reorder, fields, writer, args.limit)
                     writer.close()
                 except ReplayFailed as e:
+                    failed = True
                     raise UserError(str(e)) from None
                 except BrokenPipeError:
                     # The reader went away (`| head`): leaving `with replay` withdraws the request.
@@ -124,6 +132,8 @@ def run(args) -> int:
         finally:
             if args.output is not None:
                 sink.close()
+                if failed:  # half a file (a parquet file without its footer) is worth less than none
+                    args.output.unlink(missing_ok=True)
     if progress is not None and complete:
         progress.done(replay.progress)
     if reorder is not None and reorder.late:
@@ -133,7 +143,8 @@ def run(args) -> int:
     return 0
 
 
-def _stream(batches, filters, reorder, fields: list[str], writer, limit: int | None) -> bool:
+def _stream(batches: Iterable[pa.RecordBatch], filters: list[Callable[[pa.RecordBatch], pa.Array]],
+            reorder: ReorderBuffer | None, fields: list[str], writer: RowWriter, limit: int | None) -> bool:
     """Batches through filters and the reorder buffer to the writer, until the end or `limit` rows;
     returns whether the result was read to its end."""
     if limit == 0:

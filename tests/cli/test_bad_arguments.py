@@ -45,7 +45,8 @@ def test_tail_of_a_negative_or_unreadable_count_is_refused(tmp_path, lines):
 def test_replay_json_with_another_format_is_one_line(tmp_path):
     result = ramen(tmp_path, "replay", "--since", "-1h", "--json", "--format", "csv", "net/traffic")
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    assert result.stderr.strip().splitlines() == ["ramen: replay: --json is --format jsonl: it cannot go with --format csv"]
+    assert result.stderr.strip().splitlines() == [
+        "ramen: replay: --json is --format jsonl: it cannot go with --format csv"]
 
 
 def test_replay_of_a_negative_limit_is_refused(tmp_path):
