@@ -146,3 +146,20 @@ def test_bad_sql_is_refused_at_load_in_one_line_and_nothing_is_stored(stack):
     with stack.client() as client:
         assert client.get_or_none(keyspace.program_key("bad")) is None
 
+
+
+def test_a_heavy_windowed_replay_prints_in_event_time_then_column_order(stack):
+    """Spark gives a job's rows in any order, over many windows: the job's rows leave the worker in
+    event-time order and the client's reorder buffer puts each window's rows in column order, so
+    the output is fully sorted, with no row printed out of order."""
+    since, until = minute_range(8, 5)
+    result = stack.ramen("replay", "--since", f"{since / 1e6}", "--until", f"{until / 1e6}", "--format", "csv",
+                         "--with-header", "hv/per_minute")
+    assert result.returncode == 0 and "out of event-time order" not in result.stderr, result.stderr
+    import io
+
+    import pyarrow.csv as pacsv
+    got = pacsv.read_csv(io.BytesIO(result.stdout.encode()))
+    assert got.num_rows == 5 * 20
+    as_printed = got.set_column(0, "start", got["start"].cast(pa.timestamp("us")))
+    assert as_printed.to_pylist() == sorted_rows(got).to_pylist()

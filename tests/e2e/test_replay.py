@@ -404,3 +404,21 @@ def test_partial_windows_are_named_on_stderr_and_whole_windows_leaves_them_out(s
     starts = {line.split(",")[0] for line in whole.stdout.splitlines()}
     assert len(whole.stdout.splitlines()) == 20 and len(starts) == 1  # the one whole minute
     assert starts == {f'"{format_time(since // MINUTE_US * MINUTE_US + MINUTE_US)[:-1]}:00Z"'}
+
+
+def test_where_fields_and_local_times_still_apply_to_the_streamed_rows(stack):
+    import json
+    since, until = minute_range(6, 1)
+    result = subprocess.run([sys.executable, "-m", "ramen.cli.main", "replay", "--since", f"{since / 1e6}",
+                             "--until", f"{until / 1e6}", "--where", "bytes > 1000", "--local", "--json",
+                             "e2e/traffic", "ts", "bytes"], capture_output=True, text=True,
+                            env=dict(stack.env, TZ="Europe/Paris"), timeout=120)
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert rows and all(r.keys() == {"ts", "bytes"} and r["bytes"] > 1000 for r in rows)
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+    paris = ZoneInfo("Europe/Paris")
+    for r in rows[:100]:
+        shown = datetime.fromisoformat(r["ts"])
+        assert shown.utcoffset() == shown.astimezone(paris).utcoffset() and since <= shown.timestamp() * 1e6 < until
