@@ -12,7 +12,8 @@ from datetime import datetime, timedelta, timezone
 
 from ramen.program.durations import MICROS_PER_SECOND, UNITS
 
-__all__ = ["MAX_TIME_US", "MIN_TIME_US", "TimeError", "date_of", "format_range", "format_time", "parse_time"]
+__all__ = ["MAX_TIME_US", "MIN_TIME_US", "TimeError", "date_of", "format_range", "format_rfc3339", "format_time",
+           "parse_time"]
 
 MICROS_PER_MINUTE = 60 * MICROS_PER_SECOND
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -87,3 +88,13 @@ def _within_years(micros: int, text: str) -> int:
     if not MIN_TIME_US <= micros < MAX_TIME_US:
         raise TimeError(f"{text!r} is not a time between the years {MIN_YEAR} and {MAX_YEAR}")
     return micros
+
+
+def format_rfc3339(micros: int) -> str:
+    """RFC 3339 in UTC, as output shows times: `2026-11-25T12:15:00Z`, with the fraction of a
+    second only when there is one (`…:00.250Z`)."""
+    moment = _datetime(micros)
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    if moment.microsecond:
+        text += f".{moment.microsecond:06d}".rstrip("0")
+    return text + "Z"

@@ -255,6 +255,44 @@ archive = { retention = "7d" }
     assert str(caught.value) == "no archive of net/traffic before 2026-11-20T10:00Z"
 
 
+def test_an_explanation_names_the_recordings_a_replay_would_read_and_what_is_not_covered(site):
+    """`ramen replay --explain`: the plan, with each source's recordings and positions from its
+    time index; a range partly covered is explained as the part covered, one not covered at all too."""
+    from ramen.replay.explain import explain
+    programs = {"net": loads(program_text_of_traffic(), "net.toml")}
+    first = site.function("net/traffic", [(s, s) for s in range(0, 20)])
+    second = site.function("net/traffic", [(s, s) for s in range(30, 60)])
+    coverage = archive_coverage(site.archive)
+    found = explain("net/traffic", BASE_US - 60 * SECOND, BASE_US + 40 * SECOND, programs, coverage, site.archive)
+    assert (found.plan.since_us, found.plan.until_us) == (BASE_US, BASE_US + 40 * SECOND)
+    [source] = found.sources
+    assert [r.recording_id for r in source.recordings] == [first, second]
+    assert source.recordings == tuple(recordings_for(site.archive, "net/traffic", BASE_US, BASE_US + 40 * SECOND))
+    as_json = found.to_dict()
+    assert as_json["requested"] == {"since": "2026-11-20T09:59:00Z", "until": "2026-11-20T10:00:40Z"}
+    assert as_json["covered"] == {"since": "2026-11-20T10:00:00Z", "until": "2026-11-20T10:00:40Z"}
+    assert as_json["functions"] == ["net/traffic"]
+    assert [(u["since"], u["until"]) for u in as_json["uncovered"]] == [
+        ("2026-11-20T09:59:00Z", "2026-11-20T10:00:00Z"), ("2026-11-20T10:00:19.000001Z", "2026-11-20T10:00:30Z")]
+    assert any(line.startswith(f"  recording {first}: positions ") for line in found.lines())
+    nothing = explain("net/traffic", BASE_US - 600 * SECOND, BASE_US - 60 * SECOND, programs, coverage, site.archive)
+    assert nothing.plan is None and nothing.to_dict()["covered"] is None and nothing.sources == ()
+    assert nothing.problem.startswith("no archive of net/traffic covers")
+
+
+def program_text_of_traffic() -> str:
+    return """[program]
+name = "net"
+
+[[function]]
+name = "traffic"
+source = { kind = "parquet", path = "t.parquet" }
+schema = { ts = "timestamp[us]", bytes = "int64" }
+event_time = "ts"
+archive = { retention = "7d" }
+"""
+
+
 def test_merge_sorts_and_joins_overlapping_and_touching_intervals():
     assert merge([Interval(5, 8), Interval(0, 2), Interval(2, 3), Interval(7, 9), Interval(20, 21)]) == [
         Interval(0, 3), Interval(5, 9), Interval(20, 21)]
