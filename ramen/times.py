@@ -13,8 +13,8 @@ from decimal import Decimal
 
 from ramen.program.durations import MICROS_PER_SECOND
 
-__all__ = ["MAX_TIME_US", "MIN_TIME_US", "TimeError", "date_of", "format_range", "format_rfc3339", "format_time",
-           "parse_time"]
+__all__ = ["MAX_TIME_US", "MIN_TIME_US", "TIME_FORMS", "TimeError", "date_of", "format_range", "format_rfc3339",
+           "format_time", "parse_time"]
 
 MICROS_PER_MINUTE = 60 * MICROS_PER_SECOND
 MICROS_PER_HOUR = 60 * MICROS_PER_MINUTE
@@ -35,6 +35,9 @@ RELATIVE_DAYS = {"yesterday": -1, "today": 0, "tomorrow": 1}
 MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 """In Python's date.weekday() order (Monday 0)."""
+TIME_FORMS = ("now, -2h, -1mon, now-1d/d, now/w, noon yesterday, 6pm today, 12:00_20261124, 20261124, "
+              "11/24/26, epoch seconds, ISO-8601 (2026-11-24T12:00Z)")
+"""The forms a user may write, briefly: for help texts and for the message that refuses a time."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 MIN_YEAR, MAX_YEAR = 1970, 9999
 MIN_TIME_US = 0
@@ -238,8 +241,7 @@ def _micros(moment: datetime) -> int:
 
 def _unreadable(text: str, why: str = "") -> TimeError:
     reason = f" ({why})" if why else ""
-    return TimeError(f"cannot read {text!r} as a time{reason}: give now, -2h, now-1d/d, noon yesterday, "
-                     f"12:00_20261124, 20261124, 11/24/26, epoch seconds or ISO-8601 (2026-11-24T12:00Z)")
+    return TimeError(f"cannot read {text!r} as a time{reason}: give {TIME_FORMS}")
 
 
 def _out_of_range(text: str) -> TimeError:

@@ -5,7 +5,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from ramen.times import TimeError, format_range, format_time, parse_time
+from ramen.times import TIME_FORMS, TimeError, format_range, format_time, parse_time
 
 SECOND = 1_000_000
 MINUTE = 60 * SECOND
@@ -148,3 +148,56 @@ def test_a_range_leaves_out_the_date_it_repeats():
 def test_a_time_no_calendar_shows_is_refused_in_one_line():
     with pytest.raises(TimeError, match=r"^'99999999999999' is not a time between the years 1970 and 9999$"):
         parse_time("99999999999999", 0)
+
+
+# The CLI reads its times through parse_time: a command that gets past its times fails later, at the
+# confserver nobody listens on (or the directory that is no archive), with that error and no other.
+UNREACHABLE = "ramen://127.0.0.1:1"
+
+
+@pytest.fixture
+def ramen_main(tmp_path, monkeypatch, capsys):
+    """`ramen ARGS…` in this process; (exit status, stderr lines)."""
+    from ramen.cli.main import main
+    monkeypatch.setenv("RAMEN_DIR", str(tmp_path / "ramen"))
+
+    def run(*args: str) -> tuple[int, list[str]]:
+        status = main(list(args))
+        return status, capsys.readouterr().err.strip().splitlines()
+    return run
+
+
+@pytest.mark.parametrize("command", [
+    ["replay", "--since", "now-1d/d", "net/traffic"],
+    ["replay", "--since", "-1mon", "net/traffic"],
+    ["replay", "--since", "20261124", "--until", "12:00_20261124", "net/traffic"],
+    ["replay", "--since", "noon yesterday", "--until", "now/d", "net/traffic"],
+    ["tail", "--since", "-1mon", "net/traffic"],
+    ["tail", "--since", "now-1h/h", "net/traffic"],
+])
+def test_the_cli_reads_graphite_and_grafana_times_then_goes_on(ramen_main, command):
+    status, lines = ramen_main(*command, "--confserver", UNREACHABLE)
+    assert status == 1 and len(lines) == 1, lines
+    assert lines[0].startswith(f"ramen: {command[0]}: cannot reach the confserver at {UNREACHABLE}"), lines
+
+
+@pytest.mark.parametrize("command", [["replay", "--since", "now-1d/q", "net/traffic"],
+                                     ["replay", "--since", "-1h", "--until", "now-1d/q", "net/traffic"],
+                                     ["tail", "--since", "now-1d/q", "net/traffic"]])
+def test_the_cli_refuses_an_unreadable_time_in_one_line_before_it_connects(ramen_main, command):
+    status, lines = ramen_main(*command, "--confserver", UNREACHABLE)
+    assert status == 1
+    assert lines == [f"ramen: {command[0]}: cannot read 'now-1d/q' as a time (no unit 'q'): give {TIME_FORMS}"]
+
+
+def test_archive_purge_reads_before_as_a_time_unless_it_is_a_position(ramen_main, tmp_path):
+    from ramen.cli.archive import _parse_before
+    assert _parse_before("524288", NOW) == (524288, None)
+    assert _parse_before("now-1d/d", NOW) == (None, utc(2026, 11, 19) // 1000)
+    assert _parse_before("2026-11-20T10:00Z", NOW) == (None, utc(2026, 11, 20, 10) // 1000)
+    status, lines = ramen_main("archive", "purge", str(tmp_path), "0", "--before", "-30d")
+    assert status == 1 and lines == [f"ramen: archive: {tmp_path}/archive.catalog: no catalog in this directory "
+                                     f"(not an archive?)"]
+    status, lines = ramen_main("archive", "purge", str(tmp_path), "0", "--before", "-1 fortnight")
+    assert status == 1 and lines == [f"ramen: archive: --before: cannot read '-1 fortnight' as a time "
+                                     f"(no unit 'fortnight'): give {TIME_FORMS}"]

@@ -16,6 +16,7 @@ import pyarrow.csv as pacsv
 
 from ramen.cli import conf
 from ramen.cli.errors import UserError
+from ramen.times import TIME_FORMS
 
 IDENTITY = "user"
 FORMATS = ("table", "csv", "jsonl")
@@ -31,9 +32,11 @@ def add_parser(sub) -> None:
                                         "and print its tuples in event-time order.")
     parser.add_argument("target", metavar="TARGET", help="the function, as prog/func")
     parser.add_argument("fields", nargs="*", metavar="FIELD", help="fields to print (default: all)")
-    parser.add_argument("--since", required=True, help="start, included: -2h, -10min, now, epoch seconds, ISO-8601")
+    parser.add_argument("--since", required=True,
+                        help=f"start, included, UTC: {TIME_FORMS}")
     parser.add_argument("--until", default=None,
-                        help="end, excluded (default: now; a range that ends now or later ends as far as the archives reach)")
+                        help="end, excluded, same forms, /d rounding up (default: now; a range that ends now or later "
+                             "ends as far as the archives reach)")
     parser.add_argument("--where", action="append", default=[], metavar="'FIELD OP VALUE'",
                         help="keep only rows where this holds (OP: = != < <= > >=); repeatable")
     parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default table)")
@@ -52,7 +55,7 @@ def run(args) -> int:
     from ramen.times import TimeError, parse_time
     now_us = time.time_ns() // 1000
     try:
-        since_us, until_us = parse_time(args.since, now_us), parse_time(args.until or "now", now_us)
+        since_us, until_us = parse_time(args.since, now_us), parse_time(args.until or "now", now_us, end=True)
         check_range(since_us, until_us)
     except (TimeError, ReplayPlanError) as e:
         raise UserError(str(e)) from None
