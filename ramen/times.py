@@ -1,5 +1,6 @@
 """Times as users write and read them: µs since the epoch, UTC (as in ramen messages), parsed from
-the CLI's forms and formatted for one-line messages.
+the CLI's forms (Graphite's `from`/`until`, Grafana's rounding, ISO-8601, epoch seconds: every
+command that takes a time reads it here) and formatted for one-line messages.
 
 Formatting is UTC ISO-8601 to the minute when exact, else to the second, rounded so that the time
 shown can be pasted back into --since (for "before") or --until (for "after").
