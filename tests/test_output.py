@@ -173,3 +173,9 @@ def test_stream_filters_and_selects_fields_and_reads_to_the_end_without_limit():
     complete = _stream(iter(source), [keep], ReorderBuffer(SCHEMA, "ts", 0), ["bytes"], writer, limit=None)
     writer.close()
     assert complete is True and sink.getvalue().decode().split() == [str(i) for i in range(5, 12)]
+
+
+def test_rfc3339_of_a_column_is_the_text_ramen_times_gives_one_time():
+    from ramen.times import format_rfc3339
+    micros = [0, T0, T0 + 1, T0 + 10, T0 + 250_000, T0 + 999_999, T0 + 59 * 1_000_000 + 120_000]
+    assert rfc3339(pa.array(micros, pa.timestamp("us"))).to_pylist() == [format_rfc3339(m) for m in micros]

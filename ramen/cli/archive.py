@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import sys
-from datetime import datetime, timezone
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -75,8 +75,9 @@ def add_parser(sub) -> None:
     purge.add_argument("dir", help="an archive directory")
     purge.add_argument("recording_id", type=int)
     purge.add_argument("--before", required=True, metavar="POS|TIME",
-                       help="purge data before this position (an integer), or before this time (ISO-8601, e.g. "
-                            "2026-11-20T10:00Z: found through the recording's event-time index, else its timestamps)")
+                       help="purge data before this position (an integer), or before this time (as --since reads it, "
+                            "e.g. -30d or 2026-11-20T10:00Z: found through the recording's event-time index, else its "
+                            "timestamps)")
     purge.set_defaults(run=run_purge)
 
 
@@ -285,7 +286,7 @@ def run_purge(args) -> int:
     if owner is not None and owner.is_active():
         raise UserError(f"{args.dir}: an archiver is running here (pid {owner.pid}); purge through it, or stop it "
                         f"first")
-    before_position, before_time_ms = _parse_before(args.before)
+    before_position, before_time_ms = _parse_before(args.before, time.time_ns() // 1000)
     with _open_catalog(args.dir, writable=True) as catalog:
         _get(catalog, args.recording_id)
         index_file = index_path(args.dir, args.recording_id)
@@ -315,8 +316,9 @@ def run_purge(args) -> int:
     return 0
 
 
-def _parse_before(text: str) -> tuple[int | None, int | None]:
-    """(position, None) for an integer, (None, epoch ms) for an ISO-8601 time."""
+def _parse_before(text: str, now_us: int) -> tuple[int | None, int | None]:
+    """(position, None) for an integer, (None, epoch ms) for a time as --since reads it (ramen.times):
+    a position is what an archive counts in, so a bare integer is one, never epoch seconds or YYYYMMDD."""
     try:
         position = int(text)
     except ValueError:
@@ -325,13 +327,11 @@ def _parse_before(text: str) -> tuple[int | None, int | None]:
         if position < 0:
             raise UserError(f"--before {position} is negative")
         return position, None
+    from ramen.times import TimeError, parse_time
     try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise UserError(f"--before {text!r} is neither a position nor an ISO-8601 time") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return None, int(moment.timestamp() * 1000)
+        return None, parse_time(text, now_us) // 1000
+    except TimeError as e:
+        raise UserError(f"--before: {e}") from None
 
 
 def _time_index_lookup(index_file: Path, recording_id: int):

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime, timezone
 
 from ramen.cli import conf
+from ramen.program.durations import MICROS_PER_SECOND
+from ramen.times import format_rfc3339
 
 DEFAULT_IDENTITY = "admin"
 
@@ -96,7 +97,7 @@ def _print_entry(entry, as_json: bool) -> None:
     if as_json:
         print(json.dumps(entry.to_json()))
         return
-    when = datetime.fromtimestamp(entry.mtime, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    when = format_rfc3339(int(entry.mtime) * MICROS_PER_SECOND)  # to the second: a key's age, not its order
     flags = ", ephemeral" if entry.ephemeral else ""
     print(f"{entry.key} = {json.dumps(entry.value)}  (version {entry.version}, by {entry.owner}, {when}{flags})")
 

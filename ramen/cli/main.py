@@ -65,9 +65,9 @@ def _command_of(argv: list[str]) -> str | None:
     return next((arg for arg in argv if not arg.startswith("-")), None)
 
 
-#: Options whose values often start with "-" (relative times: `--since -2h`), which argparse
-#: would otherwise take for options.
-NEGATIVE_VALUE_OPTIONS = ("--since", "--until")
+#: Options whose values often start with "-" (relative times: `--since -2h`, `--before -30d`), which
+#: argparse would otherwise take for options.
+NEGATIVE_VALUE_OPTIONS = ("--since", "--until", "--before")
 
 
 def _join_negative_values(argv: list[str]) -> list[str]:

@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from ramen.cli import argtypes, conf
 from ramen.cli.errors import UserError
 from ramen.cli.output import FORMATS, TEXT_FORMATS, local_zone, open_sink, open_writer
+from ramen.times import TIME_FORMS
 
 if TYPE_CHECKING:
     from ramen.cli.output import RowWriter
@@ -51,9 +52,11 @@ def add_parser(sub) -> None:
                                         "and print its tuples in event-time order, as they come.")
     parser.add_argument("target", metavar="TARGET", help="the function, as prog/func")
     parser.add_argument("fields", nargs="*", metavar="FIELD", help="fields to print (default: all)")
-    parser.add_argument("--since", required=True, help="start, included: -2h, -10min, now, epoch seconds, ISO-8601")
+    parser.add_argument("--since", required=True,
+                        help=f"start, included, UTC: {TIME_FORMS}")
     parser.add_argument("--until", default=None,
-                        help="end, excluded (default: now; a range that ends now or later ends as far as the archives reach)")
+                        help="end, excluded, same forms, /d rounding up (default: now; a range that ends now or later "
+                             "ends as far as the archives reach)")
     parser.add_argument("--where", action="append", default=[], metavar="'FIELD OP VALUE'",
                         help="keep only rows where this holds (OP: = != < <= > >=); repeatable")
     parser.add_argument("--format", choices=FORMATS, default=None,
@@ -91,7 +94,7 @@ def run(args) -> int:
     output_format = _output_format(args)
     now_us = time.time_ns() // 1000
     try:
-        since_us, until_us = parse_time(args.since, now_us), parse_time(args.until or "now", now_us)
+        since_us, until_us = parse_time(args.since, now_us), parse_time(args.until or "now", now_us, end=True)
         check_range(since_us, until_us)
     except (TimeError, ReplayPlanError) as e:
         raise UserError(str(e)) from None

@@ -21,6 +21,7 @@ from ramen import keyspace, paths
 from ramen.cli import argtypes, conf
 from ramen.cli.errors import UserError
 from ramen.message import KIND_TUPLES, LIVE_CHANNEL, decode_header
+from ramen.times import TIME_FORMS
 from ramen.transport import BackoffIdleStrategy, CountersFile, FragmentAssembler, Image, LogBuffer
 from ramen.tuples import decode_tuples
 
@@ -41,19 +42,20 @@ def add_parser(sub) -> None:
     parser.add_argument("target", metavar="TARGET")
     parser.add_argument("-n", "--lines", type=argtypes.count, default=DEFAULT_LINES, help="tuples to print (default 10)")
     parser.add_argument("-f", "--follow", action="store_true", help="go on printing new tuples until interrupted")
-    parser.add_argument("--since", help="replay from this time first (implies --follow)")
+    parser.add_argument("--since", help=f"replay from this time first (implies --follow), UTC: {TIME_FORMS}")
     conf.add_arguments(parser, IDENTITY, site=True)
     parser.set_defaults(run=run)
 
 
 def run(args) -> int:
+    since_us = _parse_since(args.since)
     with conf.connected(args) as client:
         programs = conf.loaded_programs(client)
         program, _, name = args.target.partition("/")
         if program not in programs or name not in programs[program]:
             raise UserError(f"unknown function {args.target}")
         function = programs[program].function(name)
-        follow = args.follow or args.since is not None
+        follow = args.follow or since_us is not None
         tail_key = f"{keyspace.TAILS}/{uuid.uuid4().hex[:12]}"
         if follow:
             client.create(tail_key, {"target": args.target}, ephemeral=True)
@@ -65,7 +67,7 @@ def run(args) -> int:
             if not follow:
                 _print_next(log, function.schema, args.lines)
                 return 0
-            _follow(client, programs, function, log, args)
+            _follow(client, programs, function, log, args, since_us)
         finally:
             if follow:
                 client.delete(tail_key)
@@ -139,16 +141,28 @@ def _print_next(log: LogBuffer, schema: pa.Schema, lines: int) -> None:
     _print_rows(pa.Table.from_batches(rows, schema=schema).slice(0, lines))
 
 
-def _follow(client, programs, function, log: LogBuffer, args) -> None:
+def _parse_since(text: str | None) -> int | None:
+    """--since, read before anything is asked of the site, relative to when the command started."""
+    if text is None:
+        return None
+    from ramen.times import TimeError, parse_time
+    try:
+        return parse_time(text, time.time_ns() // 1000)
+    except TimeError as e:
+        raise UserError(str(e)) from None
+
+
+def _follow(client, programs, function, log: LogBuffer, args, since_us: int | None) -> None:
     counters = CountersFile.open(paths.counters_path())
     image = Image(log, counters, name=f"tail {args.target}")
     idle = BackoffIdleStrategy()
     first_live: list[pa.RecordBatch] = []
-    if args.since is not None:
+    if since_us is not None:
         while not first_live:  # join live first: its first tuple is where the replay stops
             first_live = [b for b in _read_batches(image, function.schema, None) if b.num_rows]
             idle.idle(len(first_live))
-        _replay_until(client, programs, function, args, _first_event_time(first_live[0], function.event_time))
+        _replay_until(client, programs, function, args, since_us,
+                      _first_event_time(first_live[0], function.event_time))
     for batch in first_live:
         _print_rows(pa.Table.from_batches([batch]))
     try:
@@ -170,11 +184,9 @@ def _first_event_time(batch: pa.RecordBatch, event_time: str | None) -> int:
     return int(batch.column(event_time).cast(pa.timestamp("us")).cast(pa.int64())[0].as_py())
 
 
-def _replay_until(client, programs, function, args, until_us: int) -> None:
+def _replay_until(client, programs, function, args, since_us: int, until_us: int) -> None:
     from ramen.replay.client import Replay, ReplayFailed
     from ramen.replay.plan import ReplayPlanError
-    from ramen.times import parse_time
-    since_us = parse_time(args.since, time.time_ns() // 1000)
     if since_us >= until_us:
         return
     try:

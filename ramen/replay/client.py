@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
@@ -64,7 +64,9 @@ class Replay:
 
     def __init__(self, client, programs: dict[str, Program], target: str, since_us: int, until_us: int, *,
                  site: str = keyspace.DEFAULT_SITE, timeout_s: float = DEFAULT_REPLAY_TIMEOUT_S,
-                 no_merge: bool = False):
+                 no_merge: bool = False, strict: bool = True):
+        """`strict` False: replay what the archives cover of the range (plan_replay's leniency);
+        `plan.uncovered` names what they do not."""
         self.client = client
         self.site = site
         self.timeout_s = timeout_s
@@ -73,7 +75,7 @@ class Replay:
             coverage = archive_coverage(paths.archive_dir(site))
         except ArchiveError as e:  # a damaged catalog: nothing can be planned from it
             raise ReplayFailed(str(e)) from None
-        self.plan: ReplayPlan = plan_replay(target, since_us, until_us, programs, coverage)
+        self.plan: ReplayPlan = plan_replay(target, since_us, until_us, programs, coverage, strict=strict)
         program, _, function = target.partition("/")
         self.function = programs[program].function(function)
         self.schema: pa.Schema = self.function.schema
@@ -190,10 +192,15 @@ def replay_to_newest(client, programs: dict[str, Program], target: str, since_us
                      **options) -> Replay:
     """A Replay of [since_us, until_us), or, when the archives stop short of until_us, up to where
     they reach: the newest tuples are still on their way to the disk, and a gap of a second at the
-    end of a range that ends "now" is not worth an error. Any other gap is one."""
+    end of a range that ends "now" is not worth an error, nor a warning. Any other gap is one (or,
+    not strict, a part of `plan.uncovered`)."""
     try:
-        return Replay(client, programs, target, since_us, until_us, **options)
+        replay = Replay(client, programs, target, since_us, until_us, **options)
     except ReplayGapError as e:
         if e.gap_until_us != until_us or e.gap_since_us <= since_us:
             raise
         return Replay(client, programs, target, since_us, e.gap_since_us, **options)
+    plan = replay.plan
+    if plan.uncovered and plan.uncovered[-1][2] == until_us and plan.until_us < until_us:
+        replay.plan = replace(plan, uncovered=plan.uncovered[:-1])
+    return replay

@@ -15,6 +15,10 @@ The rules:
   (see `covered_times`): the last window is stamped with its start, yet answers to its end.
 - Only archived functions are sources: a function whose `archive` was removed from its program
   is not one, whatever old recordings remain.
+- Unless `strict`, a range the archives answer only in part is replayed where they do, as graphite
+  and Grafana users expect: the range shrinks to what the sources cover at its ends, and a source's
+  gaps inside it are replayed around. The plan's `uncovered` names what is left out, for a warning.
+  A range no source covers at all stays an error. A plan that needs no leniency is the strict one.
 
 The plan says which archived functions to replay (`sources`), which (parent, child) links carry
 the replayed data (`links`), and every function on those paths, TARGET included (`functions`):
@@ -36,7 +40,7 @@ from ramen.program.model import Function, Program
 from ramen.times import date_of, format_range, format_time
 
 __all__ = ["ReplayGapError", "ReplayPlan", "ReplayPlanError", "check_range", "covered_times", "gap_error", "holes",
-           "plan_replay"]
+           "plan_replay", "uncovered_warning"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +85,9 @@ class ReplayPlan:
     """Sorted (parent, child) edges on the paths from the sources to the target."""
     functions: tuple[str, ...]
     """Sorted: every function on those paths, sources and target included."""
+    uncovered: tuple[tuple[str, int, int], ...] = ()
+    """(source, since_us, until_us) of each part of the requested range left out because that source's
+    archive misses it (a lenient plan only), in time order; since_us/until_us above are what remains."""
 
     @property
     def workers(self) -> tuple[str, ...]:
@@ -104,7 +111,8 @@ class ReplayPlan:
     def to_dict(self) -> dict:
         return {"format": PLAN_FORMAT, "target": self.target, "since_us": self.since_us,
                 "until_us": self.until_us, "sources": list(self.sources),
-                "links": [list(link) for link in self.links], "functions": list(self.functions)}
+                "links": [list(link) for link in self.links], "functions": list(self.functions),
+                "uncovered": [list(part) for part in self.uncovered]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"))
@@ -114,7 +122,8 @@ class ReplayPlan:
         if data.get("format") != PLAN_FORMAT:
             raise ValueError(f"replay plan JSON format {data.get('format')!r} is not {PLAN_FORMAT}")
         return cls(data["target"], int(data["since_us"]), int(data["until_us"]), tuple(data["sources"]),
-                   tuple((parent, child) for parent, child in data["links"]), tuple(data["functions"]))
+                   tuple((parent, child) for parent, child in data["links"]), tuple(data["functions"]),
+                   tuple((name, int(since), int(until)) for name, since, until in data.get("uncovered", ())))
 
     @classmethod
     def from_json(cls, text: str | bytes) -> ReplayPlan:
@@ -124,19 +133,52 @@ class ReplayPlan:
 # -- planning -----------------------------------------------------------------------------------
 
 def plan_replay(target: str, since_us: int, until_us: int, programs: Mapping[str, Program],
-                coverage: Mapping[str, Sequence[IntervalLike]]) -> ReplayPlan:
+                coverage: Mapping[str, Sequence[IntervalLike]], *, strict: bool = True) -> ReplayPlan:
     """The plan to replay `target` over [since_us, until_us) from the archives in `coverage`
-    (qualified name -> sorted, merged intervals, as ramen.archive.coverage.archive_coverage)."""
+    (qualified name -> sorted, merged intervals, as ramen.archive.coverage.archive_coverage).
+    `strict` False: what the archives cover of the range, when they do not cover all of it."""
     check_range(since_us, until_us)
     functions = {f.qualified_name: f for program in programs.values() for f in program}
     if target not in functions:
         raise ReplayPlanError(f"unknown function {target}{_suggestion(target, functions)}")
-    planner = _Planner(since_us, until_us, functions, coverage)
-    planner.visit(target, ())
-    plan = ReplayPlan(target, since_us, until_us, tuple(sorted(planner.sources)), tuple(sorted(planner.links)),
-                      tuple(sorted(planner.planned)))
+    try:
+        planner = _Planner(since_us, until_us, functions, coverage)
+        planner.visit(target, ())
+    except ReplayGapError as gap:
+        if strict:
+            raise
+        planner = _lenient_planner(target, since_us, until_us, functions, coverage, gap)
+    uncovered = sorted((since, until, name) for name, found in planner.holes.items() for since, until in found)
+    plan = ReplayPlan(target, planner.since_us, planner.until_us, tuple(sorted(planner.sources)),
+                      tuple(sorted(planner.links)), tuple(sorted(planner.planned)),
+                      tuple((name, since, until) for since, until, name in uncovered))
     log.debug("replay plan for %s: sources %s, %d links", target, ", ".join(plan.sources), len(plan.links))
     return plan
+
+
+def _lenient_planner(target: str, since_us: int, until_us: int, functions: Mapping[str, Function],
+                     coverage: Mapping[str, Sequence[IntervalLike]], first_gap: ReplayGapError) -> _Planner:
+    """Plan again, letting sources have holes, and shrinking the range to a source's covered ends
+    until every source reaches both of them (each round shrinks it, so this ends). The planner's
+    `holes` gets the parts cut off, under the source that cut them."""
+    cut: dict[str, list[tuple[int, int]]] = {}
+    while True:
+        planner = _Planner(since_us, until_us, functions, coverage, lenient=True)
+        try:
+            planner.visit(target, ())
+        except _Shrink as shrink:
+            parts = cut.setdefault(shrink.source, [])
+            if shrink.since_us > since_us:
+                parts.append((since_us, shrink.since_us))
+            if shrink.until_us < until_us:
+                parts.append((shrink.until_us, until_us))
+            since_us, until_us = shrink.since_us, shrink.until_us
+            continue
+        except ReplayGapError:  # nothing of what is left is covered: the first gap says best what is missing
+            raise first_gap from None
+        for source, parts in cut.items():
+            planner.holes.setdefault(source, []).extend(parts)
+        return planner
 
 
 def check_range(since_us: int, until_us: int) -> None:
@@ -148,14 +190,17 @@ class _Planner:
     """One planning walk: each function decided once, whatever the number of paths to it."""
 
     def __init__(self, since_us: int, until_us: int, functions: Mapping[str, Function],
-                 coverage: Mapping[str, Sequence[IntervalLike]]) -> None:
+                 coverage: Mapping[str, Sequence[IntervalLike]], *, lenient: bool = False) -> None:
         self.since_us = since_us
         self.until_us = until_us
         self.functions = functions
         self.coverage = coverage
+        self.lenient = lenient
         self.sources: set[str] = set()
         self.links: set[tuple[str, str]] = set()
         self.planned: set[str] = set()
+        self.holes: dict[str, list[tuple[int, int]]] = {}
+        """Lenient: the parts of the range a source's archive misses."""
 
     def visit(self, name: str, path: tuple[str, ...]) -> None:
         if name in self.planned:
@@ -166,7 +211,9 @@ class _Planner:
         if self._covers(function):
             self.sources.add(name)
         elif not function.parents:
-            raise self._gap(function)
+            if not self.lenient:
+                raise self._gap(function)
+            self._cover_around_holes(function)
         else:
             for parent in function.parents:
                 if parent not in self.functions:
@@ -178,6 +225,19 @@ class _Planner:
     def _covers(self, function: Function) -> bool:
         return any(since <= self.since_us and self.until_us <= until for since, until in self._intervals(function))
 
+    def _cover_around_holes(self, function: Function) -> None:
+        """Lenient: a source with holes in the range; one that misses an end of it shrinks the
+        range to what it covers there (_Shrink), one that misses all of it is a gap."""
+        spans = [(since, until) for since, until in self._intervals(function)
+                 if since < self.until_us and self.since_us < until]
+        if not spans:
+            raise self._gap(function)
+        since_us, until_us = max(self.since_us, spans[0][0]), min(self.until_us, spans[-1][1])
+        if (since_us, until_us) != (self.since_us, self.until_us):
+            raise _Shrink(since_us, until_us, function.qualified_name)
+        self.holes[function.qualified_name] = holes(since_us, until_us, [_Span(*span) for span in spans])
+        self.sources.add(function.qualified_name)
+
     def _gap(self, function: Function) -> ReplayGapError:
         return gap_error(function.qualified_name, self.since_us, self.until_us,
                          [_Span(since, until) for since, until in self._intervals(function)],
@@ -187,6 +247,14 @@ class _Planner:
         if not function.archived:
             return []
         return covered_times(function, self.coverage.get(function.qualified_name, ()))
+
+
+class _Shrink(Exception):
+    """A lenient round's end: the range must shrink to [since_us, until_us), what `source` covers of it."""
+
+    def __init__(self, since_us: int, until_us: int, source: str) -> None:
+        super().__init__(source)
+        self.since_us, self.until_us, self.source = since_us, until_us, source
 
 
 @dataclass(frozen=True)
@@ -214,6 +282,14 @@ def covered_times(function: Function, intervals: Sequence[IntervalLike]) -> list
         else:
             merged.append((since, until))
     return merged
+
+
+def uncovered_warning(plan: ReplayPlan) -> str | None:
+    """One line naming what a lenient plan leaves out of the range, or None if nothing."""
+    if not plan.uncovered:
+        return None
+    parts = ", ".join(f"{format_range(since, until)} ({name})" for name, since, until in plan.uncovered)
+    return f"no archive covers {parts}: replaying {format_range(plan.since_us, plan.until_us)}"
 
 
 # -- gap messages -------------------------------------------------------------------------------

@@ -83,6 +83,18 @@ class Site:
             tuples(BASE_US + round(low * SECOND), BASE_US + round(high * SECOND)) for low, high in spans], **kwargs)
 
 
+TRAFFIC_PROGRAM = """[program]
+name = "net"
+
+[[function]]
+name = "traffic"
+source = { kind = "parquet", path = "t.parquet" }
+schema = { ts = "timestamp[us]", bytes = "int64" }
+event_time = "ts"
+archive = { retention = "7d" }
+"""
+
+
 @pytest.fixture
 def site(tmp_path):
     return Site(tmp_path)
@@ -221,16 +233,7 @@ def test_an_active_recording_has_no_stop_position_yet(site):
 
 
 def test_a_plan_from_a_real_archive_replays_the_covering_functions(site):
-    programs = {"net": loads('''[program]
-name = "net"
-
-[[function]]
-name = "traffic"
-source = { kind = "parquet", path = "t.parquet" }
-schema = { ts = "timestamp[us]", bytes = "int64" }
-event_time = "ts"
-archive = { retention = "7d" }
-
+    programs = {"net": loads(TRAFFIC_PROGRAM + '''
 [[function]]
 name = "per_minute"
 lazy = true
@@ -253,6 +256,31 @@ archive = { retention = "7d" }
     with pytest.raises(ReplayGapError) as caught:
         plan_replay("net/per_minute", BASE_US - 3600 * SECOND, BASE_US + 3600 * SECOND, programs, coverage)
     assert str(caught.value) == "no archive of net/traffic before 2026-11-20T10:00Z"
+
+
+def test_an_explanation_names_the_recordings_a_replay_would_read_and_what_is_not_covered(site):
+    """`ramen replay --explain`: the plan, with each source's recordings and positions from its
+    time index; a range partly covered is explained as the part covered, one not covered at all too."""
+    from ramen.replay.explain import explain
+    programs = {"net": loads(TRAFFIC_PROGRAM, "net.toml")}
+    first = site.function("net/traffic", [(s, s) for s in range(0, 20)])
+    second = site.function("net/traffic", [(s, s) for s in range(30, 60)])
+    coverage = archive_coverage(site.archive)
+    found = explain("net/traffic", BASE_US - 60 * SECOND, BASE_US + 40 * SECOND, programs, coverage, site.archive)
+    assert (found.plan.since_us, found.plan.until_us) == (BASE_US, BASE_US + 40 * SECOND)
+    [source] = found.sources
+    assert [r.recording_id for r in source.recordings] == [first, second]
+    assert source.recordings == tuple(recordings_for(site.archive, "net/traffic", BASE_US, BASE_US + 40 * SECOND))
+    as_json = found.to_dict()
+    assert as_json["requested"] == {"since": "2026-11-20T09:59:00Z", "until": "2026-11-20T10:00:40Z"}
+    assert as_json["covered"] == {"since": "2026-11-20T10:00:00Z", "until": "2026-11-20T10:00:40Z"}
+    assert as_json["functions"] == ["net/traffic"]
+    assert [(u["since"], u["until"]) for u in as_json["uncovered"]] == [
+        ("2026-11-20T09:59:00Z", "2026-11-20T10:00:00Z"), ("2026-11-20T10:00:19.000001Z", "2026-11-20T10:00:30Z")]
+    assert any(line.startswith(f"  recording {first}: positions ") for line in found.lines())
+    nothing = explain("net/traffic", BASE_US - 600 * SECOND, BASE_US - 60 * SECOND, programs, coverage, site.archive)
+    assert nothing.plan is None and nothing.to_dict()["covered"] is None and nothing.sources == ()
+    assert nothing.problem.startswith("no archive of net/traffic covers")
 
 
 def test_merge_sorts_and_joins_overlapping_and_touching_intervals():

@@ -6,7 +6,7 @@ import pytest
 
 from ramen.archive.coverage import Interval
 from ramen.program import loads
-from ramen.replay.plan import ReplayGapError, ReplayPlan, ReplayPlanError, holes, plan_replay
+from ramen.replay.plan import ReplayGapError, ReplayPlan, ReplayPlanError, holes, plan_replay, uncovered_warning
 from ramen.times import format_time, parse_time
 
 MINUTE = 60_000_000
@@ -216,3 +216,51 @@ def test_holes_are_the_uncovered_parts_in_order():
     assert holes(0, 100, [Interval(10, 20), Interval(15, 30), Interval(50, 200)]) == [(0, 10), (30, 50)]
     assert holes(0, 100, []) == [(0, 100)]
     assert holes(0, 100, [Interval(0, 100)]) == []
+
+
+# -- lenient plans: what the archives cover of the range -------------------------------------------
+
+def lenient(programs, target, coverage):
+    return plan_replay(target, T10, T10 + HOUR, programs, coverage, strict=False)
+
+
+@pytest.mark.parametrize("coverage, since, until, uncovered", [
+    (full("10:20", "12:00"), "10:20", "11:00", [("10:00", "10:20")]),
+    (full("09:00", "10:45"), "10:00", "10:45", [("10:45", "11:00")]),
+    (full("10:20", "10:40"), "10:20", "10:40", [("10:00", "10:20"), ("10:40", "11:00")]),
+    ([Interval(at("09:00"), at("10:15")), Interval(at("10:30"), at("12:00"))], "10:00", "11:00",
+     [("10:15", "10:30")]),
+], ids=["start-missing", "end-missing", "both-ends-missing", "hole-inside"])
+def test_a_lenient_plan_keeps_what_is_covered_and_names_what_is_not(programs, coverage, since, until, uncovered):
+    plan = lenient(programs, "net/top", {"net/traffic": coverage})
+    assert (plan.since_us, plan.until_us) == (at(since), at(until))
+    assert plan.uncovered == tuple(("net/traffic", at(a), at(b)) for a, b in uncovered)
+    assert plan.sources == ("net/traffic",) and "net/top" in plan.functions
+    assert ReplayPlan.from_json(plan.to_json()) == plan
+
+
+def test_a_lenient_plan_shrinks_to_what_every_source_covers(programs):
+    plan = lenient(programs, "net/mixed", {"net/traffic": full("10:20", "12:00"), "net/dns": full("09:00", "10:40")})
+    assert (plan.since_us, plan.until_us) == (at("10:20"), at("10:40"))
+    assert plan.uncovered == (("net/traffic", at("10:00"), at("10:20")), ("net/dns", at("10:40"), at("11:00")))
+    assert uncovered_warning(plan) == ("no archive covers 2026-11-20T10:00Z..10:20Z (net/traffic), "
+                                       "2026-11-20T10:40Z..11:00Z (net/dns): replaying 2026-11-20T10:20Z..10:40Z")
+
+
+def test_a_lenient_plan_of_a_covered_range_is_the_strict_one(programs):
+    coverage = {"net/traffic": full()}
+    plan = lenient(programs, "net/top", coverage)
+    assert plan == plan_replay("net/top", T10, T10 + HOUR, programs, coverage) and uncovered_warning(plan) is None
+
+
+@pytest.mark.parametrize("coverage", [
+    {"net/traffic": full("08:00", "09:30")},
+    {"net/traffic": [], "net/dns": full()},
+    {"net/traffic": full("10:00", "10:20"), "net/dns": full("10:40", "11:00")},  # nothing in common
+], ids=["all-before", "one-source-empty", "disjoint-sources"])
+def test_a_lenient_plan_with_nothing_covered_is_the_strict_error(programs, coverage):
+    with pytest.raises(ReplayGapError) as strict:
+        plan_replay("net/mixed", T10, T10 + HOUR, programs, coverage)
+    with pytest.raises(ReplayGapError) as lenient_error:
+        lenient(programs, "net/mixed", coverage)
+    assert str(lenient_error.value) == str(strict.value)
