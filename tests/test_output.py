@@ -82,9 +82,10 @@ def test_jsonl_is_one_object_per_row_with_escaped_strings_and_null_for_what_json
                     {"ts": "2026-11-25T12:15:00Z", "host": "h0", "bytes": 0, "ratio": 0.0}]
 
 
-def test_jsonl_keys_keep_the_schema_order():
+def test_jsonl_keys_keep_the_schema_order_and_json_dumps_spacing():
     line = written("jsonl", [batch(1, 1)]).decode()
-    assert line == '{"ts":"2026-11-25T12:15:00.25Z","host":"h1","bytes":1,"ratio":0.25}\n'
+    assert line == '{"ts": "2026-11-25T12:15:00.25Z", "host": "h1", "bytes": 1, "ratio": 0.25}\n'
+    assert line == json.dumps(json.loads(line)) + "\n"  # spaced as ramen ps --json (json.dumps) spaces
 
 
 def test_table_widths_come_from_the_first_page_and_a_wider_value_later_overflows():

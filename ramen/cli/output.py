@@ -5,7 +5,8 @@ Formats:
 - `table`: aligned columns for a person; the widths come from the first page (TABLE_PAGE_ROWS rows)
   and stay: a later, wider value overflows its column instead of being cut.
 - `csv`: pyarrow's CSVWriter, a batch at a time (strings, timestamps included, are quoted).
-- `jsonl`: one JSON object per row, as `ramen ps --json`, built column-wise with pyarrow compute.
+- `jsonl`: one JSON object per row, spaced as json.dumps (and `ramen ps --json`) spaces them, built
+  column-wise with pyarrow compute.
 - `parquet`: a row group every PARQUET_ROW_GROUP_ROWS rows or so.
 - `arrow`: an Arrow IPC stream (`pyarrow.ipc.open_stream` reads it back).
 
@@ -184,7 +185,8 @@ class JsonlWriter(RowWriter):
     def __init__(self, sink: BinaryIO, schema: pa.Schema, *, zone: str | None = None) -> None:
         super().__init__(sink, schema)
         self.zone = zone
-        self._keys = [("{" if i == 0 else ",") + json.dumps(name) + ":" for i, name in enumerate(schema.names)]
+        # json.dumps's separators, as `ramen ps --json` and the replay's jsonl before it spaced them.
+        self._keys = [("{" if i == 0 else ", ") + json.dumps(name) + ": " for i, name in enumerate(schema.names)]
 
     def _write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
