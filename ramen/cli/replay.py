@@ -70,6 +70,12 @@ def add_parser(sub) -> None:
     parser.add_argument("--whole-windows", action="store_true",
                         help="a windowed TARGET: leave out the first and last windows when the range cuts them")
     parser.add_argument("--with-header", action="store_true", help="print a header line with csv")
+    parser.add_argument("--strict", action="store_true",
+                        help="refuse a range the archives do not cover whole (default: replay the part they cover, "
+                             "with a warning naming the rest)")
+    parser.add_argument("--explain", action="store_true",
+                        help="print the plan (the range covered, the recordings and positions to read, the functions "
+                             "to run) and exit without replaying; with --json, as one JSON object")
     parser.add_argument("--no-merge", action="store_true",
                         help="no merge window: neither wait for nor merge with concurrent replays (for measurements)")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
@@ -100,15 +106,19 @@ def run(args) -> int:
         raise UserError(str(e)) from None
     with conf.connected(args) as client:
         programs = conf.loaded_programs(client)
+        if args.explain:
+            return _explain(programs, args.target, since_us, until_us, args)
         schema = _schema_of(programs, args.target)
         fields = _check_fields(args.fields, schema) if schema is not None else []
         filters = [_parse_where(w, schema) for w in args.where] if schema is not None else []
-        options = dict(site=args.site, timeout_s=args.timeout or DEFAULT_REPLAY_TIMEOUT_S, no_merge=args.no_merge)
+        options = dict(site=args.site, timeout_s=args.timeout or DEFAULT_REPLAY_TIMEOUT_S, no_merge=args.no_merge,
+                       strict=args.strict)
         try:
             replay = _plan(client, programs, args.target, since_us, until_us, to_newest=until_us >= now_us,
                            whole_windows=args.whole_windows, **options)
         except (ReplayPlanError, ReplayFailed) as e:
             raise UserError(str(e)) from None
+        _warn_of_uncovered(replay)
         _warn_of_partial_windows(replay)
         reorder = _reorder_buffer(replay, programs, args.site)
         progress = _Progress() if sys.stderr.isatty() else None
@@ -214,6 +224,37 @@ def _source_disorder(plan, site: str) -> dict[str, int]:
         except (ArchiveError, OSError) as e:
             log.warning("%s: no disorder from its time index (%s): taken as 0", source, e)
     return found
+
+
+def _explain(programs, target: str, since_us: int, until_us: int, args) -> int:
+    """`--explain`: the plan, as lines or (with --json) one JSON object, and no replay."""
+    import json
+
+    from ramen import paths
+    from ramen.archive.coverage import archive_coverage
+    from ramen.archive.errors import ArchiveError
+    from ramen.replay.explain import explain
+    from ramen.replay.plan import ReplayPlanError
+    archive_dir = paths.archive_dir(args.site)
+    try:
+        found = explain(target, since_us, until_us, programs, archive_coverage(archive_dir), archive_dir,
+                        strict=args.strict)
+    except (ReplayPlanError, ArchiveError) as e:
+        raise UserError(str(e)) from None
+    text = json.dumps(found.to_dict(), indent=2) if args.json else "\n".join(found.lines())
+    if args.output is None:
+        print(text)
+    else:
+        args.output.write_text(text + "\n")
+    return 0
+
+
+def _warn_of_uncovered(replay) -> None:
+    """One line on stderr naming what the archives do not cover of the range (a lenient plan)."""
+    from ramen.replay.plan import uncovered_warning
+    warning = uncovered_warning(replay.plan)
+    if warning is not None:
+        print(f"ramen: replay: warning: {warning}", file=sys.stderr)
 
 
 def _warn_of_partial_windows(replay) -> None:

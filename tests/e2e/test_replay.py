@@ -422,3 +422,34 @@ def test_where_fields_and_local_times_still_apply_to_the_streamed_rows(stack):
     for r in rows[:100]:
         shown = datetime.fromisoformat(r["ts"])
         assert shown.utcoffset() == shown.astimezone(paris).utcoffset() and since <= shown.timestamp() * 1e6 < until
+
+
+def test_a_range_partly_archived_replays_the_part_covered_with_a_warning_and_strict_refuses_it(stack):
+    since, until = minute_range(BACKFILL_MIN + 20, 22)  # starts 20 minutes before the back-fill
+    args = ["--since", f"{since / 1e6:.0f}", "--until", f"{until / 1e6:.0f}", "--format", "csv", "e2e/traffic", "ts"]
+    lenient = stack.ramen("replay", *args)
+    assert lenient.returncode == 0, lenient.stderr
+    [warning] = [line for line in lenient.stderr.splitlines() if "no archive covers" in line]
+    assert warning.startswith("ramen: replay: warning: no archive covers ") and "(e2e/traffic)" in warning
+    assert len(lenient.stdout.splitlines()) > 60 * RATE  # the covered minute(s) at the range's end
+    strict = stack.ramen("replay", "--strict", *args)
+    assert strict.returncode == 1 and strict.stdout == ""
+    assert strict.stderr.startswith("ramen: replay: no archive of e2e/traffic before ") and \
+        len(strict.stderr.splitlines()) == 1
+
+
+def test_explain_prints_the_plan_without_replaying_even_when_nothing_is_covered(stack):
+    import json
+    since, until = minute_range(5, 3)
+    found = stack.ramen("replay", "--explain", "--json", "--since", f"{since / 1e6:.0f}",
+                        "--until", f"{until / 1e6:.0f}", "e2e/per_minute")
+    assert found.returncode == 0, found.stderr
+    plan = json.loads(found.stdout)
+    assert plan["requested"] == plan["covered"] and plan["requested"]["since"].endswith(":00Z")
+    [source] = plan["sources"]
+    assert source["function"] == "e2e/traffic" and source["recordings"]
+    assert all(r["start_position"] < (r["stop_position"] or 1 << 62) for r in source["recordings"])
+    assert plan["functions"] == ["e2e/per_minute"] and plan["problem"] is None
+    nothing = stack.ramen("replay", "--explain", "--since", "-3d", "--until", "-2d", "e2e/per_minute")
+    assert nothing.returncode == 0, nothing.stderr
+    assert "covered    nothing" in nothing.stdout and "note       no archive of e2e/traffic" in nothing.stdout
