@@ -18,19 +18,16 @@ Progress (rows, time to first row) goes to stderr when it is a terminal.
 from __future__ import annotations
 
 import logging
-import os
-import re
 import sys
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ramen.cli import argtypes, conf
 from ramen.cli.errors import UserError
-from ramen.cli.output import FORMATS, TEXT_FORMATS, local_zone, open_sink, open_writer
+from ramen.cli import rows
+from ramen.cli.output import local_zone, open_sink, open_writer
 from ramen.times import TIME_FORMS
 
 if TYPE_CHECKING:
@@ -41,9 +38,6 @@ log = logging.getLogger(__name__)
 
 IDENTITY = "user"
 PROGRESS_INTERVAL_S = 0.5
-_WHERE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(==|=|!=|<=|>=|<|>)\s*(.+?)\s*$")
-_OPERATORS = {"==": pc.equal, "=": pc.equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal,
-              ">": pc.greater, ">=": pc.greater_equal}
 
 
 def add_parser(sub) -> None:
@@ -51,25 +45,16 @@ def add_parser(sub) -> None:
                             description="Replay TARGET (prog/func) over [--since, --until) from the archives "
                                         "and print its tuples in event-time order, as they come.")
     parser.add_argument("target", metavar="TARGET", help="the function, as prog/func")
-    parser.add_argument("fields", nargs="*", metavar="FIELD", help="fields to print (default: all)")
+    rows.add_output_arguments(parser, default_format="table")
     parser.add_argument("--since", required=True,
                         help=f"start, included, UTC: {TIME_FORMS}")
     parser.add_argument("--until", default=None,
                         help="end, excluded, same forms, /d rounding up (default: now; a range that ends now or later "
                              "ends as far as the archives reach)")
-    parser.add_argument("--where", action="append", default=[], metavar="'FIELD OP VALUE'",
-                        help="keep only rows where this holds (OP: = != < <= > >=); repeatable")
-    parser.add_argument("--format", choices=FORMATS, default=None,
-                        help="output format (default table; parquet and arrow are binary: give --output or redirect)")
-    parser.add_argument("--json", action="store_true",
-                        help="the same as --format jsonl (one object per row, as ps --json)")
-    parser.add_argument("--output", "-o", type=Path, default=None, metavar="FILE", help="write to FILE, not stdout")
     parser.add_argument("--limit", type=argtypes.count, default=None, metavar="N",
                         help="stop after N rows (ends the replay)")
-    parser.add_argument("--local", action="store_true", help="print times in the local zone, not UTC")
     parser.add_argument("--whole-windows", action="store_true",
                         help="a windowed TARGET: leave out the first and last windows when the range cuts them")
-    parser.add_argument("--with-header", action="store_true", help="print a header line with csv")
     parser.add_argument("--strict", action="store_true",
                         help="refuse a range the archives do not cover whole (default: replay the part they cover, "
                              "with a warning naming the rest)")
@@ -84,20 +69,11 @@ def add_parser(sub) -> None:
     parser.set_defaults(run=run)
 
 
-def _output_format(args) -> str:
-    if args.json and args.format not in (None, "jsonl"):
-        raise UserError(f"--json is --format jsonl: it cannot go with --format {args.format}")
-    output_format = "jsonl" if args.json else (args.format or "table")
-    if output_format not in TEXT_FORMATS and args.output is None and sys.stdout.isatty():
-        raise UserError(f"--format {output_format} is binary: give --output FILE or redirect stdout")
-    return output_format
-
-
 def run(args) -> int:
     from ramen.replay.client import DEFAULT_REPLAY_TIMEOUT_S, ReplayFailed
     from ramen.replay.plan import ReplayPlanError, check_range
     from ramen.times import TimeError, parse_time
-    output_format = _output_format(args)
+    output_format = rows.output_format(args)
     now_us = time.time_ns() // 1000
     try:
         since_us, until_us = parse_time(args.since, now_us), parse_time(args.until or "now", now_us, end=True)
@@ -108,9 +84,9 @@ def run(args) -> int:
         programs = conf.loaded_programs(client)
         if args.explain:
             return _explain(programs, args.target, since_us, until_us, args)
-        schema = _schema_of(programs, args.target)
-        fields = _check_fields(args.fields, schema) if schema is not None else []
-        filters = [_parse_where(w, schema) for w in args.where] if schema is not None else []
+        schema = rows.schema_of(programs, args.target)
+        fields = rows.check_fields(args.fields, schema) if schema is not None else []
+        filters = [rows.parse_where(w, schema) for w in args.where] if schema is not None else []
         options = dict(site=args.site, timeout_s=args.timeout or DEFAULT_REPLAY_TIMEOUT_S, no_merge=args.no_merge,
                        strict=args.strict)
         try:
@@ -118,9 +94,9 @@ def run(args) -> int:
                            whole_windows=args.whole_windows, **options)
         except (ReplayPlanError, ReplayFailed) as e:
             raise UserError(str(e)) from None
-        _warn_of_uncovered(replay)
+        rows.warn_of_uncovered(replay, "replay")
         _warn_of_partial_windows(replay)
-        reorder = _reorder_buffer(replay, programs, args.site)
+        reorder = rows.reorder_buffer(replay, programs, args.site)
         progress = _Progress() if sys.stderr.isatty() else None
         sink = open_sink(args.output)
         complete = failed = False
@@ -138,7 +114,7 @@ def run(args) -> int:
                     raise UserError(str(e)) from None
                 except BrokenPipeError:
                     # The reader went away (`| head`): leaving `with replay` withdraws the request.
-                    _silence_stdout()
+                    rows.silence_stdout()
                     log.info("replay %s: the reader of the output went away after %d rows", replay.channel,
                              writer.rows)
                     return 0
@@ -156,74 +132,19 @@ def run(args) -> int:
     return 0
 
 
-def _stream(batches: Iterable[pa.RecordBatch], filters: list[Callable[[pa.RecordBatch], pa.Array]],
-            reorder: ReorderBuffer | None, fields: list[str], writer: RowWriter, limit: int | None) -> bool:
+def _stream(batches: Iterable[pa.RecordBatch], filters: list[rows.Filter], reorder: ReorderBuffer | None,
+            fields: list[str], writer: RowWriter, limit: int | None) -> bool:
     """Batches through filters and the reorder buffer to the writer, until the end or `limit` rows;
     returns whether the result was read to its end."""
     if limit == 0:
         return False
-
-    def ordered():
-        for batch in batches:
-            for keep in filters:
-                batch = batch.filter(keep(batch))
-            if reorder is None:
-                yield pa.Table.from_batches([batch])
-            else:
-                yield from reorder.add(batch)
-        if reorder is not None:
-            yield from reorder.finish()
-
-    for table in ordered():
-        if fields:
-            table = table.select(fields)
+    for table in rows.ordered(batches, filters, reorder, fields):
         for batch in table.to_batches():
             if limit is not None and writer.rows + batch.num_rows >= limit:
                 writer.write(batch.slice(0, limit - writer.rows))
                 return False
             writer.write(batch)
     return True
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null, so that the interpreter's last flush finds no broken pipe (as
-    Python's documentation of SIGPIPE advises)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-
-
-def _reorder_buffer(replay, programs, site: str):
-    """The reorder buffer for the target's output (None for a target without an event time:
-    its rows go out as they come)."""
-    from ramen.replay.order import ReorderBuffer, disorder_bound_us, stable_sort_keys
-    function = replay.function
-    if function.event_time is None:
-        return None
-    disorder_us = disorder_bound_us(replay.plan, programs, _source_disorder(replay.plan, site))
-    log.debug("replay of %s: reorder buffer of %d µs", replay.plan.target, disorder_us)
-    return ReorderBuffer(replay.schema, function.event_time, disorder_us,
-                         stable_sort_keys(replay.schema, function.event_time, function.window is not None))
-
-
-def _source_disorder(plan, site: str) -> dict[str, int]:
-    """Each source's largest recorded disorder among its recordings of the range (time indexes).
-    One that cannot be read counts as 0: its late rows are printed and counted, not lost."""
-    from ramen import paths
-    from ramen.archive.coverage import recordings_for
-    from ramen.archive.errors import ArchiveError
-    from ramen.archive.time_index import TimeIndex, index_path
-    archive_dir = paths.archive_dir(site)
-    found: dict[str, int] = {}
-    for source in plan.sources:
-        try:
-            for r in recordings_for(archive_dir, source, plan.since_us, plan.until_us):
-                index = TimeIndex.open(index_path(archive_dir, r.recording_id), r.recording_id)
-                found[source] = max(found.get(source, 0), index.disorder_us)
-                index.close()
-        except (ArchiveError, OSError) as e:
-            log.warning("%s: no disorder from its time index (%s): taken as 0", source, e)
-    return found
 
 
 def _explain(programs, target: str, since_us: int, until_us: int, args) -> int:
@@ -247,14 +168,6 @@ def _explain(programs, target: str, since_us: int, until_us: int, args) -> int:
     else:
         args.output.write_text(text + "\n")
     return 0
-
-
-def _warn_of_uncovered(replay) -> None:
-    """One line on stderr naming what the archives do not cover of the range (a lenient plan)."""
-    from ramen.replay.plan import uncovered_warning
-    warning = uncovered_warning(replay.plan)
-    if warning is not None:
-        print(f"ramen: replay: warning: {warning}", file=sys.stderr)
 
 
 def _warn_of_partial_windows(replay) -> None:
@@ -298,40 +211,6 @@ def _plan(client, programs, target: str, since_us: int, until_us: int, *, to_new
     if (since, until) == (replay.plan.since_us, replay.plan.until_us):
         return replay
     return Replay(client, programs, target, since, until, **options)
-
-
-def _schema_of(programs, target: str) -> pa.Schema | None:
-    """The target's output schema, to check fields and filters before anything is asked; None for
-    an unknown target (the plan says so, with suggestions)."""
-    program, _, function = target.partition("/")
-    if program in programs and function in programs[program]:
-        return programs[program].function(function).schema
-    return None
-
-
-def _check_fields(fields: list[str], schema: pa.Schema) -> list[str]:
-    for name in fields:
-        if schema.get_field_index(name) < 0:
-            raise UserError(f"no field {name!r} in the output (fields: {', '.join(schema.names)})")
-    return fields
-
-
-def _parse_where(text: str, schema: pa.Schema):
-    match = _WHERE.match(text)
-    if match is None:
-        raise UserError(f"--where {text!r}: expected 'FIELD OP VALUE' with OP one of = != < <= > >=")
-    name, op, raw = match.groups()
-    index = schema.get_field_index(name)
-    if index < 0:
-        raise UserError(f"--where {text!r}: no field {name!r} (fields: {', '.join(schema.names)})")
-    field_type = schema.field(index).type
-    raw = raw.strip("'\"")
-    try:
-        value = pa.scalar(raw).cast(field_type) if not pa.types.is_timestamp(field_type) else \
-            pa.scalar(raw, pa.string()).cast(field_type)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        raise UserError(f"--where {text!r}: {raw!r} is not a {field_type}") from None
-    return lambda batch: _OPERATORS[op](batch.column(name), value)
 
 
 class _Progress:

@@ -1,77 +1,321 @@
-"""`ramen tail [-n N] [-f] [--since S] TARGET`: a function's latest output, or follow it live.
+"""`ramen tail [-n N] [-f] [--since S] [--until U] TARGET [FIELD…]`: a function's latest output, or
+follow it live.
 
-- `-n N`: the last N tuples: from the archive (its last minute) for an archived function, else the
-  next N from the live stream (a live log keeps nothing behind its slowest reader: it is zeroed).
+- `-n N`: the last N rows (default 10), from a replay of the recent past: a lookback that grows
+  until it holds N rows or reaches the archives' start, so that a lazy function (never running)
+  is computed from its ancestors' archives as a replay would. A function the archives hold nothing
+  of has no past: its next N live rows are printed instead (it is run meanwhile, even if lazy).
+- `--since S [--until U]`: the rows of [S, U) (U: now), as `ramen replay` prints them; with -n,
+  only the last N of them.
 - `-f`: follow: a `tails/<id>` key (ephemeral) makes the choreographer run the function and its
-  ancestors, even a lazy one, for as long as this command runs.
-- `--since S`: first replay the archives from S, then go on live, without gap or duplicate: the live
-  stream is joined first and its first tuple's event time is where the replay stops.
+  ancestors, even a lazy one, for as long as this command runs. With --since (or -n, which
+  follows from the time of the N-th last row), the archives are replayed first, then the live
+  output follows without gap or duplicate: the live stream is joined first, and its first row's
+  event time is where the replay stops. --until ends the following there.
+
+Rows go through the same fields, --where, formats and times as `ramen replay` (ramen/cli/rows.py);
+the default format is jsonl, a line a row, written as rows come.
 """
 
 from __future__ import annotations
 
-import json
-import sys
+import contextlib
 import time
 import uuid
 
 import pyarrow as pa
 
 from ramen import keyspace, paths
-from ramen.cli import argtypes, conf
+from ramen.cli import argtypes, conf, rows
 from ramen.cli.errors import UserError
+from ramen.cli.output import RowWriter, local_zone, open_sink, open_writer
 from ramen.message import KIND_TUPLES, LIVE_CHANNEL, decode_header
 from ramen.times import TIME_FORMS
 from ramen.transport import BackoffIdleStrategy, CountersFile, FragmentAssembler, Image, LogBuffer
 from ramen.tuples import decode_tuples
 
+
 IDENTITY = "user"
 DEFAULT_LINES = 10
 LOG_WAIT_TIMEOUT_S = 30.0
+"""How long a tail waits for a live log to appear, or (a function with no past) for its next rows."""
 ARCHIVE_CATCH_UP_S = 10.0
-"""How long --since waits for the archive to reach the first live tuple."""
+"""How long a follow waits for the archives to reach the first live row."""
 ARCHIVE_POLL_S = 0.1
-ARCHIVE_LOOKBACK_US = 60_000_000
-"""How far back `-n` looks in an archive for the last tuples."""
+FIRST_LOOKBACK_US = 60_000_000
+"""The first lookback of `-n` (a windowed function's: as many windows as rows asked, and two more)."""
+LOOKBACK_GROWTH = 4
+MAX_LOOKBACK_US = 7 * 24 * 3600 * 1_000_000
+"""`-n` looks back no further than this for its rows."""
 FRAGMENT_LIMIT = 256
 
 
 def add_parser(sub) -> None:
     parser = sub.add_parser("tail",
-                            description="Print the last tuples of TARGET (prog/func), or follow its output.")
+                            description="Print the last rows of TARGET (prog/func), or follow its output.")
     parser.add_argument("target", metavar="TARGET")
-    parser.add_argument("-n", "--lines", type=argtypes.count, default=DEFAULT_LINES, help="tuples to print (default 10)")
-    parser.add_argument("-f", "--follow", action="store_true", help="go on printing new tuples until interrupted")
-    parser.add_argument("--since", help=f"replay from this time first (implies --follow), UTC: {TIME_FORMS}")
+    rows.add_output_arguments(parser, default_format="jsonl")
+    parser.add_argument("-n", "--lines", type=argtypes.count, default=None,
+                        help=f"rows to print: the last N (default {DEFAULT_LINES}, or all with --since)")
+    parser.add_argument("-f", "--follow", action="store_true", help="go on printing new rows until interrupted")
+    parser.add_argument("--since", help=f"the rows from this time on, UTC: {TIME_FORMS}")
+    parser.add_argument("--until", help="the rows before this time (default now; with -f: follow until then)")
     conf.add_arguments(parser, IDENTITY, site=True)
     parser.set_defaults(run=run)
 
 
 def run(args) -> int:
-    since_us = _parse_since(args.since)
+    now_us = time.time_ns() // 1000
+    since_us, until_us = _parse_times(args, now_us)
+    output_format = rows.output_format(args)
+    lines = args.lines if args.lines is not None else (None if since_us is not None else DEFAULT_LINES)
     with conf.connected(args) as client:
         programs = conf.loaded_programs(client)
-        program, _, name = args.target.partition("/")
-        if program not in programs or name not in programs[program]:
+        schema = rows.schema_of(programs, args.target)
+        if schema is None:
             raise UserError(f"unknown function {args.target}")
+        program, _, name = args.target.partition("/")
         function = programs[program].function(name)
-        follow = args.follow or since_us is not None
-        tail_key = f"{keyspace.TAILS}/{uuid.uuid4().hex[:12]}"
-        if follow:
-            client.create(tail_key, {"target": args.target}, ephemeral=True)
+        fields = rows.check_fields(args.fields, schema)
+        tail = _Tail(client, programs, function, args.site, [rows.parse_where(w, schema) for w in args.where], fields)
+        sink = open_sink(args.output)
+        writer = open_writer(output_format, sink, schema if not fields else pa.schema([schema.field(f) for f in fields]),
+                             header=args.with_header, zone=local_zone() if args.local else None)
         try:
-            if not follow and function.archived:
-                _print_last_archived(client, programs, function, args)
-                return 0
-            log = _wait_for_log(paths.output_log(args.site, args.target))
-            if not follow:
-                _print_next(log, function.schema, args.lines)
-                return 0
-            _follow(client, programs, function, log, args, since_us)
+            if not args.follow:
+                tail.print_past(writer, since_us, min(until_us or now_us, now_us), lines, now_us)
+            else:
+                if since_us is None:
+                    since_us = tail.time_of_last(lines, now_us)
+                with tail.used():
+                    tail.follow(writer, since_us, until_us)
+            writer.close()
+        except BrokenPipeError:
+            rows.silence_stdout()  # the reader went away (`| head`): leaving tears the replay down
+        except KeyboardInterrupt:
+            writer.close()
         finally:
-            if follow:
-                client.delete(tail_key)
+            if args.output is not None:
+                sink.close()
     return 0
+
+
+def _parse_times(args, now_us: int) -> tuple[int | None, int | None]:
+    """--since and --until, read before anything is asked of the site, relative to when the command started."""
+    from ramen.replay.plan import ReplayPlanError, check_range
+    from ramen.times import TimeError, parse_time
+    try:
+        since_us = None if args.since is None else parse_time(args.since, now_us)
+        until_us = None if args.until is None else parse_time(args.until, now_us, end=True)
+        if since_us is not None:
+            check_range(since_us, until_us if until_us is not None else max(now_us, since_us + 1))
+    except (TimeError, ReplayPlanError) as e:
+        raise UserError(str(e)) from None
+    return since_us, until_us
+
+
+class _Tail:
+    """One function's rows, past and live, through the fields and filters asked."""
+
+    def __init__(self, client, programs, function, site: str, filters: list[rows.Filter], fields: list[str]) -> None:
+        self.client = client
+        self.programs = programs
+        self.function = function
+        self.site = site
+        self.filters = filters
+        self.fields = fields
+
+    @contextlib.contextmanager
+    def used(self):
+        """While inside, a `tails/<id>` key (ephemeral) makes the choreographer run the function
+        and its ancestors, even a lazy one."""
+        key = f"{keyspace.TAILS}/{uuid.uuid4().hex[:12]}"
+        self.client.create(key, {"target": self.function.qualified_name}, ephemeral=True)
+        try:
+            yield
+        finally:
+            self.client.delete(key)
+
+    # -- the past ------------------------------------------------------------------------------
+
+    def print_past(self, writer: RowWriter, since_us: int | None, until_us: int, lines: int | None,
+                   now_us: int) -> None:
+        if since_us is not None:
+            self._replay(writer, since_us, until_us, lines, to_newest=until_us >= now_us)
+            return
+        last = self._last_rows(lines, now_us)
+        if last is None:  # no past: the rows to come
+            with self.used():
+                self._print_next_live(writer, lines)
+            return
+        for batch in last.batches():
+            writer.write(batch)
+
+    def time_of_last(self, lines: int, now_us: int) -> int | None:
+        """Where `-f -n N` starts following from: the event time of the N-th last row (None: from
+        the live rows to come, when there is no past or no row is asked for)."""
+        if not lines or self.function.event_time is None:
+            return None
+        last = self._last_rows(lines, now_us)
+        if last is None or not last.rows:
+            return None
+        first = last.batches()[0]
+        return int(first.column(self.function.event_time).cast(pa.timestamp("us")).cast(pa.int64())[0].as_py())
+
+    def _last_rows(self, lines: int, now_us: int) -> rows.LastRows | None:
+        """The last `lines` rows, from replays looking further back until they hold enough, or
+        reach the start of the archives; None when nothing archived feeds the function."""
+        from ramen.replay.client import replay_to_newest
+        from ramen.replay.plan import ReplayGapError
+        window = self.function.window
+        lookback = max(FIRST_LOOKBACK_US, 0 if window is None else (lines + 2) * window.every_us)
+        while True:
+            since_us = now_us - lookback
+            try:
+                replay = self._planned(lambda: replay_to_newest(self.client, self.programs,
+                                                                self.function.qualified_name, since_us, now_us,
+                                                                site=self.site, strict=False, no_merge=True),
+                                       gaps=True)
+            except ReplayGapError:
+                replay = None
+            if replay is not None:
+                last = rows.LastRows(lines)
+                for table in self._rows_of(replay):
+                    last.add(table)
+                if last.rows >= lines or replay.plan.since_us > since_us:
+                    return last  # enough, or the archives start after since: nothing older
+            if lookback >= MAX_LOOKBACK_US:
+                return None if replay is None else last
+            lookback = min(lookback * LOOKBACK_GROWTH, MAX_LOOKBACK_US)
+
+    def _replay(self, writer: RowWriter, since_us: int, until_us: int, lines: int | None, *, to_newest: bool) -> None:
+        from ramen.replay.client import Replay, replay_to_newest
+        make = replay_to_newest if to_newest else Replay
+        replay = self._planned(lambda: make(self.client, self.programs, self.function.qualified_name, since_us,
+                                            until_us, site=self.site, strict=False, no_merge=True))
+        rows.warn_of_uncovered(replay, "tail")
+        last = rows.LastRows(lines) if lines is not None else None
+        for table in self._rows_of(replay):
+            if last is not None:
+                last.add(table)
+                continue
+            for batch in table.to_batches():
+                writer.write(batch)
+        for batch in last.batches() if last is not None else ():
+            writer.write(batch)
+
+    def _rows_of(self, replay):
+        """The replay's rows, in event-time order, through the filters and fields asked."""
+        from ramen.replay.client import ReplayFailed
+        reorder = rows.reorder_buffer(replay, self.programs, self.site)
+        with replay:
+            replay.start()
+            try:
+                yield from rows.ordered(replay.batches(), self.filters, reorder, self.fields)
+            except ReplayFailed as e:
+                raise UserError(str(e)) from None
+
+    @staticmethod
+    def _planned(make, *, gaps: bool = False):
+        """A replay made, its planning's errors as one line each; with `gaps`, a range nothing
+        covers is the caller's to judge (ReplayGapError)."""
+        from ramen.replay.client import ReplayFailed
+        from ramen.replay.plan import ReplayGapError, ReplayPlanError
+        try:
+            return make()
+        except ReplayGapError as e:
+            if gaps:
+                raise
+            raise UserError(str(e)) from None
+        except (ReplayPlanError, ReplayFailed) as e:
+            raise UserError(str(e)) from None
+
+
+    # -- live ----------------------------------------------------------------------------------
+
+    def follow(self, writer: RowWriter, since_us: int | None, until_us: int | None) -> None:
+        """The live rows (from `since_us`: the archives' first, up to the first live row), until
+        `until_us` or an interrupt."""
+        function = self.function
+        log_buffer = _wait_for_log(paths.output_log(self.site, function.qualified_name))
+        counters = CountersFile.open(paths.counters_path())
+        image = Image(log_buffer, counters, name=f"tail {function.qualified_name}")
+        idle = BackoffIdleStrategy()
+        pending: list[pa.RecordBatch] = []
+        try:
+            if since_us is not None:
+                while not pending:  # join live first: its first row is where the replay stops
+                    pending = [b for b in _read_batches(image, function.schema) if b.num_rows]
+                    idle.idle(len(pending))
+                first_us = int(_event_times(pending[0], function.event_time)[0])
+                stop_us = first_us if until_us is None else min(first_us, until_us)
+                if since_us < stop_us:
+                    self._replay_up_to_live(writer, since_us, stop_us)
+            while True:
+                for batch in pending:
+                    if not self._write_live(writer, batch, until_us):
+                        return
+                pending = _read_batches(image, function.schema)
+                idle.idle(len(pending))
+        finally:
+            image.close()
+            counters.close()
+
+    def _replay_up_to_live(self, writer: RowWriter, since_us: int, until_us: int) -> None:
+        """[since, until) from the archives, once they reach `until` (the first live row was just
+        written, and its recorder, reading the same log, is a moment behind it)."""
+        from ramen.replay.client import Replay
+        deadline = time.monotonic() + ARCHIVE_CATCH_UP_S
+        while True:
+            replay = self._planned(lambda: Replay(self.client, self.programs, self.function.qualified_name,
+                                                  since_us, until_us, site=self.site, strict=False, no_merge=True))
+            if replay.plan.until_us >= until_us or time.monotonic() > deadline:
+                break
+            time.sleep(ARCHIVE_POLL_S)
+        rows.warn_of_uncovered(replay, "tail")
+        for table in self._rows_of(replay):
+            for batch in table.to_batches():
+                writer.write(batch)
+        writer.sink.flush()
+
+    def _write_live(self, writer: RowWriter, batch: pa.RecordBatch, until_us: int | None) -> bool:
+        """Write a live batch's rows before `until_us`; False once the stream has passed it."""
+        for keep in self.filters:
+            batch = batch.filter(keep(batch))
+        going_on = True
+        if until_us is not None and self.function.event_time is not None and batch.num_rows:
+            before = _event_times(batch, self.function.event_time) < until_us
+            going_on = bool(before.all())
+            batch = batch.filter(pa.array(before))
+        if self.fields:
+            batch = batch.select(self.fields)
+        writer.write(batch)
+        writer.sink.flush()
+        return going_on
+
+    def _print_next_live(self, writer: RowWriter, lines: int) -> None:
+        """The next `lines` live rows of a function the archives hold nothing of."""
+        log_buffer = _wait_for_log(paths.output_log(self.site, self.function.qualified_name))
+        counters = CountersFile.open(paths.counters_path())
+        image = Image(log_buffer, counters, name="tail -n")
+        idle = BackoffIdleStrategy()
+        deadline = time.monotonic() + LOG_WAIT_TIMEOUT_S
+        written = writer.rows
+        try:
+            while writer.rows - written < lines:
+                if time.monotonic() > deadline:
+                    raise UserError(f"the archives hold nothing of {self.function.qualified_name}, and it wrote "
+                                    f"{writer.rows - written} of the {lines} rows asked in {LOG_WAIT_TIMEOUT_S:g} s")
+                batches = _read_batches(image, self.function.schema)
+                for batch in batches:
+                    for keep in self.filters:
+                        batch = batch.filter(keep(batch))
+                    batch = batch.slice(0, lines - (writer.rows - written))
+                    writer.write(batch.select(self.fields) if self.fields else batch)
+                idle.idle(len(batches))
+        finally:
+            image.close()
+            counters.close()
 
 
 def _wait_for_log(path) -> LogBuffer:
@@ -79,12 +323,12 @@ def _wait_for_log(path) -> LogBuffer:
     while not path.exists():
         if time.monotonic() > deadline:
             raise UserError(f"{path} did not appear within {LOG_WAIT_TIMEOUT_S:g} s: is the function running?")
-        time.sleep(0.1)
+        time.sleep(ARCHIVE_POLL_S)
     return LogBuffer.open(path, writable=False)
 
 
-def _read_batches(image: Image, schema: pa.Schema, until: int | None) -> list[pa.RecordBatch]:
-    """The live batches readable now (up to `until` if given)."""
+def _read_batches(image: Image, schema: pa.Schema) -> list[pa.RecordBatch]:
+    """The live batches readable now."""
     batches: list[pa.RecordBatch] = []
 
     def on_message(message, offset, length, header):  # a message of its own (hand_over)
@@ -93,130 +337,13 @@ def _read_batches(image: Image, schema: pa.Schema, until: int | None) -> list[pa
             batches.append(decode_tuples(message, schema))
 
     assembler = FragmentAssembler(on_message, hand_over=True)
-    while until is None or image.position < until:
-        if image.poll(assembler.on_fragment, FRAGMENT_LIMIT) == 0:
-            break  # nothing more for now
+    while image.poll(assembler.on_fragment, FRAGMENT_LIMIT):
+        pass
     return batches
 
 
-def _print_last_archived(client, programs, function, args) -> None:
-    from ramen.replay.client import ReplayFailed, replay_to_newest
-    from ramen.replay.plan import ReplayGapError, ReplayPlanError
-    until = time.time_ns() // 1000
-    since = until - ARCHIVE_LOOKBACK_US
-    try:
-        try:
-            replay = replay_to_newest(client, programs, function.qualified_name, since, until, site=args.site)
-        except ReplayGapError as e:
-            if e.gap_since_us != since or e.gap_until_us >= until:
-                raise
-            # An archive younger than the look-back: its last rows are all it has.
-            replay = replay_to_newest(client, programs, function.qualified_name, e.gap_until_us, until,
-                                      site=args.site)
-        with replay:
-            replay.start()
-            table = pa.Table.from_batches(list(replay.batches()), schema=function.schema)
-    except (ReplayPlanError, ReplayFailed) as e:
-        raise UserError(str(e)) from None
-    if function.event_time is not None and table.num_rows:
-        table = table.sort_by(function.event_time)
-    _print_rows(table.slice(max(0, table.num_rows - args.lines)))
-
-
-def _print_next(log: LogBuffer, schema: pa.Schema, lines: int) -> None:
-    """The next `lines` live tuples (a function that is not archived keeps no past)."""
-    counters = CountersFile.open(paths.counters_path())
-    image = Image(log, counters, name="tail -n")
-    idle = BackoffIdleStrategy()
-    deadline = time.monotonic() + LOG_WAIT_TIMEOUT_S
-    rows: list[pa.RecordBatch] = []
-    try:
-        while sum(b.num_rows for b in rows) < lines and time.monotonic() < deadline:
-            batches = _read_batches(image, schema, None)
-            rows.extend(batches)
-            idle.idle(len(batches))
-    finally:
-        image.close()
-        counters.close()
-    _print_rows(pa.Table.from_batches(rows, schema=schema).slice(0, lines))
-
-
-def _parse_since(text: str | None) -> int | None:
-    """--since, read before anything is asked of the site, relative to when the command started."""
-    if text is None:
-        return None
-    from ramen.times import TimeError, parse_time
-    try:
-        return parse_time(text, time.time_ns() // 1000)
-    except TimeError as e:
-        raise UserError(str(e)) from None
-
-
-def _follow(client, programs, function, log: LogBuffer, args, since_us: int | None) -> None:
-    counters = CountersFile.open(paths.counters_path())
-    image = Image(log, counters, name=f"tail {args.target}")
-    idle = BackoffIdleStrategy()
-    first_live: list[pa.RecordBatch] = []
-    if since_us is not None:
-        while not first_live:  # join live first: its first tuple is where the replay stops
-            first_live = [b for b in _read_batches(image, function.schema, None) if b.num_rows]
-            idle.idle(len(first_live))
-        _replay_until(client, programs, function, args, since_us,
-                      _first_event_time(first_live[0], function.event_time))
-    for batch in first_live:
-        _print_rows(pa.Table.from_batches([batch]))
-    try:
-        while True:
-            batches = _read_batches(image, function.schema, None)
-            for batch in batches:
-                _print_rows(pa.Table.from_batches([batch]))
-            idle.idle(len(batches))
-    except KeyboardInterrupt:
-        pass
-    finally:
-        image.close()
-        counters.close()
-
-
-def _first_event_time(batch: pa.RecordBatch, event_time: str | None) -> int:
+def _event_times(batch: pa.RecordBatch, event_time: str | None):
+    """The batch's event times, µs (numpy)."""
     if event_time is None:
-        raise UserError("--since needs a function with an event time")
-    return int(batch.column(event_time).cast(pa.timestamp("us")).cast(pa.int64())[0].as_py())
-
-
-def _replay_until(client, programs, function, args, since_us: int, until_us: int) -> None:
-    from ramen.replay.client import Replay, ReplayFailed
-    from ramen.replay.plan import ReplayPlanError
-    if since_us >= until_us:
-        return
-    try:
-        replay = _when_archived(lambda: Replay(client, programs, function.qualified_name, since_us, until_us,
-                                               site=args.site), until_us)
-        with replay:
-            replay.start()
-            table = pa.Table.from_batches(list(replay.batches()), schema=function.schema)
-    except (ReplayPlanError, ReplayFailed) as e:
-        raise UserError(str(e)) from None
-    if function.event_time is not None and table.num_rows:
-        table = table.sort_by(function.event_time)
-    _print_rows(table)
-
-
-def _when_archived(make_replay, until_us: int):
-    """The replay, once the archive reaches until_us: the first live tuple was just written, and
-    its recorder, reading the same log, is a moment behind it. Any other gap is an error at once."""
-    from ramen.replay.plan import ReplayGapError
-    deadline = time.monotonic() + ARCHIVE_CATCH_UP_S
-    while True:
-        try:
-            return make_replay()
-        except ReplayGapError as e:
-            if e.gap_until_us != until_us or time.monotonic() > deadline:
-                raise
-            time.sleep(ARCHIVE_POLL_S)
-
-
-def _print_rows(table: pa.Table) -> None:
-    for row in table.to_pylist():
-        sys.stdout.write(json.dumps(row, default=str) + "\n")
-    sys.stdout.flush()
+        raise UserError("--since and -f -n need a function with an event time")
+    return batch.column(event_time).cast(pa.timestamp("us")).cast(pa.int64()).to_numpy(zero_copy_only=False)

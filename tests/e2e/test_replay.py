@@ -294,14 +294,15 @@ def test_tail_n_of_an_archived_function_reads_its_archive(stack):
     result = stack.ramen("tail", "-n", "5", "e2e/traffic")
     assert result.returncode == 0, result.stderr
     import json
-    times = [json.loads(line)["ts"] for line in result.stdout.splitlines()]
+    from datetime import datetime
+    times = [datetime.fromisoformat(json.loads(line)["ts"]) for line in result.stdout.splitlines()]
     assert len(times) == 5 and times == sorted(times)
 
 
 def test_tail_since_replays_then_goes_live_without_gap_or_duplicate(stack):
     import json
     from datetime import datetime, timezone
-    tail = subprocess.Popen([sys.executable, "-m", "ramen.cli.main", "tail", "--since", "-1min", "e2e/traffic"],
+    tail = subprocess.Popen([sys.executable, "-m", "ramen.cli.main", "tail", "-f", "--since", "-1min", "e2e/traffic"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=stack.env)
     times = []
     try:
@@ -317,6 +318,40 @@ def test_tail_since_replays_then_goes_live_without_gap_or_duplicate(stack):
     assert len(times) >= 65 * RATE, tail.stderr.read()
     steps = {round((b - a).total_seconds() * 1e6) for a, b in zip(times, times[1:])}
     assert steps == {1_000_000 // RATE}  # every grid point once, in order, across the switch to live
+
+
+def test_tail_n_of_a_lazy_windowed_function_replays_enough_past(stack):
+    """-n of a function that never runs: computed by a replay looking back far enough, at once."""
+    import json
+    result = stack.ramen("tail", "-n", "3", "--json", "e2e/per_minute", "start", "bytes", timeout=60)
+    assert result.returncode == 0, result.stderr
+    found = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(found) == 3 and [r["start"] for r in found] == sorted(r["start"] for r in found)
+    assert list(found[0]) == ["start", "bytes"] and found[-1]["start"].endswith(":00Z")
+
+
+def test_tail_of_a_range_honours_n_where_fields_and_format(stack):
+    since, until = minute_range(4, 2)
+    common = ["--since", f"{since / 1e6:.0f}", "--until", f"{until / 1e6:.0f}", "--where", "bytes > 0"]
+    every = stack.ramen("tail", *common, "--format", "csv", "--with-header", "e2e/traffic", "ts", "bytes")
+    assert every.returncode == 0, every.stderr
+    lines = every.stdout.splitlines()
+    assert lines[0] == '"ts","bytes"' and len(lines) - 1 > 60 * RATE  # most of two minutes (bytes > 0)
+    last = stack.ramen("tail", *common, "-n", "4", "--format", "csv", "e2e/traffic", "ts", "bytes")
+    assert last.returncode == 0, last.stderr
+    assert last.stdout.splitlines() == lines[-4:]
+
+
+def test_tail_follow_from_the_last_rows_stops_at_until(stack):
+    import json
+    until = time.time_ns() // 1000 + 3_000_000
+    result = stack.ramen("tail", "-f", "-n", "5", "--until", f"{until / 1e6:.6f}", "e2e/traffic", "ts", timeout=60)
+    assert result.returncode == 0, result.stderr
+    from datetime import datetime
+    times = [datetime.fromisoformat(json.loads(line)["ts"]) for line in result.stdout.splitlines()]
+    steps = {round((b - a).total_seconds() * 1e6) for a, b in zip(times, times[1:])}
+    assert len(times) > 5 and steps == {1_000_000 // RATE}  # the last rows, then live, once each
+    assert times[-1].timestamp() * 1e6 < until
 
 
 def test_no_merge_replays_at_once_and_alone(stack):
