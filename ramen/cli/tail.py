@@ -10,8 +10,8 @@ follow it live.
 - `-f`: follow: a `tails/<id>` key (ephemeral) makes the choreographer run the function and its
   ancestors, even a lazy one, for as long as this command runs. With --since (or -n, which
   follows from the time of the N-th last row), the archives are replayed first, then the live
-  output follows without gap or duplicate: the live stream is joined first, and its first row's
-  event time is where the replay stops. --until ends the following there.
+  output follows without gap or duplicate: the live stream is joined first, and the rows before
+  the cut (_Tail._cut) come from the archives, the others live. --until ends the following there.
 
 Rows go through the same fields, --where, formats and times as `ramen replay` (ramen/cli/rows.py);
 the default format is jsonl, a line a row, written as rows come.
@@ -23,6 +23,7 @@ import contextlib
 import time
 import uuid
 
+import numpy as np
 import pyarrow as pa
 
 from ramen import keyspace, paths
@@ -32,6 +33,7 @@ from ramen.cli.output import RowWriter, local_zone, open_sink, open_writer
 from ramen.message import KIND_TUPLES, LIVE_CHANNEL, decode_header
 from ramen.times import TIME_FORMS
 from ramen.transport import BackoffIdleStrategy, CountersFile, FragmentAssembler, Image, LogBuffer
+from ramen.transport.frame_walk import last_event_time_us
 from ramen.tuples import decode_tuples
 
 
@@ -234,26 +236,24 @@ class _Tail:
     # -- live ----------------------------------------------------------------------------------
 
     def follow(self, writer: RowWriter, since_us: int | None, until_us: int | None) -> None:
-        """The live rows (from `since_us`: the archives' first, up to the first live row), until
-        `until_us` or an interrupt."""
+        """The live rows, until `until_us` or an interrupt; from `since_us`, the archives' rows
+        first, up to the cut (see _cut), and the live ones from there."""
         function = self.function
         log_buffer = _wait_for_log(paths.output_log(self.site, function.qualified_name))
         counters = CountersFile.open(paths.counters_path())
         image = Image(log_buffer, counters, name=f"tail {function.qualified_name}")
         idle = BackoffIdleStrategy()
         pending: list[pa.RecordBatch] = []
+        cut_us = None
         try:
             if since_us is not None:
-                while not pending:  # join live first: its first row is where the replay stops
-                    pending = [b for b in _read_batches(image, function.schema) if b.num_rows]
-                    idle.idle(len(pending))
-                first_us = int(_event_times(pending[0], function.event_time)[0])
-                stop_us = first_us if until_us is None else min(first_us, until_us)
+                cut_us, pending = self._cut(log_buffer, image, idle)
+                stop_us = cut_us if until_us is None else min(cut_us, until_us)
                 if since_us < stop_us:
-                    self._replay_up_to_live(writer, since_us, stop_us)
+                    self._replay_up_to_live(writer, since_us, stop_us, image, pending)
             while True:
                 for batch in pending:
-                    if not self._write_live(writer, batch, until_us):
+                    if not self._write_live(writer, batch, cut_us, until_us):
                         return
                 pending = _read_batches(image, function.schema)
                 idle.idle(len(pending))
@@ -261,9 +261,31 @@ class _Tail:
             image.close()
             counters.close()
 
-    def _replay_up_to_live(self, writer: RowWriter, since_us: int, until_us: int) -> None:
-        """[since, until) from the archives, once they reach `until` (the first live row was just
-        written, and its recorder, reading the same log, is a moment behind it)."""
+    def _cut(self, log_buffer: LogBuffer, image: Image, idle) -> tuple[int, list[pa.RecordBatch]]:
+        """Where the archives' rows end and the live ones begin, and the live batches read meanwhile.
+
+        The live log is joined first. Rows written before we joined are at most as late as the
+        latest event time in the log (a stream in event-time order), so every row from just past
+        it (a windowed function: from the next window, whose rows all come together) is in what
+        we read live, and every row before it is in the archives. A log that held nothing when
+        we joined (a lazy function just started) is cut past its first live row the same way:
+        that first window may hold only what the worker saw since it started."""
+        function = self.function
+        pending: list[pa.RecordBatch] = []
+        base_us = last_event_time_us(log_buffer)
+        if base_us is None:
+            while not pending:
+                pending = [b for b in _read_batches(image, function.schema) if b.num_rows]
+                idle.idle(len(pending))
+            base_us = int(_event_times(pending[0], function.event_time).min())
+        every = None if function.window is None else function.window.every_us
+        return (base_us // every + 1) * every if every else base_us + 1, pending
+
+    def _replay_up_to_live(self, writer: RowWriter, since_us: int, until_us: int, image: Image,
+                           pending: list[pa.RecordBatch]) -> None:
+        """[since, until) from the archives, once they reach `until` (the live rows just before
+        were written, and their recorder, reading the same log, is a moment behind). The live log
+        is read meanwhile into `pending`, so that its writer does not take us for a dead reader."""
         from ramen.replay.client import Replay
         deadline = time.monotonic() + ARCHIVE_CATCH_UP_S
         while True:
@@ -271,22 +293,29 @@ class _Tail:
                                                   since_us, until_us, site=self.site, strict=False, no_merge=True))
             if replay.plan.until_us >= until_us or time.monotonic() > deadline:
                 break
+            pending += _read_batches(image, self.function.schema)
             time.sleep(ARCHIVE_POLL_S)
         rows.warn_of_uncovered(replay, "tail")
         for table in self._rows_of(replay):
             for batch in table.to_batches():
                 writer.write(batch)
+            pending += _read_batches(image, self.function.schema)
         writer.sink.flush()
 
-    def _write_live(self, writer: RowWriter, batch: pa.RecordBatch, until_us: int | None) -> bool:
-        """Write a live batch's rows before `until_us`; False once the stream has passed it."""
+    def _write_live(self, writer: RowWriter, batch: pa.RecordBatch, from_us: int | None, until_us: int | None) -> bool:
+        """Write a live batch's rows in [from_us, until_us); False once the stream has passed until_us."""
         for keep in self.filters:
             batch = batch.filter(keep(batch))
         going_on = True
-        if until_us is not None and self.function.event_time is not None and batch.num_rows:
-            before = _event_times(batch, self.function.event_time) < until_us
-            going_on = bool(before.all())
-            batch = batch.filter(pa.array(before))
+        if (from_us is not None or until_us is not None) and batch.num_rows:
+            times = _event_times(batch, self.function.event_time)
+            keep = np.ones(len(times), dtype=bool)
+            if from_us is not None:
+                keep &= times >= from_us
+            if until_us is not None:
+                keep &= times < until_us
+                going_on = bool((times < until_us).all())
+            batch = batch.filter(pa.array(keep))
         if self.fields:
             batch = batch.select(self.fields)
         writer.write(batch)

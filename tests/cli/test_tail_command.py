@@ -59,3 +59,47 @@ def test_tail_of_an_unknown_function_is_one_line(fresh_confserver, tmp_path):
     result = subprocess.run([sys.executable, "-m", "ramen.cli.main", "tail", "net/nope"], capture_output=True,
                             text=True, env=env, timeout=60)
     assert result.returncode == 1 and result.stderr.strip() == "ramen: tail: unknown function net/nope"
+
+
+def test_a_follow_cuts_past_the_latest_row_written_before_it_joined(tmp_path, monkeypatch):
+    """Rows before the cut come from the archives, the others live: the cut lies past everything
+    written before the live log was joined (a windowed function: at the next window), or, in a
+    log that held nothing, past the first live row."""
+    from ramen.cli.tail import _Tail
+    from ramen.transport import BackoffIdleStrategy, Image
+    monkeypatch.setenv("RAMEN_DIR", str(tmp_path))
+    program = load(EXAMPLE)
+    minute = 60_000_000
+    t0 = 1_795_168_800 * 1_000_000  # 2026-11-20T10:00Z
+
+    def rows_at(function, start_us):
+        schema = program.function(function).schema
+        times = pa.array([start_us], pa.timestamp("us"))
+        return encode_tuples(pa.record_batch([times, pa.array(["h"]), pa.array([1], pa.int64())], schema=schema),
+                             program.function(function).event_time)
+
+    for function, written_before, expected_cut in (("per_minute", t0 + 3 * minute, t0 + 4 * minute),
+                                                    ("top_talkers", t0 + 3 * minute, t0 + 3 * minute + 1)):
+        log = LogBuffer.create(tmp_path / f"{function}.logbuffer", LogBufferParams(term_length=64 * 1024))
+        publication = ExclusivePublication(log)
+        publication.offer(rows_at(function, t0 + minute))
+        publication.offer(rows_at(function, written_before))
+        tail = _Tail(None, {"net": program}, program.function(function), "local", [], [])
+        image = Image(log, join_position=publication.position)
+        assert tail._cut(log, image, BackoffIdleStrategy()) == (expected_cut, [])
+        image.close()
+
+    class FirstRowWhenIdle:
+        """The idle strategy of the wait for a first live row: the row is written while it waits."""
+        def __init__(self, publication):
+            self.publication = publication
+
+        def idle(self, work):
+            if not work:
+                assert self.publication.offer(rows_at("per_minute", t0 + 7 * minute)) > 0
+
+    empty = LogBuffer.create(tmp_path / "empty.logbuffer", LogBufferParams(term_length=64 * 1024))
+    image = Image(empty, join_position=0)
+    cut, pending = _Tail(None, {"net": program}, program.function("per_minute"), "local", [], [])._cut(
+        empty, image, FirstRowWhenIdle(ExclusivePublication(empty)))
+    assert cut == t0 + 8 * minute and sum(b.num_rows for b in pending) == 1
