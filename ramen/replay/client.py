@@ -66,6 +66,11 @@ class SupervisorPresence:
         self._absent_since: float | None = clock.seconds()
         """Since when no supervisor key was seen; None while there is one."""
 
+    @property
+    def seen(self) -> bool:
+        """Whether the supervisor's key was there at the latest check()."""
+        return self._absent_since is None
+
     def check(self) -> None:
         """ReplayFailed, in one line, once no supervisor has been there for the grace period."""
         now = self.clock.seconds()
