@@ -79,6 +79,18 @@ def test_two_instances_side_by_side_each_found_through_its_dir(tmp_path):
             rows = result.stdout.split()
             assert len(rows) >= 1000 and len(set(rows)) == hosts, (base, len(rows), set(rows))
 
+        # A confserver killed comes back where every service and worker of its instance knows it.
+        base_a = bases["a"][0]
+        killed = [pid for pid, args in _processes_with(f"RAMEN_DIR={base_a}").items() if "confserver.server" in args]
+        assert len(killed) == 1
+        os.kill(killed[0], 9)
+        wait_for(lambda: [pid for pid, args in _processes_with(f"RAMEN_DIR={base_a}").items()
+                          if "confserver.server" in args and pid != killed[0]], "the confserver restarted",
+                 timeout_s=STARTUP_S)
+        wait_for(lambda: ramen("--dir", base_a, "confclient", "get", "programs/twin").returncode == 0,
+                 "the restarted confserver answering", timeout_s=STARTUP_S)
+        assert (base_a / "confserver" / "address").read_text().strip() == addresses["a"]
+
         stopped_a = ramen("--dir", bases["a"][0], "stop")
         stopped_b = ramen("stop", "--dir", bases["b"][0])
         assert stopped_a.returncode == 0 and stopped_b.returncode == 0, stopped_a.stderr + stopped_b.stderr
