@@ -94,10 +94,24 @@ def test_two_instances_side_by_side_each_found_through_its_dir(tmp_path):
         stopped_a = ramen("--dir", bases["a"][0], "stop")
         stopped_b = ramen("stop", "--dir", bases["b"][0])
         assert stopped_a.returncode == 0 and stopped_b.returncode == 0, stopped_a.stderr + stopped_b.stderr
+        assert not (base_a / "confserver" / "address").exists()
+
+        # Its confserver alone (its programs and archive still there), no supervisor: the replay
+        # says so within seconds; it waited out its 300 s timeout, then blamed the replay.
+        confserver_alone = subprocess.Popen([sys.executable, "-m", "ramen.cli.main", "--dir", base_a, "confserver",
+                                             "--listen", "127.0.0.1:0"],
+                                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: (base_a / "confserver" / "address").exists(), "the confserver alone listening")
+            alone = ramen("--dir", base_a, "replay", *range_args, timeout=STARTUP_S)
+        finally:
+            confserver_alone.terminate()
+            confserver_alone.wait(STARTUP_S)
+        assert alone.returncode == 1 and alone.stderr.strip().splitlines() == [
+            "ramen: replay: no supervisor of site local is running: start ramen with `ramen start`"], alone.stderr
     finally:
         left = {name: _kill_left(base) for name, (base, _) in bases.items()}
     assert left == {"a": {}, "b": {}}
-    assert not (bases["a"][0] / "confserver" / "address").exists()
 
 
 @pytest.fixture
