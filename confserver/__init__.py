@@ -28,8 +28,8 @@ SERVICE_CONNECT_TIMEOUT_S = 30.0
 
 def default_data_dir() -> Path:
     """Where the embedded server keeps its log, snapshots and auth file."""
-    from ramen.paths import ramen_dir
-    return ramen_dir() / "confserver"
+    from ramen.paths import confserver_dir
+    return confserver_dir()
 
 
 def default_auth_file() -> Path:

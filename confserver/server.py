@@ -44,6 +44,7 @@ from confserver.journal import SNAPSHOT_EVERY_RECORDS, Journal
 from confserver.keys import check_key, check_pattern, matches
 from confserver.model import encode_value
 from confserver.store import DELETE, END, LOCK, OPEN, PUT, UNLOCK, Store
+from ramen.paths import CONFSERVER_ADDRESS_FILE_NAME, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -543,11 +544,19 @@ async def serve(args: argparse.Namespace) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     await server.start(host, port)
+    listening = "%s:%d\n" % server.address
+    # Only now, once listening, and whole (renamed into place): commands of this directory's
+    # instance find us through it, whatever port we were given (ramen.paths.local_confserver_url).
+    address_file = data_dir / CONFSERVER_ADDRESS_FILE_NAME
+    write_atomically(address_file, listening)
     if args.ready_file:  # only now: who reads it may stop us at once, and must get a clean stop
-        Path(args.ready_file).write_text("%s:%d\n" % server.address)
-    await stop.wait()
-    log.info("stopping")
-    await server.stop()
+        write_atomically(Path(args.ready_file), listening)
+    try:
+        await stop.wait()
+        log.info("stopping")
+        await server.stop()
+    finally:
+        address_file.unlink(missing_ok=True)  # nobody listens there any more
 
 
 def main(argv: list[str] | None = None) -> int:

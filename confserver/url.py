@@ -40,9 +40,15 @@ class ConfServerURL:
         return f"{self.scheme}://{self.hosts_string()}{root}"
 
 
+def _local_url() -> str | None:
+    from ramen.paths import local_confserver_url
+    return local_confserver_url()
+
+
 def parse_url(url: str | None = None) -> ConfServerURL:
-    """Parse url, else $RAMEN_CONFSERVER, else the local embedded server's address."""
-    text = url or os.environ.get(CONFSERVER_ENV) or DEFAULT_URL
+    """Parse url, else $RAMEN_CONFSERVER, else the confserver of the ramen running from $RAMEN_DIR
+    (the address it wrote there), else the default address."""
+    text = url or os.environ.get(CONFSERVER_ENV) or _local_url() or DEFAULT_URL
     parts = urlsplit(text)
     if parts.scheme not in SCHEMES:
         raise BadRequest(f"confserver URL {text!r}: scheme must be ramen:// or zk://")

@@ -14,6 +14,7 @@
     sites/<site>/replayers/<id>/stats                  its bytes read, messages, rows, per channel
     sites/<site>/spares/<id>                           the function a spare worker is to run (supervisor)
     sites/<site>/supervisor/stats                      the supervisor's counters, and its spare processes
+    sites/<site>/supervisor/alive                      the running supervisor (ephemeral: ramen.liveness.SupervisorAlive)
     sequences/replay_channel                          hands out replay channels (never 0: 0 is live)
     spark/server                                      the deployment's Spark Connect endpoint (ramen start)
     spark/wanted                                      a program needs Spark: start the local one (ramen run)
@@ -104,6 +105,10 @@ def replayer_stats_key(site: str, replayer_id: int) -> str:
 
 def supervisor_stats_key(site: str) -> str:
     return f"{SITES}/{site}/supervisor/stats"
+
+
+def supervisor_alive_key(site: str) -> str:
+    return f"{SITES}/{site}/supervisor/alive"
 
 
 def spare_key(site: str, spare_id: int) -> str:

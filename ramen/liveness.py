@@ -16,6 +16,7 @@ import logging
 import os
 import struct
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -85,3 +86,21 @@ class HeartbeatFile:
 
     def last_sign_of_life(self, pid: int) -> float | None:
         return last_beat(self.path, pid)
+
+
+@dataclass(frozen=True)
+class SupervisorAlive:
+    """The value of the ephemeral `sites/<site>/supervisor/alive` key: the supervisor of the site
+    runs (its session lives). Written by the supervisor as it starts, gone when it stops or its
+    session expires; a replay client that sees none for a while tells its user at once rather
+    than wait out its timeout for replayers nobody will start."""
+
+    pid: int
+    started_us: int
+
+    def to_value(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_value(cls, value: dict) -> SupervisorAlive:
+        return cls(pid=int(value["pid"]), started_us=int(value["started_us"]))

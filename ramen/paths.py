@@ -19,6 +19,48 @@ def ramen_dir() -> Path:
     return Path.home() / ".local" / "share" / "ramen"
 
 
+CONFSERVER_ADDRESS_FILE_NAME = "address"
+"""HOST:PORT, written by the embedded confserver into its data directory once it listens, and
+removed when it stops: how a command finds the confserver of the instance its --dir names."""
+READY_FILE_NAME = "ready"
+"""The confserver URL, written by `ramen start` into DIR/run once it is ready, removed when it stops."""
+
+
+def confserver_dir() -> Path:
+    """The embedded confserver's data: its journal, snapshots, auth.json and address file."""
+    return ramen_dir() / "confserver"
+
+
+def confserver_address_file() -> Path:
+    return confserver_dir() / CONFSERVER_ADDRESS_FILE_NAME
+
+
+def ready_file() -> Path:
+    return ramen_dir() / "run" / READY_FILE_NAME
+
+
+def local_confserver_url() -> str | None:
+    """The URL of this directory's running instance's confserver, or None: what `ramen start`
+    wrote once ready (any confserver it used, a ZooKeeper one included), else where its embedded
+    confserver listens (a confserver is up before `ramen start` is ready)."""
+    for path, prefix in ((ready_file(), ""), (confserver_address_file(), "ramen://")):
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text:
+            return prefix + text
+    return None
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` so a reader sees either the old file or the whole new one, never a
+    part (a temporary file renamed over it)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
 def counters_path() -> Path:
     return ramen_dir() / COUNTERS_FILE_NAME
 

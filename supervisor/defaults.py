@@ -14,8 +14,6 @@ RESTART_BACKOFF_RESET_S = 60.0
 QUARANTINE_FAILURES = 5
 QUARANTINE_WINDOW_S = 60.0
 QUARANTINE_S = 300.0
-#: A replay request without its own timeout_s is deleted this long after it was created.
-REPLAY_TIMEOUT_S = 300.0
 #: Defunct runs kept per `…/instances/<signature>` key.
 MAX_DEFUNCT_RUNS = 10
 #: How often the supervisor looks at its children when no event arrives (it does not use SIGCHLD).

@@ -28,8 +28,8 @@ import confserver
 from confserver import ConfClient
 from ramen import keyspace, paths
 from ramen.clocks import SYSTEM_CLOCK, Clock
-from ramen.replay.contract import (ContractError, ReplayerAssignment, ReplayerStats, ReplayRequest, error_of,
-                                   with_error)
+from ramen.replay.contract import (DEFAULT_REPLAY_TIMEOUT_S, ContractError, ReplayerAssignment, ReplayerStats,
+                                   ReplayRequest, error_of, with_error)
 from ramen.replay.plan import ReplayPlan
 from supervisor import defaults, wiring
 from supervisor.counters import SupervisorCounters
@@ -332,7 +332,7 @@ class ReplaySupervision:
             if request.spec is not None:
                 timeout_s, age_us = request.spec.timeout_s, now_us - request.spec.created_us
             else:
-                timeout_s, age_us = defaults.REPLAY_TIMEOUT_S, round((now - request.seen_at) * 1e6)
+                timeout_s, age_us = DEFAULT_REPLAY_TIMEOUT_S, round((now - request.seen_at) * 1e6)
             if age_us > timeout_s * 1e6:
                 request.timed_out = True
                 expired += 1

@@ -142,6 +142,7 @@ class Supervisor:
     def run(self, stop: threading.Event) -> None:
         """Until stop is set: wait for an event or the poll interval, then do_work. A confserver
         error is logged and the cycle tried again (the client reconnects by itself)."""
+        self.announce()
         item = None
         while not stop.is_set():
             liveness.beat()  # for `ramen start`: this loop still turns
@@ -155,9 +156,24 @@ class Supervisor:
             except queue.Empty:
                 item = None
 
+    def announce(self) -> None:
+        """Write the site's ephemeral supervisor key, which replay clients watch: they fail at once
+        (after a grace) when nobody would serve them."""
+        key = keyspace.supervisor_alive_key(self.site)
+        value = liveness.SupervisorAlive(pid=os.getpid(), started_us=self.clock.epoch_us()).to_value()
+        try:
+            self.client.create(key, value, ephemeral=True)
+        except confserver.KeyExists:  # left by the session of a supervisor killed: make it ours, to go with us
+            self.client.discard(key)
+            self.client.create(key, value, ephemeral=True)
+
     def close(self, *, stop_children: bool = True, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
         for watch in self._watches:
             watch.close()
+        try:
+            self.client.discard(keyspace.supervisor_alive_key(self.site))
+        except confserver.ConfError as e:  # the key goes with the session anyway
+            log.warning("could not withdraw the supervisor key: %s", e)
         if stop_children:
             self.workers.stop_all(timeout_s)
             self.replays.stop_all(timeout_s)

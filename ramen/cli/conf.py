@@ -13,6 +13,10 @@ from ramen import keyspace
 from ramen.cli import argtypes
 from ramen.cli.errors import UserError
 
+START_HINT = ("is ramen running? start it with `ramen start`, or name its instance with --dir DIR "
+              "or its confserver with --confserver URL")
+"""What to do when nothing answers: a command finds its confserver through --dir (its instance's
+directory), else $RAMEN_CONFSERVER or --confserver."""
 #: A person at a terminal would rather hear at once that nothing answers.
 CONNECT_TIMEOUT_S = 2.0
 
@@ -48,6 +52,8 @@ def connected(args) -> Iterator:
         with confserver.connect(args.confserver, identity=identity, token=token,
                                 connect_timeout_s=CONNECT_TIMEOUT_S) as client:
             yield client
+    except confserver.Disconnected as e:
+        raise UserError(f"{e}; {START_HINT}") from None
     except confserver.ConfError as e:
         raise UserError(str(e)) from None
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
+from pathlib import Path
 
-from ramen import __version__
+from ramen import __version__, paths
 from ramen.cli.errors import UserError
 from ramen.memory import retain_freed_memory
 
@@ -50,6 +52,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ramen", description="ramen: stream processing with replayable workers")
     parser.add_argument("--version", action="version", version=f"ramen {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    # Taken out of argv by _take_dir before parsing (it may follow the command): declared for --help.
+    parser.add_argument("--dir", metavar="DIR", dest="instance_dir",
+                        help="the ramen instance's directory, before or after the command: where `ramen start` "
+                             "keeps everything, and how other commands find its confserver "
+                             f"(default ${paths.RAMEN_DIR_ENV}, else {paths.ramen_dir()})")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     if command in COMMANDS:
         importlib.import_module(COMMANDS[command][0]).add_parser(sub)
@@ -63,6 +70,37 @@ def _command_of(argv: list[str]) -> str | None:
     """The command `argv` names: its first word that is not an option (ramen's own options take
     no value)."""
     return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
+DIR_OPTION = "--dir"
+OWN_PARSER_COMMANDS = frozenset({"archiver"})
+"""Commands with a parser of their own, whose `--dir` after the command is theirs (the archive's)."""
+
+
+def _take_dir(argv: list[str]) -> tuple[list[str], str | None]:
+    """argv without the global `--dir DIR` (or `--dir=DIR`), wherever it is, and DIR (the last
+    one given). It names the instance every command works with, so it is applied before any
+    parser is built (their defaults are paths under it)."""
+    rest: list[str] = []
+    directory = None
+    command = None
+    args = iter(argv)
+    for arg in args:
+        if arg == "--" or (command in OWN_PARSER_COMMANDS):
+            rest.append(arg)
+            rest.extend(args)
+            break
+        if arg == DIR_OPTION:
+            directory = next(args, None)
+            if directory is None:
+                raise UserError(f"{DIR_OPTION} needs a directory")
+        elif arg.startswith(f"{DIR_OPTION}="):
+            directory = arg.partition("=")[2]
+        else:
+            if command is None and not arg.startswith("-"):
+                command = arg
+            rest.append(arg)
+    return rest, directory
 
 
 #: Options whose values often start with "-" (relative times: `--since -2h`, `--before -30d`), which
@@ -83,6 +121,14 @@ def _join_negative_values(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     retain_freed_memory()  # `ramen replay` and `ramen tail` keep every message they read
     argv = _join_negative_values(sys.argv[1:] if argv is None else argv)
+    try:
+        argv, directory = _take_dir(argv)
+    except UserError as e:
+        print(f"ramen: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    if directory is not None:
+        # In the environment: every path of this process, and of every process it starts, agrees.
+        os.environ[paths.RAMEN_DIR_ENV] = str(Path(directory).resolve())
     parser = build_parser(_command_of(argv))
     args, extra = parser.parse_known_args(argv)
     if getattr(args, "passthrough", False):

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from ramen import keyspace
@@ -38,8 +39,11 @@ def programs_need_spark(files: list[str]) -> bool:
 class SparkService:
     """The deployment's Spark as `ramen start` sees it; `service` is the local server, if started."""
 
-    def __init__(self, client, base: Path, remote: str | None, make_service) -> None:
+    def __init__(self, client, base: Path, remote: str | None, make_service,
+                 cancelled: Callable[[], bool] = lambda: False) -> None:
+        """`cancelled`: whether `ramen start` was asked to stop (a wait for Spark then ends at once)."""
         self.client = client
+        self.cancelled = cancelled
         self.base = base
         self.remote = remote
         self.make_service = make_service
@@ -55,7 +59,7 @@ class SparkService:
         """Start the local server (once); with wait, return when it accepts clients."""
         if self.remote or self.service is not None:
             if wait and self.service is not None:
-                wait_ready(self.port, self.service.process, self.service.log_path)
+                wait_ready(self.port, self.service.process, self.service.log_path, cancelled=self.cancelled)
                 self.poll()
             return
         missing = java_missing()
@@ -67,7 +71,7 @@ class SparkService:
         print(f"ramen: starting Spark Connect on 127.0.0.1:{self.port} (a cold start takes 10-20 s); "
               f"log in {self.service.log_path}", file=sys.stderr, flush=True)
         if wait:
-            wait_ready(self.port, self.service.process, self.service.log_path)
+            wait_ready(self.port, self.service.process, self.service.log_path, cancelled=self.cancelled)
             self.poll()
 
     def poll(self) -> None:

@@ -28,9 +28,12 @@ from ramen.cli.keeper import (ARCHIVER_STUCK_AFTER_S, HEARTBEAT_STUCK_AFTER_S, P
                               Keeper, Service)
 from ramen.cli.spark_service import SparkService, programs_need_spark
 from ramen.cli.errors import UserError
+from ramen.locks import FileLock, LockHeld, holders
 from ramen.processes import INSTANCE_ENV, command_line, instance_processes, running, stop_processes
 from ramen.spark.session import configured_remote
 
+DEFAULT_LISTEN = "127.0.0.1:0"
+"""A free port: instances side by side on one host never collide (each writes where it listens)."""
 STARTUP_TIMEOUT_S = 30.0
 DAEMON_READY_TIMEOUT_S = 180.0
 """--daemon waits this long for the services, Spark's cold start and the programs' SQL checks."""
@@ -42,7 +45,7 @@ CONFSERVER_ANSWERED_WITHIN_S = 3.0
 one only waits)."""
 PID_FILE = "ramen.pid"
 HEARTBEAT_SUFFIX = ".heartbeat"
-READY_FILE = "ready"
+READY_FILE = paths.READY_FILE_NAME
 INSTANCE_FILE = "instance"
 """The token every process of this instance carries in its environment (ramen/processes.py)."""
 ERROR_PREFIX = "ramen: "
@@ -54,8 +57,10 @@ def add_parser(sub) -> None:
                            description="Run ramen's services on this host (the embedded default) and load "
                                        "the programs given, until Ctrl-C or SIGTERM.")
     start.add_argument("programs", nargs="*", metavar="PROGRAM", help="program files to load (replacing)")
-    start.add_argument("--dir", metavar="DIR", help="where everything goes (default $RAMEN_DIR)")
     start.add_argument("--confserver", metavar="URL", help="use this confserver instead of starting one")
+    start.add_argument("--listen", metavar="HOST:PORT", default=DEFAULT_LISTEN,
+                       help="where the embedded confserver listens (default %(default)s: a free port, which it "
+                            "writes into DIR/confserver/address for the commands given the same --dir)")
     start.add_argument("--site", default=keyspace.default_site(), type=argtypes.site,
                        help="this host's site (default %(default)s)")
     start.add_argument("--daemon", action="store_true", help="run in the background; `ramen stop` stops it")
@@ -65,12 +70,12 @@ def add_parser(sub) -> None:
     start.set_defaults(run=run_start)
     stop = sub.add_parser("stop",
                           description="Stop the services started by `ramen start --daemon`.")
-    stop.add_argument("--dir", metavar="DIR", help="the --dir given to ramen start (default $RAMEN_DIR)")
     stop.set_defaults(run=run_stop)
 
 
 def _base(args) -> Path:
-    base = Path(args.dir).resolve() if args.dir else paths.ramen_dir()
+    """The instance's directory: the global --dir (ramen/cli/main.py has put it in $RAMEN_DIR)."""
+    base = paths.ramen_dir().resolve()
     os.environ[paths.RAMEN_DIR_ENV] = str(base)  # so every path below, and every child, agrees
     return base
 
@@ -82,8 +87,12 @@ def run_start(args) -> int:
     if args.daemon:
         return _daemonize(args, base, run_dir)
     pid_file = run_dir / PID_FILE
-    if pid_file.exists() and _alive(int(pid_file.read_text() or 0)):
-        raise UserError(f"ramen is already running from {base} (pid {pid_file.read_text().strip()}): ramen stop")
+    try:
+        # Held for as long as this process lives, however it ends: the pid in the file is ours
+        # exactly while the lock is (a stale file, whose pid may be a stranger's now, is not locked).
+        pid_lock = FileLock.acquire(pid_file, create=True)
+    except LockHeld as e:
+        raise UserError(f"ramen is already running from {base} (pid {e.pid or '?'}): ramen stop") from None
     pid_file.write_text(f"{os.getpid()}\n")
     (run_dir / READY_FILE).unlink(missing_ok=True)
     token = secrets.token_hex(8)
@@ -101,7 +110,7 @@ def run_start(args) -> int:
         if args.confserver:
             url = args.confserver
         else:
-            url = _start_confserver(base, env, logs, services)
+            url = _start_confserver(base, env, logs, services, args.listen)
             prober = _probe(services[0], url)
         # Children find their tokens in DIR/confserver/auth.json through RAMEN_DIR.
         env["RAMEN_CONFSERVER"] = os.environ["RAMEN_CONFSERVER"] = url
@@ -125,11 +134,11 @@ def run_start(args) -> int:
             return service
 
         with conf.connected(_user_args()) as client:
-            spark = SparkService(client, base, args.spark, start_service)
+            spark = SparkService(client, base, args.spark, start_service, cancelled=lambda: bool(stopping))
             if programs_need_spark(args.programs):
                 spark.start_local(wait=True)
             _load_programs(client, args.programs)
-            (run_dir / READY_FILE).write_text(f"{url}\n")
+            paths.write_atomically(run_dir / READY_FILE, f"{url}\n")
             print(f"ramen: running from {base} (confserver {url}, site {args.site}); logs in {logs}; Ctrl-C stops",
                   file=sys.stderr, flush=True)
             spark_turns = _SparkTurns(spark, services[0] if prober else None).start()
@@ -149,17 +158,19 @@ def run_start(args) -> int:
         _stop_instance_processes(token)
         _remove_result_logs()
         pid_file.unlink(missing_ok=True)
+        pid_lock.release()
         (run_dir / READY_FILE).unlink(missing_ok=True)
         (run_dir / INSTANCE_FILE).unlink(missing_ok=True)
     print("ramen: stopped", file=sys.stderr)
     return 0
 
 
-def _start_confserver(base: Path, env: dict, logs: Path, services: list[Service]) -> str:
+def _start_confserver(base: Path, env: dict, logs: Path, services: list[Service], listen: str) -> str:
     ready = base / "run" / "confserver.ready"
     ready.unlink(missing_ok=True)
     service = Service("confserver", ["confserver.server", "--data-dir", str(base / "confserver"),
-                                     "--ready-file", str(ready)], log_path=logs / "confserver.log")
+                                     "--ready-file", str(ready), "--listen", listen],
+                      log_path=logs / "confserver.log")
     service.start(env)
     services.append(service)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -169,7 +180,10 @@ def _start_confserver(base: Path, env: dict, logs: Path, services: list[Service]
             raise UserError(f"the confserver did not start: {reason} (log: {service.log_path})" if reason else
                             f"the confserver did not start: see {service.log_path}")
         time.sleep(0.05)
-    return f"ramen://{ready.read_text().strip()}"
+    address = ready.read_text().strip()
+    # A restarted confserver must come back where every service and worker knows it to be.
+    service.argv[service.argv.index("--listen") + 1] = address
+    return f"ramen://{address}"
 
 
 def _probe(confserver: Service, url: str):
@@ -265,6 +279,7 @@ class _SparkTurns:
 def _daemonize(args, base: Path, run_dir: Path) -> int:
     """Run `ramen start` (without --daemon) detached, and return once it is ready or has failed."""
     argv = [sys.executable, "-m", "ramen.cli.main", "start", "--dir", str(base), "--site", args.site,
+            "--listen", args.listen,
             *(["--confserver", args.confserver] if args.confserver else []),
             *(["--spark", args.spark] if args.spark else []), *map(str, map(_absolute, args.programs))]
     (run_dir / READY_FILE).unlink(missing_ok=True)
@@ -299,8 +314,11 @@ def run_stop(args) -> int:
     pid_file = run_dir / PID_FILE
     instance_file = run_dir / INSTANCE_FILE
     token = instance_file.read_text().strip() if instance_file.exists() else None
-    pid = int(pid_file.read_text().strip() or 0) if pid_file.exists() else 0
-    if _alive(pid):
+    written = pid_file.read_text().strip() if pid_file.exists() else ""
+    # Only the holder of the pid file's lock is `ramen start`: the pid written in a stale file may
+    # have been given to a stranger since, who must not be signalled.
+    pid = _ramen_start_pid(pid_file)
+    if pid is not None:
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 4 * STOP_GRACE_S
         while _alive(pid):
@@ -312,7 +330,7 @@ def run_stop(args) -> int:
     elif not _stop_instance_processes(token):
         pid_file.unlink(missing_ok=True)
         raise UserError(f"ramen is not running from {base} " +
-                        (f"(pid {pid} is gone)" if pid else f"(no {pid_file})"))
+                        (f"(stale {pid_file}: pid {written} is not ramen's)" if written else f"(no {pid_file})"))
     _remove_result_logs()
     for path in (pid_file, instance_file, run_dir / READY_FILE):
         path.unlink(missing_ok=True)
@@ -339,6 +357,11 @@ def _remove_result_logs() -> None:
     remove its log left it here (a client still reading has it mapped: removing it is harmless)."""
     for path in paths.recipient_logs_dir().glob(f"*{paths.LOG_SUFFIX}"):
         path.unlink(missing_ok=True)
+
+
+def _ramen_start_pid(pid_file: Path) -> int | None:
+    """The pid of the `ramen start` holding `pid_file`'s lock, None when nobody holds it."""
+    return holders([pid_file]).get(pid_file)
 
 
 def _alive(pid: int) -> bool:

@@ -18,11 +18,12 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 
 from ramen import keyspace, paths
+from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.archive.coverage import archive_coverage
 from ramen.archive.errors import ArchiveError
 from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, decode_header
 from ramen.program import Program
-from ramen.replay.contract import ContractError, ReplayRequest
+from ramen.replay.contract import DEFAULT_REPLAY_TIMEOUT_S, ContractError, ReplayRequest
 from ramen.replay.plan import ReplayGapError, ReplayPlan, plan_replay
 from ramen.transport import BackoffIdleStrategy, CountersFile, FragmentAssembler, Image, LogBuffer, LogBufferParams
 from ramen.transport.defaults import IPC_MTU_LENGTH
@@ -30,8 +31,10 @@ from ramen.tuples import decode_tuples
 
 log = logging.getLogger(__name__)
 
-#: A replay nobody finishes is torn down by the supervisor after this (the client may ask for less).
-DEFAULT_REPLAY_TIMEOUT_S = 300.0
+SUPERVISOR_GRACE_S = 5.0
+"""How long a replay waits for a supervisor of its site to show up (its ephemeral key) before it
+fails: `ramen start` restarts a dead one within seconds, and a new one re-announces itself at once;
+no supervisor beyond that means nobody will ever start the replayers."""
 #: Fragments taken from the recipient log per poll.
 FRAGMENT_LIMIT = 256
 RECIPIENT_TERM_LENGTH = 16 * 1024 * 1024
@@ -51,6 +54,38 @@ class ReplayFailed(Exception):
     it met) or the supervisor put into the request."""
 
 
+class SupervisorPresence:
+    """Whether a supervisor of `site` runs, from its ephemeral key (ramen.liveness.SupervisorAlive),
+    watched so that asking costs no call to the confserver."""
+
+    def __init__(self, client, site: str, *, clock: Clock = SYSTEM_CLOCK, grace_s: float = SUPERVISOR_GRACE_S):
+        self.site = site
+        self.clock = clock
+        self.grace_s = grace_s
+        self._watch = client.watch(keyspace.supervisor_alive_key(site))
+        self._absent_since: float | None = clock.seconds()
+        """Since when no supervisor key was seen; None while there is one."""
+
+    @property
+    def seen(self) -> bool:
+        """Whether the supervisor's key was there at the latest check()."""
+        return self._absent_since is None
+
+    def check(self) -> None:
+        """ReplayFailed, in one line, once no supervisor has been there for the grace period."""
+        now = self.clock.seconds()
+        for event in self._watch.drain():
+            if event.kind.value in ("existing", "created", "updated"):
+                self._absent_since = None
+            elif event.kind.value == "deleted" and self._absent_since is None:
+                self._absent_since = now
+        if self._absent_since is not None and now - self._absent_since >= self.grace_s:
+            raise ReplayFailed(f"no supervisor of site {self.site} is running: start ramen with `ramen start`")
+
+    def close(self) -> None:
+        self._watch.close()
+
+
 @dataclass
 class ReplayProgress:
     rows: int = 0
@@ -64,10 +99,12 @@ class Replay:
 
     def __init__(self, client, programs: dict[str, Program], target: str, since_us: int, until_us: int, *,
                  site: str = keyspace.DEFAULT_SITE, timeout_s: float = DEFAULT_REPLAY_TIMEOUT_S,
-                 no_merge: bool = False, strict: bool = True):
+                 no_merge: bool = False, strict: bool = True, clock: Clock = SYSTEM_CLOCK):
         """`strict` False: replay what the archives cover of the range (plan_replay's leniency);
         `plan.uncovered` names what they do not."""
         self.client = client
+        self.clock = clock
+        self._supervisor: SupervisorPresence | None = None
         self.site = site
         self.timeout_s = timeout_s
         self.no_merge = no_merge
@@ -102,6 +139,7 @@ class Replay:
         self._image = Image(self._log, self._counters, name=f"replay {self.channel} client")
         self._assembler = FragmentAssembler(self._on_message, hand_over=True)
         key = keyspace.replay_key(self.channel)
+        self._supervisor = SupervisorPresence(self.client, self.site, clock=self.clock)
         self._watch = self.client.watch(key)
         self.client.create(key, self.request(), ephemeral=True)
         log.info("replay %d of %s requested", self.channel, self.plan.target)
@@ -124,6 +162,7 @@ class Replay:
                     on_progress(self.progress)
             if work == 0:
                 self._check_request()
+                self._supervisor.check()
                 if time.monotonic() > deadline:
                     raise ReplayFailed(f"replay {self.channel} of {self.plan.target} did not finish "
                                        f"within {self.timeout_s:g} s")
@@ -167,6 +206,8 @@ class Replay:
         """Withdraw the request (if still there) and remove the recipient log."""
         if self._watch is not None:
             self._watch.close()
+        if self._supervisor is not None:
+            self._supervisor.close()
         if self.channel is not None:
             key = keyspace.replay_key(self.channel)
             try:

@@ -127,6 +127,11 @@ def _shown(raw: Any) -> str:
 
 # -- replays/<channel> ----------------------------------------------------------------------------
 
+DEFAULT_REPLAY_TIMEOUT_S = 300.0
+"""A replay nobody finishes is torn down by the supervisor this long after it was asked: the
+client's default `timeout_s`, and the supervisor's for a request it cannot read."""
+
+
 @dataclass(frozen=True)
 class ReplayRequest(_Value):
     """replays/<channel>: a client's request (ephemeral, so it goes with the client)."""

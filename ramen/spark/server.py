@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ramen.spark.defaults import (CONNECT_SERVER_CLASS, DRIVER_MEMORY, LOCAL_HOST, READY_POLL_S, READY_TIMEOUT_S,
@@ -71,10 +72,15 @@ def accepts(port: int) -> bool:
         return False
 
 
-def wait_ready(port: int, process: subprocess.Popen, log_path: Path, timeout_s: float = READY_TIMEOUT_S) -> None:
-    """Return once the server accepts connections; SparkServerError if it exits or takes too long."""
+def wait_ready(port: int, process: subprocess.Popen, log_path: Path, timeout_s: float = READY_TIMEOUT_S,
+               cancelled: Callable[[], bool] = lambda: False) -> None:
+    """Return once the server accepts connections; SparkServerError if it exits or takes too long;
+    KeyboardInterrupt as soon as `cancelled()` says so (Ctrl-C caught by `ramen start`'s handler
+    must not wait out a cold start of 10-20 s)."""
     deadline = time.monotonic() + timeout_s
     while not accepts(port):
+        if cancelled():
+            raise KeyboardInterrupt
         status = process.poll()
         if status is not None:
             raise SparkServerError(f"the Spark Connect server exited with status {status}: see {log_path}")

@@ -87,11 +87,28 @@ def test_urls(text, scheme, hosts, root, token):
     assert (url.scheme, url.hosts, url.root, url.token) == (scheme, hosts, root, token)
 
 
-def test_default_url_comes_from_the_environment(monkeypatch):
+def test_default_url_comes_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("RAMEN_DIR", str(tmp_path))  # no instance there
     monkeypatch.setenv("RAMEN_CONFSERVER", "zk://z:9/r")
     assert str(parse_url(None)) == "zk://z:9/r"
     monkeypatch.delenv("RAMEN_CONFSERVER")
     assert str(parse_url(None)) == "ramen://127.0.0.1:29340"
+
+
+def test_default_url_is_where_the_instance_of_ramen_dir_listens(monkeypatch, tmp_path):
+    """What its embedded confserver wrote, else what `ramen start` wrote once ready (any confserver,
+    a ZooKeeper one too); $RAMEN_CONFSERVER and an explicit URL still win."""
+    monkeypatch.setenv("RAMEN_DIR", str(tmp_path))
+    monkeypatch.delenv("RAMEN_CONFSERVER", raising=False)
+    (tmp_path / "confserver").mkdir()
+    (tmp_path / "confserver" / "address").write_text("127.0.0.1:41234\n")
+    assert str(parse_url(None)) == "ramen://127.0.0.1:41234"
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "ready").write_text("zk://z:9/r\n")
+    assert str(parse_url(None)) == "zk://z:9/r"
+    monkeypatch.setenv("RAMEN_CONFSERVER", "ramen://127.0.0.1:7")
+    assert str(parse_url(None)) == "ramen://127.0.0.1:7"
+    assert str(parse_url("ramen://127.0.0.1:8")) == "ramen://127.0.0.1:8"
 
 
 @pytest.mark.parametrize("text", ["http://x", "ramen://a:1,b:2", "ramen://h:port"])

@@ -49,7 +49,8 @@ def test_start_with_the_confserver_port_taken_says_so_in_one_line(tmp_path, daem
     holder.bind((DEFAULT_HOST, DEFAULT_PORT))
     holder.listen()
     try:
-        result = subprocess.run([sys.executable, "-m", "ramen.cli.main", "start", *daemon, "--dir", str(tmp_path)],
+        result = subprocess.run([sys.executable, "-m", "ramen.cli.main", "start", *daemon, "--dir", str(tmp_path),
+                                 "--listen", f"{DEFAULT_HOST}:{DEFAULT_PORT}"],
                                 env=env, capture_output=True, text=True, timeout=STARTUP_S)
     finally:
         holder.close()
