@@ -13,6 +13,8 @@ INSTANCE_ENV = "RAMEN_INSTANCE"
 start (workers, replayers, Spark's JVM), carries it: how `ramen stop` finds all of them, orphans of
 a dead supervisor included, without any of them having to be remembered anywhere."""
 PROC = Path("/proc")
+_START_TIME_FIELD = 19
+"""starttime (field 22 of /proc/<pid>/stat, in clock ticks since boot), counted from the state (field 3)."""
 
 
 def pid_alive(pid: int) -> bool:
@@ -38,6 +40,22 @@ def running(pid: int) -> bool:
         return (PROC / str(pid) / "stat").read_text().rpartition(")")[2].split()[0] != "Z"
     except OSError:
         return False
+
+
+def start_lower_bound_ms(pid: int) -> int | None:
+    """The earliest the process holding `pid` now can have started, on the CLOCK_MONOTONIC scale in
+    ms (None: no such process, or /proc does not say). Whatever left a sign of life before it was
+    another process: the pid was reused. /proc gives the start on the boot-time clock, ahead of the
+    monotonic clock by the time the host spent suspended; taking all of that off (and a clock tick
+    more) errs towards earlier, so a live owner is never judged a newcomer."""
+    try:
+        fields = (PROC / str(pid) / "stat").read_text().rpartition(")")[2].split()
+        start_ticks = int(fields[_START_TIME_FIELD])
+    except (OSError, IndexError, ValueError):
+        return None
+    ticks_per_s = os.sysconf("SC_CLK_TCK")
+    suspended_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME) - time.monotonic_ns()
+    return start_ticks * 1000 // ticks_per_s - (suspended_ns + 999_999) // 1_000_000 - 1000 // ticks_per_s
 
 
 def instance_processes(token: str) -> list[int]:

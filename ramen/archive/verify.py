@@ -14,7 +14,11 @@ naming the file and the offset where it lies:
   to the end of its data, and a torn last frame is reported;
 - checksums: each DATA frame's payload (alignment padding included) against its sessionId field,
   and each descriptor against its catalog checksum. With `checksum` given, that algorithm for every
-  recording; without, each recording's own, found from its descriptor checksum (none if it is 0);
+  recording that carries checksums; without, each recording's own, found from its descriptor
+  checksum (none if it is 0). A recording made without checksums (`workers.archiver --checksum
+  none`, or an archive older than the crc32c default) says so by a descriptor checksum of 0, and its
+  frames' sessionId fields hold the stream's sessionId: both must hold, so that damage zeroing the
+  descriptor's checksum cannot silence the frame checks (see `frames_carry_checksums`);
 - the event-time index (`<recordingId>.tindex`), when there is one: its header and checksums, and
   each entry against the message its segment holds at its position.
 Other files (the mark file) are not looked at. Memory is bounded whatever the catalog says: frames
@@ -26,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -49,22 +54,45 @@ MAX_MISSING_NAMED = 5
 """Missing segment files named in one problem; the rest are counted."""
 
 
+@dataclass
+class ArchiveReport:
+    """What `verify_archive_report` found: the problems, one line each (none: the archive is sound),
+    and the recordings a requested checksum could not be checked on because they carry none."""
+
+    problems: list[str] = field(default_factory=list)
+    without_checksums: list[int] = field(default_factory=list)
+
+
 def verify_archive(archive_dir: str | os.PathLike, *, checksum: Checksum | None = None) -> list[str]:
     """Every problem found in the archive, one line each; an empty list means the archive is sound."""
+    return verify_archive_report(archive_dir, checksum=checksum).problems
+
+
+def verify_archive_report(archive_dir: str | os.PathLike, *, checksum: Checksum | None = None) -> ArchiveReport:
+    """The archive's problems, and which recordings carry no checksums for `checksum` to check
+    (those are verified in every other respect)."""
     archive_dir = Path(archive_dir)
+    report = ArchiveReport()
     try:
         catalog = Catalog.open(archive_dir)
     except CatalogError as e:
-        return [str(e)]
+        report.problems.append(str(e))
+        return report
     try:
         descriptors = catalog.descriptors()
-        problems = _check_file_names(archive_dir, descriptors)
+        problems = report.problems
+        problems.extend(_check_file_names(archive_dir, descriptors))
         for descriptor in descriptors:
             if descriptor.state == RecordingState.DELETED:
                 continue
             rid = descriptor.recording_id
             algorithm = checksum
-            if checksum is None:
+            if checksum is not None and descriptor.checksum == 0 and \
+                    catalog.compute_descriptor_checksum(rid, checksum) != 0 and \
+                    not frames_carry_checksums(archive_dir, descriptor, checksum):
+                report.without_checksums.append(rid)
+                algorithm = None
+            elif checksum is None:
                 try:
                     algorithm = catalog.descriptor_checksum(rid)
                 except CatalogError as e:
@@ -78,7 +106,26 @@ def verify_archive(archive_dir: str | os.PathLike, *, checksum: Checksum | None 
                                              catalog_where=catalog.where(rid)))
     finally:
         catalog.close()
-    return problems
+    return report
+
+
+def frames_carry_checksums(archive_dir: Path, d: RecordingDescriptor, checksum: Checksum) -> bool:
+    """Whether the recording's frames hold `checksum` in their sessionId fields, judged by its first
+    DATA frame: a frame without one keeps the stream's sessionId (the descriptor's), which a
+    checksum equals once in 2**32. Unreadable frames count as carrying checksums, so that the full
+    walk reports them; a recording without a DATA frame has nothing to check."""
+    if layout_problem(d) is not None:
+        return True  # its numbers cannot be trusted to read a frame: verify_recording names the problem
+    reader = SegmentReader.for_recording(archive_dir, d)
+    try:
+        for f in reader.frames(d.start_position, None):
+            if f.type == HDR_TYPE_DATA:
+                return f.session_id != d.session_id or checksum.compute(f.padded_payload()) == f.session_id
+    except SegmentError:
+        return True
+    finally:
+        reader.close()
+    return False
 
 
 def _check_file_names(archive_dir: Path, descriptors: list[RecordingDescriptor]) -> list[str]:

@@ -28,6 +28,8 @@ from ramen.cli.errors import UserError
 from ramen.transport.frame import BEGIN_FLAG, END_FLAG, FRAME_ALIGNMENT, HDR_TYPE_DATA, HEADER_LENGTH
 
 PREVIEW_BYTES = 32
+MAX_RECORDINGS_NAMED = 10
+"""Recordings named in verify's line about those without checksums; the rest are counted."""
 
 
 def add_parser(sub) -> None:
@@ -262,15 +264,31 @@ def run_verify(args) -> int:
     if not Path(args.dir).is_dir():
         raise UserError(f"{args.dir}: no such archive directory")
     try:
-        problems = verify.verify_archive(args.dir, checksum=checksums.optional(args.checksum))
+        report = verify.verify_archive_report(args.dir, checksum=checksums.optional(args.checksum))
     except OSError as e:
         raise UserError(f"{e.filename or args.dir}: {e.strerror}") from None
-    for problem in problems:
+    # Recordings made without checksums are not damaged: one line says what --checksum could not check.
+    note = _without_checksums_note(report.without_checksums, args.checksum)
+    for problem in report.problems:
         sys.stdout.write(problem + "\n")
-    if problems:
+    if report.problems:
+        if note:
+            sys.stdout.write(f"{args.dir}: {note}\n")
         return 1
-    sys.stdout.write(f"{args.dir}: ok\n")
+    sys.stdout.write(f"{args.dir}: ok" + (f"; {note}" if note else "") + "\n")
     return 0
+
+
+def _without_checksums_note(recording_ids: list[int], algorithm: str | None) -> str:
+    """'recordings 0, 1 carry no checksums ...', or '' when every recording could be checked."""
+    if not recording_ids:
+        return ""
+    named = ", ".join(str(rid) for rid in recording_ids[:MAX_RECORDINGS_NAMED])
+    if len(recording_ids) > MAX_RECORDINGS_NAMED:
+        named += f" and {len(recording_ids) - MAX_RECORDINGS_NAMED} more"
+    which = f"recordings {named} carry" if len(recording_ids) > 1 else f"recording {named} carries"
+    return (f"{which} no checksums (recorded with --checksum none), so --checksum {algorithm} was not checked there; "
+            f"everything else was")
 
 
 # -- purge ---------------------------------------------------------------------------------------

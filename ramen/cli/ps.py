@@ -29,7 +29,9 @@ def add_parser(sub) -> None:
 
 
 def collect(client, site: str) -> list[dict]:
-    """One row per function that has any key under the site's workers, sorted by name."""
+    """One row per function of a loaded program that the choreographer knows (its worker key), and
+    per function still running, sorted by name. The stats and defunct runs the supervisor keeps of a
+    killed program's workers stay in the confserver, but those functions are gone: no row."""
     rows: dict[str, dict] = {}
     for entry in client.glob(f"{keyspace.workers_prefix(site)}/*/*/*"):
         name = keyspace.qualified_name_of(entry.key)
@@ -37,7 +39,10 @@ def collect(client, site: str) -> list[dict]:
         row = rows.setdefault(name, {"function": name, "worker": None, "instance": None, "stats": None})
         if leaf in row:
             row[leaf] = entry.value
-    return [_row(r) for _, r in sorted(rows.items())]
+    loaded = set(client.children(keyspace.PROGRAMS))
+    # The worker key lingers while the choreographer is down after a kill: the program key decides.
+    return [_row(r) for name, r in sorted(rows.items())
+            if r["instance"] or (r["worker"] is not None and name.split("/", 1)[0] in loaded)]
 
 
 def _row(r: dict) -> dict:

@@ -1,6 +1,8 @@
 """`ramen stat`: the counters of this host, like AeronStat: positions, bytes, back pressure and drops
 of the logs, and what the services did (supervisor restarts, merged requests, choreographer
-recomputes, bytes recorded and read), grouped by the process that owns them."""
+recomputes, bytes recorded and read), grouped by the process that owns them. The counters of a
+process that is gone stay until a later allocation reclaims them: its heading says `(exited)`, and
+`--json` gives each counter's `owner_alive`."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import time
 
 from ramen import paths
 from ramen.cli.errors import UserError
-from ramen.processes import pid_alive
+from ramen.processes import running, start_lower_bound_ms
 from ramen.transport.counters import (COUNTER_DROPPED, SERVICE_COUNTER_TYPE_IDS, CounterInfo, CountersFile,
                                       CountersFileError)
 
@@ -49,34 +51,61 @@ def run(args) -> int:
 
 def _print_snapshot(counters: CountersFile, as_json: bool) -> None:
     rows = list(counters.counters())
+    gone = _owners_gone(rows)
     if as_json:
         print(json.dumps({
             "file": str(counters.path), "timestamp": time.time(), **counters.header,
             "counters": [{"id": c.id, "type_id": c.type_id, "type": c.type_name, "label": c.label, "value": c.value,
                           "registration_id": c.registration_id, "owner_pid": c.owner_id,
-                          "dropped": c.status == COUNTER_DROPPED} for c in rows],
+                          "owner_alive": not gone[c.id], "dropped": c.status == COUNTER_DROPPED}
+                         for c in rows],
         }))
         return
     header = counters.header
     print(f"{time.strftime('%H:%M:%S')} - {counters.path}: {len(rows)} counters of {counters.capacity}, "
           f"file created by pid {header['pid']}")
     print("=" * 80)
-    for pid, group in _by_process(rows).items():
-        print(_process_heading(pid, group))
+    for (pid, reason), group in _by_process(rows, gone).items():
+        print(_process_heading(pid, group, reason))
         for c in group:
             note = " (dropped)" if c.status == COUNTER_DROPPED else ""
             print(f"{c.id:>6}: {c.value:>20,} - {c.label}{note}")
 
 
-def _by_process(rows: list[CounterInfo]) -> dict[int, list[CounterInfo]]:
-    """The counters by owner pid, processes in the order of their first counter."""
-    groups: dict[int, list[CounterInfo]] = {}
+def _by_process(rows: list[CounterInfo], gone: dict[int, str]) -> dict[tuple[int, str], list[CounterInfo]]:
+    """The counters by owner pid and whether that owner is gone (a reused pid holds the counters of
+    two processes), processes in the order of their first counter."""
+    groups: dict[tuple[int, str], list[CounterInfo]] = {}
     for c in rows:
-        groups.setdefault(c.owner_id, []).append(c)
+        groups.setdefault((c.owner_id, gone[c.id]), []).append(c)
     return groups
 
 
-def _process_heading(pid: int, group: list[CounterInfo]) -> str:
+def _owners_gone(rows: list[CounterInfo]) -> dict[int, str]:
+    """By counter id, why the process that owned it is gone ("" while it runs): it exited (a zombie
+    not yet reaped counts, it counts nothing more), or its pid now belongs to a process that started
+    after the counter's last sign of life (its heartbeat). An owner pid <= 0 (none recorded), or a
+    heartbeat of 0 (not written by ramen), is not judged."""
+    runs: dict[int, bool] = {}
+    starts: dict[int, int | None] = {}
+    gone = {}
+    for c in rows:
+        pid = c.owner_id
+        reason = ""
+        if pid > 0:
+            if pid not in runs:
+                runs[pid] = running(pid)
+                starts[pid] = start_lower_bound_ms(pid) if runs[pid] else None
+            start_ms = starts[pid]
+            if not runs[pid]:
+                reason = "exited"
+            elif start_ms is not None and 0 < c.heartbeat_ms < start_ms:
+                reason = "exited; its pid is now another process's"
+        gone[c.id] = reason
+    return gone
+
+
+def _process_heading(pid: int, group: list[CounterInfo], gone: str) -> str:
     """`pid 4242: supervisor s1`: the process, the services it runs (by their counters' keys), and
     whether it has exited (its counters wait for the next run to free them)."""
     services = []
@@ -86,4 +115,4 @@ def _process_heading(pid: int, group: list[CounterInfo]) -> str:
             name = f"{_SERVICE_OF_TYPE[c.type_id]} {instance}".rstrip()
             if name not in services:
                 services.append(name)
-    return f"pid {pid}" + (f": {', '.join(services)}" if services else "") + ("" if pid_alive(pid) else " (exited)")
+    return f"pid {pid}" + (f": {', '.join(services)}" if services else "") + (f" ({gone})" if gone else "")

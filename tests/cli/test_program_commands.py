@@ -112,6 +112,7 @@ def test_kill_purge_deletes_the_programs_recordings_only(ramen, tmp_path):
 
 
 def test_ps_shows_used_or_running_workers_and_all_with_all(ramen, fresh_confserver):
+    assert ramen("run", EXAMPLE).returncode == 0
     with confserver.connect(fresh_confserver.url, identity="choreographer", auth_file=fresh_confserver.auth_file) as c:
         for name, used in (("net/traffic", True), ("net/top_talkers", False)):
             c.set(keyspace.worker_key("local", name), {"is_used": used, "lazy": not used, "replays": []})
@@ -126,6 +127,26 @@ def test_ps_shows_used_or_running_workers_and_all_with_all(ramen, fresh_confserv
                                      "SPARK", "LAST_EXIT"]
     assert everything[1].split() == ["net/top_talkers", "yes", "no", "no", "-", "-", "-", "-", "-", "-", "-"]
     assert everything[2].split() == ["net/traffic", "no", "yes", "yes", "4242", "0", "1200", "0.5", "50", "-", "-"]
+
+
+def test_ps_all_leaves_out_the_functions_of_a_program_no_longer_loaded(ramen, fresh_confserver):
+    """After `ramen kill`, the supervisor keeps a stopped worker's stats, and the worker key stays
+    while the choreographer is down: neither makes a row. A process still running does."""
+    assert ramen("run", EXAMPLE).returncode == 0
+    with confserver.connect(fresh_confserver.url, identity="choreographer", auth_file=fresh_confserver.auth_file) as c:
+        for name in ("net/traffic", "net/top_talkers", "net/per_minute"):
+            c.set(keyspace.worker_key("local", name), {"is_used": False, "lazy": True, "replays": []})
+            c.set(keyspace.function_key("local", name, "stats"),
+                  {"tuples_out": 5, "last_exit": {"pid": 17, "exit_status": "killed by SIGTERM"}})
+        c.set(keyspace.function_key("local", "net/per_minute", "instance"), {"pid": 4243})
+    assert ramen("kill", "net").returncode == 0
+    rows = [json.loads(line) for line in ramen("ps", "--all", "--json").stdout.splitlines()]
+    assert [(r["function"], r["running"], r["pid"]) for r in rows] == [("net/per_minute", True, 4243)]
+    with confserver.connect(fresh_confserver.url, identity="choreographer", auth_file=fresh_confserver.auth_file) as c:
+        for name in ("net/traffic", "net/top_talkers", "net/per_minute"):
+            c.discard(keyspace.worker_key("local", name))
+        c.discard(keyspace.function_key("local", "net/per_minute", "instance"))
+    assert ramen("ps", "--all", "--json").stdout == ""
 
 
 def test_ps_shows_replayers(ramen, fresh_confserver):

@@ -1,0 +1,105 @@
+"""`ramen archive verify --checksum ALGO` on recordings made with and without frame checksums: a
+recording without any says so in one line and is verified in every other respect; one with them is
+still checked, whatever its descriptor checksum field says."""
+
+import struct
+from pathlib import Path
+
+from ramen.archive import checksum
+from ramen.archive.catalog import CHECKSUM_OFFSET, Catalog
+from ramen.archive.segment import SegmentReader
+from ramen.transport import LogBufferParams
+from tests.archive.helpers import ramen, record
+
+TERM = 65536
+PAYLOADS = [bytes([i % 251 + 1]) * (i * 61 % 3000 + 1) for i in range(200)]
+CRC32C = checksum.get("crc32c")
+
+
+def record_archive(archive: Path, work_dir: Path, algorithms: list[checksum.Checksum | None]) -> list[int]:
+    """One recording per entry of `algorithms`, each with that frame and descriptor checksum."""
+    ids = []
+    for i, algorithm in enumerate(algorithms):
+        with Catalog.open_or_create(archive, checksum=algorithm) as catalog:
+            ids.append(record(archive, catalog, PAYLOADS, checksum=algorithm, work_dir=work_dir,
+                              params=LogBufferParams(term_length=TERM, session_id=40 + i, stream_id=7)).recording_id)
+    return ids
+
+
+def damage_a_payload(archive: Path, recording_id: int) -> int:
+    """Flip one payload byte of the recording's 10th DATA frame; returns the frame's position."""
+    with Catalog.open(archive) as catalog:
+        d = catalog.get(recording_id)
+    with SegmentReader.for_recording(archive, d) as reader:
+        f = [f for f in reader.frames() if f.is_data][10]
+        path, offset = reader.segment_path(f.position), f.file_offset + 40
+        position = f.position
+    with open(path, "r+b") as file:
+        file.seek(offset)
+        byte = file.read(1)[0]
+        file.seek(offset)
+        file.write(bytes([byte ^ 0xFF]))
+    return position
+
+
+def test_an_archive_recorded_without_checksums_verifies_with_one_line_saying_so(tmp_path):
+    archive = tmp_path / "archive"
+    record_archive(archive, tmp_path, [None, None])
+    result = ramen("archive", "verify", archive, "--checksum", "crc32c")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stderr == ""
+    [line] = result.stdout.splitlines()
+    assert line.startswith(f"{archive}: ok; recordings 0, 1 carry no checksums"), line
+    assert "--checksum crc32c was not checked there" in line
+    # Without --checksum, nothing to say about checksums.
+    plain = ramen("archive", "verify", archive)
+    assert (plain.returncode, plain.stdout) == (0, f"{archive}: ok\n")
+
+
+def test_a_recording_without_checksums_is_still_checked_for_everything_else(tmp_path):
+    archive = tmp_path / "archive"
+    [rid] = record_archive(archive, tmp_path, [None])
+    with Catalog.open(archive) as catalog:
+        d = catalog.get(rid)
+    with SegmentReader.for_recording(archive, d) as reader:
+        f = [f for f in reader.frames() if f.is_data][5]
+        path, offset = reader.segment_path(f.position), f.file_offset + 16  # the streamId field
+    with open(path, "r+b") as file:
+        file.seek(offset)
+        file.write(struct.pack("<i", 99))
+    result = ramen("archive", "verify", archive, "--checksum", "crc32c")
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2, result.stdout
+    assert "streamId 99 (expected 7)" in lines[0]
+    assert lines[1].startswith(f"{archive}: recording 0 carries no checksums")
+
+
+def test_a_damaged_recording_with_crc32c_is_still_reported_beside_one_without(tmp_path):
+    archive = tmp_path / "archive"
+    plain, checked = record_archive(archive, tmp_path, [None, CRC32C])
+    position = damage_a_payload(archive, checked)
+    result = ramen("archive", "verify", archive, "--checksum", "crc32c")
+    assert result.returncode == 1, result.stdout
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"recording {checked}: position {position} ") and "damaged data" in lines[0], lines
+    assert lines[-1].startswith(f"{archive}: recording {plain} carries no checksums"), lines
+    assert not any(line.startswith(f"recording {plain}:") for line in lines), lines
+
+
+def test_a_crc32c_recording_whose_descriptor_checksum_was_zeroed_is_still_checked(tmp_path):
+    """A descriptor checksum of 0 is not enough to skip the frames: they hold checksums, not the
+    stream's sessionId, so the damage in them is still found (and the descriptor's too)."""
+    archive = tmp_path / "archive"
+    [rid] = record_archive(archive, tmp_path, [CRC32C])
+    position = damage_a_payload(archive, rid)
+    with Catalog.open(archive) as catalog:
+        entry = catalog.entry_offset(rid)
+    with open(archive / "archive.catalog", "r+b") as file:
+        file.seek(entry + CHECKSUM_OFFSET)
+        file.write(struct.pack("<i", 0))
+    result = ramen("archive", "verify", archive, "--checksum", "crc32c")
+    assert result.returncode == 1, result.stdout
+    assert "carries no checksums" not in result.stdout
+    assert "catalog descriptor checksum 0 does not match" in result.stdout
+    assert f"recording {rid}: position {position} " in result.stdout and "damaged data" in result.stdout
