@@ -259,8 +259,10 @@ class ReplayClients:
             return ReplayOutcome(target, since_us, until_us, seconds, "failed" if one_line else "unclear",
                                  " | ".join(errors[-3:]))
         try:
+            # Times print as RFC 3339 in UTC (`…Z`): read as UTC, compared as the naive UTC of the rows.
             got = pacsv.read_csv(io.BytesIO(out), convert_options=pacsv.ConvertOptions(column_types={
-                "ts": pa.timestamp("us"), "start": pa.timestamp("us"), "host": pa.string(), "bytes": pa.int64()}))
+                "ts": pa.timestamp("us", "UTC"), "start": pa.timestamp("us", "UTC"), "host": pa.string(),
+                "bytes": pa.int64()}))
         except pa.ArrowInvalid as e:
             return ReplayOutcome(target, since_us, until_us, seconds, "wrong", f"unreadable output: {e}")
         rows = expected_rows(since_us, until_us)
