@@ -13,6 +13,8 @@ INSTANCE_ENV = "RAMEN_INSTANCE"
 start (workers, replayers, Spark's JVM), carries it: how `ramen stop` finds all of them, orphans of
 a dead supervisor included, without any of them having to be remembered anywhere."""
 PROC = Path("/proc")
+KILL_WAIT_S = 5.0
+"""How long stop_processes waits for the processes it SIGKILLed to be gone."""
 _START_TIME_FIELD = 19
 """starttime (field 22 of /proc/<pid>/stat, in clock ticks since boot), counted from the state (field 3)."""
 
@@ -88,6 +90,11 @@ def stop_processes(pids: Iterable[int], grace_s: float, *, clock: Callable[[], f
     killed = [pid for pid in pids if running(pid)]
     for pid in killed:
         _signal(pid, signal.SIGKILL)
+    # SIGKILL is delivered, not done: wait (bounded) until they are gone, so that the caller's
+    # "stopped" is true when it says it.
+    deadline = clock() + KILL_WAIT_S
+    while any(map(running, killed)) and clock() < deadline:
+        sleep(0.05)
     return killed
 
 

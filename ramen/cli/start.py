@@ -39,6 +39,8 @@ DAEMON_READY_TIMEOUT_S = 180.0
 """--daemon waits this long for the services, Spark's cold start and the programs' SQL checks."""
 LEFT_OVER_TIMEOUT_S = 60.0
 """For stopping what a dead supervisor left: its start-up, then a shutdown's own 10 s bound."""
+STOP_ROUNDS = 3
+"""Times `ramen stop` looks again for processes of its instance, after stopping those it found."""
 POLL_INTERVAL_S = 0.2
 CONFSERVER_ANSWERED_WITHIN_S = 3.0
 """Spark's turns call the confserver only if it answered a probe this recently (a call to a stuck
@@ -342,14 +344,20 @@ def _stop_instance_processes(token: str | None) -> list[int]:
     dead `ramen start`, left); returns their pids."""
     if not token:
         return []
-    left = instance_processes(token)
-    if left:
+    stopped: list[int] = []
+    # Again until none is left: a supervisor stopped with its workers may have started one more
+    # (it saw a worker die before it got its own SIGTERM), after the processes were listed.
+    for _ in range(STOP_ROUNDS):
+        left = [pid for pid in instance_processes(token) if pid not in stopped]
+        if not left:
+            break
         print(f"ramen: stopping {len(left)} processes left running: " +
               "; ".join(f"pid {pid} ({command_line(pid)[:80]})" for pid in left), file=sys.stderr, flush=True)
         killed = stop_processes(left, STOP_GRACE_S)
         if killed:
             print(f"ramen: killed {', '.join(map(str, killed))} after {STOP_GRACE_S:g} s", file=sys.stderr)
-    return left
+        stopped += left
+    return stopped
 
 
 def _remove_result_logs() -> None:

@@ -129,7 +129,7 @@ def test_stop_after_ramen_start_was_killed_stops_everything_it_had_started(tmp_p
     for pid in left:  # not to outlive the test
         os.kill(pid, signal.SIGKILL)
     assert stopped.returncode == 0, stopped.stderr
-    assert left == {}
+    assert left == {}, stopped.stderr
     assert f"stopping {len(ours) - 1} processes left running" in stopped.stderr, stopped.stderr
     assert not result_log.exists() and not (tmp_path / "run" / "ramen.pid").exists()
 
