@@ -46,6 +46,9 @@ ARCHIVE_CATCH_UP_S = 10.0
 ARCHIVE_POLL_S = 0.1
 FIRST_LOOKBACK_US = 60_000_000
 """The first lookback of `-n` (a windowed function's: as many windows as rows asked, and two more)."""
+ARCHIVE_LAG_US = 5_000_000
+"""How far behind now the archives may be: a windowed function's `-n` ends at the last window that
+closed before that, which they hold whole."""
 LOOKBACK_GROWTH = 4
 MAX_LOOKBACK_US = 7 * 24 * 3600 * 1_000_000
 """`-n` looks back no further than this for its rows."""
@@ -171,11 +174,14 @@ class _Tail:
         from ramen.replay.plan import ReplayGapError
         window = self.function.window
         lookback = max(FIRST_LOOKBACK_US, 0 if window is None else (lines + 2) * window.every_us)
+        end_us = now_us
+        if window is not None:  # whole windows only: the one still open would show part of its rows
+            end_us = (now_us - ARCHIVE_LAG_US) // window.every_us * window.every_us
         while True:
-            since_us = now_us - lookback
+            since_us = end_us - lookback
             try:
                 replay = self._planned(lambda: replay_to_newest(self.client, self.programs,
-                                                                self.function.qualified_name, since_us, now_us,
+                                                                self.function.qualified_name, since_us, end_us,
                                                                 site=self.site, strict=False, no_merge=True),
                                        gaps=True)
             except ReplayGapError:

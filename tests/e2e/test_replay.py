@@ -328,6 +328,9 @@ def test_tail_n_of_a_lazy_windowed_function_replays_enough_past(stack):
     found = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(found) == 3 and [r["start"] for r in found] == sorted(r["start"] for r in found)
     assert list(found[0]) == ["start", "bytes"] and found[-1]["start"].endswith(":00Z")
+    from datetime import datetime
+    open_window_us = time.time_ns() // 1000 // MINUTE_US * MINUTE_US
+    assert datetime.fromisoformat(found[-1]["start"]).timestamp() * 1e6 < open_window_us  # whole windows only
 
 
 def test_tail_of_a_range_honours_n_where_fields_and_format(stack):
