@@ -253,7 +253,9 @@ class ReplayClients:
         if process.pid in self.killed:
             return ReplayOutcome(target, since_us, until_us, seconds, "killed")
         errors = err.decode(errors="replace").strip().splitlines()
-        errors = [line for line in errors if not line.startswith("\rreplay:") and not line.startswith("replay:")]
+        # Progress and warnings (a cut window, a part not archived) are not the error line.
+        errors = [line for line in errors if not line.startswith("\rreplay:") and not line.startswith("replay:")
+                  and not line.startswith("ramen: replay: warning:")]
         if process.returncode != 0:
             one_line = len(errors) == 1 and "Traceback" not in err.decode(errors="replace")
             return ReplayOutcome(target, since_us, until_us, seconds, "failed" if one_line else "unclear",
