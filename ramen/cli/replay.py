@@ -24,10 +24,9 @@ from typing import TYPE_CHECKING, Iterable
 
 import pyarrow as pa
 
-from ramen.cli import argtypes, conf
+from ramen.cli import argtypes, conf, rows
 from ramen.cli.errors import UserError
-from ramen.cli import rows
-from ramen.cli.output import local_zone, open_sink, open_writer
+from ramen.cli.output import open_sink
 from ramen.times import TIME_FORMS
 
 if TYPE_CHECKING:
@@ -101,9 +100,7 @@ def run(args) -> int:
         sink = open_sink(args.output)
         complete = failed = False
         try:
-            out_schema = replay.schema if not fields else pa.schema([replay.schema.field(f) for f in fields])
-            writer = open_writer(output_format, sink, out_schema, header=args.with_header,
-                                 zone=local_zone() if args.local else None)
+            writer = rows.open_row_writer(args, output_format, sink, replay.schema, fields)
             with replay:
                 replay.start()
                 try:

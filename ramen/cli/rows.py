@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ramen.cli.errors import UserError
-from ramen.cli.output import FORMATS, TEXT_FORMATS
+from ramen.cli.output import FORMATS, TEXT_FORMATS, RowWriter, local_zone, open_writer
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,12 @@ def output_format(args) -> str:
     if chosen not in TEXT_FORMATS and args.output is None and sys.stdout.isatty():
         raise UserError(f"--format {chosen} is binary: give --output FILE or redirect stdout")
     return chosen
+
+
+def open_row_writer(args, chosen_format: str, sink, schema: pa.Schema, fields: list[str]) -> RowWriter:
+    """The writer of the rows asked (`fields`, else all of `schema`), in the form the options say."""
+    shown = schema if not fields else pa.schema([schema.field(f) for f in fields])
+    return open_writer(chosen_format, sink, shown, header=args.with_header, zone=local_zone() if args.local else None)
 
 
 def schema_of(programs, target: str) -> pa.Schema | None:
@@ -120,12 +126,18 @@ def _source_disorder(plan, site: str) -> dict[str, int]:
     return found
 
 
+def filtered(batch: pa.RecordBatch, filters: list[Filter]) -> pa.RecordBatch:
+    """The batch's rows where every --where holds."""
+    for keep in filters:
+        batch = batch.filter(keep(batch))
+    return batch
+
+
 def ordered(batches: Iterable[pa.RecordBatch], filters: list[Filter], reorder, fields: list[str]) -> Iterator[pa.Table]:
     """The batches through the filters and the reorder buffer (if any), as tables of the fields asked."""
     def tables():
         for batch in batches:
-            for keep in filters:
-                batch = batch.filter(keep(batch))
+            batch = filtered(batch, filters)
             if reorder is None:
                 yield pa.Table.from_batches([batch])
             else:

@@ -29,7 +29,7 @@ import pyarrow as pa
 from ramen import keyspace, paths
 from ramen.cli import argtypes, conf, rows
 from ramen.cli.errors import UserError
-from ramen.cli.output import RowWriter, local_zone, open_sink, open_writer
+from ramen.cli.output import RowWriter, open_sink
 from ramen.message import KIND_TUPLES, LIVE_CHANNEL, decode_header
 from ramen.times import TIME_FORMS
 from ramen.transport import BackoffIdleStrategy, CountersFile, FragmentAssembler, Image, LogBuffer
@@ -84,8 +84,7 @@ def run(args) -> int:
         fields = rows.check_fields(args.fields, schema)
         tail = _Tail(client, programs, function, args.site, [rows.parse_where(w, schema) for w in args.where], fields)
         sink = open_sink(args.output)
-        writer = open_writer(output_format, sink, schema if not fields else pa.schema([schema.field(f) for f in fields]),
-                             header=args.with_header, zone=local_zone() if args.local else None)
+        writer = rows.open_row_writer(args, output_format, sink, schema, fields)
         try:
             if not args.follow:
                 tail.print_past(writer, since_us, min(until_us or now_us, now_us), lines, now_us)
@@ -164,8 +163,7 @@ class _Tail:
         last = self._last_rows(lines, now_us)
         if last is None or not last.rows:
             return None
-        first = last.batches()[0]
-        return int(first.column(self.function.event_time).cast(pa.timestamp("us")).cast(pa.int64())[0].as_py())
+        return int(_event_times(last.batches()[0], self.function.event_time)[0])
 
     def _last_rows(self, lines: int, now_us: int) -> rows.LastRows | None:
         """The last `lines` rows, from replays looking further back until they hold enough, or
@@ -231,13 +229,10 @@ class _Tail:
         from ramen.replay.plan import ReplayGapError, ReplayPlanError
         try:
             return make()
-        except ReplayGapError as e:
-            if gaps:
+        except (ReplayPlanError, ReplayFailed) as e:
+            if gaps and isinstance(e, ReplayGapError):
                 raise
             raise UserError(str(e)) from None
-        except (ReplayPlanError, ReplayFailed) as e:
-            raise UserError(str(e)) from None
-
 
     # -- live ----------------------------------------------------------------------------------
 
@@ -248,26 +243,27 @@ class _Tail:
         log_buffer = _wait_for_log(paths.output_log(self.site, function.qualified_name))
         counters = CountersFile.open(paths.counters_path())
         image = Image(log_buffer, counters, name=f"tail {function.qualified_name}")
+        live = _LiveRows(image, function.schema)
         idle = BackoffIdleStrategy()
         pending: list[pa.RecordBatch] = []
         cut_us = None
         try:
             if since_us is not None:
-                cut_us, pending = self._cut(log_buffer, image, idle)
+                cut_us, pending = self._cut(log_buffer, live, idle)
                 stop_us = cut_us if until_us is None else min(cut_us, until_us)
                 if since_us < stop_us:
-                    self._replay_up_to_live(writer, since_us, stop_us, image, pending)
+                    self._replay_up_to_live(writer, since_us, stop_us, live, pending)
             while True:
                 for batch in pending:
                     if not self._write_live(writer, batch, cut_us, until_us):
                         return
-                pending = _read_batches(image, function.schema)
+                pending = live.read()
                 idle.idle(len(pending))
         finally:
             image.close()
             counters.close()
 
-    def _cut(self, log_buffer: LogBuffer, image: Image, idle) -> tuple[int, list[pa.RecordBatch]]:
+    def _cut(self, log_buffer: LogBuffer, live: _LiveRows, idle) -> tuple[int, list[pa.RecordBatch]]:
         """Where the archives' rows end and the live ones begin, and the live batches read meanwhile.
 
         The live log is joined first. Rows written before we joined are at most as late as the
@@ -281,13 +277,13 @@ class _Tail:
         base_us = last_event_time_us(log_buffer)
         if base_us is None:
             while not pending:
-                pending = [b for b in _read_batches(image, function.schema) if b.num_rows]
+                pending = [b for b in live.read() if b.num_rows]
                 idle.idle(len(pending))
             base_us = int(_event_times(pending[0], function.event_time).min())
         every = None if function.window is None else function.window.every_us
         return (base_us // every + 1) * every if every else base_us + 1, pending
 
-    def _replay_up_to_live(self, writer: RowWriter, since_us: int, until_us: int, image: Image,
+    def _replay_up_to_live(self, writer: RowWriter, since_us: int, until_us: int, live: _LiveRows,
                            pending: list[pa.RecordBatch]) -> None:
         """[since, until) from the archives, once they reach `until` (the live rows just before
         were written, and their recorder, reading the same log, is a moment behind). The live log
@@ -299,19 +295,18 @@ class _Tail:
                                                   since_us, until_us, site=self.site, strict=False, no_merge=True))
             if replay.plan.until_us >= until_us or time.monotonic() > deadline:
                 break
-            pending += _read_batches(image, self.function.schema)
+            pending += live.read()
             time.sleep(ARCHIVE_POLL_S)
         rows.warn_of_uncovered(replay, "tail")
         for table in self._rows_of(replay):
             for batch in table.to_batches():
                 writer.write(batch)
-            pending += _read_batches(image, self.function.schema)
+            pending += live.read()
         writer.sink.flush()
 
     def _write_live(self, writer: RowWriter, batch: pa.RecordBatch, from_us: int | None, until_us: int | None) -> bool:
         """Write a live batch's rows in [from_us, until_us); False once the stream has passed until_us."""
-        for keep in self.filters:
-            batch = batch.filter(keep(batch))
+        batch = rows.filtered(batch, self.filters)
         going_on = True
         if (from_us is not None or until_us is not None) and batch.num_rows:
             times = _event_times(batch, self.function.event_time)
@@ -333,6 +328,7 @@ class _Tail:
         log_buffer = _wait_for_log(paths.output_log(self.site, self.function.qualified_name))
         counters = CountersFile.open(paths.counters_path())
         image = Image(log_buffer, counters, name="tail -n")
+        live = _LiveRows(image, self.function.schema)
         idle = BackoffIdleStrategy()
         deadline = time.monotonic() + LOG_WAIT_TIMEOUT_S
         written = writer.rows
@@ -341,11 +337,9 @@ class _Tail:
                 if time.monotonic() > deadline:
                     raise UserError(f"the archives hold nothing of {self.function.qualified_name}, and it wrote "
                                     f"{writer.rows - written} of the {lines} rows asked in {LOG_WAIT_TIMEOUT_S:g} s")
-                batches = _read_batches(image, self.function.schema)
+                batches = live.read()
                 for batch in batches:
-                    for keep in self.filters:
-                        batch = batch.filter(keep(batch))
-                    batch = batch.slice(0, lines - (writer.rows - written))
+                    batch = rows.filtered(batch, self.filters).slice(0, lines - (writer.rows - written))
                     writer.write(batch.select(self.fields) if self.fields else batch)
                 idle.idle(len(batches))
         finally:
@@ -362,19 +356,27 @@ def _wait_for_log(path) -> LogBuffer:
     return LogBuffer.open(path, writable=False)
 
 
-def _read_batches(image: Image, schema: pa.Schema) -> list[pa.RecordBatch]:
-    """The live batches readable now."""
-    batches: list[pa.RecordBatch] = []
+class _LiveRows:
+    """The row batches of a live log as they come. One assembler for the image, so that a message
+    whose last fragments are not committed yet at one read comes whole at the next."""
 
-    def on_message(message, offset, length, header):  # a message of its own (hand_over)
+    def __init__(self, image: Image, schema: pa.Schema) -> None:
+        self.image = image
+        self.schema = schema
+        self._batches: list[pa.RecordBatch] = []
+        self._assembler = FragmentAssembler(self._on_message, hand_over=True)
+
+    def _on_message(self, message, offset, length, header) -> None:  # a message of its own (hand_over)
         head = decode_header(message)
         if head is not None and head.kind == KIND_TUPLES and head.channel == LIVE_CHANNEL:
-            batches.append(decode_tuples(message, schema))
+            self._batches.append(decode_tuples(message, self.schema))
 
-    assembler = FragmentAssembler(on_message, hand_over=True)
-    while image.poll(assembler.on_fragment, FRAGMENT_LIMIT):
-        pass
-    return batches
+    def read(self) -> list[pa.RecordBatch]:
+        """The batches readable now."""
+        while self.image.poll(self._assembler.on_fragment, FRAGMENT_LIMIT):
+            pass
+        batches, self._batches = self._batches, []
+        return batches
 
 
 def _event_times(batch: pa.RecordBatch, event_time: str | None):

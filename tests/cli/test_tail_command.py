@@ -65,7 +65,7 @@ def test_a_follow_cuts_past_the_latest_row_written_before_it_joined(tmp_path, mo
     """Rows before the cut come from the archives, the others live: the cut lies past everything
     written before the live log was joined (a windowed function: at the next window), or, in a
     log that held nothing, past the first live row."""
-    from ramen.cli.tail import _Tail
+    from ramen.cli.tail import _LiveRows, _Tail
     from ramen.transport import BackoffIdleStrategy, Image
     monkeypatch.setenv("RAMEN_DIR", str(tmp_path))
     program = load(EXAMPLE)
@@ -86,7 +86,7 @@ def test_a_follow_cuts_past_the_latest_row_written_before_it_joined(tmp_path, mo
         publication.offer(rows_at(function, written_before))
         tail = _Tail(None, {"net": program}, program.function(function), "local", [], [])
         image = Image(log, join_position=publication.position)
-        assert tail._cut(log, image, BackoffIdleStrategy()) == (expected_cut, [])
+        assert tail._cut(log, _LiveRows(image, tail.function.schema), BackoffIdleStrategy()) == (expected_cut, [])
         image.close()
 
     class FirstRowWhenIdle:
@@ -101,5 +101,28 @@ def test_a_follow_cuts_past_the_latest_row_written_before_it_joined(tmp_path, mo
     empty = LogBuffer.create(tmp_path / "empty.logbuffer", LogBufferParams(term_length=64 * 1024))
     image = Image(empty, join_position=0)
     cut, pending = _Tail(None, {"net": program}, program.function("per_minute"), "local", [], [])._cut(
-        empty, image, FirstRowWhenIdle(ExclusivePublication(empty)))
+        empty, _LiveRows(image, program.function("per_minute").schema), FirstRowWhenIdle(ExclusivePublication(empty)))
     assert cut == t0 + 8 * minute and sum(b.num_rows for b in pending) == 1
+
+
+def test_a_live_message_whose_end_is_not_committed_yet_comes_whole_at_the_next_read(tmp_path):
+    """A batch larger than the MTU is several fragments: one read may find only the first ones."""
+    from ramen.cli.tail import _LiveRows
+    from ramen.transport import Image
+    from ramen.transport.defaults import IPC_MTU_LENGTH
+    schema = load(EXAMPLE).function("top_talkers").schema
+    rows = 3000  # ~ 80 KB: fragmented at the 64 KiB MTU ramen's logs have
+    batch = pa.record_batch([pa.array(range(rows), pa.timestamp("us")), pa.array([f"host{i}" for i in range(rows)]),
+                             pa.array(range(rows), pa.int64())], schema=schema)
+    log = LogBuffer.create(tmp_path / "live.logbuffer", LogBufferParams(term_length=1024 * 1024,
+                                                                        mtu_length=IPC_MTU_LENGTH))
+    ExclusivePublication(log).offer(encode_tuples(batch, "start"))
+    first_length = int.from_bytes(log.terms[0][0:4], "little")
+    last = (first_length + 31) & ~31  # the second fragment: as if its writer had not committed it yet
+    committed = log.terms[0][last:last + 4].tobytes()
+    log.terms[0][last:last + 4] = bytes(4)
+    live = _LiveRows(Image(log, join_position=0), schema)
+    assert live.read() == []
+    log.terms[0][last:last + 4] = committed
+    [whole] = live.read()
+    assert whole.num_rows == rows
