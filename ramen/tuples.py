@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -37,6 +38,16 @@ def event_time_bounds(batch: pa.RecordBatch | pa.Table, event_time: str | None) 
     if low is None:
         return NO_EVENT_TIME, NO_EVENT_TIME
     return low, high
+
+
+def event_times_us(batch: pa.RecordBatch | pa.Table, event_time: str) -> np.ndarray:
+    """The event-time column as µs since the epoch, UTC (int64, numpy)."""
+    column = batch.column(event_time)
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_timestamp(column.type):
+        column = column.cast(pa.timestamp("us", tz=column.type.tz))
+    return column.cast(pa.int64()).to_numpy(zero_copy_only=False)
 
 
 def encode_tuples(batch: pa.RecordBatch, event_time: str | None, channel: int = LIVE_CHANNEL,

@@ -34,7 +34,7 @@ from ramen.message import KIND_TUPLES, LIVE_CHANNEL, decode_header
 from ramen.times import TIME_FORMS
 from ramen.transport import BackoffIdleStrategy, CountersFile, FragmentAssembler, Image, LogBuffer
 from ramen.transport.frame_walk import last_event_time_us
-from ramen.tuples import decode_tuples
+from ramen.tuples import decode_tuples, event_times_us
 
 
 IDENTITY = "user"
@@ -383,4 +383,4 @@ def _event_times(batch: pa.RecordBatch, event_time: str | None):
     """The batch's event times, µs (numpy)."""
     if event_time is None:
         raise UserError("--since and -f -n need a function with an event time")
-    return batch.column(event_time).cast(pa.timestamp("us")).cast(pa.int64()).to_numpy(zero_copy_only=False)
+    return event_times_us(batch, event_time)
