@@ -21,8 +21,11 @@ import pytest
 from ramen import paths
 from ramen.archive.coverage import archive_coverage
 from tests.e2e.test_replay import Stack
-from tests.httpd.graphite_web import cluster_server, graphite_web  # noqa: F401 (a fixture)
+from tests.httpd.graphite_web import absent_reason, cluster_server, graphite_web  # noqa: F401 (a fixture)
 from tests.waiting import wait_for
+
+# Asked once, before ramen starts for nothing: the graphite_web fixture would skip only after.
+pytestmark = pytest.mark.skipif(bool(absent_reason()), reason=str(absent_reason()))
 
 RATE = 20
 HOSTS = 2
@@ -144,6 +147,7 @@ def test_graphite_web_charts_what_ramen_replay_prints(stack, graphite_web, use_p
         [series] = get(web.url, "/render", target=f"fed.per_minute.{host}.bytes", format="json",
                        **{"from": since, "until": until})
         assert series["target"] == f"fed.per_minute.{host}.bytes"
+        assert [ts for _, ts in series["datapoints"]] == list(range(since, until, MINUTE_S))
         assert charted(series) == expected[host]
 
     # A glob goes to ramen unexpanded; ramen's answer must file each series under it.
