@@ -25,7 +25,8 @@ from tests.httpd.graphite_web import absent_reason, cluster_server, graphite_web
 from tests.waiting import wait_for
 
 # Asked once, before ramen starts for nothing: the graphite_web fixture would skip only after.
-pytestmark = pytest.mark.skipif(bool(absent_reason()), reason=str(absent_reason()))
+_ABSENT = absent_reason()
+pytestmark = pytest.mark.skipif(_ABSENT is not None, reason=str(_ABSENT))
 
 RATE = 20
 HOSTS = 2
