@@ -526,10 +526,16 @@ def _percent(values: np.ndarray, totals: np.ndarray) -> np.ndarray:
         return np.where(totals == 0, np.nan, values / totals * 100.0)
 
 
-def as_percent(context: Context, seriesList: list[Series], total: object = None) -> list[Series]:
+def as_percent(context: Context, seriesList: list[Series], total: object = None,
+               nodes: list[int | str] | None = None) -> list[Series]:
     """Each series as a percentage of a total: the sum of all the series (no total), a number, one
     series, or as many series as there are (matched by sorted name). A null or zero total gives null.
-    Named `asPercent(<name>,<total>)`."""
+    Named `asPercent(<name>,<total>)`. With nodes (path elements or tag names, as aliasByNode), each
+    series is matched with the total(s) of the same key, or the sum of its own group when total is
+    None; a series or total without a match gives an all-null `asPercent(<name>,MISSING)` or
+    `asPercent(MISSING,<total>)`."""
+    if nodes:
+        return _as_percent_by_nodes(context, seriesList, total, nodes)
     if not seriesList:
         return []
     xff = context.xfiles_factor
@@ -562,6 +568,52 @@ def as_percent(context: Context, seriesList: list[Series], total: object = None)
             raise TargetError(f"asPercent: total must be a number, a series list or None, not {total!r}")
     return [_fresh(f"asPercent({s.name},{total_text})", start, step, _percent(matrix[:, column], totals))
             for column, s in enumerate(seriesList)]
+
+
+def _as_percent_by_nodes(context: Context, seriesList: list[Series], total: object,
+                         nodes: list[int | str]) -> list[Series]:
+    if total is not None and not isinstance(total, list):
+        raise TargetError(f"asPercent: with nodes, total must be None or a series list, not {total!r}")
+    xff = context.xfiles_factor
+
+    def key(s: Series) -> str:
+        return ".".join(_node(s, node) for node in nodes)
+
+    def summed(group_list: list[Series]) -> Series:
+        if len(group_list) == 1:
+            return group_list[0]
+        normalized, start, step = normalize(group_list, xff)
+        return _fresh(f"sumSeries({_path_expressions(group_list)})", start, step,
+                      aggregate_rows("sum", _matrix(normalized, start, step)))
+
+    groups: dict[str, list[Series]] = {}
+    for s in seriesList:
+        groups.setdefault(key(s), []).append(s)
+    keys = list(groups)
+    totals_by_key: dict[str, list[Series]] = {}
+    for s in (total if total is not None else []):
+        totals_by_key.setdefault(key(s), []).append(s)
+        if key(s) not in keys:
+            keys.append(key(s))
+    totals = {k: summed(found) for k, found in (groups if total is None else totals_by_key).items()}
+    results = []
+    for k in keys:
+        if k not in groups:
+            whole = totals[k]
+            results.append(_fresh(f"asPercent(MISSING,{whole.name})", whole.start, whole.step,
+                                  np.full(len(whole.values), np.nan)))
+            continue
+        for part in groups[k]:
+            if k not in totals:
+                results.append(_fresh(f"asPercent({part.name},MISSING)", part.start, part.step,
+                                      np.full(len(part.values), np.nan)))
+                continue
+            whole = totals[k]
+            pair, start, step = normalize([part, whole], xff)
+            matrix = _matrix(pair, start, step)
+            results.append(_fresh(f"asPercent({part.name},{whole.name})", start, step,
+                                  _percent(matrix[:, 0], matrix[:, 1])))
+    return results
 
 
 # The table /functions describes and evaluate dispatches through
@@ -644,7 +696,8 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
     _spec("aggregate", aggregate, "Combine", _SERIES, Param("func", "aggFunc", required=True, options=_AGG_OPTIONS),
           Param("xFilesFactor", "float")),
     _spec("group", group, "Combine", Param("seriesLists", "seriesList", multiple=True)),
-    _spec("asPercent", as_percent, "Combine", _SERIES, Param("total", "any")),
+    _spec("asPercent", as_percent, "Combine", _SERIES, Param("total", "any"),
+          Param("nodes", "nodeOrTag", multiple=True)),
     _spec("scale", scale, "Transform", _SERIES, Param("factor", "float", required=True)),
     _spec("offset", offset, "Transform", _SERIES, Param("factor", "float", required=True)),
     _spec("summarize", summarize, "Transform", _SERIES,
