@@ -101,3 +101,37 @@ def test_bad_targets_name_the_column_and_what_was_expected(text, message):
 def test_target_error_is_a_value_error_with_the_target_quoted():
     with pytest.raises(ValueError, match=r"^target 'f\(a': column 4: "):
         parse("f(a", KNOWN)
+
+
+GRAPHITE_DIST = "/usr/lib/python3/dist-packages"
+SAME_AS_GRAPHITE = [
+    "sumSeries(a.*.b, scale(c.{x,y}, 2), a.*.b, group(d, e.f))",
+    "a.b|scale(2)",
+    r"f(a\(1\).b\,c)",
+    "f(1h, 2xx.y, 10, -2, 1.5e3, 'q.r', \"s.t\", true, None, inf)",
+    'alias(a.b, "x,y)z")',
+    "a.b[0-9].c",
+    "net.per_minute.host-1.{in,out}_bytes",
+    " sumSeries ( a.b ,  scale( c.d , 2 ) ) ",
+]
+
+
+@pytest.mark.parametrize("text", SAME_AS_GRAPHITE)
+def test_same_path_expressions_as_graphite_webs_grammar(text):
+    """graphite-web's own parser (Debian's graphite-web, when importable) finds the same paths."""
+    import os
+    import sys
+    import warnings
+    sys.path.insert(0, GRAPHITE_DIST)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "graphite.settings")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import django
+            django.setup()
+            from graphite.render.evaluator import extractPathExpressions
+    except Exception as error:  # noqa: BLE001 - any failure to import means: not here
+        pytest.skip(f"graphite-web is not importable here: {error}")
+    finally:
+        sys.path.remove(GRAPHITE_DIST)
+    assert set(path_expressions(parse(text, KNOWN | {"group"}))) == set(extractPathExpressions({}, [text]))
