@@ -350,6 +350,7 @@ def test_function_params_match_graphite_webs_where_it_is_importable(graphite):
 def graphite():
     """graphite-web's render functions, from Debian's graphite-web package, when importable."""
     sys.path.insert(0, "/usr/lib/python3/dist-packages")
+    had_settings = "DJANGO_SETTINGS_MODULE" in os.environ  # so subprocesses of later tests do not inherit it
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "graphite.settings")
     try:
         with warnings.catch_warnings():
@@ -362,6 +363,8 @@ def graphite():
         pytest.skip(f"graphite-web is not importable here: {error}")
     finally:
         sys.path.remove("/usr/lib/python3/dist-packages")
+        if not had_settings:
+            os.environ.pop("DJANGO_SETTINGS_MODULE")
     return functions, TimeSeries
 
 

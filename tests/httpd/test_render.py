@@ -186,6 +186,7 @@ def test_find_json_pickle_and_msgpack_give_intervals_of_leaves_only():
 def graphite():
     """Debian's graphite-web, when importable: its unpickler, finder, bundled msgpack and views."""
     sys.path.insert(0, GRAPHITE_DIST)
+    had_settings = "DJANGO_SETTINGS_MODULE" in os.environ  # so subprocesses of later tests do not inherit it
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "graphite.settings")
     try:
         with warnings.catch_warnings():
@@ -201,6 +202,8 @@ def graphite():
         pytest.skip(f"graphite-web is not importable here: {error}")
     finally:
         sys.path.remove(GRAPHITE_DIST)
+        if not had_settings:
+            os.environ.pop("DJANGO_SETTINGS_MODULE")
     return {"unpickle": util.unpickle, "RemoteFinder": RemoteFinder, "msgpack": util.msgpack, "views": views,
             "TimeSeries": TimeSeries, "Interval": Interval, "IntervalSet": IntervalSet}
 

@@ -123,6 +123,7 @@ def test_same_path_expressions_as_graphite_webs_grammar(text):
     import sys
     import warnings
     sys.path.insert(0, GRAPHITE_DIST)
+    had_settings = "DJANGO_SETTINGS_MODULE" in os.environ  # so subprocesses of later tests do not inherit it
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "graphite.settings")
     try:
         with warnings.catch_warnings():
@@ -134,4 +135,6 @@ def test_same_path_expressions_as_graphite_webs_grammar(text):
         pytest.skip(f"graphite-web is not importable here: {error}")
     finally:
         sys.path.remove(GRAPHITE_DIST)
+        if not had_settings:
+            os.environ.pop("DJANGO_SETTINGS_MODULE")
     assert set(path_expressions(parse(text, KNOWN | {"group"}))) == set(extractPathExpressions({}, [text]))
