@@ -26,6 +26,7 @@ from ramen.httpd.cache import DEFAULT_MAX_BYTES, ResultCache
 from ramen.httpd.fetch import FetchError, Fetcher, Progress
 from ramen.httpd.names import Metric, MetricTree, PathError
 from ramen.httpd.series import Series
+from ramen.httpd.target import TargetError
 from ramen.program import Function, Program, ProgramError
 from ramen.replay.contract import DEFAULT_REPLAY_TIMEOUT_S
 from ramen.times import TimeError, parse_time
@@ -209,7 +210,7 @@ def one(values: dict[str, list[str]], name: str, default: str | None = None) -> 
 
 def time_range(values: dict[str, list[str]], httpd: Httpd) -> tuple[int, int, int]:
     """from, until and now in epoch seconds, from Graphite's grammar (and its `now` parameter)."""
-    now_us = int(httpd.clock.seconds() * 1_000_000)
+    now_us = httpd.clock.epoch_us()
     if (now := one(values, "now")) is not None:
         now_us = _parse(now, now_us, "now")
     since_us = _parse(one(values, "from", DEFAULT_FROM), now_us, "from")
@@ -241,7 +242,7 @@ async def guard(request: web.Request, handler):
                             headers={"WWW-Authenticate": 'Basic realm="ramen"'})
     try:
         return await handler(request)
-    except (BadRequest, PathError, TimeError) as e:
+    except (BadRequest, PathError, TimeError, TargetError) as e:
         return web.Response(status=400, text=f"{e}\n")
     except web.HTTPException:
         raise
@@ -276,6 +277,8 @@ async def find(request: web.Request) -> web.Response:
     if not query:
         raise BadRequest("find: a query is needed, such as query=*")
     fmt = one(values, "format", "treejson")
+    if fmt not in render.FIND_FORMATS:
+        raise BadRequest(f"find: unknown format {fmt!r} ({', '.join(render.FIND_FORMATS)})")
     loop = asyncio.get_running_loop()
     found = await loop.run_in_executor(httpd.pool, lambda: httpd.tree().find(query))
     nodes = [render.Node(f.path, f.leaf) for f in found]
@@ -319,7 +322,7 @@ async def render_handler(request: web.Request) -> web.Response:
     since_s, until_s, now_s = time_range(values, httpd)
     fmt = one(values, "format", "json")
     max_points = _max_data_points(one(values, "maxDataPoints"))
-    nodes = [target.parse(t) for t in targets]  # every target checked before anything runs
+    nodes = [target.parse(t, graphite_functions.FUNCTIONS) for t in targets]  # all checked before anything runs
     httpd.renders += 1
     progress = httpd.track(one(values, "requestId"))
     loop = asyncio.get_running_loop()

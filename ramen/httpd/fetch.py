@@ -98,7 +98,7 @@ class Fetcher:
 
     def _replay(self, programs, function: Function, since_s: int, until_s: int, progress: Progress) -> pa.Table:
         """Replay [since_s, until_s) of the function; cache what settled; its buckets."""
-        now_s = self.clock.seconds()
+        now_s = self.clock.epoch_us() / buckets.US_PER_S
         since_us, until_us = since_s * buckets.US_PER_S, until_s * buckets.US_PER_S
         options = dict(site=self.site, timeout_s=self.timeout_s, strict=False)
         try:
