@@ -156,6 +156,9 @@ COUNTER_TYPES: dict[int, CounterType] = {
 OTHER_COUNTER = CounterType("counter", "A counter of counters.dat of a type ramen does not name (by type_id).",
                             _OTHER)
 
+RECORDER_IMAGE_PREFIX = "recorder "
+RECORDER_READER = "archiver"
+"""The reader label of the archiver's subscriptions (the recorder names its image `recorder <log>`)."""
 SUBSCRIBER_HEARTBEAT_AGE = "subscriber_heartbeat_age_seconds"
 SUBSCRIBER_DROPPED = "subscriber_dropped"
 
@@ -226,10 +229,14 @@ def counter_labels(info: CounterInfo, site: str, logs: dict[int, LogIdentity]) -
         if identity is not None:
             labels.update(log=identity.log, program=identity.program, function=identity.function,
                           replayer=identity.replayer, replay_channel=identity.replay_channel)
-        # An image is named `<reader prog/func> <- <log file>` (workers/inputs.py).
-        reader, arrow, _ = info.label.partition(": ")[2].partition(" <- ")
+        # After `<session> <stream> `: a worker's image is named `<reader prog/func> <- <log file>`
+        # (workers/inputs.py), the archiver's `recorder <log file>` (archive/recorder.py).
+        name = info.label.partition(": ")[2].split(" ", 2)[-1]
+        reader, arrow, _ = name.partition(" <- ")
         if arrow:
-            labels["reader"] = reader.split(" ", 2)[-1]
+            labels["reader"] = reader
+        elif name.startswith(RECORDER_IMAGE_PREFIX):
+            labels["reader"] = RECORDER_READER
     elif kind.identifies == _RECORDING:
         recording_id, session = RECORDING_KEY.unpack_from(info.key)
         labels.update(recording=str(recording_id), session=str(session))
@@ -374,11 +381,12 @@ class RamenCollector(Collector):
         up = GaugeMetricFamily(metric_name(PREFIX + "metrics_source_up"),
                                "1 if the source (counters file, confserver) could be read at this scrape, else 0.",
                                labels=["site", "source"])
+        from confserver import ConfError  # lazily, as ramen's CLI does: ramen does not depend on it
         sources: dict[str, str] = {}
         try:
             sources = collect_stats(families, self.client, self.site)
             up.add_metric([self.site, "confserver"], 1)
-        except Exception as e:  # a confserver down must not hide the counters (and vice versa)
+        except ConfError as e:  # a confserver down must not hide the counters (and vice versa)
             log.warning("metrics: cannot read the confserver: %s", e)
             up.add_metric([self.site, "confserver"], 0)
         try:

@@ -156,6 +156,7 @@ def test_a_recording_is_labelled_with_the_function_it_records(site, client):
     recording = labels_of(families, "ramen_recording_position", program="net", function="traffic")
     assert recording["recording"] == str(site.recorder.recording_id) and recording["session"] == str(SESSION_ID)
     assert one(families, "ramen_recording_position", program="net") == PAYLOAD_END_POSITION
+    assert one(families, "ramen_subscriber_position", function="traffic", reader="archiver") == PAYLOAD_END_POSITION
 
 
 def test_service_counters_are_named_after_their_type_with_their_instance(site, client):
@@ -174,6 +175,16 @@ def test_without_a_counters_file_the_other_sources_are_still_exposed(tmp_path, c
     assert one(families, "ramen_metrics_source_up", source="counters") == 0
     assert one(families, "ramen_httpd_renders_total") == 2
     assert not any(name.startswith("ramen_publisher") for name in families)
+
+
+def test_a_confserver_that_cannot_answer_leaves_the_counters_exposed(site, builtin_server):
+    import confserver
+    gone = confserver.connect(builtin_server.url, identity="user", auth_file=builtin_server.auth_file)
+    gone.close()  # every call now raises Disconnected, as when the confserver is unreachable
+    families = scrape(gone, site)
+    assert one(families, "ramen_metrics_source_up", source="confserver") == 0
+    assert one(families, "ramen_metrics_source_up", source="counters") == 1
+    assert one(families, "ramen_worker_tuples_in_total", function="traffic") == 42
 
 
 # -- confserver stats ------------------------------------------------------------------------------
