@@ -20,10 +20,11 @@ from aiohttp import web
 
 from ramen import keyspace, paths
 from ramen.clocks import SYSTEM_CLOCK, Clock
-from ramen.httpd import buckets
+from ramen.httpd import buckets, metrics
 from ramen.httpd.auth import Credentials
 from ramen.httpd.cache import DEFAULT_MAX_BYTES, ResultCache
 from ramen.httpd.fetch import FetchError, Fetcher, Progress
+from ramen.httpd.metrics import HttpdStats
 from ramen.httpd.names import Metric, MetricTree, PathError
 from ramen.httpd.series import Series
 from ramen.program import Function, Program, ProgramError
@@ -75,13 +76,14 @@ class Httpd:
         self.clock = clock
         self.pool = ThreadPoolExecutor(THREADS, thread_name_prefix="httpd")
         self.cache = ResultCache(cache_bytes)
-        self.fetcher = Fetcher(client, site, self.cache, timeout_s=timeout_s, clock=clock)
+        self.stats = HttpdStats()
+        self.fetcher = Fetcher(client, site, self.cache, timeout_s=timeout_s, clock=clock,
+                               on_replay=lambda *_: self.stats.add("replays_started"))
         self.progress: OrderedDict[str, Progress] = OrderedDict()
         self._programs: dict[str, Program] | None = None
         self._programs_lock = threading.Lock()
         self._programs_watch = client.watch(f"{keyspace.PROGRAMS}/*")
         self._factors: dict[tuple[str, str], tuple[float, set[tuple[str, ...]]]] = {}
-        self.renders = self.render_errors = 0
 
     def close(self) -> None:
         self._programs_watch.close()
@@ -320,7 +322,7 @@ async def render_handler(request: web.Request) -> web.Response:
     fmt = one(values, "format", "json")
     max_points = _max_data_points(one(values, "maxDataPoints"))
     nodes = [target.parse(t) for t in targets]  # every target checked before anything runs
-    httpd.renders += 1
+    httpd.stats.renders += 1
     progress = httpd.track(one(values, "requestId"))
     loop = asyncio.get_running_loop()
     try:
@@ -338,7 +340,7 @@ async def render_handler(request: web.Request) -> web.Response:
         context = graphite_functions.Context(since_s, until_s, now_s)
         results = [s for node in nodes for s in graphite_functions.evaluate(node, series_of, context)]
     except Exception:
-        httpd.render_errors += 1
+        httpd.stats.render_errors += 1
         raise
     finally:
         progress.done = True
@@ -381,6 +383,7 @@ def make_app(httpd: Httpd) -> web.Application:
     app.router.add_get("/version", version)
     app.router.add_get("/functions", functions)
     app.router.add_get("/progress", progress)
+    metrics.add_routes(app, client=httpd.client, site=httpd.site, stats=httpd.stats)
     for path in ("/tags", "/tags/{rest:.*}"):
         app.router.add_route("*", path, empty_list)
     app.on_cleanup.append(_close)

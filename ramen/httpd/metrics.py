@@ -25,6 +25,7 @@ import dataclasses
 import logging
 import os
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +44,7 @@ from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.replay.contract import ContractError, ReplayerAssignment, ReplayerStats
 from ramen.transport import counters as ctr
 from ramen.transport.counters import CounterInfo, CountersFile, CountersFileError
-from ramen.transport.logbuffer import LOG_CORRELATION_ID_OFFSET, LogBufferError
+from ramen.transport.logbuffer import LOG_CORRELATION_ID_OFFSET
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +78,10 @@ def label_name(text: str) -> str:
 
 @dataclass
 class HttpdStats:
-    """What httpd did since it started: the app increments these (`stats.renders += 1`), /metrics
-    exposes each as `ramen_httpd_<name>_total`. Plain ints: they change on the event loop only,
-    and a scrape's thread reading one mid-increment reads the old or the new value."""
+    """What httpd did since it started: the app increments these, /metrics exposes each as
+    `ramen_httpd_<name>_total`. On the event loop `stats.renders += 1` will do (one thread); from
+    the pool's threads, `stats.add("replays_started")`, which a lock keeps from losing counts. A
+    scrape's thread reads a plain int: the old value or the new one."""
 
     renders: int = field(default=0, metadata={"help": "Requests to /render answered."})
     render_errors: int = field(default=0, metadata={"help": "Requests to /render answered with an error (4xx or 5xx)."})
@@ -87,6 +89,19 @@ class HttpdStats:
     bytes_served: int = field(default=0, metadata={"help": "Bytes of response bodies httpd sent."})
     cache_hits: int = field(default=0, metadata={"help": "Closed windows of a render found in httpd's cache."})
     cache_misses: int = field(default=0, metadata={"help": "Closed windows of a render not in httpd's cache, so replayed."})
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, name: str, count: int = 1) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + count)
+
+    def counts(self) -> dict[str, int]:
+        """Each count by name (what /metrics exposes)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if not f.name.startswith("_")}
+
+    @staticmethod
+    def help(name: str) -> str:
+        return HttpdStats.__dataclass_fields__[name].metadata["help"]
 
 
 # -- counters.dat ----------------------------------------------------------------------------------
@@ -399,14 +414,10 @@ class RamenCollector(Collector):
                 logs = site_logs(self.site, sources)
                 collect_counters(families, counters, self.site, logs, self.clock.nanos() // NS_PER_MS)
                 up.add_metric([self.site, "counters"], 1)
-            except (LogBufferError, OSError, ValueError) as e:
-                log.warning("metrics: cannot read %s: %s", counters.path, e)
-                up.add_metric([self.site, "counters"], 0)
             finally:
                 counters.close()
-        for f in dataclasses.fields(self.stats):
-            families.add(f"httpd_{f.name}", f.metadata["help"], {"site": self.site}, getattr(self.stats, f.name),
-                         monotonic=True)
+        for name, count in self.stats.counts().items():
+            families.add(f"httpd_{name}", HttpdStats.help(name), {"site": self.site}, count, monotonic=True)
         yield up
         yield from families.families.values()
 

@@ -136,6 +136,18 @@ class PrometheusServer:
         raise AssertionError(f"prometheus: {expr} did not become {expected} within {timeout_s} s: last answer "
                              f"{result}; target {self.target_health()}")
 
+    def wait_for_series(self, expr: str, *, timeout_s: float = WAIT_TIMEOUT_S) -> list[dict]:
+        """Poll until `expr` answers at least one series (a filter such as `x > 0` answers none
+        until it holds); fails naming the query and the target's health."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            result = self.query(expr)
+            if result:
+                return result
+            time.sleep(POLL_INTERVAL_S)
+        raise AssertionError(f"prometheus: {expr} answered no series within {timeout_s} s; "
+                             f"target {self.target_health()}")
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
