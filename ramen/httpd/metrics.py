@@ -111,12 +111,14 @@ _LABELS = {
     _STREAM: ("site", "program", "function", "log", "replayer", "replay_channel", "session", "stream", "reader",
               "counter_id", "label"),
     _RECORDING: ("site", "program", "function", "recording", "session", "stream", "counter_id", "label"),
-    _SERVICE: ("site", "instance", "counter_id", "label"),
+    _SERVICE: ("site", "service_instance", "counter_id", "label"),
     _WORKER: ("site", "program", "function", "counter_id", "label"),
     _OTHER: ("site", "type_id", "counter_id", "label"),
 }
 """The labels of each kind of counter, by what its key and label identify; a label a counter
-cannot tell is "" (which Prometheus takes as absent)."""
+cannot tell is "" (which Prometheus takes as absent). A service's instance (the supervisor's site,
+the archiver's directory, the replayer's id) is `service_instance`: Prometheus gives `instance` to
+the scraped target and would rename ours."""
 
 
 @dataclass(frozen=True)
@@ -261,7 +263,7 @@ def counter_labels(info: CounterInfo, site: str, logs: dict[int, LogIdentity]) -
             labels["stream"] = parts[3]
             labels["program"], labels["function"] = _split_qualified(function_of_channel(parts[4]))
     elif kind.identifies == _SERVICE:
-        labels["instance"] = info.key.rstrip(b"\0").decode(errors="replace")
+        labels["service_instance"] = info.key.rstrip(b"\0").decode(errors="replace")
     elif kind.identifies == _WORKER:
         # `worker <prog>/<func> <what>` (workers/stats.py)
         parts = info.label.split(" ")

@@ -163,8 +163,8 @@ def test_service_counters_are_named_after_their_type_with_their_instance(site, c
     families = scrape(client, site)
     assert one(families, "ramen_worker_tuples_in_total", program="net", function="traffic") == 42
     assert one(families, "ramen_worker_spark_seconds_total", program="net", function="traffic") == 1.5
-    assert one(families, "ramen_supervisor_restarts_total", instance=site.site) == 3
-    assert one(families, "ramen_replayer_bytes_read_total", instance="9") == 12345
+    assert one(families, "ramen_supervisor_restarts_total", service_instance=site.site) == 3
+    assert one(families, "ramen_replayer_bytes_read_total", service_instance="9") == 12345
     assert one(families, "ramen_metrics_source_up", source="counters") == 1
 
 
@@ -268,3 +268,5 @@ def test_a_real_prometheus_scrapes_up_and_a_ramen_counter(site, client, tmp_path
         prometheus.wait_for(f'ramen_publisher_position{{site="{site.site}",program="net",function="traffic"}}',
                             PAYLOAD_END_POSITION)
         prometheus.wait_for(f'ramen_worker_tuples_in_total{{site="{site.site}",function="traffic"}}', 42)
+        # Prometheus keeps `instance` for its target: a label of that name would come back renamed.
+        prometheus.wait_for(f'ramen_supervisor_restarts_total{{service_instance="{site.site}"}}', 3)
