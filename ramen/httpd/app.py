@@ -153,7 +153,7 @@ class Httpd:
     # -- rendering (on pool threads) ---------------------------------------------------------------
 
     def fetch_metrics(self, metrics: list[Metric], since_s: int, until_s: int, progress: Progress,
-                      loop: asyncio.AbstractEventLoop) -> list[asyncio.Future]:
+                      loop: asyncio.AbstractEventLoop, *, no_cache: bool = False) -> list[asyncio.Future]:
         """One pool job per function: its buckets then the series of its metrics."""
         programs = self.programs()
         by_function: dict[str, list[Metric]] = {}
@@ -164,14 +164,14 @@ class Httpd:
             program, _, function_name = name.partition("/")
             function = programs[program].function(function_name)
             jobs.append(loop.run_in_executor(self.pool, self._series_of, programs, function, wanted, since_s,
-                                             until_s, progress))
+                                             until_s, progress, no_cache))
         return jobs
 
     def _series_of(self, programs, function: Function, wanted: list[Metric], since_s: int, until_s: int,
-                   progress: Progress) -> list[Series]:
+                   progress: Progress, no_cache: bool) -> list[Series]:
         step = buckets.step_s(function)
         start, end = since_s // step * step, -(-until_s // step) * step
-        table = self.fetcher.buckets(programs, function, start, end, progress)
+        table = self.fetcher.buckets(programs, function, start, end, progress, no_cache=no_cache)
         self.remember_factors(function, table)
         return buckets.to_series(function, table, [(m.factor_values, m.field, m.path) for m in wanted],
                                  since_s, until_s)
@@ -333,8 +333,9 @@ async def render_handler(request: web.Request) -> web.Response:
         if len(metrics) > httpd.limits.max_metrics:
             raise BadRequest(f"render: the targets name {len(metrics):,} series, more than "
                              f"{httpd.limits.max_metrics:,}")
+        no_cache = one(values, "noCache", "0").lower() in ("1", "true")
         fetched = await asyncio.gather(*httpd.fetch_metrics(list(metrics.values()), since_s, until_s, progress,
-                                                            loop))
+                                                            loop, no_cache=no_cache))
         by_path = {s.name: s for group in fetched for s in group}
         series_of = {e: [by_path[m.path].copy(path_expression=e) for m in expanded[e]] for e in expressions}
         context = graphite_functions.Context(since_s, until_s, now_s)

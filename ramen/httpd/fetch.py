@@ -66,8 +66,11 @@ class Fetcher:
         self._inflight: dict[tuple, Future] = {}
 
     def buckets(self, programs: dict[str, Program], function: Function, since_s: int, until_s: int,
-                progress: Progress) -> pa.Table:
-        """The buckets of `function` starting in [since_s, until_s) (aligned to its step)."""
+                progress: Progress, *, no_cache: bool = False) -> pa.Table:
+        """The buckets of `function` starting in [since_s, until_s) (aligned to its step);
+        `no_cache`: all of them replayed (graphite-web's noCache; what the bench measures)."""
+        if no_cache:
+            return self._replay_shared(programs, function, since_s, until_s, progress)
         parts = [self.cache.get(function, since_s, until_s)]
         for hole in self.cache.holes(function, since_s, until_s):
             parts.append(self._replay_shared(programs, function, *hole, progress))
