@@ -87,8 +87,8 @@ class HttpdStats:
     render_errors: int = field(default=0, metadata={"help": "Requests to /render answered with an error (4xx or 5xx)."})
     replays_started: int = field(default=0, metadata={"help": "Replays httpd asked for to answer renders."})
     bytes_served: int = field(default=0, metadata={"help": "Bytes of response bodies httpd sent."})
-    cache_hits: int = field(default=0, metadata={"help": "Closed windows of a render found in httpd's cache."})
-    cache_misses: int = field(default=0, metadata={"help": "Closed windows of a render not in httpd's cache, so replayed."})
+    cache_hits: int = field(default=0, metadata={"help": "Ranges a render found (in part) in httpd's cache of closed windows."})
+    cache_misses: int = field(default=0, metadata={"help": "Holes in httpd's cache a render had to replay."})
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str, count: int = 1) -> None:
