@@ -20,10 +20,11 @@ from aiohttp import web
 
 from ramen import keyspace, paths
 from ramen.clocks import SYSTEM_CLOCK, Clock
-from ramen.httpd import buckets
+from ramen.httpd import buckets, metrics
 from ramen.httpd.auth import Credentials
 from ramen.httpd.cache import DEFAULT_MAX_BYTES, ResultCache
 from ramen.httpd.fetch import FetchError, Fetcher, Progress
+from ramen.httpd.metrics import HttpdStats
 from ramen.httpd.names import Metric, MetricTree, PathError
 from ramen.httpd.series import Series
 from ramen.httpd.target import TargetError
@@ -76,13 +77,13 @@ class Httpd:
         self.clock = clock
         self.pool = ThreadPoolExecutor(THREADS, thread_name_prefix="httpd")
         self.cache = ResultCache(cache_bytes)
-        self.fetcher = Fetcher(client, site, self.cache, timeout_s=timeout_s, clock=clock)
+        self.stats = HttpdStats()
+        self.fetcher = Fetcher(client, site, self.cache, self.stats, timeout_s=timeout_s, clock=clock)
         self.progress: OrderedDict[str, Progress] = OrderedDict()
         self._programs: dict[str, Program] | None = None
         self._programs_lock = threading.Lock()
         self._programs_watch = client.watch(f"{keyspace.PROGRAMS}/*")
         self._factors: dict[tuple[str, str], tuple[float, set[tuple[str, ...]]]] = {}
-        self.renders = self.render_errors = 0
 
     def close(self) -> None:
         self._programs_watch.close()
@@ -241,7 +242,10 @@ async def guard(request: web.Request, handler):
         return web.Response(status=401, text="credentials needed\n",
                             headers={"WWW-Authenticate": 'Basic realm="ramen"'})
     try:
-        return await handler(request)
+        response = await handler(request)
+        if isinstance(response, web.Response) and isinstance(response.body, bytes):
+            httpd.stats.add("bytes_served", len(response.body))
+        return response
     except (BadRequest, PathError, TimeError, TargetError) as e:
         return web.Response(status=400, text=f"{e}\n")
     except web.HTTPException:
@@ -323,7 +327,7 @@ async def render_handler(request: web.Request) -> web.Response:
     fmt = one(values, "format", "json")
     max_points = _max_data_points(one(values, "maxDataPoints"))
     nodes = [target.parse(t, graphite_functions.FUNCTIONS) for t in targets]  # all checked before anything runs
-    httpd.renders += 1
+    httpd.stats.renders += 1
     progress = httpd.track(one(values, "requestId"))
     loop = asyncio.get_running_loop()
     try:
@@ -342,7 +346,7 @@ async def render_handler(request: web.Request) -> web.Response:
         context = graphite_functions.Context(since_s, until_s, now_s)
         results = [s for node in nodes for s in graphite_functions.evaluate(node, series_of, context)]
     except Exception:
-        httpd.render_errors += 1
+        httpd.stats.render_errors += 1
         raise
     finally:
         progress.done = True
@@ -385,6 +389,7 @@ def make_app(httpd: Httpd) -> web.Application:
     app.router.add_get("/version", version)
     app.router.add_get("/functions", functions)
     app.router.add_get("/progress", progress)
+    metrics.add_routes(app, client=httpd.client, site=httpd.site, stats=httpd.stats)
     for path in ("/tags", "/tags/{rest:.*}"):
         app.router.add_route("*", path, empty_list)
     app.on_cleanup.append(_close)
