@@ -241,10 +241,13 @@ class _Parser:
                           f"(expected a closing {quote})")
 
     def path(self) -> PathExpr:
-        """Dot-separated elements; each is plain characters, escapes and `{a,b}` enumerations."""
+        """Dot-separated elements; each is plain characters, escapes and `{a,b}` enumerations, or
+        a double-quoted name (ramen's factor values that hold dots: `net.traffic."10.0.0.1".bytes`)."""
         text: list[str] = []
         while True:
             element_start = self.pos
+            if self.pos > 0 and self.peek() == '"':
+                text.append(self.quoted_element())
             while self.pos < len(self.text):
                 char = self.text[self.pos]
                 if char == "\\":
@@ -266,6 +269,21 @@ class _Parser:
                 return PathExpr("".join(text))
             text.append(".")
             self.pos += 1
+
+    def quoted_element(self) -> str:
+        """A path element in double quotes, inner quotes doubled, kept as written (ramen.httpd.names
+        reads it as one literal name)."""
+        start = self.pos
+        end = start + 1
+        while end < len(self.text):
+            if self.text[end] == '"':
+                if self.text[end + 1:end + 2] == '"':
+                    end += 2
+                    continue
+                self.pos = end + 1
+                return self.text[start:self.pos]
+            end += 1
+        raise TargetError(f"target {self.text!r}: column {start + 1}: unterminated quoted name (expected a closing \")")
 
     def enumeration(self) -> str:
         """`{a,b}` inside a path element, kept as written (the glob matcher reads it)."""

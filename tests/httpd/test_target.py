@@ -138,3 +138,12 @@ def test_same_path_expressions_as_graphite_webs_grammar(text):
         if not had_settings:
             os.environ.pop("DJANGO_SETTINGS_MODULE")
     assert set(path_expressions(parse(text, KNOWN | {"group"}))) == set(extractPathExpressions({}, [text]))
+
+
+def test_a_quoted_name_is_one_path_element_kept_as_written():
+    from ramen.httpd.names import split_path
+    node = parse('sumSeries(net.traffic."10.0.0.1".bytes, net.traffic."say ""hi""".bytes)')
+    assert path_expressions(node) == ['net.traffic."10.0.0.1".bytes', 'net.traffic."say ""hi""".bytes']
+    assert split_path(path_expressions(node)[0]) == ["net", "traffic", '"10.0.0.1"', "bytes"]
+    with pytest.raises(TargetError, match="unterminated quoted name"):
+        parse('net."10.0')
