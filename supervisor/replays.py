@@ -194,14 +194,17 @@ class ReplaySupervision:
         if self._warm is None and self.keep_warm and not self.requests:
             self._ensure_warm()
             work += 1
-        pending = [r for r in self.requests.values()
-                   if not r.launched and not any(map(self.worker_leaving, r.plan.workers))]
-        unmerged = [r for r in pending if r.spec.no_merge]  # no merge window: nothing to wait for
+        pending = [r for r in self.requests.values() if not r.launched]
+        held = [r for r in pending if any(map(self.worker_leaving, r.plan.workers))]
+        unmerged = [r for r in pending if r.spec.no_merge and r not in held]  # no merge window: no wait
         if unmerged:
             self.launch(unmerged)
-            pending = [r for r in pending if not r.spec.no_merge]
             work += 1
-        if pending and now - min(r.seen_at for r in pending) >= self.delay_s:
+        pending = [r for r in pending if not r.spec.no_merge]
+        # A request through a worker on its way out waits for it to go; the rest of its batch waits
+        # with it, so that the batch still reads the archive once (a dashboard refreshing right after
+        # its previous refresh finds its lazy workers leaving).
+        if pending and not any(r in held for r in pending) and now - min(r.seen_at for r in pending) >= self.delay_s:
             self.launch(pending)
             work += 1
         for replayer in list(self.replayers.values()):

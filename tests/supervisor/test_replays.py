@@ -315,3 +315,32 @@ def test_a_replay_through_a_worker_being_stopped_waits_for_its_next_process(admi
     drive(supervisor, lambda: worker_replay(admin, "p/stubborn", channel), what="the replay wired")
     assert not pid_alive(old)
     drive(supervisor, lambda: (value_of(admin, instance_key) or {}).get("pid"), what="the next process")
+
+
+def test_a_batch_waits_whole_for_a_worker_being_stopped_and_reads_the_archive_once(admin, start_supervisor,
+                                                                                  ramen_dir):
+    """A dashboard refreshing right after its previous refresh: one of its replays goes through a
+    lazy worker still on its way out. The others wait with it, and the batch gets one replayer."""
+    set_worker(admin, "p/stubborn")
+    set_worker(admin, "p/t")
+    clock = ManualClock()
+    supervisor = start_supervisor(stop_grace_s=2.0, clock=clock, thread=False)
+    instance_key = keyspace.function_key(SITE, "p/stubborn", "instance")
+    drive(supervisor, lambda: value_of(admin, instance_key), what="the first process")
+    wait_for(lambda: "ready" in (ramen_dir / "logs" / "workers" / "p" / "stubborn.log").read_text(),
+             what="handlers installed")
+    set_worker(admin, "p/stubborn", is_used=False)
+    drive(supervisor, lambda: supervisor.workers.leaving("p/stubborn"), what="the stop begun")
+    set_worker(admin, "p/stubborn")
+    through_leaving = request_replay(admin, ReplayPlan("p/stubborn", 0, 100, ("p/src",), (("p/src", "p/stubborn"),),
+                                                       ("p/src", "p/stubborn")))
+    other = request_replay(admin, CHAIN)
+    drive(supervisor, lambda: {through_leaving, other} <= set(supervisor.replays.requests), what="both requests")
+    clock.advance(1.0)  # past the merge delay (0.3 s), within the old process's grace (2 s)
+    supervisor.do_work()
+    assert worker_replay(admin, "p/t", other) is None and not replayers(admin)  # held with the other
+
+    clock.advance(2.0)  # past its grace: SIGKILL, then both go together
+    drive(supervisor, lambda: worker_replay(admin, "p/stubborn", through_leaving) and worker_replay(admin, "p/t", other),
+          what="both replays wired")
+    assert supervisor.counters.replayers_spawned == 1
