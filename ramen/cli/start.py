@@ -66,6 +66,14 @@ def add_parser(sub) -> None:
     start.add_argument("--site", default=keyspace.default_site(), type=argtypes.site,
                        help="this host's site (default %(default)s)")
     start.add_argument("--daemon", action="store_true", help="run in the background; `ramen stop` stops it")
+    start.add_argument("--no-httpd", dest="httpd", action="store_false",
+                       help="do not start httpd (the dashboards, the Graphite API and /metrics)")
+    start.add_argument("--httpd-listen", metavar="HOST:PORT", default=None,
+                       help="where httpd listens (default 127.0.0.1:29380, else a free port when taken; "
+                            "the URL is kept in DIR/run/httpd.url)")
+    start.add_argument("--httpd-auth", metavar="FILE", default=None,
+                       help="httpd's credentials (`bearer TOKEN` or `basic USER PASSWORD` lines): required for a "
+                            "--httpd-listen beyond this host")
     start.add_argument("--spark", metavar="sc://HOST:PORT", default=configured_remote(),
                        help="run heavy functions on this Spark Connect endpoint (default $RAMEN_SPARK_REMOTE; "
                             "without it, a local one starts when a program needs Spark)")
@@ -128,6 +136,7 @@ def run_start(args) -> int:
                               heartbeat_path=run_dir / f"{name}{HEARTBEAT_SUFFIX}", stuck_after_s=stuck_after_s)
             service.start(env)
             services.append(service)
+        httpd = _start_httpd(args, env, logs, services) if args.httpd else None
 
         def start_service(name: str, command: list[str], service_env: dict, log_name: str) -> Service:
             service = Service(name, [], log_path=logs / log_name, command=command, env=service_env)
@@ -140,9 +149,12 @@ def run_start(args) -> int:
             if programs_need_spark(args.programs):
                 spark.start_local(wait=True)
             _load_programs(client, args.programs)
+            page = _httpd_url(httpd) if httpd else None
             paths.write_atomically(run_dir / READY_FILE, f"{url}\n")
             print(f"ramen: running from {base} (confserver {url}, site {args.site}); logs in {logs}; Ctrl-C stops",
                   file=sys.stderr, flush=True)
+            if page:
+                print(f"ramen: dashboards at {page}", file=sys.stderr, flush=True)
             spark_turns = _SparkTurns(spark, services[0] if prober else None).start()
             try:
                 _keep_running(Keeper(services, env), stopping, spark_turns)
@@ -186,6 +198,37 @@ def _start_confserver(base: Path, env: dict, logs: Path, services: list[Service]
     # A restarted confserver must come back where every service and worker knows it to be.
     service.argv[service.argv.index("--listen") + 1] = address
     return f"ramen://{address}"
+
+
+def _start_httpd(args, env: dict, logs: Path, services: list[Service]) -> Service:
+    from ramen.httpd.service import url_file
+    url_file().unlink(missing_ok=True)
+    argv = ["ramen.httpd.service", "--site", args.site]
+    if args.httpd_listen:
+        argv += ["--listen", args.httpd_listen]
+    if args.httpd_auth:
+        argv += ["--auth", str(_absolute(args.httpd_auth))]
+    service = Service("httpd", argv, log_path=logs / "httpd.log")
+    service.start(env)
+    services.append(service)
+    return service
+
+
+def _httpd_url(httpd: Service) -> str | None:
+    """The page's URL once httpd listens; None, with a warning, when it could not (the rest runs on)."""
+    from ramen.httpd.service import url_file
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline and httpd.process.poll() is None:
+        try:
+            text = url_file().read_text().strip()
+        except OSError:
+            text = ""
+        if text:
+            return text
+        time.sleep(POLL_INTERVAL_S)
+    reason = _final_error(httpd.log_path, ERROR_PREFIX)
+    print(f"ramen: warning: httpd did not start: {reason or 'see ' + str(httpd.log_path)}", file=sys.stderr)
+    return None
 
 
 def _probe(confserver: Service, url: str):

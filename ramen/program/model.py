@@ -95,6 +95,9 @@ class Function:
     call: str | None = None
     code_digest: str | None = None
     """Hash of the Python module that holds `call`, so editing the callable's code restarts the worker."""
+    factors: tuple[str, ...] = ()
+    """Fields whose values split the output into series for dashboards (`net.traffic.<host>.bytes`).
+    They name series, they change no output: not part of the signature."""
 
     @property
     def qualified_name(self) -> str:
@@ -140,6 +143,7 @@ class Function:
             "sql": self.sql,
             "call": self.call,
             "code_digest": self.code_digest,
+            "factors": list(self.factors),
             "schema": schema_to_pairs(self.schema),
             "schema_origin": self.schema_origin,
             "signature": self.signature,  # for readers that do not recompute it; from_dict does
@@ -157,7 +161,7 @@ class Function:
             lazy=data["lazy"], event_time=data["event_time"],
             window=Window(window["every_us"], window["lateness_us"]) if window else None,
             retention_us=data["retention_us"], engine=data["engine"], sql=data["sql"], call=data["call"],
-            code_digest=data["code_digest"],
+            code_digest=data["code_digest"], factors=tuple(data.get("factors", ())),
         )
 
 
@@ -192,7 +196,8 @@ class Program:
     def version(self) -> str:
         """Changes whenever anything in the program does (a signature, laziness, retention, a function added)."""
         return _digest({"name": self.name,
-                        "functions": [[f.name, f.signature, f.lazy, f.retention_us] for f in self.functions]})
+                        "functions": [[f.name, f.signature, f.lazy, f.retention_us] + ([list(f.factors)] if f.factors else [])
+                                      for f in self.functions]})
 
     def to_dict(self) -> dict:
         return {"format": JSON_FORMAT, "name": self.name, "version": self.version, "path": self.path,

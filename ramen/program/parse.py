@@ -22,7 +22,7 @@ NAME = re.compile(r"[A-Za-z0-9_]+")
 TOP_KEYS = ("program", "function")
 PROGRAM_KEYS = ("name",)
 FUNCTION_KEYS = ("name", "source", "schema", "event_time", "archive", "lazy", "from", "window", "engine", "sql",
-                 "call")
+                 "call", "factors")
 WINDOW_KEYS = ("every", "lateness")
 ARCHIVE_KEYS = ("retention",)
 SOURCE_KEYS = {
@@ -52,6 +52,7 @@ class FunctionSpec:
     engine: str | None
     sql: str | None
     call: str | None
+    factors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,9 @@ def _parse_function(table: dict, index: int, file: str) -> FunctionSpec:
     schema = _parse_schema(typed("schema", dict, "a table of field = \"type\""), fail)
     window = _parse_window(typed("window", dict, "a table such as { every = \"1 minute\" }"), fail)
     retention_us = _parse_archive(typed("archive", dict, "a table such as { retention = \"7d\" }"), fail)
+    factors = typed("factors", list, "a list of field names, such as [\"host\"]", [])
+    if not all(isinstance(f, str) for f in factors) or len(set(factors)) != len(factors):
+        fail(f"'factors' must be a list of distinct field names, not {factors!r}")
 
     for parent in parents:
         parts = parent.split(QUALIFIER) if isinstance(parent, str) else [None]
@@ -179,7 +183,7 @@ def _parse_function(table: dict, index: int, file: str) -> FunctionSpec:
     if retention_us is not None and event_time is None:
         fail("an archive is replayed by event time: add 'event_time'")
     return FunctionSpec(index, name, source, schema, tuple(parents), lazy, event_time, window, retention_us, engine,
-                        sql.strip() if sql is not None else None, call)
+                        sql.strip() if sql is not None else None, call, tuple(factors))
 
 
 def _parse_source(table: dict | None, fail) -> Source | None:

@@ -135,6 +135,11 @@ def _build(program: str, spec: FunctionSpec, parents: tuple[tuple[str, Function]
         event_type = schema.field(spec.event_time).type
         if not pa.types.is_timestamp(event_type):
             fail(f"event_time {spec.event_time!r} is {type_name(event_type)}, not a timestamp")
+    for factor in spec.factors:
+        if factor not in schema.names:
+            fail(f"factor {factor!r} is not an output field (fields: {', '.join(schema.names)})")
+        if factor == spec.event_time:
+            fail(f"factor {factor!r} is the event time: a factor names a series, such as a host")
     if spec.window is not None:
         for parent, function in parents:
             if function.event_time is None:
@@ -144,7 +149,7 @@ def _build(program: str, spec: FunctionSpec, parents: tuple[tuple[str, Function]
                     parents=tuple(p for p, _ in parents),
                     input_schemas=tuple((p, f.schema) for p, f in parents),
                     lazy=spec.lazy, event_time=spec.event_time, window=spec.window, retention_us=spec.retention_us,
-                    engine=spec.engine, sql=spec.sql, call=spec.call, code_digest=code_digest)
+                    engine=spec.engine, sql=spec.sql, call=spec.call, code_digest=code_digest, factors=spec.factors)
 
 
 def _single_input(program: str, parents: tuple[tuple[str, Function], ...], fail) -> pa.Schema:

@@ -117,3 +117,11 @@ call = "edited_callable_for_signature:same"
     after = load(program_file)
     assert before.function("light").signature != after.function("light").signature
     assert before.function("traffic").signature == after.function("traffic").signature
+
+
+def test_factors_round_trip_and_change_the_version_but_no_signature():
+    with_factors = loads(SOURCE.replace('event_time = "ts"\narchive', 'event_time = "ts"\nfactors = ["host"]\narchive'))
+    assert with_factors.function("traffic").factors == ("host",)
+    assert Program.from_json(with_factors.to_json()).function("traffic").factors == ("host",)
+    assert signatures(with_factors) == signatures(loads(SOURCE))
+    assert with_factors.version != loads(SOURCE).version

@@ -1,0 +1,392 @@
+"""The HTTP application: routes, limits, credentials, and the render path (targets -> metrics ->
+buckets through the cache and replays -> series -> Graphite functions -> the asked format).
+
+Handlers never block the event loop: what reads the confserver, the archives or a replay runs on
+the thread pool of `Httpd` (a thread per function of a render: a dashboard's renders must all ask
+for their replays within the supervisor's merge delay, so the pool is large and its threads mostly
+wait).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from ramen import keyspace, paths
+from ramen.clocks import SYSTEM_CLOCK, Clock
+from ramen.httpd import buckets
+from ramen.httpd.auth import Credentials
+from ramen.httpd.cache import DEFAULT_MAX_BYTES, ResultCache
+from ramen.httpd.fetch import FetchError, Fetcher, Progress
+from ramen.httpd.names import Metric, MetricTree, PathError
+from ramen.httpd.series import Series
+from ramen.program import Function, Program, ProgramError
+from ramen.replay.contract import DEFAULT_REPLAY_TIMEOUT_S
+from ramen.times import TimeError, parse_time
+
+log = logging.getLogger(__name__)
+
+GRAPHITE_VERSION = "1.1.10"
+"""What /version answers: a 1.1.x graphite-web, so Grafana turns on its 1.1 features (functions
+from /functions, tags)."""
+MAX_REQUEST_BYTES = 1024 * 1024
+MAX_TARGETS = 100
+MAX_METRICS = 10_000
+"""Series one render may fetch, after globs: a glob that matches more is refused, not run."""
+MAX_RANGE_S = 400 * 86400
+MAX_DATA_POINTS = 100_000
+DEFAULT_FROM, DEFAULT_UNTIL = "-24h", "now"
+THREADS = 64
+"""Threads for replays and reads: most wait on a replay; 20 panels of 3 functions fit at once."""
+PROGRESS_KEPT = 1000
+"""Finished renders' progress kept for the page's last poll, newest first."""
+FACTOR_LOOKBACK_S = 3600
+"""Factor values for completion are those of the newest hour the archives hold."""
+FACTOR_REFRESH_S = 300
+
+
+class BadRequest(ValueError):
+    """A request httpd cannot answer as asked: 400 with this one line."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_targets: int = MAX_TARGETS
+    max_metrics: int = MAX_METRICS
+    max_range_s: int = MAX_RANGE_S
+
+
+class Httpd:
+    """The service's state: the confserver client, the programs as loaded, the cache, the pool."""
+
+    def __init__(self, client, site: str = keyspace.DEFAULT_SITE, *, credentials: Credentials | None = None,
+                 limits: Limits = Limits(), cache_bytes: int = DEFAULT_MAX_BYTES,
+                 timeout_s: float = DEFAULT_REPLAY_TIMEOUT_S, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.client = client
+        self.site = site
+        self.credentials = credentials
+        self.limits = limits
+        self.clock = clock
+        self.pool = ThreadPoolExecutor(THREADS, thread_name_prefix="httpd")
+        self.cache = ResultCache(cache_bytes)
+        self.fetcher = Fetcher(client, site, self.cache, timeout_s=timeout_s, clock=clock)
+        self.progress: OrderedDict[str, Progress] = OrderedDict()
+        self._programs: dict[str, Program] | None = None
+        self._programs_lock = threading.Lock()
+        self._programs_watch = client.watch(f"{keyspace.PROGRAMS}/*")
+        self._factors: dict[tuple[str, str], tuple[float, set[tuple[str, ...]]]] = {}
+        self.renders = self.render_errors = 0
+
+    def close(self) -> None:
+        self._programs_watch.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- programs and the tree (on pool threads) ---------------------------------------------------
+
+    def programs(self) -> dict[str, Program]:
+        """The loaded programs, read again whenever one changed (a watch says so)."""
+        with self._programs_lock:
+            if self._programs_watch.drain() or self._programs is None:
+                programs = {}
+                for entry in self.client.glob(f"{keyspace.PROGRAMS}/*"):
+                    try:
+                        programs[entry.key.split("/", 1)[1]] = Program.from_dict(entry.value)
+                    except ProgramError as e:
+                        log.warning("%s cannot be read, left out of the metric tree: %s", entry.key, e)
+                self._programs = programs
+            return self._programs
+
+    def tree(self) -> MetricTree:
+        return MetricTree(self.programs(), self.factor_values)
+
+    def factor_values(self, function: Function) -> list[tuple[str, ...]]:
+        """What the archives' newest hour and past renders hold, read again every FACTOR_REFRESH_S."""
+        key = (function.qualified_name, function.signature)
+        now = self.clock.seconds()
+        known = self._factors.get(key)
+        if known is None or now - known[0] > FACTOR_REFRESH_S:
+            reach_s = self._archive_reach_s(function)
+            values: set[tuple[str, ...]] = set()
+            if reach_s is not None:
+                step = buckets.step_s(function)
+                since = (reach_s - FACTOR_LOOKBACK_S) // step * step
+                try:
+                    table = self.fetcher.buckets(self.programs(), function, since, reach_s + step, Progress())
+                    values = buckets.factor_values(function, table)
+                except FetchError as e:
+                    log.warning("factor values of %s: %s", function.qualified_name, e)
+            known = (now, values | (known[1] if known else set()))
+            self._factors[key] = known
+        return sorted(known[1])
+
+    def remember_factors(self, function: Function, table) -> None:
+        if function.factors:
+            key = (function.qualified_name, function.signature)
+            at, values = self._factors.get(key, (0.0, set()))
+            self._factors[key] = (at, values | buckets.factor_values(function, table))
+
+    def _archive_reach_s(self, function: Function) -> int | None:
+        """The newest event time (s) the archives of the function's archived ancestors hold."""
+        from ramen.archive.coverage import archive_coverage
+        coverage = archive_coverage(paths.archive_dir(self.site))
+        programs = self.programs()
+        by_name = {f.qualified_name: f for p in programs.values() for f in p}
+        todo, seen, reach = [function.qualified_name], set(), None
+        while todo:
+            name = todo.pop()
+            if name in seen or name not in by_name:
+                continue
+            seen.add(name)
+            for interval in coverage.get(name, []):
+                reach = max(reach or 0, interval.until_us // buckets.US_PER_S)
+            todo.extend(by_name[name].parents)
+        return reach
+
+    # -- rendering (on pool threads) ---------------------------------------------------------------
+
+    def fetch_metrics(self, metrics: list[Metric], since_s: int, until_s: int, progress: Progress,
+                      loop: asyncio.AbstractEventLoop) -> list[asyncio.Future]:
+        """One pool job per function: its buckets then the series of its metrics."""
+        programs = self.programs()
+        by_function: dict[str, list[Metric]] = {}
+        for metric in metrics:
+            by_function.setdefault(metric.function, []).append(metric)
+        jobs = []
+        for name, wanted in by_function.items():
+            program, _, function_name = name.partition("/")
+            function = programs[program].function(function_name)
+            jobs.append(loop.run_in_executor(self.pool, self._series_of, programs, function, wanted, since_s,
+                                             until_s, progress))
+        return jobs
+
+    def _series_of(self, programs, function: Function, wanted: list[Metric], since_s: int, until_s: int,
+                   progress: Progress) -> list[Series]:
+        step = buckets.step_s(function)
+        start, end = since_s // step * step, -(-until_s // step) * step
+        table = self.fetcher.buckets(programs, function, start, end, progress)
+        self.remember_factors(function, table)
+        return buckets.to_series(function, table, [(m.factor_values, m.field, m.path) for m in wanted],
+                                 since_s, until_s)
+
+    def track(self, request_id: str | None) -> Progress:
+        progress = Progress()
+        if request_id:
+            self.progress[request_id] = progress
+            self.progress.move_to_end(request_id)
+            while len(self.progress) > PROGRESS_KEPT:
+                self.progress.popitem(last=False)
+        return progress
+
+
+# -- request helpers ---------------------------------------------------------------------------------
+
+HTTPD = web.AppKey("httpd", Httpd)
+
+
+async def params(request: web.Request) -> dict[str, list[str]]:
+    """Query and form parameters together (Grafana POSTs a form), each name with all its values."""
+    out: dict[str, list[str]] = {}
+    for key, value in request.query.items():
+        out.setdefault(key, []).append(value)
+    if request.method == "POST" and request.content_type in ("application/x-www-form-urlencoded",
+                                                             "multipart/form-data"):
+        for key, value in (await request.post()).items():
+            if isinstance(value, str):
+                out.setdefault(key, []).append(value)
+    return out
+
+
+def one(values: dict[str, list[str]], name: str, default: str | None = None) -> str | None:
+    found = values.get(name)
+    return found[-1] if found else default
+
+
+def time_range(values: dict[str, list[str]], httpd: Httpd) -> tuple[int, int, int]:
+    """from, until and now in epoch seconds, from Graphite's grammar (and its `now` parameter)."""
+    now_us = int(httpd.clock.seconds() * 1_000_000)
+    if (now := one(values, "now")) is not None:
+        now_us = _parse(now, now_us, "now")
+    since_us = _parse(one(values, "from", DEFAULT_FROM), now_us, "from")
+    until_us = _parse(one(values, "until", DEFAULT_UNTIL), now_us, "until", end=True)
+    since_s, until_s = since_us // 1_000_000, -(-until_us // 1_000_000)
+    if since_s >= until_s:
+        raise BadRequest(f"from ({one(values, 'from', DEFAULT_FROM)}) is not before until "
+                         f"({one(values, 'until', DEFAULT_UNTIL)})")
+    if until_s - since_s > httpd.limits.max_range_s:
+        raise BadRequest(f"the range is longer than {httpd.limits.max_range_s // 86400} days")
+    return since_s, until_s, now_us // 1_000_000
+
+
+def _parse(text: str, now_us: int, name: str, *, end: bool = False) -> int:
+    # Grafana sends `from=-6h` and `until=now`, or epoch seconds; graphite-web also takes `-6hours`.
+    try:
+        return parse_time(text, now_us, end=end)
+    except TimeError as e:
+        raise BadRequest(f"{name}: {e}") from None
+
+
+@web.middleware
+async def guard(request: web.Request, handler):
+    """Credentials first, then user errors as one-line 400s, and bugs as 500s with a traceback in
+    the log (never in the answer)."""
+    httpd = request.app[HTTPD]
+    if httpd.credentials is not None and not httpd.credentials.allows(request.headers.get("Authorization")):
+        return web.Response(status=401, text="credentials needed\n",
+                            headers={"WWW-Authenticate": 'Basic realm="ramen"'})
+    try:
+        return await handler(request)
+    except (BadRequest, PathError, TimeError) as e:
+        return web.Response(status=400, text=f"{e}\n")
+    except web.HTTPException:
+        raise
+    except FetchError as e:
+        return web.Response(status=502, text=f"{e}\n")
+    except Exception:
+        log.exception("%s %s failed", request.method, request.path_qs)
+        return web.Response(status=500, text="internal error: see httpd's log\n")
+
+
+# -- handlers -------------------------------------------------------------------------------------------
+
+async def version(request: web.Request) -> web.Response:
+    return web.Response(text=GRAPHITE_VERSION)
+
+
+async def empty_list(request: web.Request) -> web.Response:
+    """/tags/...: ramen has no tags; Grafana asks, and takes an empty answer."""
+    return web.json_response([])
+
+
+async def progress(request: web.Request) -> web.Response:
+    found = request.app[HTTPD].progress.get(request.query.get("requestId", ""))
+    return web.json_response(found.to_dict() if found else {"state": "unknown"})
+
+
+async def find(request: web.Request) -> web.Response:
+    from ramen.httpd import render
+    httpd = request.app[HTTPD]
+    values = await params(request)
+    query = one(values, "query")
+    if not query:
+        raise BadRequest("find: a query is needed, such as query=*")
+    fmt = one(values, "format", "treejson")
+    loop = asyncio.get_running_loop()
+    found = await loop.run_in_executor(httpd.pool, lambda: httpd.tree().find(query))
+    nodes = [render.Node(f.path, f.leaf) for f in found]
+    return _answer(render.to_find(nodes, fmt), fmt)
+
+
+async def expand(request: web.Request) -> web.Response:
+    httpd = request.app[HTTPD]
+    values = await params(request)
+    queries = values.get("query", [])
+    if not queries:
+        raise BadRequest("expand: a query is needed, such as query=net.*")
+    leaves_only = one(values, "leavesOnly", "0") == "1"
+    loop = asyncio.get_running_loop()
+
+    def run() -> list[str]:
+        tree = httpd.tree()
+        out = set()
+        for query in queries:
+            out.update(f.path for f in tree.find(query) if f.leaf or not leaves_only)
+        return sorted(out)
+
+    return web.json_response({"results": await loop.run_in_executor(httpd.pool, run)})
+
+
+async def functions(request: web.Request) -> web.Response:
+    from ramen.httpd.functions import describe_functions
+    return web.json_response(describe_functions())
+
+
+async def render_handler(request: web.Request) -> web.Response:
+    from ramen.httpd import functions as graphite_functions
+    from ramen.httpd import render, target
+    httpd = request.app[HTTPD]
+    values = await params(request)
+    targets = [t for t in values.get("target", []) if t.strip()]
+    if not targets:
+        raise BadRequest("render: at least one target is needed")
+    if len(targets) > httpd.limits.max_targets:
+        raise BadRequest(f"render: {len(targets)} targets, more than {httpd.limits.max_targets}")
+    since_s, until_s, now_s = time_range(values, httpd)
+    fmt = one(values, "format", "json")
+    max_points = _max_data_points(one(values, "maxDataPoints"))
+    nodes = [target.parse(t) for t in targets]  # every target checked before anything runs
+    httpd.renders += 1
+    progress = httpd.track(one(values, "requestId"))
+    loop = asyncio.get_running_loop()
+    try:
+        tree = await loop.run_in_executor(httpd.pool, httpd.tree)
+        expressions = sorted({e for node in nodes for e in target.path_expressions(node)})
+        expanded = await loop.run_in_executor(httpd.pool, lambda: {e: tree.expand(e) for e in expressions})
+        metrics = {m.path: m for found in expanded.values() for m in found}
+        if len(metrics) > httpd.limits.max_metrics:
+            raise BadRequest(f"render: the targets name {len(metrics):,} series, more than "
+                             f"{httpd.limits.max_metrics:,}")
+        fetched = await asyncio.gather(*httpd.fetch_metrics(list(metrics.values()), since_s, until_s, progress,
+                                                            loop))
+        by_path = {s.name: s for group in fetched for s in group}
+        series_of = {e: [by_path[m.path].copy(path_expression=e) for m in expanded[e]] for e in expressions}
+        context = graphite_functions.Context(since_s, until_s, now_s)
+        results = [s for node in nodes for s in graphite_functions.evaluate(node, series_of, context)]
+    except Exception:
+        httpd.render_errors += 1
+        raise
+    finally:
+        progress.done = True
+    if fmt in ("pickle", "msgpack"):
+        return _answer(render.to_local(results, fmt), fmt)
+    if fmt == "csv":
+        return _answer(render.to_csv(results), fmt)
+    if fmt != "json":
+        raise BadRequest(f"render: unknown format {fmt!r} (json, csv, pickle, msgpack)")
+    return _answer(render.to_json(results, max_points), fmt)
+
+
+def _max_data_points(text: str | None) -> int | None:
+    if text is None or text == "":
+        return None
+    try:
+        points = int(float(text))
+    except ValueError:
+        raise BadRequest(f"maxDataPoints {text!r} is not a number") from None
+    if not 1 <= points <= MAX_DATA_POINTS:
+        raise BadRequest(f"maxDataPoints must be within 1..{MAX_DATA_POINTS}")
+    return points
+
+
+CONTENT_TYPES = {"json": "application/json", "treejson": "application/json", "completer": "application/json",
+                 "csv": "text/csv", "pickle": "application/pickle", "msgpack": "application/x-msgpack"}
+
+
+def _answer(body: bytes, fmt: str) -> web.Response:
+    return web.Response(body=body, content_type=CONTENT_TYPES.get(fmt, "application/octet-stream"))
+
+
+def make_app(httpd: Httpd) -> web.Application:
+    app = web.Application(middlewares=[guard], client_max_size=MAX_REQUEST_BYTES)
+    app[HTTPD] = httpd
+    for path, handler in (("/render", render_handler), ("/metrics/find", find), ("/metrics/expand", expand)):
+        for suffix in ("", "/"):
+            app.router.add_route("GET", path + suffix, handler)
+            app.router.add_route("POST", path + suffix, handler)
+    app.router.add_get("/version", version)
+    app.router.add_get("/functions", functions)
+    app.router.add_get("/progress", progress)
+    for path in ("/tags", "/tags/{rest:.*}"):
+        app.router.add_route("*", path, empty_list)
+    app.on_cleanup.append(_close)
+    return app
+
+
+async def _close(app: web.Application) -> None:
+    app[HTTPD].close()
+

@@ -1,0 +1,145 @@
+"""What a render needs of a function over a range, as buckets: from the cache where settled, from
+replays (ramen.replay.client, the path `ramen replay` takes) for the holes.
+
+Blocking: the app runs it on a thread pool of its own, one thread per function of a render, so a
+dashboard's renders all ask for their replays within the supervisor's merge delay. Two renders
+that need the same hole of the same function at once share one replay.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from ramen.clocks import SYSTEM_CLOCK, Clock
+from ramen.httpd import buckets
+from ramen.httpd.cache import ResultCache
+from ramen.program import Function, Program
+from ramen.replay.client import Replay, ReplayFailed, replay_to_newest
+from ramen.replay.plan import ReplayGapError, ReplayPlanError
+
+log = logging.getLogger(__name__)
+
+SETTLE_S = 10
+"""A bucket is cached once it ended this long (plus the window's lateness) before what the
+archives held at its replay: rows a little out of order may still come into a younger one."""
+AGGREGATE_ROWS = 1 << 20
+"""Rows of replayed batches gathered before they are folded into buckets: memory stays bounded by
+this many rows and the buckets, whatever the range."""
+
+
+class FetchError(Exception):
+    """A replay failed (one line, for the user: a damaged archive, a dead peer, a timeout)."""
+
+
+@dataclass
+class Progress:
+    """Of one render, for the page's progress line: replays started and done, rows received."""
+    replays: int = 0
+    replays_done: int = 0
+    rows: int = 0
+    started: float = field(default_factory=time.monotonic)
+    done: bool = False
+
+    def to_dict(self) -> dict:
+        return {"state": "done" if self.done else "running", "replays": self.replays,
+                "replays_done": self.replays_done, "rows": self.rows,
+                "elapsed_s": round(time.monotonic() - self.started, 3)}
+
+
+class Fetcher:
+    def __init__(self, client, site: str, cache: ResultCache, *, timeout_s: float, clock: Clock = SYSTEM_CLOCK,
+                 on_replay=None) -> None:
+        """`on_replay(function, since_s, until_s)` is told of every replay started (stats)."""
+        self.client = client
+        self.site = site
+        self.cache = cache
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.on_replay = on_replay
+        self._lock = threading.Lock()
+        self._inflight: dict[tuple, Future] = {}
+
+    def buckets(self, programs: dict[str, Program], function: Function, since_s: int, until_s: int,
+                progress: Progress) -> pa.Table:
+        """The buckets of `function` starting in [since_s, until_s) (aligned to its step)."""
+        parts = [self.cache.get(function, since_s, until_s)]
+        for hole in self.cache.holes(function, since_s, until_s):
+            parts.append(self._replay_shared(programs, function, *hole, progress))
+        return buckets.combine(function, parts)
+
+    def _replay_shared(self, programs, function: Function, since_s: int, until_s: int, progress: Progress) -> pa.Table:
+        key = (function.qualified_name, function.signature, since_s, until_s)
+        with self._lock:
+            future = self._inflight.get(key)
+            mine = future is None
+            if mine:
+                future = self._inflight[key] = Future()
+        if not mine:
+            return future.result()
+        try:
+            table = self._replay(programs, function, since_s, until_s, progress)
+            future.set_result(table)
+            return table
+        except BaseException as e:
+            future.set_exception(e)
+            raise
+        finally:
+            with self._lock:
+                del self._inflight[key]
+
+    def _replay(self, programs, function: Function, since_s: int, until_s: int, progress: Progress) -> pa.Table:
+        """Replay [since_s, until_s) of the function; cache what settled; its buckets."""
+        now_s = self.clock.seconds()
+        since_us, until_us = since_s * buckets.US_PER_S, until_s * buckets.US_PER_S
+        options = dict(site=self.site, timeout_s=self.timeout_s, strict=False)
+        try:
+            replay = (replay_to_newest if until_s >= now_s else Replay)(
+                self.client, programs, function.qualified_name, since_us, until_us, **options)
+        except ReplayGapError:
+            # No archive holds any of the range: nothing to chart there (graphite answers nulls).
+            reach_s = until_s if until_s < now_s - SETTLE_S else since_s
+            self.cache.put(function, since_s, reach_s, buckets.empty(function))
+            return buckets.empty(function)
+        except (ReplayPlanError, ReplayFailed) as e:
+            raise FetchError(str(e)) from None
+        if self.on_replay is not None:
+            self.on_replay(function, since_s, until_s)
+        progress.replays += 1
+        partials, pending, pending_rows = [], [], 0
+        try:
+            with replay:
+                replay.start()
+                for batch in replay.batches():
+                    pending.append(batch)
+                    pending_rows += batch.num_rows
+                    progress.rows += batch.num_rows
+                    if pending_rows >= AGGREGATE_ROWS:
+                        partials.append(buckets.aggregate(function, pa.Table.from_batches(pending)))
+                        pending, pending_rows = [], 0
+        except ReplayFailed as e:
+            raise FetchError(str(e)) from None
+        finally:
+            progress.replays_done += 1
+        if pending:
+            partials.append(buckets.aggregate(function, pa.Table.from_batches(pending)))
+        table = buckets.combine(function, partials)
+        self.cache.put(function, since_s, self._settled_until(function, replay, until_s, now_s), table)
+        return table
+
+    @staticmethod
+    def _settled_until(function: Function, replay: Replay, until_s: int, now_s: float) -> int:
+        """Up to where no row can come any more: the archives' reach at the replay (less the
+        lateness and SETTLE_S when they were still short of the range), floored to a step."""
+        lateness_s = function.window.lateness_us / buckets.US_PER_S if function.window else 0
+        reach_s = replay.plan.until_us / buckets.US_PER_S
+        settled = min(until_s, now_s - lateness_s - SETTLE_S)
+        if reach_s < until_s:  # the archives stopped short of the range: what they hold last may still grow
+            settled = min(settled, reach_s - lateness_s - SETTLE_S)
+        step = buckets.step_s(function)
+        return int(settled // step * step)

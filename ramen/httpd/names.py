@@ -1,0 +1,225 @@
+"""The metric tree a dashboard sees: `<program>.<function>[.<factor values>].<field>`.
+
+Every replayable function (archived, or fed by an archived ancestor) with numeric fields is a
+branch; each of its `factors` adds one level whose names are the factor's values, and its numeric
+fields (not the event time, not a factor) are the leaves. A value that would break the dotted path
+(a dot, a glob character, a quote) is written in double quotes, inner quotes doubled, as Ramen's
+Graphite impersonation does: `net.traffic."10.0.0.1".bytes`.
+
+Globs follow Graphite at every level: `*` and `?`, `[a-z]` classes, `{a,b}` alternatives.
+Matching is per level, so `net.*.bytes` never crosses a dot.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from ramen.program import Function, Program
+
+SEPARATOR = "."
+QUOTE = '"'
+_NEEDS_QUOTES = re.compile(r'[.*?\[\]{},"()\s]')
+_BRACES = re.compile(r"\{([^{}]*)\}")
+MAX_BRACE_EXPANSIONS = 1024
+"""`{a,b}{c,d}...` multiplies: past this many alternatives a pattern is refused, not expanded."""
+
+
+class PathError(ValueError):
+    """A metric path or pattern that cannot be read; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One leaf: a numeric field of a function, for one combination of its factors' values."""
+    path: str
+    function: str
+    """Qualified `prog/func`."""
+    factor_values: tuple[str, ...]
+    field: str
+
+
+@dataclass(frozen=True)
+class Found:
+    """A node of the tree that a pattern matched: a branch (expandable) or a leaf (a metric)."""
+    path: str
+    leaf: bool
+
+
+def quote(segment: str) -> str:
+    """A name as one path segment: quoted when it holds what a path or a glob would read."""
+    if segment and not _NEEDS_QUOTES.search(segment):
+        return segment
+    return QUOTE + segment.replace(QUOTE, QUOTE * 2) + QUOTE
+
+
+def split_path(path: str) -> list[str]:
+    """The segments of a path or pattern, dots inside quotes kept (the quotes too: a quoted
+    segment matches its name literally)."""
+    segments, current, quoted, i = [], [], False, 0
+    while i < len(path):
+        char = path[i]
+        if char == QUOTE:
+            if quoted and path[i + 1:i + 2] == QUOTE:
+                current.append(QUOTE * 2)
+                i += 2
+                continue
+            quoted = not quoted
+            current.append(char)
+        elif char == SEPARATOR and not quoted:
+            segments.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+        i += 1
+    if quoted:
+        raise PathError(f"unbalanced quote in {path!r}")
+    segments.append("".join(current))
+    if any(s == "" for s in segments):
+        raise PathError(f"empty segment in {path!r}")
+    return segments
+
+
+def _unquote(segment: str) -> str | None:
+    """The literal name of a quoted segment, None for an unquoted one (a glob)."""
+    if len(segment) >= 2 and segment[0] == QUOTE and segment[-1] == QUOTE:
+        return segment[1:-1].replace(QUOTE * 2, QUOTE)
+    return None
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """`a{b,c}d` -> [`abd`, `acd`], every brace group expanded (Graphite's alternatives)."""
+    out, todo = [], [pattern]
+    while todo:
+        item = todo.pop()
+        match = _BRACES.search(item)
+        if match is None:
+            out.append(item)
+            continue
+        for choice in match.group(1).split(","):
+            todo.append(item[:match.start()] + choice + item[match.end():])
+        if len(out) + len(todo) > MAX_BRACE_EXPANSIONS:
+            raise PathError(f"{pattern!r} expands to more than {MAX_BRACE_EXPANSIONS} alternatives")
+    return sorted(set(out))
+
+
+class SegmentMatcher:
+    """Whether a name matches one segment of a pattern."""
+
+    def __init__(self, segment: str) -> None:
+        literal = _unquote(segment)
+        self.literal = literal
+        self._patterns = [] if literal is not None else expand_braces(segment)
+        self.is_glob = literal is None and any(c in segment for c in "*?[{")
+
+    def __call__(self, name: str) -> bool:
+        if self.literal is not None:
+            return name == self.literal
+        if not self.is_glob:
+            return name == self._patterns[0]
+        return any(fnmatch.fnmatchcase(name, p) for p in self._patterns)
+
+    def select(self, names: Iterable[str]) -> list[str]:
+        return [n for n in names if self(n)]
+
+
+def numeric_fields(function: Function) -> list[str]:
+    """The fields that are series: integers and floats, neither the event time nor a factor."""
+    skip = {function.event_time, *function.factors}
+    return [f.name for f in function.schema
+            if f.name not in skip and (pa.types.is_integer(f.type) or pa.types.is_floating(f.type))]
+
+
+def replayable(programs: dict[str, Program]) -> list[Function]:
+    """Functions a replay can produce: archived, or with an archived ancestor."""
+    by_name = {f.qualified_name: f for p in programs.values() for f in p}
+    memo: dict[str, bool] = {}
+
+    def fed(name: str) -> bool:
+        if name not in memo:
+            memo[name] = False  # a cycle (refused at load) cannot loop here
+            function = by_name.get(name)
+            memo[name] = function is not None and (function.archived or any(fed(p) for p in function.parents))
+        return memo[name]
+
+    return [f for name, f in sorted(by_name.items()) if fed(name) and numeric_fields(f)]
+
+
+FactorValues = Callable[[Function], list[tuple[str, ...]]]
+"""The known combinations of a function's factor values (one string per factor)."""
+
+
+class MetricTree:
+    """The tree over the loaded programs; factor values come from `factor_values` (what the
+    archives and past renders hold), asked only for the functions a pattern reaches."""
+
+    def __init__(self, programs: dict[str, Program], factor_values: FactorValues) -> None:
+        self.functions = replayable(programs)
+        self._factor_values = factor_values
+
+    def find(self, pattern: str) -> list[Found]:
+        """The nodes at the pattern's depth that it matches, branches and leaves, sorted."""
+        segments = split_path(pattern)
+        found: dict[str, bool] = {}
+        for depth_names, leaf_depth, build in self._walks(segments):
+            depth = len(segments)
+            if depth > leaf_depth:
+                continue
+            for names in depth_names(depth):
+                found[SEPARATOR.join(quote(n) for n in names)] = depth == leaf_depth
+        return [Found(path, leaf) for path, leaf in sorted(found.items())]
+
+    def expand(self, pattern: str) -> list[Metric]:
+        """The metrics (leaves) the pattern names, sorted by path."""
+        segments = split_path(pattern)
+        metrics: dict[str, Metric] = {}
+        for depth_names, leaf_depth, build in self._walks(segments):
+            if len(segments) != leaf_depth:
+                continue
+            for names in depth_names(leaf_depth):
+                metric = build(names)
+                metrics[metric.path] = metric
+        return [metrics[p] for p in sorted(metrics)]
+
+    def _walks(self, segments: list[str]):
+        """Per function the pattern's first two segments match: a way to list the matching name
+        tuples at a depth, the depth of its leaves, and how a leaf's names make a Metric."""
+        matchers = [SegmentMatcher(s) for s in segments]
+        for function in self.functions:
+            if not matchers[0](function.program):
+                continue
+            if len(matchers) == 1:
+                yield (lambda depth, f=function: [(f.program,)]), 3 + len(function.factors), None
+                continue
+            if not matchers[1](function.name):
+                continue
+            yield self._function_walk(function, matchers)
+
+    def _function_walk(self, function: Function, matchers: list[SegmentMatcher]):
+        n_factors = len(function.factors)
+        leaf_depth = 3 + n_factors
+        fields = numeric_fields(function)
+
+        def names_at(depth: int) -> list[tuple[str, ...]]:
+            head = (function.program, function.name)
+            if depth == 2:
+                return [head]
+            combos = [()]
+            if n_factors:
+                known = self._factor_values(function) if depth > 2 else []
+                wanted = min(depth - 2, n_factors)
+                combos = sorted({tuple(values[:wanted]) for values in known
+                                 if all(matchers[2 + i](values[i]) for i in range(wanted))})
+            if depth < leaf_depth:
+                return [head + c for c in combos]
+            return [head + c + (f,) for c in combos for f in matchers[-1].select(fields)]
+
+        def build(names: tuple[str, ...]) -> Metric:
+            return Metric(SEPARATOR.join(quote(n) for n in names), function.qualified_name,
+                          tuple(names[2:2 + n_factors]), names[-1])
+
+        return names_at, leaf_depth, build

@@ -1,0 +1,127 @@
+"""`ramen httpd`: run the HTTP service until stopped (`ramen start` runs one, as a service of its own).
+
+It writes its URL to $RAMEN_DIR/run/httpd.url once it listens, and removes it when it stops: how
+`ramen start`, the tests and a user find the page. The default port, 29380, is taken when free; when
+another instance holds it (and no --listen was given), a free port is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from aiohttp import web
+
+from ramen import keyspace, paths
+from ramen.httpd.app import Httpd, make_app
+from ramen.httpd.auth import AuthError, Credentials, check_listen
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 29380
+URL_FILE_NAME = "httpd.url"
+IDENTITY = "user"
+"""Whom httpd acts as in the confserver: replays are asked as `ramen replay` asks them."""
+
+
+def url_file() -> Path:
+    return paths.ramen_dir() / "run" / URL_FILE_NAME
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--listen", metavar="HOST:PORT", default=None,
+                        help=f"address to serve (default {DEFAULT_HOST}:{DEFAULT_PORT}, else a free port when another "
+                             "ramen holds it; port 0 picks a free one)")
+    parser.add_argument("--auth", metavar="FILE", type=Path,
+                        help="credentials, one a line: `bearer TOKEN` or `basic USER PASSWORD`; required to listen "
+                             "beyond loopback")
+    parser.add_argument("--confserver", metavar="URL", help="default $RAMEN_CONFSERVER, else the local server")
+    parser.add_argument("--site", default=keyspace.default_site(), help="the site whose archives to replay")
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise AuthError(f"--listen {text!r}: expected HOST:PORT")
+    return host or DEFAULT_HOST, int(port)
+
+
+async def serve(args: argparse.Namespace, stop: asyncio.Event) -> None:
+    import confserver
+    credentials = Credentials.load(args.auth) if args.auth else None
+    host, port = parse_listen(args.listen or f"{DEFAULT_HOST}:{DEFAULT_PORT}")
+    check_listen(host, credentials)
+    _, token = confserver.resolve_token(confserver.parse_url(args.confserver), IDENTITY, None)
+    with confserver.connect(args.confserver, identity=IDENTITY, token=token,
+                            connect_timeout_s=confserver.SERVICE_CONNECT_TIMEOUT_S) as client:
+        httpd = Httpd(client, args.site, credentials=credentials)
+        runner = web.AppRunner(make_app(httpd), access_log=None)
+        await runner.setup()
+        try:
+            site = await _listen(runner, host, port, fallback=args.listen is None)
+            address = site._server.sockets[0].getsockname()
+            url = f"http://{address[0]}:{address[1]}/"
+            url_path = url_file()
+            url_path.parent.mkdir(parents=True, exist_ok=True)
+            paths.write_atomically(url_path, url + "\n")
+            log.info("httpd of site %s serving %s", args.site, url)
+            try:
+                await stop.wait()
+            finally:
+                url_path.unlink(missing_ok=True)
+        finally:
+            await runner.cleanup()
+
+
+async def _listen(runner: web.AppRunner, host: str, port: int, *, fallback: bool) -> web.TCPSite:
+    site = web.TCPSite(runner, host, port, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as e:
+        if not (fallback and e.errno == errno.EADDRINUSE):
+            raise
+        log.info("%s:%d is taken (another ramen?): taking a free port", host, port)
+        site = web.TCPSite(runner, host, 0)
+        await site.start()
+    return site
+
+
+def main(argv: list[str] | None = None) -> int:
+    import confserver
+    parser = argparse.ArgumentParser(prog="ramen httpd",
+                                     description="Serve the Graphite API (Grafana), /metrics (Prometheus) and the "
+                                                 "dashboard page, until stopped.")
+    add_arguments(parser)
+    parser.add_argument("--debug", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(logging.DEBUG if args.debug else logging.INFO)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await serve(args, stop)
+
+    try:
+        asyncio.run(run())
+    except (AuthError, confserver.ConfError) as e:
+        print(f"ramen: httpd: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        reason = os.strerror(e.errno) if e.errno else str(e)
+        print(f"ramen: httpd: cannot listen on {args.listen or f'{DEFAULT_HOST}:{DEFAULT_PORT}'}: {reason}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""The metric tree: programs, functions, factor values and numeric fields as Graphite paths, with
+Graphite's globs per level and quoted values."""
+
+import pytest
+
+from ramen.httpd.names import Found, MetricTree, PathError, expand_braces, quote, split_path
+from ramen.program import loads
+
+PROGRAM = '''[program]
+name = "net"
+
+[[function]]
+name = "traffic"
+source = { kind = "generator" }
+schema = { ts = "timestamp[us]", host = "string", bytes = "int64", ratio = "float64", note = "string" }
+event_time = "ts"
+factors = ["host"]
+archive = { retention = "1d" }
+
+[[function]]
+name = "total"
+from = ["traffic"]
+engine = "spark"
+sql = "SELECT ts, bytes FROM traffic"
+schema = { ts = "timestamp[us]", bytes = "int64" }
+event_time = "ts"
+
+[[function]]
+name = "live_only"
+source = { kind = "generator" }
+schema = { ts = "timestamp[us]", host = "string", bytes = "int64" }
+event_time = "ts"
+'''
+HOSTS = [("a",), ("b",), ("10.0.0.1",)]
+
+
+@pytest.fixture
+def tree():
+    asked = []
+
+    def factor_values(function):
+        asked.append(function.qualified_name)
+        return HOSTS
+
+    tree = MetricTree({"net": loads(PROGRAM)}, factor_values)
+    tree.asked = asked
+    return tree
+
+
+def test_levels_are_programs_functions_factor_values_and_numeric_fields(tree):
+    assert tree.find("*") == [Found("net", False)]
+    # live_only has no archive anywhere on its path: it cannot be replayed, so it is not listed.
+    assert tree.find("net.*") == [Found("net.total", False), Found("net.traffic", False)]
+    assert tree.find("net.traffic.*") == [Found('net.traffic."10.0.0.1"', False), Found("net.traffic.a", False),
+                                          Found("net.traffic.b", False)]
+    assert tree.find("net.traffic.a.*") == [Found("net.traffic.a.bytes", True), Found("net.traffic.a.ratio", True)]
+    assert tree.find("net.total.*") == [Found("net.total.bytes", True)]
+
+
+def test_globs_work_at_every_level(tree):
+    assert [m.path for m in tree.expand("net.traffic.{a,b}.bytes")] == ["net.traffic.a.bytes", "net.traffic.b.bytes"]
+    assert [m.path for m in tree.expand("n?t.t*.[ab].r*")] == ["net.traffic.a.ratio", "net.traffic.b.ratio"]
+    assert [m.path for m in tree.expand('net.traffic."10.0.0.1".bytes')] == ['net.traffic."10.0.0.1".bytes']
+    metric = tree.expand("net.traffic.*.bytes")[0]
+    assert (metric.function, metric.factor_values, metric.field) == ("net/traffic", ("10.0.0.1",), "bytes")
+    assert tree.expand("net.traffic.*") == []  # not leaves: a render of it has nothing to draw
+
+
+def test_factor_values_are_asked_only_for_the_functions_a_pattern_reaches(tree):
+    tree.find("net.*")
+    tree.find("net.total.*")
+    assert tree.asked == []
+    tree.find("net.traffic.*")
+    assert tree.asked == ["net/traffic"]
+
+
+def test_quoting_and_splitting_round_trip():
+    for name in ("plain", "10.0.0.1", 'say "hi"', "a*b", "x,y"):
+        assert split_path(f"p.{quote(name)}.f")[1] == quote(name)
+    assert split_path('a."b.c".d') == ["a", '"b.c"', "d"]
+    with pytest.raises(PathError, match="unbalanced quote"):
+        split_path('a."b.c')
+    with pytest.raises(PathError, match="empty segment"):
+        split_path("a..b")
+
+
+def test_braces_expand_and_are_bounded():
+    assert expand_braces("a{b,c}d{1,2}") == ["abd1", "abd2", "acd1", "acd2"]
+    with pytest.raises(PathError, match="more than"):
+        expand_braces("{a,b,c,d}" * 6)
