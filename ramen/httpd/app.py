@@ -383,6 +383,9 @@ def make_app(httpd: Httpd) -> web.Application:
     app.router.add_get("/progress", progress)
     for path in ("/tags", "/tags/{rest:.*}"):
         app.router.add_route("*", path, empty_list)
+    from ramen.httpd import assets, dashboards  # the page's routes (page branch): here to keep the merge local
+    assets.add_routes(app)
+    dashboards.add_routes(app, httpd.client)
     app.on_cleanup.append(_close)
     return app
 
