@@ -421,8 +421,9 @@
   }
 
   async function search(text) {
-    // Without a glob, what starts with the text: typing "net.traffic" lists "net.traffic*".
-    const query = !text ? "*" : /[*?[{]/.test(text) ? text : `${text}*`;
+    // Without a glob, what starts with the text: typing "net.traffic" lists "net.traffic*"; and
+    // "net." (a level finished) lists what is below it, "net.*".
+    const query = !text || text.endsWith(".") ? `${text}*` : /[*?[{]/.test(text) ? text : `${text}*`;
     const mine = ++searchCounter;
     const status = $("search-status");
     status.classList.remove("error");
