@@ -353,7 +353,7 @@ def test_an_unknown_dashboard_in_the_url_says_so(browser, page):  # noqa: F811
 
 def test_a_search_ending_with_a_dot_lists_what_is_below_that_level(browser, page):  # noqa: F811
     open_page(browser, page)
-    browser.find_element("id", "search").send_keys("test.sine.")
+    browser.find_element("id", "search").send_keys("test.*.")
     wait_for(browser, "return [...document.querySelectorAll('#search-results li')].map(l => l.dataset.id)"
-                      ".join() === 'test.sine.count,test.sine.value'", what="the leaves under test.sine")
-    assert browser.find_element("id", "search-status").text == "test.sine.*: 2"
+                      ".join() === 'test.saw.value,test.sine.count,test.sine.value'", what="the leaves under test.*")
+    assert browser.find_element("id", "search-status").text == "test.*.*: 3"
