@@ -29,7 +29,8 @@ BAD_TARGET = "sumSeries(test.saw.value"
 BAD_TARGET_REASON = "target 'sumSeries(test.saw.value': a '(' is never closed"
 GATE_TIMEOUT_S = 20.0
 """How long a gated render waits for the others before answering that they never came."""
-RUNNING_PROGRESS = {"state": "running", "rows": 1234, "replays": 2, "elapsed_s": 0.5}
+RUNNING_PROGRESS = {"state": "running", "rows": 1234, "replays": 2, "replays_done": 1, "elapsed_s": 0.5}
+"""As app.py's Progress.to_dict() answers /progress while a render runs."""
 
 
 def value_at(path: str, t: int) -> float:
@@ -280,7 +281,7 @@ def test_a_running_render_shows_its_replays_progress(browser, page):  # noqa: F8
     open_page(browser, page, "?chart1=test.sine.value")
     status = wait_for(browser, "const s = document.querySelector('.chart-status').textContent;"
                                "return s.startsWith('replaying') && s", what="the progress line")
-    assert status == "replaying: 1,234 rows, 2 replays, 0.5 s"
+    assert status == "replaying: 1,234 rows, 1 of 2 replays done, 0.5 s"
     assert browser.execute_script("return window.ramenCharts[0].progress") == RUNNING_PROGRESS
     page.call(page.stand_in.released.set)
     charts_settled(browser)
@@ -357,3 +358,36 @@ def test_a_search_ending_with_a_dot_lists_what_is_below_that_level(browser, page
     wait_for(browser, "return [...document.querySelectorAll('#search-results li')].map(l => l.dataset.id)"
                       ".join() === 'test.saw.value,test.sine.count,test.sine.value'", what="the leaves under test.*")
     assert browser.find_element("id", "search-status").text == "test.*.*: 3"
+
+
+# The page's timers, taken over before its script runs: the test fires the auto-refresh itself
+# instead of waiting 10 s (and can see that none is left running once it is turned off).
+MANUAL_INTERVALS = """
+window.manualIntervals = [];
+window.setInterval = (callback, ms) => window.manualIntervals.push({callback, ms, cleared: false});
+window.clearInterval = (id) => { if (id) window.manualIntervals[id - 1].cleared = true; };
+"""
+
+
+def test_auto_refresh_rerenders_every_chart_at_its_period_until_turned_off(browser, page):  # noqa: F811
+    script = browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": MANUAL_INTERVALS})
+    try:
+        open_page(browser, page, "?chart1=test.saw.value&chart2=test.sine.value&refresh=10")
+        before = [c["renders"] for c in charts_settled(browser)]
+        intervals = browser.execute_script("return window.manualIntervals.map(i => [i.ms, i.cleared])")
+        assert intervals == [[10_000, False]]
+        assert browser.find_element("id", "refresh").get_attribute("value") == "10"
+        renders = len(page.stand_in.renders)
+        browser.execute_script("window.manualIntervals[0].callback()")
+        charts = charts_settled(browser, before)
+        assert [c["renders"] for c in charts] == [n + 1 for n in before]
+        assert len(page.stand_in.renders) == renders + 2
+
+        browser.find_element("css selector", "#refresh option[value='60']").click()
+        assert browser.execute_script("return window.manualIntervals.map(i => [i.ms, i.cleared])") == [
+            [10_000, True], [60_000, False]]
+        browser.find_element("css selector", "#refresh option[value='0']").click()
+        assert browser.execute_script("return window.manualIntervals.every(i => i.cleared)")
+        assert "refresh" not in parse_qs(urlsplit(browser.current_url).query)
+    finally:
+        browser.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script["identifier"]})

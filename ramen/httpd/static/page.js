@@ -396,8 +396,10 @@
         if (view.public.state !== "loading" || view.requestId !== requestId) continue;
         view.public.progress = progress;
         if (progress && progress.state === "running") {
-          showStatus(view, `replaying: ${Number(progress.rows).toLocaleString("en")} rows, ` +
-                           `${progress.replays} replay${progress.replays === 1 ? "" : "s"}, ` +
+          const replays = progress.replays_done === undefined
+            ? `${progress.replays} replay${progress.replays === 1 ? "" : "s"}`
+            : `${progress.replays_done} of ${progress.replays} replay${progress.replays === 1 ? "" : "s"} done`;
+          showStatus(view, `replaying: ${Number(progress.rows).toLocaleString("en")} rows, ${replays}, ` +
                            `${Number(progress.elapsed_s).toFixed(1)} s`);
         }
       }
