@@ -3,7 +3,10 @@
 // Hand-written, no build step, no framework. It speaks only httpd's HTTP API:
 //   /metrics/find?format=treejson  the series tree, for the picker
 //   /render?format=json            one request per chart, all fired at once so that the
-//                                  supervisor's merge delay joins their replays (one archive read)
+//                                  supervisor's merge delay joins their replays (one archive read).
+//                                  A browser opens at most 6 HTTP/1.1 connections to one host:
+//                                  past 6 charts, the rest wait for a free one (and may miss the
+//                                  merge). One request per chart keeps each chart's error its own.
 //   /progress?requestId=           how far a running render's replay is
 //   /dashboards[/NAME]             saved dashboards (the confserver's dashboards/<name>)
 // The URL names the dashboard and the range (?dashboard=NAME&from=-6h&until=now), or an unsaved
