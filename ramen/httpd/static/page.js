@@ -350,9 +350,26 @@
         label: s.target, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: false,
         points: {show: s.datapoints.length < 60},
       }))],
+      axes: [{}, {values: (u, ticks) => ticks.map(compact), size: yAxisSize}],
       hooks: {setSelect: [(u) => zoomed(u)]},
     };
     view.plot = new uPlot(options, aligned(series), view.node.querySelector(".chart-plot"));
+  }
+
+  // Counters run to millions: 1.23M reads better than 1230000 and fits the axis.
+  function compact(value) {
+    if (value === null) return "";
+    const size = Math.abs(value);
+    for (const [unit, scale] of [["T", 1e12], ["G", 1e9], ["M", 1e6], ["k", 1e3]]) {
+      if (size >= scale) return `${+(value / scale).toPrecision(4)}${unit}`;
+    }
+    return String(+value.toPrecision(4));
+  }
+
+  // Wide enough for the longest label (uPlot's default clips long ones).
+  function yAxisSize(u, values) {
+    const longest = Math.max(3, ...(values || []).map((v) => v.length));
+    return 16 + longest * 8;
   }
 
   // A drag on any chart narrows the page's range to it, and every chart renders over it.
