@@ -205,3 +205,21 @@ def test_the_setup_installs_the_uplot_version_assets_names():
     from pathlib import Path
     setup = (Path(__file__).parents[2] / ".ci" / "setup").read_text()
     assert f"UPLOT_VERSION={assets.UPLOT_VERSION}\n" in setup
+
+
+def test_httpds_app_serves_the_page_and_the_dashboards(conf):
+    from ramen.httpd.app import Httpd, make_app
+    httpd = Httpd(conf)
+
+    async def test(http):
+        assert (await http.put("/dashboards/ops", json=two_charts())).status == 200
+        assert await (await http.get("/dashboards")).json() == ["ops"]
+        page = await http.get("/")
+        assert page.status == 200, f"uPlot missing? {assets.UPLOT_SETUP_COMMAND}"
+        assert "/static/page.js" in await page.text()
+        assert (await http.get("/static/page.js")).status == 200
+
+    async def main():
+        async with TestClient(TestServer(make_app(httpd))) as client:
+            await test(client)
+    asyncio.run(main())
