@@ -20,12 +20,14 @@ from aiohttp import web
 
 from ramen import keyspace, paths
 from ramen.clocks import SYSTEM_CLOCK, Clock
-from ramen.httpd import buckets
+from ramen.httpd import buckets, metrics
 from ramen.httpd.auth import Credentials
 from ramen.httpd.cache import DEFAULT_MAX_BYTES, ResultCache
 from ramen.httpd.fetch import FetchError, Fetcher, Progress
+from ramen.httpd.metrics import HttpdStats
 from ramen.httpd.names import Metric, MetricTree, PathError
 from ramen.httpd.series import Series
+from ramen.httpd.target import TargetError
 from ramen.program import Function, Program, ProgramError
 from ramen.replay.contract import DEFAULT_REPLAY_TIMEOUT_S
 from ramen.times import TimeError, parse_time
@@ -75,13 +77,13 @@ class Httpd:
         self.clock = clock
         self.pool = ThreadPoolExecutor(THREADS, thread_name_prefix="httpd")
         self.cache = ResultCache(cache_bytes)
-        self.fetcher = Fetcher(client, site, self.cache, timeout_s=timeout_s, clock=clock)
+        self.stats = HttpdStats()
+        self.fetcher = Fetcher(client, site, self.cache, self.stats, timeout_s=timeout_s, clock=clock)
         self.progress: OrderedDict[str, Progress] = OrderedDict()
         self._programs: dict[str, Program] | None = None
         self._programs_lock = threading.Lock()
         self._programs_watch = client.watch(f"{keyspace.PROGRAMS}/*")
         self._factors: dict[tuple[str, str], tuple[float, set[tuple[str, ...]]]] = {}
-        self.renders = self.render_errors = 0
 
     def close(self) -> None:
         self._programs_watch.close()
@@ -151,7 +153,7 @@ class Httpd:
     # -- rendering (on pool threads) ---------------------------------------------------------------
 
     def fetch_metrics(self, metrics: list[Metric], since_s: int, until_s: int, progress: Progress,
-                      loop: asyncio.AbstractEventLoop) -> list[asyncio.Future]:
+                      loop: asyncio.AbstractEventLoop, *, no_cache: bool = False) -> list[asyncio.Future]:
         """One pool job per function: its buckets then the series of its metrics."""
         programs = self.programs()
         by_function: dict[str, list[Metric]] = {}
@@ -162,14 +164,14 @@ class Httpd:
             program, _, function_name = name.partition("/")
             function = programs[program].function(function_name)
             jobs.append(loop.run_in_executor(self.pool, self._series_of, programs, function, wanted, since_s,
-                                             until_s, progress))
+                                             until_s, progress, no_cache))
         return jobs
 
     def _series_of(self, programs, function: Function, wanted: list[Metric], since_s: int, until_s: int,
-                   progress: Progress) -> list[Series]:
+                   progress: Progress, no_cache: bool) -> list[Series]:
         step = buckets.step_s(function)
         start, end = since_s // step * step, -(-until_s // step) * step
-        table = self.fetcher.buckets(programs, function, start, end, progress)
+        table = self.fetcher.buckets(programs, function, start, end, progress, no_cache=no_cache)
         self.remember_factors(function, table)
         return buckets.to_series(function, table, [(m.factor_values, m.field, m.path) for m in wanted],
                                  since_s, until_s)
@@ -209,7 +211,7 @@ def one(values: dict[str, list[str]], name: str, default: str | None = None) -> 
 
 def time_range(values: dict[str, list[str]], httpd: Httpd) -> tuple[int, int, int]:
     """from, until and now in epoch seconds, from Graphite's grammar (and its `now` parameter)."""
-    now_us = int(httpd.clock.seconds() * 1_000_000)
+    now_us = httpd.clock.epoch_us()
     if (now := one(values, "now")) is not None:
         now_us = _parse(now, now_us, "now")
     since_us = _parse(one(values, "from", DEFAULT_FROM), now_us, "from")
@@ -240,8 +242,11 @@ async def guard(request: web.Request, handler):
         return web.Response(status=401, text="credentials needed\n",
                             headers={"WWW-Authenticate": 'Basic realm="ramen"'})
     try:
-        return await handler(request)
-    except (BadRequest, PathError, TimeError) as e:
+        response = await handler(request)
+        if isinstance(response, web.Response) and isinstance(response.body, bytes):
+            httpd.stats.add("bytes_served", len(response.body))
+        return response
+    except (BadRequest, PathError, TimeError, TargetError) as e:
         return web.Response(status=400, text=f"{e}\n")
     except web.HTTPException:
         raise
@@ -276,6 +281,8 @@ async def find(request: web.Request) -> web.Response:
     if not query:
         raise BadRequest("find: a query is needed, such as query=*")
     fmt = one(values, "format", "treejson")
+    if fmt not in render.FIND_FORMATS:
+        raise BadRequest(f"find: unknown format {fmt!r} ({', '.join(render.FIND_FORMATS)})")
     loop = asyncio.get_running_loop()
     found = await loop.run_in_executor(httpd.pool, lambda: httpd.tree().find(query))
     nodes = [render.Node(f.path, f.leaf) for f in found]
@@ -319,8 +326,8 @@ async def render_handler(request: web.Request) -> web.Response:
     since_s, until_s, now_s = time_range(values, httpd)
     fmt = one(values, "format", "json")
     max_points = _max_data_points(one(values, "maxDataPoints"))
-    nodes = [target.parse(t) for t in targets]  # every target checked before anything runs
-    httpd.renders += 1
+    nodes = [target.parse(t, graphite_functions.FUNCTIONS) for t in targets]  # all checked before anything runs
+    httpd.stats.renders += 1
     progress = httpd.track(one(values, "requestId"))
     loop = asyncio.get_running_loop()
     try:
@@ -331,14 +338,15 @@ async def render_handler(request: web.Request) -> web.Response:
         if len(metrics) > httpd.limits.max_metrics:
             raise BadRequest(f"render: the targets name {len(metrics):,} series, more than "
                              f"{httpd.limits.max_metrics:,}")
+        no_cache = one(values, "noCache", "0").lower() in ("1", "true")
         fetched = await asyncio.gather(*httpd.fetch_metrics(list(metrics.values()), since_s, until_s, progress,
-                                                            loop))
+                                                            loop, no_cache=no_cache))
         by_path = {s.name: s for group in fetched for s in group}
         series_of = {e: [by_path[m.path].copy(path_expression=e) for m in expanded[e]] for e in expressions}
         context = graphite_functions.Context(since_s, until_s, now_s)
         results = [s for node in nodes for s in graphite_functions.evaluate(node, series_of, context)]
     except Exception:
-        httpd.render_errors += 1
+        httpd.stats.render_errors += 1
         raise
     finally:
         progress.done = True
@@ -381,6 +389,7 @@ def make_app(httpd: Httpd) -> web.Application:
     app.router.add_get("/version", version)
     app.router.add_get("/functions", functions)
     app.router.add_get("/progress", progress)
+    metrics.add_routes(app, client=httpd.client, site=httpd.site, stats=httpd.stats)
     for path in ("/tags", "/tags/{rest:.*}"):
         app.router.add_route("*", path, empty_list)
     from ramen.httpd import assets, dashboards  # the page's routes (page branch): here to keep the merge local

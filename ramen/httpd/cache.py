@@ -44,8 +44,6 @@ class ResultCache:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
         self._lock = threading.Lock()
-        self.hits = self.misses = 0
-        """Ranges served from the cache, and holes replayed."""
 
     @property
     def nbytes(self) -> int:
@@ -66,10 +64,6 @@ class ResultCache:
             at = max(at, b)
         if at < until_s:
             holes.append((at, until_s))
-        with self._lock:
-            self.misses += len(holes)
-            if (since_s, until_s) not in holes:
-                self.hits += 1
         return holes
 
     def get(self, function: Function, since_s: int, until_s: int) -> pa.Table:

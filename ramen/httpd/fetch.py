@@ -19,6 +19,7 @@ import pyarrow as pa
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.httpd import buckets
 from ramen.httpd.cache import ResultCache
+from ramen.httpd.metrics import HttpdStats
 from ramen.program import Function, Program
 from ramen.replay.client import Replay, ReplayFailed, replay_to_newest
 from ramen.replay.plan import ReplayGapError, ReplayPlanError
@@ -53,23 +54,29 @@ class Progress:
 
 
 class Fetcher:
-    def __init__(self, client, site: str, cache: ResultCache, *, timeout_s: float, clock: Clock = SYSTEM_CLOCK,
-                 on_replay=None) -> None:
-        """`on_replay(function, since_s, until_s)` is told of every replay started (stats)."""
+    def __init__(self, client, site: str, cache: ResultCache, stats: HttpdStats, *, timeout_s: float,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.client = client
         self.site = site
         self.cache = cache
+        self.stats = stats
         self.timeout_s = timeout_s
         self.clock = clock
-        self.on_replay = on_replay
         self._lock = threading.Lock()
         self._inflight: dict[tuple, Future] = {}
 
     def buckets(self, programs: dict[str, Program], function: Function, since_s: int, until_s: int,
-                progress: Progress) -> pa.Table:
-        """The buckets of `function` starting in [since_s, until_s) (aligned to its step)."""
+                progress: Progress, *, no_cache: bool = False) -> pa.Table:
+        """The buckets of `function` starting in [since_s, until_s) (aligned to its step);
+        `no_cache`: all of them replayed (graphite-web's noCache; what the bench measures)."""
+        if no_cache:
+            return self._replay_shared(programs, function, since_s, until_s, progress)
         parts = [self.cache.get(function, since_s, until_s)]
-        for hole in self.cache.holes(function, since_s, until_s):
+        holes = self.cache.holes(function, since_s, until_s)
+        if holes != [(since_s, until_s)]:
+            self.stats.add("cache_hits")
+        self.stats.add("cache_misses", len(holes))
+        for hole in holes:
             parts.append(self._replay_shared(programs, function, *hole, progress))
         return buckets.combine(function, parts)
 
@@ -95,7 +102,7 @@ class Fetcher:
 
     def _replay(self, programs, function: Function, since_s: int, until_s: int, progress: Progress) -> pa.Table:
         """Replay [since_s, until_s) of the function; cache what settled; its buckets."""
-        now_s = self.clock.seconds()
+        now_s = self.clock.epoch_us() / buckets.US_PER_S
         since_us, until_us = since_s * buckets.US_PER_S, until_s * buckets.US_PER_S
         options = dict(site=self.site, timeout_s=self.timeout_s, strict=False)
         try:
@@ -108,8 +115,7 @@ class Fetcher:
             return buckets.empty(function)
         except (ReplayPlanError, ReplayFailed) as e:
             raise FetchError(str(e)) from None
-        if self.on_replay is not None:
-            self.on_replay(function, since_s, until_s)
+        self.stats.add("replays_started")
         progress.replays += 1
         partials, pending, pending_rows = [], [], 0
         try:

@@ -1,0 +1,183 @@
+"""Dashboard benchmark: `ramen httpd` rendering charts over an hour of generated traffic, through
+real processes (ramen start --daemon with examples/replay.toml: a generator back-filling the last
+hour at 3,000 tuples/s, 10.8 M tuples, archived; lazy per_minute and top_talkers in Python over it;
+every function with factors = ["host"]).
+
+It measures, in this order:
+- refresh: a first render of "the last 6 h" (the archive holds one of them), then, after
+  --refresh-after seconds, the same render again, as a dashboard on auto-refresh does: time and
+  archive bytes of each (goal: the refresh reads <= 5% of the first's bytes);
+- one panel: one render of per_minute over the hour (noCache=1), beside `ramen replay` of the same
+  function and range as a subprocess (--runs times, medians);
+- a dashboard of 20 panels refreshed at once (20 renders of different functions and fields over the
+  same source, noCache=1): time and archive bytes against one panel (goals: <= 1.3x the time,
+  1.0x the bytes);
+- render latency of one panel on auto-refresh ("the last hour", the cache on, so each render
+  replays the newest minute: the merge delay included): p50 and p99 of --latency-renders renders
+  (goal: p50 <= 1.0 s).
+
+Archive bytes are the replayers' "bytes read" counters. Run: `.venv/bin/python bench/httpd.py
+[--runs N] [--json]` (about two minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.replay import progress, replayer_bytes_read, wait_for_the_hour  # noqa: E402
+from ramen import paths  # noqa: E402
+
+PROGRAM = ROOT / "examples" / "replay.toml"
+ONE_PANEL = "sumSeries(demo.per_minute.*.bytes)"
+PANELS = [  # 20 panels over the three functions of one source, as a dashboard would have them
+    "sumSeries(demo.per_minute.*.bytes)", "demo.per_minute.*.bytes", "maxSeries(demo.per_minute.*.bytes)",
+    "averageSeries(demo.per_minute.*.bytes)", "highestAverage(demo.per_minute.*.bytes, 5)",
+    "sumSeries(demo.traffic.*.bytes)", "demo.traffic.*.bytes", "averageSeries(demo.traffic.*.bytes)",
+    "minSeries(demo.traffic.*.bytes)", "movingAverage(sumSeries(demo.traffic.*.bytes), 6)",
+    "sumSeries(demo.top_talkers.*.bytes)", "demo.top_talkers.*.bytes", "maxSeries(demo.top_talkers.*.bytes)",
+    "limit(sortByMaxima(demo.top_talkers.*.bytes), 3)", "scale(sumSeries(demo.per_minute.*.bytes), 0.001)",
+    "perSecond(sumSeries(demo.per_minute.*.bytes))", "asPercent(demo.per_minute.*.bytes)",
+    "summarize(sumSeries(demo.traffic.*.bytes), '5min', 'sum')", "offset(minSeries(demo.per_minute.*.bytes), 1)",
+    "keepLastValue(sumSeries(demo.top_talkers.*.bytes))",
+]
+GOAL_PANELS_FACTOR = 1.3
+GOAL_REFRESH_BYTES = 0.05
+GOAL_P50_S = 1.0
+DEFAULT_RUNS = 3
+DEFAULT_REFRESH_AFTER_S = 10.0
+DEFAULT_LATENCY_RENDERS = 20
+LATENCY_PERIOD_S = 1.0
+"""Between two renders of the latency run: the newest minute changes, as on a refreshing dashboard."""
+HTTP_TIMEOUT_S = 300
+
+
+def render(url: str, target: str, since_s: int | str, until_s: int | str, **extra) -> list:
+    query = urllib.parse.urlencode({"target": target, "from": since_s, "until": until_s, "format": "json", **extra})
+    with urllib.request.urlopen(f"{url}render?{query}", timeout=HTTP_TIMEOUT_S) as answer:
+        return json.loads(answer.read())
+
+
+def archive_bytes() -> int:
+    return sum(replayer_bytes_read(paths.counters_path()).values())
+
+
+def timed(work) -> tuple[float, int, object]:
+    """Seconds, archive bytes read, and the result of work()."""
+    before = archive_bytes()
+    started = time.perf_counter()
+    result = work()
+    return time.perf_counter() - started, archive_bytes() - before, result
+
+
+def measure(base: Path, env: dict, runs: int, refresh_after_s: float, latency_renders: int) -> dict:
+    since_us, until_us = wait_for_the_hour()
+    since_s, until_s = since_us // 1_000_000, until_us // 1_000_000
+    url = (base / "run" / "httpd.url").read_text().strip()
+    report: dict = {"minutes": (until_s - since_s) // 60}
+
+    progress("refresh: the last 6 h, then again")
+    first_s, first_bytes, _ = timed(lambda: render(url, ONE_PANEL, "-6h", "now"))
+    time.sleep(refresh_after_s)
+    again_s, again_bytes, _ = timed(lambda: render(url, ONE_PANEL, "-6h", "now"))
+    report["refresh"] = {"first_s": first_s, "first_bytes": first_bytes, "again_s": again_s,
+                         "again_bytes": again_bytes, "after_s": refresh_after_s}
+
+    progress(f"one panel over the hour, and `ramen replay` of the same ({runs} runs)")
+    panel = [timed(lambda: render(url, ONE_PANEL, since_s, until_s, noCache=1)) for _ in range(runs)]
+    ramen = [sys.executable, "-m", "ramen.cli.main", "replay", "--since", str(since_s), "--until", str(until_s),
+             "--format", "csv", "demo/per_minute"]
+    replays = [timed(lambda: subprocess.run(ramen, env=env, capture_output=True, check=True)) for _ in range(runs)]
+    report["one_panel"] = {"runs_s": [p[0] for p in panel], "bytes": panel[0][1],
+                           "replay_runs_s": [r[0] for r in replays]}
+
+    progress(f"{len(PANELS)} panels at once ({runs} runs)")
+    panels = []
+    for _ in range(runs):
+        with ThreadPoolExecutor(len(PANELS)) as pool:
+            panels.append(timed(lambda: list(pool.map(lambda t: render(url, t, since_s, until_s, noCache=1), PANELS))))
+    report["panels"] = {"count": len(PANELS), "runs_s": [p[0] for p in panels], "bytes": [p[1] for p in panels]}
+
+    progress(f"latency: {latency_renders} refreshes of the last hour, {LATENCY_PERIOD_S:g} s apart")
+    render(url, ONE_PANEL, "-1h", "now")  # the hour cached, as on a dashboard already open
+    latencies = []
+    for _ in range(latency_renders):
+        time.sleep(LATENCY_PERIOD_S)
+        latencies.append(timed(lambda: render(url, ONE_PANEL, "-1h", "now"))[0])
+    report["latency"] = {"renders_s": latencies}
+    return report
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def print_report(r: dict) -> None:
+    refresh, one, panels, latency = r["refresh"], r["one_panel"], r["panels"], r["latency"]["renders_s"]
+    panel_s, replay_s = statistics.median(one["runs_s"]), statistics.median(one["replay_runs_s"])
+    many_s = statistics.median(panels["runs_s"])
+    print(f"one panel, {r['minutes']} min of per_minute: {panel_s:.2f} s to the JSON answer "
+          f"(runs {', '.join(f'{s:.2f}' for s in one['runs_s'])}), `ramen replay` {replay_s:.2f} s; "
+          f"{one['bytes']:,} archive bytes")
+    print(f"{panels['count']} panels at once: {many_s:.2f} s (runs {', '.join(f'{s:.2f}' for s in panels['runs_s'])}); "
+          f"archive bytes {', '.join(f'{b:,}' for b in panels['bytes'])}")
+    factor, bytes_factor = many_s / panel_s, max(panels["bytes"]) / max(one["bytes"], 1)
+    print(f"goal: {panels['count']} panels <= {GOAL_PANELS_FACTOR:g}x one panel's time and 1.0x its bytes: "
+          f"{factor:.2f}x, {bytes_factor:.2f}x {'pass' if factor <= GOAL_PANELS_FACTOR and bytes_factor <= 1.0 else 'MISS'}")
+    share = refresh["again_bytes"] / max(refresh["first_bytes"], 1)
+    print(f"refresh of the last 6 h after {refresh['after_s']:g} s: first {refresh['first_s']:.2f} s "
+          f"{refresh['first_bytes']:,} bytes, refresh {refresh['again_s']:.2f} s {refresh['again_bytes']:,} bytes")
+    print(f"goal: a refresh reads <= {GOAL_REFRESH_BYTES:.0%} of the first render's bytes: {share:.1%} "
+          f"{'pass' if share <= GOAL_REFRESH_BYTES else 'MISS'}")
+    p50, p99 = percentile(latency, 50), percentile(latency, 99)
+    print(f"render latency, one panel refreshing the last hour ({len(latency)} renders): p50 {p50:.2f} s, "
+          f"p99 {p99:.2f} s")
+    print(f"goal: p50 <= {GOAL_P50_S:g} s: {'pass' if p50 <= GOAL_P50_S else 'MISS'}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="runs of each timed render (default %(default)s)")
+    parser.add_argument("--refresh-after", type=float, default=DEFAULT_REFRESH_AFTER_S, metavar="S",
+                        help="seconds between the first render and its refresh (default %(default)s)")
+    parser.add_argument("--latency-renders", type=int, default=DEFAULT_LATENCY_RENDERS, metavar="N")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if args.runs < 1 or args.latency_renders < 1:
+        parser.error("--runs and --latency-renders must be at least 1")
+    with tempfile.TemporaryDirectory(prefix="ramen-bench-httpd-") as tmp:
+        base = Path(tmp)
+        env = dict(os.environ, RAMEN_DIR=str(base), PYTHONPATH=str(ROOT))
+        env.pop("RAMEN_CONFSERVER", None)
+        os.environ["RAMEN_DIR"] = str(base)
+        ramen = [sys.executable, "-m", "ramen.cli.main"]
+        progress("starting ramen and back-filling an hour of traffic")
+        if subprocess.run([*ramen, "start", "--daemon", "--dir", str(base), str(PROGRAM)], env=env).returncode:
+            raise SystemExit("bench: ramen start failed (its message is above)")
+        try:
+            report = measure(base, env, args.runs, args.refresh_after, args.latency_renders)
+        finally:
+            subprocess.run([*ramen, "stop", "--dir", str(base)], env=env)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_report(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,854 @@
+"""Graphite's target functions over ramen's series: `evaluate` walks a parsed target, and
+`FUNCTIONS` lists what it knows, described as graphite-web's `/functions` answers so Grafana's
+function editor offers them.
+
+Semantics and the names of results follow graphite-web's render/functions.py (Grafana users read
+those names in legends and alias them by node), computed over whole numpy arrays with NaN as
+Graphite's null: a reduction over nothing but nulls is null, never 0. Where graphite-web has a bug
+we keep its names but not the bug; each such place says so.
+
+The caller resolves globs and fetches: `evaluate` gets, for each path expression of the target
+(target.path_expressions), the series it matched. Nothing here reads data past [from, until).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import reduce
+
+import numpy as np
+
+from ramen.httpd.series import Series
+from ramen.httpd.target import Call, Literal, Node, PathExpr, TargetError, parse
+from ramen.times import OFFSET_UNITS
+
+__all__ = ["AGGREGATIONS", "Context", "FUNCTIONS", "FunctionSpec", "Param", "aggregate_rows", "describe_functions",
+           "evaluate", "parse_interval_s", "TargetError"]
+
+MODULE_NAME = "ramen.httpd.functions"
+"""What `/functions` says each function's module is (graphite-web: graphite.render.functions)."""
+DEFAULT_XFILES_FACTOR = 0.0
+"""graphite-web's default: one non-null value among those reduced is enough for a non-null result."""
+MICROS_PER_SECOND = 1_000_000
+INTERVAL_SUGGESTIONS = ["10min", "1h", "1d"]
+WINDOW_SUGGESTIONS = [5, 7, 10, "1min", "5min", "10min", "30min", "1hour"]
+
+AGGREGATIONS = ("average", "avg_zero", "median", "sum", "min", "max", "diff", "stddev", "count", "range",
+                "multiply", "last")
+"""graphite-web's aggregation functions (aggFuncs), for sumSeries & co, summarize and highest."""
+AGGREGATION_ALIASES = {"rangeOf": "range", "avg": "average", "total": "sum", "current": "last"}
+CONSOLIDATION_ONLY = ("first",)
+"""Consolidation (maxDataPoints, lcm steps) knows `first` besides the aggregations."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a render asks for, as the functions need it."""
+    from_s: int
+    until_s: int
+    now_s: int
+    xfiles_factor: float = DEFAULT_XFILES_FACTOR
+    """Share of non-null values a reduction needs for a non-null result (graphite-web's xFilesFactor)."""
+
+
+# Reductions over rows, NaN as null
+
+
+def aggregate_rows(func: str, matrix: np.ndarray, *, real: np.ndarray | None = None,
+                   denominator: float | np.ndarray | None = None,
+                   xfiles_factor: float = DEFAULT_XFILES_FACTOR) -> np.ndarray:
+    """Reduce each row of `matrix` by graphite's aggregation `func`, nulls skipped.
+
+    `real` marks the cells that exist (False for padding of ragged rows: it counts for neither
+    avg_zero's denominator nor multiply); a row's result is null unless it holds a non-null
+    value and non-null/denominator >= xfiles_factor (denominator: the row's real cells unless given,
+    as graphite-web counts a window's or a band's nominal size).
+    """
+    func = AGGREGATION_ALIASES.get(func, func)
+    matrix = np.asarray(matrix, dtype=np.float64)
+    rows = matrix.shape[0]
+    if real is None:
+        real = np.ones(matrix.shape, dtype=bool)
+    present = ~np.isnan(matrix) & real
+    count = present.sum(axis=1)
+    if denominator is None:
+        denominator = real.sum(axis=1)
+    result = np.full(rows, np.nan)
+    ok = count > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ok &= (count / denominator) >= xfiles_factor
+    if matrix.shape[1] == 0 or not ok.any():
+        return result
+    values = np.where(present, matrix, np.nan)
+    zeroed = np.where(present, matrix, 0.0)
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-null rows: masked by `ok` below
+        if func == "sum":
+            reduced = zeroed.sum(axis=1)
+        elif func == "average":
+            reduced = zeroed.sum(axis=1) / count
+        elif func == "avg_zero":
+            reduced = zeroed.sum(axis=1) / real.sum(axis=1)
+        elif func == "median":
+            reduced = np.nanmedian(values, axis=1)
+        elif func == "min":
+            reduced = np.nanmin(values, axis=1)
+        elif func == "max":
+            reduced = np.nanmax(values, axis=1)
+        elif func == "range":
+            reduced = np.nanmax(values, axis=1) - np.nanmin(values, axis=1)
+        elif func == "stddev":
+            reduced = np.nanstd(values, axis=1)
+        elif func == "count":
+            reduced = count.astype(np.float64)
+        elif func == "diff":  # the first non-null minus all the others
+            reduced = 2 * _first_present(values, present) - zeroed.sum(axis=1)
+        elif func == "multiply":  # a null factor makes the product null
+            reduced = np.where((real & ~present).any(axis=1), np.nan, np.where(real, matrix, 1.0).prod(axis=1))
+        elif func == "last":
+            reduced = _first_present(values[:, ::-1], present[:, ::-1])
+        elif func == "first":
+            reduced = _first_present(values, present)
+        else:
+            raise TargetError(f"unknown aggregation function {func!r} (known: {', '.join(_aggregation_names())})")
+    result[ok] = reduced[ok]
+    return result
+
+
+def _first_present(values: np.ndarray, present: np.ndarray) -> np.ndarray:
+    index = present.argmax(axis=1)
+    return values[np.arange(values.shape[0]), index]
+
+
+def _aggregation_names() -> list[str]:
+    return [*AGGREGATIONS, *AGGREGATION_ALIASES]
+
+
+def consolidate_values(values: np.ndarray, values_per_point: int, func: str,
+                       xfiles_factor: float = DEFAULT_XFILES_FACTOR) -> np.ndarray:
+    """graphite-web's consolidation: each run of `values_per_point` values from the first becomes
+    one by `func` (a last, shorter run too, judged against the full run's size as graphite-web does)."""
+    if values_per_point <= 1:
+        return np.array(values, dtype=np.float64)
+    n = len(values)
+    points = -(-n // values_per_point)
+    padded = np.full(points * values_per_point, np.nan)
+    padded[:n] = values
+    real = np.zeros(points * values_per_point, dtype=bool)
+    real[:n] = True
+    shape = (points, values_per_point)
+    return aggregate_rows(func, padded.reshape(shape), real=real.reshape(shape), denominator=values_per_point,
+                          xfiles_factor=xfiles_factor)
+
+
+def consolidated(series: Series, values_per_point: int, xfiles_factor: float = DEFAULT_XFILES_FACTOR) -> Series:
+    """`series` with `values_per_point` values per point, by its own consolidation function."""
+    if values_per_point <= 1:
+        return series
+    return series.copy(step=series.step * values_per_point,
+                       values=consolidate_values(series.values, values_per_point, series.consolidate, xfiles_factor))
+
+
+# Intervals
+
+
+_INTERVAL_PART = re.compile(r"(\d+)([A-Za-z]+)")
+
+
+def parse_interval_s(text: str) -> int:
+    """Seconds in a Graphite interval (`1h`, `30min`, `1d12h`, `-5min`), graphite-web's units by prefix
+    (s, min, h, d, w, mon = 30 d, y = 365 d); `m` alone is minutes, as everywhere in ramen."""
+    if not isinstance(text, str) or not text:
+        raise TargetError(f"bad interval {text!r}: expected a number and a unit, e.g. \"1h\" or \"5min\"")
+    sign, body = (-1, text[1:]) if text[0] == "-" else (1, text[1:] if text[0] == "+" else text)
+    total_us, pos = 0, 0
+    while pos < len(body):
+        part = _INTERVAL_PART.match(body, pos)
+        if part is None:
+            raise TargetError(f"bad interval {text!r}: expected a number and a unit, e.g. \"1h\" or \"5min\"")
+        total_us += int(part.group(1)) * _unit_us(part.group(2), text)
+        pos = part.end()
+    if pos == 0:
+        raise TargetError(f"bad interval {text!r}: expected a number and a unit, e.g. \"1h\" or \"5min\"")
+    return sign * total_us // MICROS_PER_SECOND
+
+
+def _unit_us(spelled: str, text: str) -> int:
+    if spelled == "m":
+        return 60 * MICROS_PER_SECOND
+    for prefix, micros in OFFSET_UNITS:
+        if spelled.lower().startswith(prefix):
+            return micros
+    raise TargetError(f"bad interval {text!r}: no unit {spelled!r} (s, min, h, d, w, mon, y)")
+
+
+# Combining series of different steps
+
+
+def _lcm(a: int, b: int) -> int:
+    return a * b // math.gcd(a, b)
+
+
+def normalize(series_list: Sequence[Series], xfiles_factor: float = DEFAULT_XFILES_FACTOR
+              ) -> tuple[list[Series], int, int]:
+    """The series at their lowest common step (each consolidated by its own function, as graphite-web
+    does), the start of the earliest, and that step.
+
+    graphite-web then zips the series by position; we place each by its start instead (the same
+    when starts agree, which fetches of one range ensure, and right when they do not).
+    """
+    step = reduce(_lcm, (s.step for s in series_list))
+    start = min(s.start for s in series_list)
+    return [consolidated(s, step // s.step, xfiles_factor) for s in series_list], start, step
+
+
+def _matrix(series_list: Sequence[Series], start: int, step: int) -> np.ndarray:
+    """Points × series, NaN where a series has no point (graphite-web's zip_longest padding)."""
+    offsets = [(s.start - start) // step for s in series_list]
+    length = max((offset + len(s.values) for offset, s in zip(offsets, series_list)), default=0)
+    matrix = np.full((length, len(series_list)), np.nan)
+    for column, (offset, s) in enumerate(zip(offsets, series_list)):
+        matrix[offset:offset + len(s.values), column] = s.values
+    return matrix
+
+
+def _path_expressions(series_list: Sequence[Series]) -> str:
+    """The distinct path expressions of `series_list`, comma-joined: how aggregates are named."""
+    return ",".join(dict.fromkeys(s.path_expression for s in series_list))
+
+
+def _named(series: Series, name: str, **changes) -> Series:
+    """A copy renamed as a function's result; graphite-web makes the name its path expression too."""
+    return series.copy(name=name, path_expression=name, **changes)
+
+
+def _tagged(series: Series, **tags: object) -> dict[str, str]:
+    """The series' tags plus `tags`, values as strings (graphite-web's Tags stores str())."""
+    return {**series.tags, **{key: str(value) for key, value in tags.items()}}
+
+
+def _fresh(name: str, start: int, step: int, values: np.ndarray) -> Series:
+    """A series a function made from several (its tags only its name, as graphite-web's new TimeSeries)."""
+    return Series(name=name, start=start, step=step, values=values, path_expression=name, tags={"name": name})
+
+
+# The functions. Each takes the context and its bound parameters, and returns a new list.
+
+
+def _aggregate(context: Context, series_lists: list[list[Series]], func: str) -> list[Series]:
+    series_list = [s for sublist in series_lists for s in sublist]
+    if not series_list:
+        return []
+    normalized, start, step = normalize(series_list, context.xfiles_factor)
+    name = f"{func}Series({_path_expressions(series_list)})"
+    values = aggregate_rows(func, _matrix(normalized, start, step), xfiles_factor=context.xfiles_factor)
+    tags = dict(series_list[0].tags)
+    for s in series_list[1:]:
+        tags = {key: value for key, value in tags.items() if s.tags.get(key) == value}
+    tags.setdefault("name", name)
+    tags["aggregatedBy"] = func
+    return [Series(name=name, start=start, step=step, values=values, path_expression=name, tags=tags)]
+
+
+def sum_series(context: Context, seriesLists: list[list[Series]]) -> list[Series]:
+    """Adds the series point by point into one, named `sumSeries(<path expressions>)`; series of
+    different steps are first consolidated to their lowest common step. A point where every series is
+    null is null."""
+    return _aggregate(context, seriesLists, "sum")
+
+
+def average_series(context: Context, seriesLists: list[list[Series]]) -> list[Series]:
+    """The mean of the series' non-null values at each point, as one series named
+    `averageSeries(<path expressions>)`."""
+    return _aggregate(context, seriesLists, "average")
+
+
+def max_series(context: Context, seriesLists: list[list[Series]]) -> list[Series]:
+    """The largest of the series' values at each point, as one series named `maxSeries(...)`."""
+    return _aggregate(context, seriesLists, "max")
+
+
+def min_series(context: Context, seriesLists: list[list[Series]]) -> list[Series]:
+    """The smallest of the series' values at each point, as one series named `minSeries(...)`."""
+    return _aggregate(context, seriesLists, "min")
+
+
+def aggregate(context: Context, seriesList: list[Series], func: str, xFilesFactor: float | None = None
+              ) -> list[Series]:
+    """Combines the series into one by an aggregation function (sum, average, max, ...), named
+    `<func>Series(<path expressions>)`; `aggregate(x, "sum")` is `sumSeries(x)`."""
+    func = func[:-len("Series")] if func.endswith("Series") else func
+    if xFilesFactor is not None:
+        context = Context(context.from_s, context.until_s, context.now_s, xFilesFactor)
+    return _aggregate(context, [seriesList], func)
+
+
+def alias(context: Context, seriesList: list[Series], newName: str) -> list[Series]:
+    """Names every series `newName` in the legend."""
+    return [s.copy(name=newName) for s in seriesList]
+
+
+def _node(series: Series, node: int | str) -> str:
+    """Element `node` of the series' metric path (or, for a function's result, of the first path in
+    its name), or the value of tag `node` when it is a name or out of range ('' if absent)."""
+    name = series.name
+    if name.endswith(")"):
+        name = _first_path(name) or name
+    if isinstance(node, int):
+        try:
+            return name.split(";", 1)[0].split(".")[node]
+        except IndexError:
+            pass
+    return series.tags.get(str(node), "")
+
+
+def _first_path(name: str) -> str | None:
+    """The first metric path in a function's result name (`sumSeries(a.b,c.d)` -> `a.b`)."""
+    try:
+        node = parse(name, _AnyName())
+    except TargetError:
+        return None
+    while isinstance(node, Call) and node.args:
+        node = node.args[0]
+    return node.text if isinstance(node, PathExpr) else None
+
+
+class _AnyName:
+    """A function table that knows every name: result names are parsed only to find their paths."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+
+def alias_by_node(context: Context, seriesList: list[Series], nodes: list[int | str]) -> list[Series]:
+    """Names each series by some elements of its path, joined by dots: `aliasByNode(prog.*.x, 1)`
+    names each series by its function. Elements count from 0 (negative from the end); a name
+    instead of a number takes that tag's value."""
+    return [s.copy(name=".".join(_node(s, node) for node in nodes)) for s in seriesList]
+
+
+def alias_by_metric(context: Context, seriesList: list[Series]) -> list[Series]:
+    """Names each series by the last element of its path (the field, in ramen), also inside a
+    function's result name."""
+    renamed = []
+    for s in seriesList:
+        inner = s.name[s.name.rfind("(") + 1:]
+        closing = inner.find(")")
+        inner = inner if closing < 0 else inner[:closing]
+        renamed.append(s.copy(name=re.sub(",.*$", "", inner.split(".")[-1])))
+    return renamed
+
+
+def scale(context: Context, seriesList: list[Series], factor: float) -> list[Series]:
+    """Multiplies every value by `factor`; nulls stay null."""
+    return [_named(s, f"scale({s.name},{factor:g})", values=s.values * factor, tags=_tagged(s, scale=factor))
+            for s in seriesList]
+
+
+def offset(context: Context, seriesList: list[Series], factor: float) -> list[Series]:
+    """Adds `factor` to every value; nulls stay null."""
+    return [_named(s, f"offset({s.name},{factor:g})", values=s.values + factor, tags=_tagged(s, offset=factor))
+            for s in seriesList]
+
+
+def summarize(context: Context, seriesList: list[Series], intervalString: str, func: str = "sum",
+              alignToFrom: bool = False) -> list[Series]:
+    """Reduces each series to one point per interval (`"1h"`, `"10min"`) by `func` (sum by default;
+    average, max, min, last, ...). Buckets start at multiples of the interval since the epoch, or at
+    the series' start with alignToFrom=true. Named `summarize(<name>, "<interval>", "<func>")`.
+    As in graphite-web, when the series ends on a bucket boundary the last bucket is an empty one."""
+    interval = parse_interval_s(intervalString)
+    if interval <= 0:
+        raise TargetError(f"summarize: interval {intervalString!r} must be longer than 0 s")
+    func_known = AGGREGATION_ALIASES.get(func, func)
+    if func_known not in AGGREGATIONS:
+        raise TargetError(f"summarize: unknown function {func!r} (known: {', '.join(_aggregation_names())})")
+    results = []
+    for s in seriesList:
+        if alignToFrom:
+            new_start = s.start
+            buckets = -(-(s.end - s.start) // interval)
+        else:
+            new_start = s.start - s.start % interval
+            buckets = (s.end - s.end % interval + interval - new_start) // interval
+        bucket_of = (s.timestamps() - new_start) // interval
+        counts = np.bincount(bucket_of, minlength=buckets)[:buckets]
+        width = int(counts.max(initial=0))
+        matrix = np.full((buckets, max(width, 1)), np.nan)
+        real = np.zeros(matrix.shape, dtype=bool)
+        first_of = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        position = np.arange(len(s.values)) - first_of[bucket_of]
+        matrix[bucket_of, position] = s.values
+        real[bucket_of, position] = True
+        values = aggregate_rows(func, matrix, real=real, denominator=interval / s.step,
+                                xfiles_factor=context.xfiles_factor)
+        name = f'summarize({s.name}, "{intervalString}", "{func}"{", true" if alignToFrom else ""})'
+        results.append(_named(s, name, start=new_start, step=interval, values=values,
+                              tags=_tagged(s, summarize=intervalString, summarizeFunction=func)))
+    return results
+
+
+def consolidate_by(context: Context, seriesList: list[Series], consolidationFunc: str) -> list[Series]:
+    """Sets how a series is consolidated when it has more points than the chart has room for
+    (maxDataPoints) or is combined with a coarser series: average (the default), sum, min, max,
+    first, last."""
+    return [_named(s, f'consolidateBy({s.name},"{consolidationFunc}")', consolidate=consolidationFunc,
+                   tags=_tagged(s, consolidateBy=consolidationFunc)) for s in seriesList]
+
+
+def keep_last_value(context: Context, seriesList: list[Series], limit: float = math.inf) -> list[Series]:
+    """Fills each run of nulls with the value before it, if the run is at most `limit` points long
+    (any length by default). A run at the very start has nothing to repeat and stays null."""
+    results = []
+    for s in seriesList:
+        values = s.values.copy()
+        present = ~np.isnan(values)
+        index = np.arange(len(values))
+        last_before = np.maximum.accumulate(np.where(present, index, -1)) if len(values) else index
+        next_after = np.minimum.accumulate(np.where(present, index, len(values))[::-1])[::-1] if len(values) \
+            else index
+        run = next_after - last_before - 1
+        fill = ~present & (last_before >= 0) & (run <= limit)
+        values[fill] = values[last_before[fill]]
+        results.append(_named(s, f"keepLastValue({s.name})", values=values))
+    return results
+
+
+def _non_negative_delta(values: np.ndarray, maxValue: float | None, minValue: float | None) -> np.ndarray:
+    """graphite-web's counter deltas: a value out of [minValue, maxValue] is null (and no previous
+    value for the next); a decrease is a wrap at maxValue, a reset to minValue, or null."""
+    values = values.copy()
+    with np.errstate(invalid="ignore"):
+        if maxValue is not None:
+            values[values > maxValue] = np.nan
+        if minValue is not None:
+            values[values < minValue] = np.nan
+        previous = np.concatenate(([np.nan], values[:-1]))
+        delta = values - previous
+        wrapped = delta < 0
+        if maxValue is not None:
+            delta[wrapped] = maxValue + 1 + values[wrapped] - previous[wrapped] - (minValue or 0)
+        elif minValue is not None:
+            delta[wrapped] = values[wrapped] - minValue
+        else:
+            delta[wrapped] = np.nan
+    return delta
+
+
+def non_negative_derivative(context: Context, seriesList: list[Series], maxValue: float | None = None,
+                            minValue: float | None = None) -> list[Series]:
+    """The increase of a counter from each point to the next; a decrease (a reset) is null, unless
+    maxValue says where the counter wraps (or minValue what it restarts from)."""
+    return [_named(s, f"nonNegativeDerivative({s.name})", values=_non_negative_delta(s.values, maxValue, minValue),
+                   tags=_tagged(s, nonNegativeDerivative=1)) for s in seriesList]
+
+
+def per_second(context: Context, seriesList: list[Series], maxValue: float | None = None,
+               minValue: float | None = None) -> list[Series]:
+    """nonNegativeDerivative divided by the step in seconds: a counter's rate per second."""
+    return [_named(s, f"perSecond({s.name})", values=np.round(_non_negative_delta(s.values, maxValue, minValue)
+                                                               / s.step, 6),
+                   tags=_tagged(s, perSecond=1)) for s in seriesList]
+
+
+def moving_average(context: Context, seriesList: list[Series], windowSize: int | str,
+                   xFilesFactor: float | None = None) -> list[Series]:
+    """Each point becomes the mean of the non-null values of the points before it (not itself, as
+    in graphite-web) within the window: a number of points, or a time ("5min").
+
+    No bootstrap: graphite-web fetches one more window before `from` so the first points average a
+    full window; ramen fetches only [from, until), so the first point is null and the first window
+    of points averages fewer values (its xFilesFactor still counts the full window).
+    """
+    xff = context.xfiles_factor if xFilesFactor is None else xFilesFactor
+    results = []
+    for s in seriesList:
+        if isinstance(windowSize, str):
+            points = abs(parse_interval_s(windowSize)) // s.step
+            name = f'movingAverage({s.name},"{windowSize}")'
+        else:
+            points = windowSize
+            name = f"movingAverage({s.name},{windowSize})"
+        present = ~np.isnan(s.values)
+        sums = np.concatenate(([0.0], np.cumsum(np.where(present, s.values, 0.0))))
+        counts = np.concatenate(([0], np.cumsum(present)))
+        end = np.arange(len(s.values))  # the window is [end - points, end)
+        begin = np.maximum(end - points, 0)
+        count = counts[end] - counts[begin]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            values = (sums[end] - sums[begin]) / count
+            ok = (count > 0) & (count / max(points, 1) >= xff) & (points > 0)
+        results.append(_named(s, name, values=np.where(ok, values, np.nan), tags=_tagged(s, movingAverage=windowSize)))
+    return results
+
+
+def _sorted_by(series_list: list[Series], func: str) -> list[Series]:
+    """Highest first by `func` over each series' values; all-null series last; ties keep their order."""
+    if not series_list:
+        return []
+    keys = [aggregate_rows(func, s.values[np.newaxis, :])[0] for s in series_list]
+    keys = [-math.inf if math.isnan(key) else key for key in keys]
+    order = sorted(range(len(series_list)), key=lambda i: keys[i], reverse=True)
+    return [series_list[i] for i in order]
+
+
+def highest_average(context: Context, seriesList: list[Series], n: int) -> list[Series]:
+    """The `n` series with the highest mean over the range, highest first."""
+    return _sorted_by(seriesList, "average")[:n]
+
+
+def highest(context: Context, seriesList: list[Series], n: int = 1, func: str = "average") -> list[Series]:
+    """The `n` series with the highest value of `func` (average, max, sum, ...) over the range."""
+    return _sorted_by(seriesList, func)[:n]
+
+
+def limit(context: Context, seriesList: list[Series], n: int) -> list[Series]:
+    """The first `n` series only."""
+    return list(seriesList[:n])
+
+
+def sort_by_maxima(context: Context, seriesList: list[Series]) -> list[Series]:
+    """The series by their largest value, highest first."""
+    return _sorted_by(seriesList, "max")
+
+
+def group(context: Context, seriesLists: list[list[Series]]) -> list[Series]:
+    """All the series of all the arguments as one list, to give several to a one-list function."""
+    return [s for sublist in seriesLists for s in sublist]
+
+
+def _percent(values: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(totals == 0, np.nan, values / totals * 100.0)
+
+
+def as_percent(context: Context, seriesList: list[Series], total: object = None,
+               nodes: list[int | str] | None = None) -> list[Series]:
+    """Each series as a percentage of a total: the sum of all the series (no total), a number, one
+    series, or as many series as there are (matched by sorted name). A null or zero total gives null.
+    Named `asPercent(<name>,<total>)`. With nodes (path elements or tag names, as aliasByNode), each
+    series is matched with the total(s) of the same key, or the sum of its own group when total is
+    None; a series or total without a match gives an all-null `asPercent(<name>,MISSING)` or
+    `asPercent(MISSING,<total>)`."""
+    if nodes:
+        return _as_percent_by_nodes(context, seriesList, total, nodes)
+    if not seriesList:
+        return []
+    xff = context.xfiles_factor
+    if isinstance(total, list) and len(total) == len(seriesList) and len(total) > 1:
+        results = []
+        for part, whole in zip(sorted(seriesList, key=lambda s: s.name), sorted(total, key=lambda s: s.name)):
+            pair, start, step = normalize([part, whole], xff)
+            matrix = _matrix(pair, start, step)
+            results.append(_fresh(f"asPercent({part.name},{whole.name})", start, step,
+                                  _percent(matrix[:, 0], matrix[:, 1])))
+        return results
+    if isinstance(total, list) and len(total) != 1:
+        raise TargetError(f"asPercent: total must be a number, one series or {len(seriesList)} series "
+                          f"(as many as the first argument), not {len(total)}")
+    if isinstance(total, list):
+        normalized, start, step = normalize([*seriesList, total[0]], xff)
+        matrix = _matrix(normalized, start, step)
+        totals, total_text = matrix[:, -1], total[0].name
+        matrix = matrix[:, :-1]
+    else:
+        normalized, start, step = normalize(seriesList, xff)
+        matrix = _matrix(normalized, start, step)
+        if total is None:
+            totals = aggregate_rows("sum", matrix)
+            total_text = f"sumSeries({_path_expressions(seriesList)})"
+        elif isinstance(total, (int, float)) and not isinstance(total, bool):
+            totals = np.full(len(matrix), float(total))
+            total_text = str(total)
+        else:
+            raise TargetError(f"asPercent: total must be a number, a series list or None, not {total!r}")
+    return [_fresh(f"asPercent({s.name},{total_text})", start, step, _percent(matrix[:, column], totals))
+            for column, s in enumerate(seriesList)]
+
+
+def _as_percent_by_nodes(context: Context, seriesList: list[Series], total: object,
+                         nodes: list[int | str]) -> list[Series]:
+    if total is not None and not isinstance(total, list):
+        raise TargetError(f"asPercent: with nodes, total must be None or a series list, not {total!r}")
+    xff = context.xfiles_factor
+
+    def key(s: Series) -> str:
+        return ".".join(_node(s, node) for node in nodes)
+
+    def summed(group_list: list[Series]) -> Series:
+        if len(group_list) == 1:
+            return group_list[0]
+        normalized, start, step = normalize(group_list, xff)
+        return _fresh(f"sumSeries({_path_expressions(group_list)})", start, step,
+                      aggregate_rows("sum", _matrix(normalized, start, step)))
+
+    groups: dict[str, list[Series]] = {}
+    for s in seriesList:
+        groups.setdefault(key(s), []).append(s)
+    keys = list(groups)
+    totals_by_key: dict[str, list[Series]] = {}
+    for s in (total if total is not None else []):
+        totals_by_key.setdefault(key(s), []).append(s)
+        if key(s) not in keys:
+            keys.append(key(s))
+    totals = {k: summed(found) for k, found in (groups if total is None else totals_by_key).items()}
+    results = []
+    for k in keys:
+        if k not in groups:
+            whole = totals[k]
+            results.append(_fresh(f"asPercent(MISSING,{whole.name})", whole.start, whole.step,
+                                  np.full(len(whole.values), np.nan)))
+            continue
+        for part in groups[k]:
+            if k not in totals:
+                results.append(_fresh(f"asPercent({part.name},MISSING)", part.start, part.step,
+                                      np.full(len(part.values), np.nan)))
+                continue
+            whole = totals[k]
+            pair, start, step = normalize([part, whole], xff)
+            matrix = _matrix(pair, start, step)
+            results.append(_fresh(f"asPercent({part.name},{whole.name})", start, step,
+                                  _percent(matrix[:, 0], matrix[:, 1])))
+    return results
+
+
+# The table /functions describes and evaluate dispatches through
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter, as graphite-web's Param.toJSON describes it."""
+    name: str
+    type: str
+    """graphite-web's type names: seriesList, seriesLists, float, integer, intOrInf, intOrInterval,
+    interval, string, boolean, aggFunc, node, nodeOrTag, any."""
+    required: bool = False
+    default: object = None
+    multiple: bool = False
+    options: tuple = ()
+    suggestions: tuple = ()
+
+    def to_json(self) -> dict:
+        """Only what is set, as graphite-web writes it (Grafana reads absence as false/none)."""
+        described: dict = {"name": self.name, "type": self.type}
+        if self.required:
+            described["required"] = True
+        if self.default is not None:
+            described["default"] = "inf" if self.default == math.inf else self.default
+        if self.multiple:
+            described["multiple"] = True
+        if self.options:
+            described["options"] = sorted(self.options, key=str)
+        if self.suggestions:
+            described["suggestions"] = list(self.suggestions)
+        return described
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    name: str
+    call: Callable[..., list[Series]]
+    group: str
+    params: tuple[Param, ...]
+    description: str = field(default="")
+
+    def signature(self) -> str:
+        """As graphite-web shows it: `summarize(seriesList, intervalString, func='sum', alignToFrom=False)`."""
+        parts = []
+        for param in self.params:
+            if param.multiple:
+                parts.append(f"*{param.name}")
+            elif param.default is not None:
+                parts.append(f"{param.name}={param.default!r}")
+            elif not param.required and param.type != "seriesList":
+                parts.append(f"{param.name}=None")
+            else:
+                parts.append(param.name)
+        return f"{self.name}({', '.join(parts)})"
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "function": self.signature(), "description": self.description,
+                "module": MODULE_NAME, "group": self.group, "params": [p.to_json() for p in self.params]}
+
+
+_SERIES = Param("seriesList", "seriesList", required=True)
+_SERIES_LISTS = Param("seriesLists", "seriesList", required=True, multiple=True)
+_AGG_OPTIONS = tuple(_aggregation_names())
+_CONSOLIDATION_OPTIONS = ("sum", "average", "avg", "avg_zero", "min", "max", "first", "last")
+
+
+def _spec(name: str, call: Callable[..., list[Series]], group_name: str, *params: Param) -> FunctionSpec:
+    return FunctionSpec(name, call, group_name, params, " ".join((call.__doc__ or "").split()))
+
+
+FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
+    _spec("alias", alias, "Alias", _SERIES, Param("newName", "string", required=True)),
+    _spec("aliasByNode", alias_by_node, "Alias", _SERIES, Param("nodes", "nodeOrTag", required=True, multiple=True)),
+    _spec("aliasByMetric", alias_by_metric, "Alias", _SERIES),
+    _spec("sumSeries", sum_series, "Combine", _SERIES_LISTS),
+    _spec("averageSeries", average_series, "Combine", _SERIES_LISTS),
+    _spec("maxSeries", max_series, "Combine", _SERIES_LISTS),
+    _spec("minSeries", min_series, "Combine", _SERIES_LISTS),
+    _spec("aggregate", aggregate, "Combine", _SERIES, Param("func", "aggFunc", required=True, options=_AGG_OPTIONS),
+          Param("xFilesFactor", "float")),
+    _spec("group", group, "Combine", Param("seriesLists", "seriesList", multiple=True)),
+    _spec("asPercent", as_percent, "Combine", _SERIES, Param("total", "any"),
+          Param("nodes", "nodeOrTag", multiple=True)),
+    _spec("scale", scale, "Transform", _SERIES, Param("factor", "float", required=True)),
+    _spec("offset", offset, "Transform", _SERIES, Param("factor", "float", required=True)),
+    _spec("summarize", summarize, "Transform", _SERIES,
+          Param("intervalString", "interval", required=True, suggestions=tuple(INTERVAL_SUGGESTIONS)),
+          Param("func", "aggFunc", default="sum", options=_AGG_OPTIONS),
+          Param("alignToFrom", "boolean", default=False)),
+    _spec("keepLastValue", keep_last_value, "Transform", _SERIES, Param("limit", "intOrInf", default=math.inf)),
+    _spec("nonNegativeDerivative", non_negative_derivative, "Transform", _SERIES, Param("maxValue", "float"),
+          Param("minValue", "float")),
+    _spec("perSecond", per_second, "Transform", _SERIES, Param("maxValue", "float"), Param("minValue", "float")),
+    _spec("consolidateBy", consolidate_by, "Special", _SERIES,
+          Param("consolidationFunc", "string", required=True, options=_CONSOLIDATION_OPTIONS)),
+    _spec("movingAverage", moving_average, "Calculate", _SERIES,
+          Param("windowSize", "intOrInterval", required=True, suggestions=tuple(WINDOW_SUGGESTIONS)),
+          Param("xFilesFactor", "float")),
+    _spec("highestAverage", highest_average, "Filter Series", _SERIES, Param("n", "integer", required=True)),
+    _spec("highest", highest, "Filter Series", _SERIES, Param("n", "integer", required=True),
+          Param("func", "aggFunc", default="average", options=_AGG_OPTIONS)),
+    _spec("limit", limit, "Filter Series", _SERIES, Param("n", "integer", required=True)),
+    _spec("sortByMaxima", sort_by_maxima, "Sorting", _SERIES),
+)}
+"""Every function a target may call, by the name a target calls it."""
+
+
+def describe_functions(group_name: str | None = None, grouped: bool = False) -> dict:
+    """What `GET /functions` answers (graphite-web's shape), optionally one group or grouped by group."""
+    described: dict = {}
+    for name, spec in FUNCTIONS.items():
+        if group_name is not None and spec.group != group_name:
+            continue
+        if grouped:
+            described.setdefault(spec.group, {})[name] = spec.to_json()
+        else:
+            described[name] = spec.to_json()
+    return described
+
+
+# Evaluation
+
+
+def evaluate(node: Node, fetched: dict[str, list[Series]], context: Context) -> list[Series]:
+    """The series a target yields. `fetched` maps each of its path expressions to the series that
+    matched (a path absent or matching nothing yields no series, as in graphite-web). The fetched
+    series are not modified."""
+    value = _value(node, fetched, context)
+    if not isinstance(value, list):
+        raise TargetError(f"a target must yield series, not the literal {value!r}")
+    return value
+
+
+def _value(node: Node, fetched: dict[str, list[Series]], context: Context) -> object:
+    if isinstance(node, Literal):
+        return node.value
+    if isinstance(node, PathExpr):
+        return [s.copy(path_expression=node.text) for s in fetched.get(node.text, [])]
+    spec = FUNCTIONS.get(node.name)
+    if spec is None:
+        raise TargetError(f"unknown function {node.name!r}")
+    args = [_value(arg, fetched, context) for arg in node.args]
+    kwargs = {name: _value(arg, fetched, context) for name, arg in node.kwargs}
+    return spec.call(context, **_bind(spec, args, kwargs))
+
+
+def _bind(spec: FunctionSpec, args: list, kwargs: dict) -> dict:
+    """Arguments by parameter name, checked and converted by type (graphite-web's validateParams)."""
+    params = spec.params
+    bound: dict = {}
+    for index, value in enumerate(args):
+        if index < len(params) and not params[index].multiple:
+            param = params[index]
+            bound[param.name] = _checked(spec, param, value)
+        elif params and params[-1].multiple:
+            param = params[-1]
+            bound.setdefault(param.name, []).append(_checked(spec, param, value))
+        else:
+            raise TargetError(f"{spec.name}: too many arguments ({len(args)}; it takes {len(params)})")
+    for name, value in kwargs.items():
+        param = next((p for p in params if p.name == name), None)
+        if param is None:
+            raise TargetError(f"{spec.name}: no parameter {name!r} (it takes {', '.join(p.name for p in params)})")
+        if name in bound:
+            raise TargetError(f"{spec.name}: parameter {name!r} given twice")
+        checked = _checked(spec, param, value)
+        bound[name] = [checked] if param.multiple else checked
+    for param in params:
+        if param.required and param.name not in bound:
+            raise TargetError(f"{spec.name}: missing required parameter {param.name!r}")
+        if param.multiple:
+            bound.setdefault(param.name, [])
+    return bound
+
+
+def _checked(spec: FunctionSpec, param: Param, value: object) -> object:
+    """`value` as `param` needs it; TargetError naming the function, parameter and value otherwise."""
+    kind = param.type
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    def bad(expected: str) -> TargetError:
+        shown = "a series list" if isinstance(value, list) else repr(value)
+        return TargetError(f"{spec.name}: parameter {param.name!r} must be {expected}, not {shown}")
+
+    if value is None and not param.required:
+        return param.default
+    if kind == "seriesList":
+        if not isinstance(value, list):
+            raise bad("a series list (a path or a function of series)")
+        return value
+    if kind == "any":
+        return value
+    if isinstance(value, list):
+        raise bad({"float": "a number", "integer": "an integer", "node": "an integer"}.get(kind, f"a {kind}"))
+    if kind == "float":
+        if not is_number:
+            raise bad("a number")
+        return float(value)
+    if kind in ("integer", "node"):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise bad("an integer")
+        return value
+    if kind == "intOrInf":
+        if (isinstance(value, int) and not isinstance(value, bool)) or value == math.inf:
+            return value
+        raise bad("an integer or inf")
+    if kind == "nodeOrTag":
+        if (isinstance(value, int) and not isinstance(value, bool)) or isinstance(value, str):
+            return value
+        raise bad("a node number or a tag name")
+    if kind == "boolean":
+        if isinstance(value, bool):
+            return value
+        if value in (0, 1):
+            return bool(value)
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise bad("true or false")
+    if kind == "interval":
+        if not isinstance(value, str):
+            raise bad('an interval string such as "1h"')
+        parse_interval_s(value)
+        return value
+    if kind == "intOrInterval":
+        if isinstance(value, str):
+            parse_interval_s(value)
+            return value
+        if is_number and float(value).is_integer() and value > 0:
+            return int(value)
+        raise bad('a number of points (> 0) or an interval string such as "5min"')
+    if kind in ("string", "aggFunc"):
+        if not isinstance(value, str):
+            raise bad("a string")
+        if param.options and value not in param.options:
+            raise bad(f"one of {', '.join(param.options)}")
+        return value
+    return value

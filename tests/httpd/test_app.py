@@ -1,0 +1,94 @@
+"""The HTTP edges of httpd, through aiohttp's test server and a real confserver: credentials,
+Graphite's /version and /tags, bad requests as one-line 400s."""
+
+import asyncio
+import base64
+import functools
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+import confserver
+from ramen.httpd.app import GRAPHITE_VERSION, Httpd, Limits, make_app
+from ramen.httpd.auth import AuthError, Credentials, check_listen
+
+
+@pytest.fixture
+def client(builtin_server):
+    with confserver.connect(builtin_server.url, identity="user", auth_file=builtin_server.auth_file) as conf:
+        yield conf
+
+
+def sync(test):
+    """Run an async test on a loop of its own (no pytest plugin needed)."""
+    @functools.wraps(test)
+    def run(*args, **kwargs):
+        return asyncio.run(test(*args, **kwargs))
+    return run
+
+
+async def serve(conf, **options) -> TestClient:
+    http = TestClient(TestServer(make_app(Httpd(conf, "httpd-test", **options))))
+    await http.start_server()
+    return http
+
+
+@sync
+async def test_graphite_version_and_empty_tags(client):
+    http = await serve(client)
+    try:
+        assert await (await http.get("/version")).text() == GRAPHITE_VERSION
+        assert await (await http.get("/tags/autoComplete/tags")).json() == []
+        assert await (await http.get("/progress?requestId=nope")).json() == {"state": "unknown"}
+    finally:
+        await http.close()
+
+
+@sync
+async def test_bad_requests_are_one_line_400s(client):
+    http = await serve(client, limits=Limits(max_targets=2, max_range_s=2 * 86400))
+    try:
+        for query, reason in (("", "at least one target"),
+                              ("target=a&target=b&target=c", "3 targets, more than 2"),
+                              ("target=a.b&from=-3d", "longer than 2 days"),
+                              ("target=a.b&from=now&until=-1h", "is not before until"),
+                              ("target=a.b&from=yesterdayish", "from:"),
+                              ("target=a.b&maxDataPoints=lots", "maxDataPoints")):
+            answer = await http.get(f"/render?{query}")
+            text = await answer.text()
+            assert answer.status == 400, (query, text)
+            assert reason in text and text.count("\n") == 1, (query, text)
+        answer = await http.get("/metrics/find")
+        assert answer.status == 400 and "query" in await answer.text()
+    finally:
+        await http.close()
+
+
+@sync
+async def test_credentials_are_required_when_configured(client, tmp_path):
+    auth = tmp_path / "auth"
+    auth.write_text("# dashboards\nbearer s3cret\nbasic grafana pa:ss\n")
+    http = await serve(client, credentials=Credentials.load(auth))
+    try:
+        assert (await http.get("/version")).status == 401
+        assert (await http.get("/version", headers={"Authorization": "Bearer wrong"})).status == 401
+        assert (await http.get("/version", headers={"Authorization": "Bearer s3cret"})).status == 200
+        basic = base64.b64encode(b"grafana:pa:ss").decode()
+        assert (await http.get("/version", headers={"Authorization": f"Basic {basic}"})).status == 200
+        wrong = base64.b64encode(b"grafana:pa").decode()
+        assert (await http.get("/version", headers={"Authorization": f"Basic {wrong}"})).status == 401
+    finally:
+        await http.close()
+
+
+def test_beyond_loopback_needs_credentials(tmp_path):
+    check_listen("127.0.0.1", None)
+    check_listen("localhost", None)
+    with pytest.raises(AuthError, match="no credentials"):
+        check_listen("0.0.0.0", None)
+    auth = tmp_path / "auth"
+    auth.write_text("bearer t\n")
+    check_listen("0.0.0.0", Credentials.load(auth))
+    auth.write_text("token t\n")
+    with pytest.raises(AuthError, match=":1: expected"):
+        Credentials.load(auth)

@@ -1,0 +1,434 @@
+"""Target functions against hand-computed values, and against graphite-web's own functions where
+Debian's graphite-web can be imported."""
+
+import math
+import os
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+from ramen.httpd.functions import FUNCTIONS, Context, describe_functions, evaluate, parse_interval_s
+from ramen.httpd.series import Series
+from ramen.httpd.target import Literal, TargetError, parse
+
+NAN = math.nan
+CONTEXT = Context(from_s=0, until_s=60, now_s=60)
+REQUIRED = ("alias", "aliasByNode", "aliasByMetric", "sumSeries", "averageSeries", "maxSeries", "minSeries", "scale",
+            "offset", "summarize", "consolidateBy", "keepLastValue", "nonNegativeDerivative", "perSecond",
+            "movingAverage", "highestAverage", "limit", "sortByMaxima", "asPercent", "group")
+
+
+def series(name, values, start=0, step=10, **kw):
+    return Series(name=name, start=start, step=step, values=np.array(values, dtype=np.float64), **kw)
+
+
+def fetched():
+    """prog.func.<host>.bytes for two hosts, a coarser prog.slow.x and a counter."""
+    return {
+        "prog.func.*.bytes": [series("prog.func.h1.bytes", [1, 2, NAN, 4, NAN, 6]),
+                              series("prog.func.h2.bytes", [10, NAN, NAN, 40, 50, 60])],
+        "prog.func.h1.bytes": [series("prog.func.h1.bytes", [1, 2, NAN, 4, NAN, 6])],
+        "prog.slow.x": [series("prog.slow.x", [100, 200], step=30)],
+        "x.*.used": [series("x.a.used", [1, 2]), series("x.b.used", [3, NAN])],
+        "x.{a,c}.total": [series("x.a.total", [4, 0]), series("x.c.total", [8, 8])],
+        "prog.counter.n": [series("prog.counter.n", [1, 3, 2, NAN, 10, 15])],
+        "prog.wrap.n": [series("prog.wrap.n", [1, 9, 2, 0, 11, 13])],
+        "nothing.*": [],
+    }
+
+
+def run(target, data=None, context=CONTEXT):
+    return evaluate(parse(target), fetched() if data is None else data, context)
+
+
+def values(result):
+    return [s.values.tolist() for s in result]
+
+
+def same(actual, expected):
+    """Lists of floats equal, NaN equal to NaN."""
+    assert len(actual) == len(expected), (actual, expected)
+    for a, e in zip(actual, expected):
+        assert (math.isnan(a) and math.isnan(e)) or a == pytest.approx(e), (actual, expected)
+
+
+# Combining
+
+
+def test_sum_series_is_named_after_the_path_expression_and_skips_nulls():
+    [result] = run("sumSeries(prog.func.*.bytes)")
+    assert result.name == "sumSeries(prog.func.*.bytes)"
+    assert (result.start, result.step) == (0, 10)
+    same(result.values.tolist(), [11, 2, NAN, 44, 50, 66])
+    assert result.tags == {"name": "sumSeries(prog.func.*.bytes)", "aggregatedBy": "sum"}
+
+
+def test_all_null_point_stays_null_in_every_aggregate():
+    for func in ("sumSeries", "averageSeries", "maxSeries", "minSeries"):
+        [result] = run(f"{func}(prog.func.*.bytes)")
+        assert math.isnan(result.values[2]), func
+
+
+def test_average_max_min_series():
+    same(run("averageSeries(prog.func.*.bytes)")[0].values.tolist(), [5.5, 2, NAN, 22, 50, 33])
+    same(run("maxSeries(prog.func.*.bytes)")[0].values.tolist(), [10, 2, NAN, 40, 50, 60])
+    same(run("minSeries(prog.func.*.bytes)")[0].values.tolist(), [1, 2, NAN, 4, 50, 6])
+    assert run("maxSeries(prog.func.*.bytes)")[0].name == "maxSeries(prog.func.*.bytes)"
+
+
+def test_series_of_different_steps_are_summed_at_their_lowest_common_multiple_step():
+    [result] = run("sumSeries(prog.func.h1.bytes, prog.slow.x)")
+    assert result.name == "sumSeries(prog.func.h1.bytes,prog.slow.x)"
+    assert result.step == 30
+    # h1 consolidated by average over 30 s: (1+2)/2, (4+6)/2; plus 100, 200
+    same(result.values.tolist(), [101.5, 205])
+
+
+def test_lcm_of_steps_that_do_not_divide_each_other():
+    data = {"a": [series("a", [1] * 6, step=10)], "b": [series("b", [2] * 4, step=15)]}
+    [result] = run("sumSeries(a, b)", data)
+    assert result.step == 30
+    same(result.values.tolist(), [3, 3])
+
+
+def test_consolidate_by_sets_how_a_finer_series_meets_a_coarser_one():
+    [result] = run('sumSeries(consolidateBy(prog.func.h1.bytes, "max"), prog.slow.x)')
+    same(result.values.tolist(), [102, 206])
+    assert result.name == 'sumSeries(consolidateBy(prog.func.h1.bytes,"max"),prog.slow.x)'
+
+
+def test_aggregating_nothing_gives_no_series():
+    assert run("sumSeries(nothing.*)") == []
+
+
+def test_group_concatenates_and_as_percent_of_sum():
+    assert [s.name for s in run("group(prog.func.h1.bytes, prog.slow.x)")] == ["prog.func.h1.bytes", "prog.slow.x"]
+    result = run("asPercent(prog.func.*.bytes)")
+    assert [s.name for s in result] == ["asPercent(prog.func.h1.bytes,sumSeries(prog.func.*.bytes))",
+                                       "asPercent(prog.func.h2.bytes,sumSeries(prog.func.*.bytes))"]
+    same(result[0].values.tolist(), [100 / 11, 100, NAN, 400 / 44, NAN, 600 / 66])
+    same(result[1].values.tolist(), [1000 / 11, NAN, NAN, 4000 / 44, 100, 6000 / 66])
+
+
+def test_as_percent_of_a_number_and_of_one_series_and_zero_total_is_null():
+    [result] = run("asPercent(prog.func.h1.bytes, 8)")
+    assert result.name == "asPercent(prog.func.h1.bytes,8)"
+    same(result.values.tolist(), [12.5, 25, NAN, 50, NAN, 75])
+    data = {"a": [series("a", [1, 2, 3])], "t": [series("t", [4, 0, NAN])]}
+    [result] = run("asPercent(a, t)", data)
+    assert result.name == "asPercent(a,t)"
+    same(result.values.tolist(), [25, NAN, NAN])
+
+
+def test_as_percent_pairs_series_with_as_many_totals_by_sorted_name():
+    data = {"x.*.used": [series("x.b.used", [1]), series("x.a.used", [3])],
+            "x.*.total": [series("x.a.total", [4]), series("x.b.total", [2])]}
+    result = run("asPercent(x.*.used, x.*.total)", data)
+    assert [(s.name, s.values.tolist()) for s in result] == [("asPercent(x.a.used,x.a.total)", [75.0]),
+                                                           ("asPercent(x.b.used,x.b.total)", [50.0])]
+
+
+def test_as_percent_refuses_a_total_of_another_count():
+    data = {"a.*": [series("a.1", [1]), series("a.2", [1]), series("a.3", [1])],
+            "t.*": [series("t.1", [1]), series("t.2", [1])]}
+    with pytest.raises(TargetError, match="asPercent: total must be a number, one series or 3 series"):
+        run("asPercent(a.*, t.*)", data)
+
+
+# Transforming
+
+
+def test_scale_and_offset_keep_nulls_and_name_with_g_format():
+    [scaled] = run("scale(prog.func.h1.bytes, 2)")
+    assert scaled.name == "scale(prog.func.h1.bytes,2)"
+    same(scaled.values.tolist(), [2, 4, NAN, 8, NAN, 12])
+    [shifted] = run("offset(prog.func.h1.bytes, -0.5)")
+    assert shifted.name == "offset(prog.func.h1.bytes,-0.5)"
+    same(shifted.values.tolist(), [0.5, 1.5, NAN, 3.5, NAN, 5.5])
+    assert scaled.path_expression == scaled.name  # so sumSeries(scale(...)) names the scaled series
+
+
+def test_sum_of_scaled_series_names_each_scaled_series():
+    [result] = run("sumSeries(scale(prog.func.*.bytes, 2))")
+    assert result.name == "sumSeries(scale(prog.func.h1.bytes,2),scale(prog.func.h2.bytes,2))"
+
+
+def test_summarize_buckets_aligned_to_the_interval():
+    data = {"a": [series("a", [1, 2, NAN, 4, 5, NAN, 7], start=20, step=10)]}  # 20..90
+    [result] = run('summarize(a, "30s")', data)
+    assert result.name == 'summarize(a, "30s", "sum")'
+    assert (result.start, result.step) == (0, 30)
+    # buckets [0,30): 1 ; [30,60): 2+4 ; [60,90): 5+7 ; [90,120): empty, as the series ends at 90
+    same(result.values.tolist(), [1, 6, 12, NAN])
+    [avg] = run('summarize(a, "30s", "avg")', data)
+    same(avg.values.tolist(), [1, 3, 6, NAN])
+    [last] = run('summarize(a, "30s", "last")', data)
+    same(last.values.tolist(), [1, 4, 7, NAN])
+
+
+def test_summarize_adds_an_empty_bucket_when_the_series_ends_on_a_boundary_as_graphite_does():
+    data = {"a": [series("a", [1, 2, 3], start=0, step=10)]}  # ends at 30
+    [result] = run('summarize(a, "30s", "max")', data)
+    same(result.values.tolist(), [3, NAN])
+
+
+def test_summarize_align_to_from_starts_buckets_at_the_series_start():
+    data = {"a": [series("a", [1, 2, NAN, 4, 5, NAN, 7], start=20, step=10)]}
+    [result] = run('summarize(a, "30s", "sum", true)', data)
+    assert result.name == 'summarize(a, "30s", "sum", true)'
+    assert (result.start, result.step) == (20, 30)
+    same(result.values.tolist(), [3, 9, 7])
+
+
+def test_summarize_of_an_all_null_bucket_is_null_not_zero():
+    data = {"a": [series("a", [NAN, NAN, NAN, 1, 2, 3], step=10)]}
+    [result] = run('summarize(a, "30s")', data)
+    same(result.values.tolist(), [NAN, 6, NAN])
+
+
+def test_keep_last_value_fills_runs_up_to_the_limit_and_not_before_the_first_value():
+    data = {"a": [series("a", [NAN, 1, NAN, NAN, 4, NAN, NAN, NAN, 8, NAN])]}
+    same(run("keepLastValue(a)", data)[0].values.tolist(), [NAN, 1, 1, 1, 4, 4, 4, 4, 8, 8])
+    [limited] = run("keepLastValue(a, 2)", data)
+    assert limited.name == "keepLastValue(a)"
+    same(limited.values.tolist(), [NAN, 1, 1, 1, 4, NAN, NAN, NAN, 8, 8])
+
+
+def test_non_negative_derivative_nulls_resets_and_gaps():
+    [result] = run("nonNegativeDerivative(prog.counter.n)")
+    assert result.name == "nonNegativeDerivative(prog.counter.n)"
+    # 1,3,2,null,10,15: +2, reset, null, no previous, +5
+    same(result.values.tolist(), [NAN, 2, NAN, NAN, NAN, 5])
+
+
+def test_non_negative_derivative_with_max_value_counts_the_wrap():
+    data = {"a": [series("a", [250, 254, 3, 300])]}
+    # 254 -> 3 wrapped at 255: 255 + 1 + 3 - 254; 300 is above maxValue: null
+    same(run("nonNegativeDerivative(a, 255)", data)[0].values.tolist(), [NAN, 4, 5, NAN])
+
+
+def test_per_second_divides_by_the_step():
+    [result] = run("perSecond(prog.counter.n)")
+    assert result.name == "perSecond(prog.counter.n)"
+    same(result.values.tolist(), [NAN, 0.2, NAN, NAN, NAN, 0.5])
+
+
+def test_moving_average_of_points_excludes_the_point_itself_and_starts_null():
+    data = {"a": [series("a", [2, 4, NAN, 8, 10, 12])]}
+    [result] = run("movingAverage(a, 2)", data)
+    assert result.name == "movingAverage(a,2)"
+    # windows [i-2, i): -, [2], [2,4], [4,null], [null,8], [8,10]
+    same(result.values.tolist(), [NAN, 2, 3, 4, 8, 9])
+
+
+def test_moving_average_of_a_time_window_and_its_xfiles_factor():
+    data = {"a": [series("a", [2, 4, NAN, 8, 10, 12])]}
+    [result] = run('movingAverage(a, "20s")', data)
+    assert result.name == 'movingAverage(a,"20s")'
+    same(result.values.tolist(), [NAN, 2, 3, 4, 8, 9])
+    # xFilesFactor 1: every point of the window must be non-null
+    same(run("movingAverage(a, 2, 1)", data)[0].values.tolist(), [NAN, NAN, 3, NAN, NAN, 9])
+
+
+def test_highest_average_limit_and_sort_by_maxima():
+    data = {"s.*": [series("s.a", [1, 1]), series("s.b", [NAN, NAN]), series("s.c", [5, 0]), series("s.d", [3, 3])]}
+    assert [s.name for s in run("highestAverage(s.*, 2)", data)] == ["s.d", "s.c"]
+    assert [s.name for s in run("sortByMaxima(s.*)", data)] == ["s.c", "s.d", "s.a", "s.b"]
+    assert [s.name for s in run("limit(s.*, 3)", data)] == ["s.a", "s.b", "s.c"]
+
+
+# Naming
+
+
+def test_alias_and_alias_by_node_and_metric():
+    assert [s.name for s in run("alias(prog.func.*.bytes, 'traffic')")] == ["traffic", "traffic"]
+    assert [s.name for s in run("aliasByNode(prog.func.*.bytes, 2)")] == ["h1", "h2"]
+    assert [s.name for s in run("aliasByNode(prog.func.*.bytes, 1, -2)")] == ["func.h1", "func.h2"]
+    assert [s.name for s in run("aliasByNode(scale(prog.func.*.bytes, 2), 2)")] == ["h1", "h2"]
+    assert [s.name for s in run("aliasByMetric(prog.func.*.bytes)")] == ["bytes", "bytes"]
+    assert [s.name for s in run("aliasByMetric(scale(prog.func.h1.bytes, 2))")] == ["bytes"]
+
+
+def test_alias_by_node_reads_a_tag_by_name():
+    data = {"a": [series("a.b", [1], tags={"name": "a.b", "host": "h9"})]}
+    assert [s.name for s in run("aliasByNode(a, 'host', 0)", data)] == ["h9.a"]
+
+
+def test_alias_keeps_the_path_expression_for_aggregates_naming():
+    [result] = run("sumSeries(alias(prog.func.*.bytes, 'x'))")
+    assert result.name == "sumSeries(prog.func.*.bytes)"
+
+
+def test_evaluate_leaves_the_fetched_series_untouched():
+    data = fetched()
+    before = {path: [(s.name, s.values.tolist(), s.path_expression) for s in found] for path, found in data.items()}
+    for target in ("scale(prog.func.*.bytes, 2)", "keepLastValue(prog.func.*.bytes)", "alias(prog.slow.x, 'y')",
+                   "consolidateBy(prog.slow.x, 'sum')", "sortByMaxima(prog.func.*.bytes)"):
+        evaluate(parse(target), data, CONTEXT)
+    after = {path: [(s.name, s.values.tolist(), s.path_expression) for s in found] for path, found in data.items()}
+    assert repr(after) == repr(before)
+
+
+# Errors
+
+
+@pytest.mark.parametrize("target, message", [
+    ("scale(prog.slow.x, 'two')", "scale: parameter 'factor' must be a number, not 'two'"),
+    ("scale(prog.slow.x)", "scale: missing required parameter 'factor'"),
+    ("scale(2, 3)", "scale: parameter 'seriesList' must be a series list"),
+    ("limit(prog.slow.x, 1.5)", "limit: parameter 'n' must be an integer, not 1.5"),
+    ("consolidateBy(prog.slow.x, 'mean')", "consolidateBy: parameter 'consolidationFunc' must be one of sum, average"),
+    ('summarize(prog.slow.x, "1x")', "bad interval '1x': no unit 'x'"),
+    ('summarize(prog.slow.x, "hour")', "bad interval 'hour': expected a number and a unit"),
+    ('summarize(prog.slow.x, "0h")', "summarize: interval '0h' must be longer than 0 s"),
+    ('summarize(prog.slow.x, "1h", "mean")', "summarize: parameter 'func' must be one of average"),
+    ("movingAverage(prog.slow.x, 0)", "movingAverage: parameter 'windowSize' must be a number of points (> 0)"),
+    ("alias(prog.slow.x, 'a', 'b')", "alias: too many arguments (3; it takes 2)"),
+    ("alias(prog.slow.x, nosuch='a')", "alias: no parameter 'nosuch'"),
+    ("keepLastValue(prog.slow.x, 'x')", "keepLastValue: parameter 'limit' must be an integer or inf"),
+])
+def test_bad_arguments_raise_one_line_target_errors(target, message):
+    with pytest.raises(TargetError) as raised:
+        run(target)
+    assert message in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_a_literal_target_is_refused():
+    with pytest.raises(TargetError, match="a target must yield series, not the literal 5"):
+        evaluate(Literal(5), {}, CONTEXT)
+    assert run("5") == []  # at the top, as in graphite-web, 5 is a metric path (matching nothing here)
+
+
+def test_interval_units_follow_graphite_prefixes():
+    assert [parse_interval_s(t) for t in ("30s", "5min", "5m", "1h", "2hours", "1d", "1w", "1mon", "1y", "1h30min",
+                                          "-1h")] == [30, 300, 300, 3600, 7200, 86400, 604800, 30 * 86400, 365 * 86400,
+                                                      5400, -3600]
+
+
+# /functions
+
+
+def test_functions_table_describes_every_required_function_in_graphite_webs_shape():
+    described = describe_functions()
+    for name in REQUIRED:
+        info = described[name]
+        assert set(info) == {"name", "function", "description", "module", "group", "params"}, name
+        assert info["name"] == name and info["function"].startswith(name + "(") and info["description"]
+        for param in info["params"]:
+            assert set(param) <= {"name", "type", "required", "default", "multiple", "options", "suggestions"}
+    assert described["summarize"]["function"] == "summarize(seriesList, intervalString, func='sum', alignToFrom=False)"
+    assert described["sumSeries"]["function"] == "sumSeries(*seriesLists)"
+    assert described["sumSeries"]["params"] == [{"name": "seriesLists", "type": "seriesList", "required": True,
+                                                 "multiple": True}]
+    assert described["consolidateBy"]["params"][1]["options"] == ["average", "avg", "avg_zero", "first", "last",
+                                                                  "max", "min", "sum"]
+    assert described["keepLastValue"]["params"][1] == {"name": "limit", "type": "intOrInf", "default": "inf"}
+    assert set(describe_functions(grouped=True)) >= {"Alias", "Combine", "Transform", "Calculate", "Filter Series",
+                                                     "Sorting", "Special"}
+    assert set(describe_functions(group_name="Alias")) == {"alias", "aliasByNode", "aliasByMetric"}
+
+
+def test_function_params_match_graphite_webs_where_it_is_importable(graphite):
+    from graphite.render import functions as graphite_functions
+    for name, spec in FUNCTIONS.items():
+        theirs = [p.toJSON() for p in getattr(graphite_functions, name).params]
+        ours = [p.to_json() for p in spec.params]
+        for param in ours + theirs:
+            param.pop("suggestions", None)
+            if param.get("default") == math.inf:
+                param["default"] = "inf"
+        assert ours == theirs, name
+
+
+# Cross-check with graphite-web's own functions
+
+
+@pytest.fixture(scope="module")
+def graphite():
+    """graphite-web's render functions, from Debian's graphite-web package, when importable."""
+    sys.path.insert(0, "/usr/lib/python3/dist-packages")
+    had_settings = "DJANGO_SETTINGS_MODULE" in os.environ  # so subprocesses of later tests do not inherit it
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "graphite.settings")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import django
+            django.setup()
+            from graphite.render import functions
+            from graphite.render.datalib import TimeSeries
+    except Exception as error:  # noqa: BLE001 - any failure to import means: not here
+        pytest.skip(f"graphite-web is not importable here: {error}")
+    finally:
+        sys.path.remove("/usr/lib/python3/dist-packages")
+        if not had_settings:
+            os.environ.pop("DJANGO_SETTINGS_MODULE")
+    return functions, TimeSeries
+
+
+def to_graphite(TimeSeries, s: Series):
+    converted = TimeSeries(s.name, s.start, s.end, s.step, [None if math.isnan(v) else v for v in s.values.tolist()],
+                           tags=dict(s.tags), xFilesFactor=0)
+    converted.pathExpression = s.path_expression
+    converted.consolidationFunc = s.consolidate
+    return converted
+
+
+CROSS_CHECKS = [
+    # (target, graphite-web call given the converted series lists by path)
+    ("sumSeries(prog.func.*.bytes)", lambda f, d: f.sumSeries({}, d["prog.func.*.bytes"])),
+    ("averageSeries(prog.func.*.bytes, prog.slow.x)",
+     lambda f, d: f.averageSeries({}, d["prog.func.*.bytes"], d["prog.slow.x"])),
+    ("maxSeries(prog.func.*.bytes)", lambda f, d: f.maxSeries({}, d["prog.func.*.bytes"])),
+    ("minSeries(prog.func.h1.bytes, prog.slow.x)",
+     lambda f, d: f.minSeries({}, d["prog.func.h1.bytes"], d["prog.slow.x"])),
+    ("scale(prog.func.*.bytes, 2.5)", lambda f, d: f.scale({}, d["prog.func.*.bytes"], 2.5)),
+    ("offset(prog.func.*.bytes, -3)", lambda f, d: f.offset({}, d["prog.func.*.bytes"], -3.0)),
+    ("alias(prog.slow.x, 'x')", lambda f, d: f.alias({}, d["prog.slow.x"], "x")),
+    ("aliasByNode(prog.func.*.bytes, 1, 2)", lambda f, d: f.aliasByNode({}, d["prog.func.*.bytes"], 1, 2)),
+    ("aliasByMetric(prog.func.*.bytes)", lambda f, d: f.aliasByMetric({}, d["prog.func.*.bytes"])),
+    ('summarize(prog.func.*.bytes, "30s")', lambda f, d: f.summarize({}, d["prog.func.*.bytes"], "30s")),
+    ('summarize(prog.func.*.bytes, "20s", "avg", true)',
+     lambda f, d: f.summarize({}, d["prog.func.*.bytes"], "20s", "avg", True)),
+    ('summarize(prog.counter.n, "1min", "max")', lambda f, d: f.summarize({}, d["prog.counter.n"], "1min", "max")),
+    ("consolidateBy(prog.slow.x, 'sum')", lambda f, d: f.consolidateBy({}, d["prog.slow.x"], "sum")),
+    ("keepLastValue(prog.func.*.bytes)", lambda f, d: f.keepLastValue({}, d["prog.func.*.bytes"])),
+    ("keepLastValue(prog.func.*.bytes, 1)", lambda f, d: f.keepLastValue({}, d["prog.func.*.bytes"], 1)),
+    ("nonNegativeDerivative(prog.counter.n)", lambda f, d: f.nonNegativeDerivative({}, d["prog.counter.n"])),
+    # graphite-web compares a null with maxValue and fails (TypeError): checked on a series without nulls
+    ("nonNegativeDerivative(prog.wrap.n, 12)", lambda f, d: f.nonNegativeDerivative({}, d["prog.wrap.n"], 12.0)),
+    ("nonNegativeDerivative(prog.wrap.n, minValue=1)",
+     lambda f, d: f.nonNegativeDerivative({}, d["prog.wrap.n"], None, 1.0)),
+    ("perSecond(prog.wrap.n, 10, 1)", lambda f, d: f.perSecond({}, d["prog.wrap.n"], 10.0, 1.0)),
+    ("perSecond(prog.counter.n)", lambda f, d: f.perSecond({}, d["prog.counter.n"])),
+    ("highestAverage(prog.func.*.bytes, 1)", lambda f, d: f.highestAverage({}, d["prog.func.*.bytes"], 1)),
+    ("limit(prog.func.*.bytes, 1)", lambda f, d: f.limit({}, d["prog.func.*.bytes"], 1)),
+    ("sortByMaxima(prog.func.*.bytes)", lambda f, d: f.sortByMaxima({}, d["prog.func.*.bytes"])),
+    ("asPercent(prog.func.*.bytes)", lambda f, d: f.asPercent({}, d["prog.func.*.bytes"])),
+    ("asPercent(prog.func.*.bytes, 50)", lambda f, d: f.asPercent({}, d["prog.func.*.bytes"], 50)),
+    ("asPercent(prog.func.*.bytes, prog.func.h1.bytes)",
+     lambda f, d: f.asPercent({}, d["prog.func.*.bytes"], d["prog.func.h1.bytes"])),
+    ("asPercent(prog.func.*.bytes, None, 2)", lambda f, d: f.asPercent({}, d["prog.func.*.bytes"], None, 2)),
+    ("asPercent(x.*.used, x.{a,c}.total, 1)", lambda f, d: f.asPercent({}, d["x.*.used"], d["x.{a,c}.total"], 1)),
+    ("asPercent(x.*.used, None, 2)", lambda f, d: f.asPercent({}, d["x.*.used"], None, 2)),
+    ("group(prog.func.*.bytes, prog.slow.x)", lambda f, d: f.group({}, d["prog.func.*.bytes"], d["prog.slow.x"])),
+]
+
+
+@pytest.mark.parametrize("target, theirs", CROSS_CHECKS, ids=[target for target, _ in CROSS_CHECKS])
+def test_same_names_times_and_values_as_graphite_web(graphite, target, theirs):
+    functions, TimeSeries = graphite
+    ours = run(target)
+    converted = {path: [to_graphite(TimeSeries, s) for s in found] for path, found in fetched().items()}
+    for path, found in converted.items():  # as graphite-web's fetchData marks them
+        for s in found:
+            s.pathExpression = path
+    expected = theirs(functions, converted)
+    assert [s.name for s in ours] == [s.name for s in expected]
+    for mine, their in zip(ours, expected):
+        their_values = [NAN if v is None else v for v in their]
+        assert (mine.start, mine.step) == (their.start, their.step * their.valuesPerPoint), mine.name
+        same(mine.values.tolist(), their_values)
+        assert {k: v for k, v in mine.tags.items()} == dict(their.tags), mine.name
