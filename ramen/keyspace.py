@@ -18,6 +18,7 @@
     sequences/replay_channel                          hands out replay channels (never 0: 0 is live)
     spark/server                                      the deployment's Spark Connect endpoint (ramen start)
     spark/wanted                                      a program needs Spark: start the local one (ramen run)
+    dashboards/<name>                                 a dashboard of ramen's page (ramen.httpd.dashboards.Dashboard)
 
 The values of a replay's keys (replays/<channel>, …/replays/<channel>, replayers/<id> and its stats)
 are defined in ramen/replay/contract.py.
@@ -37,6 +38,7 @@ SPARK_SERVER = "spark/server"
 """{"remote": "sc://host:port", "local": bool, "staging": dir or null}: where heavy workers send
 their jobs; `staging` is a directory that server reads too (a local one), for Parquet hand-over."""
 SPARK_WANTED = "spark/wanted"
+DASHBOARDS = "dashboards"
 SITE_ENV = "RAMEN_SITE"
 DEFAULT_SITE = "local"
 

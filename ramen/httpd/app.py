@@ -392,6 +392,9 @@ def make_app(httpd: Httpd) -> web.Application:
     metrics.add_routes(app, client=httpd.client, site=httpd.site, stats=httpd.stats)
     for path in ("/tags", "/tags/{rest:.*}"):
         app.router.add_route("*", path, empty_list)
+    from ramen.httpd import assets, dashboards  # the page's routes (page branch): here to keep the merge local
+    assets.add_routes(app)
+    dashboards.add_routes(app, httpd.client)
     app.on_cleanup.append(_close)
     return app
 
