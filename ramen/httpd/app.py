@@ -10,6 +10,7 @@ wait).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 from collections import OrderedDict
@@ -55,6 +56,10 @@ FACTOR_REFRESH_S = 300
 
 class BadRequest(ValueError):
     """A request httpd cannot answer as asked: 400 with this one line."""
+
+
+USER_ERRORS = (BadRequest, PathError, TimeError, TargetError, FetchError)
+"""What a request is answered in one line (400, or 502 for a failed replay); anything else is a bug."""
 
 
 @dataclass(frozen=True)
@@ -246,12 +251,12 @@ async def guard(request: web.Request, handler):
         if isinstance(response, web.Response) and isinstance(response.body, bytes):
             httpd.stats.add("bytes_served", len(response.body))
         return response
-    except (BadRequest, PathError, TimeError, TargetError) as e:
+    except FetchError as e:
+        return web.Response(status=502, text=f"{e}\n")
+    except USER_ERRORS as e:
         return web.Response(status=400, text=f"{e}\n")
     except web.HTTPException:
         raise
-    except FetchError as e:
-        return web.Response(status=502, text=f"{e}\n")
     except Exception:
         log.exception("%s %s failed", request.method, request.path_qs)
         return web.Response(status=500, text="internal error: see httpd's log\n")
@@ -313,22 +318,23 @@ async def functions(request: web.Request) -> web.Response:
     return web.json_response(describe_functions())
 
 
-async def render_handler(request: web.Request) -> web.Response:
+RENDER_FORMATS = ("json", "csv", "pickle", "msgpack")
+MAX_BATCH_RENDERS = 100
+
+
+async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until_s: int, now_s: int, *,
+                           request_id: str | None = None, no_cache: bool = False) -> list[Series]:
+    """The series of Graphite targets over [since_s, until_s): every target parsed first, then
+    each function they need fetched at once (one pool job each), then the functions applied."""
     from ramen.httpd import functions as graphite_functions
-    from ramen.httpd import render, target
-    httpd = request.app[HTTPD]
-    values = await params(request)
-    targets = [t for t in values.get("target", []) if t.strip()]
+    from ramen.httpd import target
+    targets = [t for t in targets if t.strip()]
     if not targets:
         raise BadRequest("render: at least one target is needed")
     if len(targets) > httpd.limits.max_targets:
         raise BadRequest(f"render: {len(targets)} targets, more than {httpd.limits.max_targets}")
-    since_s, until_s, now_s = time_range(values, httpd)
-    fmt = one(values, "format", "json")
-    max_points = _max_data_points(one(values, "maxDataPoints"))
     nodes = [target.parse(t, graphite_functions.FUNCTIONS) for t in targets]  # all checked before anything runs
-    httpd.stats.renders += 1
-    progress = httpd.track(one(values, "requestId"))
+    progress = httpd.track(request_id)
     loop = asyncio.get_running_loop()
     try:
         tree = await loop.run_in_executor(httpd.pool, httpd.tree)
@@ -338,25 +344,82 @@ async def render_handler(request: web.Request) -> web.Response:
         if len(metrics) > httpd.limits.max_metrics:
             raise BadRequest(f"render: the targets name {len(metrics):,} series, more than "
                              f"{httpd.limits.max_metrics:,}")
-        no_cache = one(values, "noCache", "0").lower() in ("1", "true")
         fetched = await asyncio.gather(*httpd.fetch_metrics(list(metrics.values()), since_s, until_s, progress,
                                                             loop, no_cache=no_cache))
         by_path = {s.name: s for group in fetched for s in group}
         series_of = {e: [by_path[m.path].copy(path_expression=e) for m in expanded[e]] for e in expressions}
         context = graphite_functions.Context(since_s, until_s, now_s)
-        results = [s for node in nodes for s in graphite_functions.evaluate(node, series_of, context)]
-    except Exception:
-        httpd.stats.render_errors += 1
-        raise
+        return [s for node in nodes for s in graphite_functions.evaluate(node, series_of, context)]
     finally:
         progress.done = True
-    if fmt in ("pickle", "msgpack"):
+
+
+async def render_handler(request: web.Request) -> web.Response:
+    """Graphite's /render: `target` repeated, from/until, format, maxDataPoints (json)."""
+    from ramen.httpd import render
+    httpd = request.app[HTTPD]
+    httpd.stats.renders += 1
+    try:
+        values = await params(request)
+        fmt = one(values, "format", "json")
+        if fmt not in RENDER_FORMATS:
+            raise BadRequest(f"render: unknown format {fmt!r} ({', '.join(RENDER_FORMATS)})")
+        since_s, until_s, now_s = time_range(values, httpd)
+        max_points = _max_data_points(one(values, "maxDataPoints"))
+        results = await evaluate_targets(httpd, values.get("target", []), since_s, until_s, now_s,
+                                         request_id=one(values, "requestId"),
+                                         no_cache=one(values, "noCache", "0").lower() in ("1", "true"))
+    except Exception:
+        httpd.stats.add("render_errors")
+        raise
+    if fmt in render.LOCAL_FORMATS:
         return _answer(render.to_local(results, fmt), fmt)
     if fmt == "csv":
         return _answer(render.to_csv(results), fmt)
-    if fmt != "json":
-        raise BadRequest(f"render: unknown format {fmt!r} (json, csv, pickle, msgpack)")
     return _answer(render.to_json(results, max_points), fmt)
+
+
+async def render_batch_handler(request: web.Request) -> web.Response:
+    """POST /render/batch: several renders over one range, answered together.
+
+    Body: {"from", "until", "renders": [{"targets": [...], "maxDataPoints": n, "requestId": id}]}.
+    Answer: one item per render, {"series": [<as /render?format=json>]} or {"status": 400|502|500,
+    "error": "<one line>"}.
+    ramen's page refreshes its charts with it: a browser opens at most 6 connections to a host,
+    so past 6 charts one request per chart would queue, and miss the supervisor's merge delay."""
+    from ramen.httpd import render
+    httpd = request.app[HTTPD]
+    try:
+        body = await request.json()
+    except ValueError:
+        raise BadRequest("render/batch: the body is not JSON") from None
+    renders = body.get("renders") if isinstance(body, dict) else None
+    if not isinstance(renders, list) or not all(isinstance(r, dict) for r in renders):
+        raise BadRequest('render/batch: expected {"from", "until", "renders": [{"targets": [...]}, ...]}')
+    if len(renders) > MAX_BATCH_RENDERS:
+        raise BadRequest(f"render/batch: {len(renders)} renders, more than {MAX_BATCH_RENDERS}")
+    since_s, until_s, now_s = time_range({k: [str(body[k])] for k in ("from", "until", "now") if k in body}, httpd)
+
+    async def one_render(spec: dict) -> bytes:
+        httpd.stats.renders += 1
+        try:
+            targets = spec.get("targets")
+            if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+                raise BadRequest("render: targets must be a list of strings")
+            max_points = _max_data_points(str(spec["maxDataPoints"]) if "maxDataPoints" in spec else None)
+            results = await evaluate_targets(httpd, targets, since_s, until_s, now_s,
+                                             request_id=spec.get("requestId"), no_cache=bool(spec.get("noCache")))
+            return b'{"series":' + render.to_json(results, max_points) + b"}"
+        except USER_ERRORS as e:
+            httpd.stats.add("render_errors")
+            return json.dumps({"status": 502 if isinstance(e, FetchError) else 400, "error": str(e)}).encode()
+        except Exception:
+            httpd.stats.add("render_errors")
+            log.exception("render/batch: a render of %s failed", spec.get("targets"))
+            return json.dumps({"status": 500, "error": "internal error: see httpd's log"}).encode()
+
+    answers = await asyncio.gather(*(one_render(spec) for spec in renders))
+    return _answer(b"[" + b",".join(answers) + b"]", "json")
 
 
 def _max_data_points(text: str | None) -> int | None:
@@ -386,6 +449,7 @@ def make_app(httpd: Httpd) -> web.Application:
         for suffix in ("", "/"):
             app.router.add_route("GET", path + suffix, handler)
             app.router.add_route("POST", path + suffix, handler)
+    app.router.add_post("/render/batch", render_batch_handler)
     app.router.add_get("/version", version)
     app.router.add_get("/functions", functions)
     app.router.add_get("/progress", progress)

@@ -181,3 +181,15 @@ def test_bad_requests_get_one_line(stack, params, reason):
     assert status == 400, body
     text = body.decode()
     assert reason in text and text.count("\n") == 1, text
+
+
+def test_a_batch_answers_as_the_renders_one_by_one(stack):
+    since, until = minute_range(7, 2)
+    window = {"from": str(since // 1_000_000), "until": str(until // 1_000_000)}
+    targets = [["web.per_minute.*.bytes"], ["sumSeries(web.traffic.*.bytes)", "noSuchFunction(x)"]]
+    request = urllib.request.Request(f"{stack.http.url}/render/batch", headers={"Content-Type": "application/json"},
+                                     data=json.dumps({**window, "renders": [{"targets": t} for t in targets]}).encode())
+    with urllib.request.urlopen(request, timeout=120) as answer:
+        first, second = json.loads(answer.read())
+    assert first == {"series": stack.http.json("/render", target=targets[0], **window)}
+    assert second["status"] == 400 and "noSuchFunction" in second["error"]

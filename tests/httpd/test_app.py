@@ -92,3 +92,21 @@ def test_beyond_loopback_needs_credentials(tmp_path):
     auth.write_text("token t\n")
     with pytest.raises(AuthError, match=":1: expected"):
         Credentials.load(auth)
+
+
+@sync
+async def test_a_batch_answers_each_render_or_its_error(client):
+    http = await serve(client)
+    try:
+        answer = await http.post("/render/batch", json={"from": "-1h", "until": "now", "renders": [
+            {"targets": ["no.such.metric"]}, {"targets": ["sumSeries(no.such.*"]}, {"targets": "x"}]})
+        assert answer.status == 200
+        found = await answer.json()
+        assert found[0] == {"series": []}  # a path that matches nothing charts nothing, as in Graphite
+        assert "column" in found[1]["error"] and "targets must be a list" in found[2]["error"]
+        for body, reason in (("not json", "not JSON"), ('{"renders": 3}', "expected"),
+                             ('{"from": "now", "until": "-1h", "renders": []}', "not before")):
+            answer = await http.post("/render/batch", data=body, headers={"Content-Type": "application/json"})
+            assert answer.status == 400 and reason in await answer.text()
+    finally:
+        await http.close()

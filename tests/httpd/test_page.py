@@ -1,6 +1,6 @@
 """ramen's dashboard page in a real headless Chromium, against a small aiohttp app: the page's own
 routes (ramen/httpd/assets.py, ramen/httpd/dashboards.py on a real built-in confserver) and a stand-in
-for httpd's data routes (/render, /metrics/find, /progress) that answers known series and records
+for httpd's data routes (/render, /render/batch, /metrics/find, /progress) that answers known series and records
 what the page asked. tests/e2e/test_page.py drives the same page against the real httpd and replays.
 """
 
@@ -75,14 +75,26 @@ class StandIn:
 
     async def render(self, request: web.Request) -> web.Response:
         query = request.query
-        targets = query.getall("target", [])
-        record = {"targets": targets, "from": query.get("from"), "until": query.get("until"),
-                  "maxDataPoints": query.get("maxDataPoints"), "requestId": query.get("requestId")}
-        self.renders.append(record)
-        request_id = query.get("requestId", "")
-        self.running.add(request_id)
+        spec = {"targets": query.getall("target", []), "maxDataPoints": query.get("maxDataPoints"),
+                "requestId": query.get("requestId")}
+        (status, answer), = await self._answer([spec], query.get("from"), query.get("until"))
+        return web.json_response(answer) if status == 200 else web.Response(status=status, text=answer + "\n")
+
+    async def render_batch(self, request: web.Request) -> web.Response:
+        """POST /render/batch, as app.py answers it: one item per render, its series or its error."""
+        body = await request.json()
+        answers = await self._answer(body["renders"], body.get("from"), body.get("until"))
+        return web.json_response([{"series": answer} if status == 200 else {"status": status, "error": answer}
+                                  for status, answer in answers])
+
+    async def _answer(self, specs: list[dict], from_text: str | None, until_text: str | None) -> list[tuple]:
+        """(status, series or reason) per render, once `gate` renders are in flight and released."""
+        for spec in specs:
+            self.renders.append({"targets": spec["targets"], "from": from_text, "until": until_text,
+                                 "maxDataPoints": spec.get("maxDataPoints"), "requestId": spec.get("requestId")})
+            self.running.add(spec.get("requestId") or "")
         async with self.changed:
-            self.in_flight += 1
+            self.in_flight += len(specs)
             self.changed.notify_all()
         try:
             if self.gate:
@@ -91,24 +103,29 @@ class StandIn:
                         await asyncio.wait_for(self.changed.wait_for(lambda: self.in_flight >= self.gate),
                                                GATE_TIMEOUT_S)
                     except TimeoutError:
-                        return web.Response(status=504, text=f"only {self.in_flight} renders in flight\n")
+                        return [(504, f"only {self.in_flight} renders in flight")] * len(specs)
             await self.released.wait()
             try:
-                from_s, until_s = epoch_s(query["from"], end=False), epoch_s(query["until"], end=True)
-            except (KeyError, TimeError) as e:
-                return web.Response(status=400, text=f"{e}\n")
-            answer = []
-            for target in targets:
-                if target == BAD_TARGET:
-                    return web.Response(status=400, text=BAD_TARGET_REASON + "\n")
-                for path in sorted(p for p in PATHS if fnmatch.fnmatchcase(p, target)):
-                    answer.append({"target": path, "tags": {"name": path},
-                                   "datapoints": expected_points(path, from_s, until_s)})
-            return web.json_response(answer)
+                from_s, until_s = epoch_s(from_text, end=False), epoch_s(until_text, end=True)
+            except (TypeError, TimeError) as e:
+                return [(400, str(e))] * len(specs)
+            return [self._series(spec["targets"], from_s, until_s) for spec in specs]
         finally:
-            self.running.discard(request_id)
+            for spec in specs:
+                self.running.discard(spec.get("requestId") or "")
             async with self.changed:
-                self.in_flight -= 1
+                self.in_flight -= len(specs)
+
+    @staticmethod
+    def _series(targets: list[str], from_s: int, until_s: int) -> tuple:
+        answer = []
+        for target in targets:
+            if target == BAD_TARGET:
+                return 400, BAD_TARGET_REASON
+            for path in sorted(p for p in PATHS if fnmatch.fnmatchcase(p, target)):
+                answer.append({"target": path, "tags": {"name": path},
+                               "datapoints": expected_points(path, from_s, until_s)})
+        return 200, answer
 
     async def progress(self, request: web.Request) -> web.Response:
         if request.query.get("requestId") in self.running:
@@ -144,6 +161,7 @@ class ServedPage:
         assets.add_routes(app)
         dashboards.add_routes(app, self.client)
         app.router.add_get("/render", self.stand_in.render)
+        app.router.add_post("/render/batch", self.stand_in.render_batch)
         app.router.add_get("/progress", self.stand_in.progress)
         app.router.add_get("/metrics/find", self.stand_in.find)
         self.runner = web.AppRunner(app)
@@ -223,6 +241,19 @@ def test_charts_named_in_the_url_render_at_once_and_draw_what_render_answered(br
                                                                     ["test.sine.value"]]
     assert all(int(r["maxDataPoints"]) >= 200 and r["requestId"] for r in page.stand_in.renders)
     assert len({r["requestId"] for r in page.stand_in.renders}) == 2
+
+
+def test_more_charts_than_a_browser_opens_connections_are_still_asked_for_at_once(browser, page):  # noqa: F811
+    """A browser opens 6 connections to a host: one request per chart would leave 4 of these 10
+    waiting, past the supervisor's merge delay. The page sends them in one /render/batch."""
+    charts = 10
+    page.stand_in.gate = charts  # none is answered until all ten are asked
+    open_page(browser, page, "?" + "&".join(f"chart{i}=test.saw.value" for i in range(1, charts + 1)) + "&from=-1h")
+    drawn = charts_settled(browser)
+    from_s, until_s = epoch_s("-1h", end=False), epoch_s("now", end=True)
+    assert len(drawn) == charts
+    for chart in drawn:
+        assert_drawn(chart, ["test.saw.value"], from_s, until_s)
 
 
 def test_series_are_picked_from_the_tree_and_a_preset_rerenders_every_chart(browser, page):  # noqa: F811

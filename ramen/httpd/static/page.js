@@ -2,11 +2,11 @@
 //
 // Hand-written, no build step, no framework. It speaks only httpd's HTTP API:
 //   /metrics/find?format=treejson  the series tree, for the picker
-//   /render?format=json            one request per chart, all fired at once so that the
-//                                  supervisor's merge delay joins their replays (one archive read).
-//                                  A browser opens at most 6 HTTP/1.1 connections to one host:
-//                                  past 6 charts, the rest wait for a free one (and may miss the
-//                                  merge). One request per chart keeps each chart's error its own.
+//   /render/batch                  every chart's render in one request when all are refreshed, so
+//                                  that the supervisor's merge delay joins their replays (one
+//                                  archive read) past the browser's 6 connections to a host; each
+//                                  chart still gets its own answer or error
+//   /render?format=json            one chart alone (its targets changed)
 //   /progress?requestId=           how far a running render's replay is
 //   /dashboards[/NAME]             saved dashboards (the confserver's dashboards/<name>)
 // The URL names the dashboard and the range (?dashboard=NAME&from=-6h&until=now), or an unsaved
@@ -251,18 +251,40 @@
 
   function rendering() { return views.some((v) => v.public.state === "loading"); }
 
-  // Every chart's render is fired at once: the server merges replays that start within its delay.
+  // Every chart's render is asked at once, in one request (POST /render/batch): the server asks for
+  // all their replays together, so the supervisor's merge delay joins them (one archive read),
+  // whatever the browser's limit of 6 connections to a host. Each chart still gets its own error.
   function refreshAll() {
     renderGeneration += 1;
     const generation = renderGeneration;
-    views.forEach((view) => renderChart(view, generation));
+    const batch = batchFetcher(views.filter((v) => v.chart.targets.length).length);
+    views.forEach((view) => renderChart(view, generation, batch));
+  }
+
+  // Gathers the renders of `expected` charts, sends them as one batch once all have asked, and
+  // gives each its own answer or its own error.
+  function batchFetcher(expected) {
+    const renders = [];
+    const waiting = [];
+    return (params) => new Promise((resolve, reject) => {
+      renders.push({targets: params.getAll("target"), maxDataPoints: Number(params.get("maxDataPoints")),
+                    requestId: params.get("requestId")});
+      waiting.push({resolve, reject});
+      if (renders.length < expected) return;
+      const body = JSON.stringify({from: state.from, until: state.until, renders});
+      fetchJson("/render/batch", {method: "POST", headers: {"Content-Type": "application/json"}, body})
+        .then((answers) => answers.forEach((answer, i) => {
+          if (answer.error !== undefined) waiting[i].reject(new Error(`${answer.status}: ${answer.error}`));
+          else waiting[i].resolve(answer.series);
+        }), (error) => waiting.forEach((w) => w.reject(error)));
+    });
   }
 
   function plotWidth(view) {
     return Math.max(200, view.node.querySelector(".chart-plot").clientWidth || view.node.clientWidth - 16);
   }
 
-  async function renderChart(view, generation) {
+  async function renderChart(view, generation, fetcher = null) {
     if (view.abort) view.abort.abort();
     const pub = view.public;
     pub.from = state.from;
@@ -295,7 +317,7 @@
     pollProgress();
     let series;
     try {
-      series = await fetchJson(`/render?${params}`, {signal: abort.signal});
+      series = await (fetcher ? fetcher(params) : fetchJson(`/render?${params}`, {signal: abort.signal}));
     } catch (e) {
       if (abort.signal.aborted) return;  // a newer render of this chart took over
       view.abort = null;
