@@ -17,6 +17,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import pyarrow as pa
 from aiohttp import web
 
 from ramen import keyspace, paths
@@ -26,7 +27,7 @@ from ramen.httpd.auth import Credentials
 from ramen.httpd.cache import DEFAULT_MAX_BYTES, ResultCache
 from ramen.httpd.fetch import FetchError, Fetcher, Progress
 from ramen.httpd.metrics import HttpdStats
-from ramen.httpd.names import Metric, MetricTree, PathError
+from ramen.httpd.names import MetricTree, PathError
 from ramen.httpd.series import Series
 from ramen.httpd.target import TargetError
 from ramen.program import Function, Program, ProgramError
@@ -157,29 +158,15 @@ class Httpd:
 
     # -- rendering (on pool threads) ---------------------------------------------------------------
 
-    def fetch_metrics(self, metrics: list[Metric], since_s: int, until_s: int, progress: Progress,
-                      loop: asyncio.AbstractEventLoop, *, no_cache: bool = False) -> list[asyncio.Future]:
-        """One pool job per function: its buckets then the series of its metrics."""
-        programs = self.programs()
-        by_function: dict[str, list[Metric]] = {}
-        for metric in metrics:
-            by_function.setdefault(metric.function, []).append(metric)
-        jobs = []
-        for name, wanted in by_function.items():
-            program, _, function_name = name.partition("/")
-            function = programs[program].function(function_name)
-            jobs.append(loop.run_in_executor(self.pool, self._series_of, programs, function, wanted, since_s,
-                                             until_s, progress, no_cache))
-        return jobs
-
-    def _series_of(self, programs, function: Function, wanted: list[Metric], since_s: int, until_s: int,
-                   progress: Progress, no_cache: bool) -> list[Series]:
+    def buckets_of(self, programs: dict[str, Program], function: Function, since_s: int, until_s: int,
+                   progress: Progress, no_cache: bool) -> pa.Table:
+        """The function's buckets over whole steps covering [since_s, until_s); their factor values
+        remembered for completion."""
         step = buckets.step_s(function)
         start, end = since_s // step * step, -(-until_s // step) * step
         table = self.fetcher.buckets(programs, function, start, end, progress, no_cache=no_cache)
         self.remember_factors(function, table)
-        return buckets.to_series(function, table, [(m.factor_values, m.field, m.path) for m in wanted],
-                                 since_s, until_s)
+        return table
 
     def track(self, request_id: str | None) -> Progress:
         progress = Progress()
@@ -337,16 +324,26 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
     progress = httpd.track(request_id)
     loop = asyncio.get_running_loop()
     try:
-        tree = await loop.run_in_executor(httpd.pool, httpd.tree)
+        programs = await loop.run_in_executor(httpd.pool, httpd.programs)
+        tree = MetricTree(programs, httpd.factor_values)
         expressions = sorted({e for node in nodes for e in target.path_expressions(node)})
-        expanded = await loop.run_in_executor(httpd.pool, lambda: {e: tree.expand(e) for e in expressions})
+        functions = {f.qualified_name: f for e in expressions for f in tree.functions_matching(e)}
+        # Every function's buckets at once (a pool job each: their replays meet in the merge delay);
+        # a glob over factor values then matches the values these hold, so a render never needs
+        # the archive's newest hour (completion's factor values) on top of its own range.
+        tables = dict(zip(functions, await asyncio.gather(*(
+            loop.run_in_executor(httpd.pool, httpd.buckets_of, programs, f, since_s, until_s, progress, no_cache)
+            for f in functions.values()))))
+        present = MetricTree(programs, lambda f: sorted(buckets.factor_values(f, tables[f.qualified_name])))
+        expanded = {e: present.expand(e) for e in expressions}
         metrics = {m.path: m for found in expanded.values() for m in found}
         if len(metrics) > httpd.limits.max_metrics:
             raise BadRequest(f"render: the targets name {len(metrics):,} series, more than "
                              f"{httpd.limits.max_metrics:,}")
-        fetched = await asyncio.gather(*httpd.fetch_metrics(list(metrics.values()), since_s, until_s, progress,
-                                                            loop, no_cache=no_cache))
-        by_path = {s.name: s for group in fetched for s in group}
+        by_path = {}
+        for name, function in functions.items():
+            wanted = [(m.factor_values, m.field, m.path) for m in metrics.values() if m.function == name]
+            by_path.update((s.name, s) for s in buckets.to_series(function, tables[name], wanted, since_s, until_s))
         series_of = {e: [by_path[m.path].copy(path_expression=e) for m in expanded[e]] for e in expressions}
         context = graphite_functions.Context(since_s, until_s, now_s)
         return [s for node in nodes for s in graphite_functions.evaluate(node, series_of, context)]

@@ -185,6 +185,16 @@ class MetricTree:
                 metrics[metric.path] = metric
         return [metrics[p] for p in sorted(metrics)]
 
+    def functions_matching(self, pattern: str) -> list[Function]:
+        """The functions whose leaves the pattern may name: program and function segments match,
+        and the pattern is as deep as their leaves."""
+        segments = split_path(pattern)
+        if len(segments) < 3:
+            return []
+        program, name = SegmentMatcher(segments[0]), SegmentMatcher(segments[1])
+        return [f for f in self.functions
+                if program(f.program) and name(f.name) and len(segments) == 3 + len(f.factors)]
+
     def _walks(self, segments: list[str]):
         """Per function the pattern's first two segments match: a way to list the matching name
         tuples at a depth, the depth of its leaves, and how a leaf's names make a Metric."""
