@@ -1,0 +1,113 @@
+"""`ramen httpd` end to end, as Grafana's Graphite data source uses it: `ramen start` with its httpd,
+a program with factors, then the tree, renders checked against `ramen replay` of the same range,
+concurrent renders merged into one read of the archive, refreshes answered from the cache, and
+bad requests refused in one line."""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from ramen.cli.ps import collect
+from tests.e2e.dashboards.site import HOST_NAMES, minute_range
+from tests.waiting import wait_for
+
+
+def test_the_tree_lists_programs_functions_factor_values_and_fields(dashboard_site):
+    http = dashboard_site
+    assert http.get("/version")[1].startswith(b"1.1.")
+    top = http.json("/metrics/find", query="*")
+    assert [(n["text"], n["leaf"], n["expandable"]) for n in top] == [("web", 0, 1)]
+    functions = http.json("/metrics/find", query="web.*")
+    assert [n["id"] for n in functions] == ["web.per_minute", "web.traffic"]
+    hosts = http.json("/metrics/find", query="web.per_minute.*")
+    assert [n["text"] for n in hosts] == HOST_NAMES  # the factor values the archive holds
+    assert all(not n["leaf"] for n in hosts)
+    host = hosts[0]["text"]
+    leaves = http.json("/metrics/find", query=f"web.per_minute.{host}.*")
+    assert [(n["id"], n["leaf"]) for n in leaves] == [(f"web.per_minute.{host}.bytes", 1)]
+    assert http.json("/metrics/expand", query="web.per_minute.*.bytes")["results"] == sorted(
+        f"web.per_minute.{n['text']}.bytes" for n in hosts)
+
+
+def test_a_render_equals_ramen_replay_of_the_same_range(dashboard_site):
+    since, until = minute_range(8, 4)
+    expected = dashboard_site.per_minute_by_host(since, until)
+    host = HOST_NAMES[0]
+    one, total = dashboard_site.json("/render", target=[f"web.per_minute.{host}.bytes",
+                                                        "sumSeries(web.per_minute.*.bytes)"],
+                                     format="json", **{"from": str(since), "until": str(until)})
+    minutes = list(range(since, until, 60))
+    assert one["target"] == f"web.per_minute.{host}.bytes"
+    assert one["datapoints"] == [[expected[host][m], m] for m in minutes]
+    assert total["target"] == "sumSeries(web.per_minute.*.bytes)"
+    assert total["datapoints"] == [[sum(expected[h][m] for h in HOST_NAMES), m] for m in minutes]
+
+
+def test_grafana_posts_a_form_and_gets_the_same(dashboard_site):
+    since, until = minute_range(8, 2)
+    params = [("target", "web.per_minute.*.bytes"), ("from", str(since)), ("until", str(until)),
+              ("format", "json"), ("maxDataPoints", "1000")]
+    status, body = dashboard_site.post("/render", urllib.parse.urlencode(params).encode(),
+                                       "application/x-www-form-urlencoded")
+    assert status == 200
+    assert json.loads(body) == dashboard_site.json("/render", **{k: v for k, v in params})
+
+
+def test_renders_at_once_are_merged_into_one_read_and_a_refresh_replays_nothing(dashboard_site):
+    since, until = minute_range(9, 3)
+    window = {"from": str(since), "until": str(until), "format": "json"}
+    targets = ["web.per_minute.*.bytes", "sumSeries(web.per_minute.*.bytes)", "web.traffic.*.bytes",
+               "averageSeries(web.traffic.*.bytes)"]
+    with dashboard_site.client() as client:
+        # A lazy worker on its way out after an earlier test's replay holds back the replays through
+        # it (its next process must read them): start from none running, as a dashboard opened anew.
+        wait_for(lambda: not any(r["running"] for r in collect(client, "local") if r["function"] == "web/per_minute"),
+                 "web/per_minute stopped after the earlier replays")
+        before = client.get("sites/local/supervisor/stats").value.get("replayers_spawned", 0)
+        with ThreadPoolExecutor(len(targets)) as pool:
+            answers = list(pool.map(lambda t: dashboard_site.json("/render", target=t, requestId=f"first-{t}", **window),
+                                    targets))
+        assert all(series["datapoints"] for answer in answers for series in answer)
+        spawned = wait_for(lambda: client.get("sites/local/supervisor/stats").value["replayers_spawned"] - before,
+                           what="the spawn in the supervisor's stats")
+        assert spawned == 1  # four panels over two functions of one source: one read of the archive
+        again = dashboard_site.json("/render", target=targets[0], requestId="refresh", **window)
+        assert again == answers[0]
+        assert dashboard_site.json("/progress", requestId="refresh")["replays"] == 0  # all from the cache
+        assert client.get("sites/local/supervisor/stats").value["replayers_spawned"] - before == 1
+
+
+def test_a_range_partly_outside_the_archive_charts_what_exists(dashboard_site):
+    since, until = minute_range(40, 35)  # starts half an hour before the back-fill
+    answer = dashboard_site.json("/render", target="sumSeries(web.per_minute.*.bytes)",
+                                 **{"from": str(since), "until": str(until)})
+    values = [v for v, _ in answer[0]["datapoints"]]
+    assert len(values) == 35
+    assert values[0] is None and values[-1] is not None
+
+
+@pytest.mark.parametrize("params, reason", [
+    ({"target": "sumSeries(web.per_minute.*.bytes"}, "target"),
+    ({"target": "noSuchFunction(web.traffic.*.bytes)"}, "noSuchFunction"),
+    ({"target": "web.traffic.*.bytes", "from": "now", "until": "-1h"}, "not before"),
+])
+def test_bad_requests_get_one_line(dashboard_site, params, reason):
+    status, body = dashboard_site.get("/render", **params)
+    assert status == 400, body
+    text = body.decode()
+    assert reason in text and text.count("\n") == 1, text
+
+
+def test_a_batch_answers_as_the_renders_one_by_one(dashboard_site):
+    since, until = minute_range(7, 2)
+    window = {"from": str(since), "until": str(until)}
+    targets = [["web.per_minute.*.bytes"], ["sumSeries(web.traffic.*.bytes)", "noSuchFunction(x)"]]
+    status, body = dashboard_site.post("/render/batch", json.dumps(
+        {**window, "renders": [{"targets": t} for t in targets]}).encode(), "application/json")
+    first, second = json.loads(body)
+    assert first == {"series": dashboard_site.json("/render", target=targets[0], **window)}
+    assert second["status"] == 400 and "noSuchFunction" in second["error"]
