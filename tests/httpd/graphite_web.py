@@ -14,9 +14,13 @@ graphite-web, and a test needs nothing more.
 
 from __future__ import annotations
 
+import importlib
+import os
 import secrets
 import socket
 import subprocess
+import sys
+import warnings
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
@@ -29,6 +33,7 @@ from tests.waiting import wait_for
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 """Debian's Python, which has Debian's Django and graphite-web on its path."""
 GRAPHITE_PACKAGE = Path("/usr/lib/python3/dist-packages/graphite")
+DEBIAN_DIST_PACKAGES = str(GRAPHITE_PACKAGE.parent)
 SETTINGS_MODULE = "ramen_test_graphite_settings"
 """Our local_settings module; any name but `local_settings` keeps /etc/graphite out."""
 HOST = "127.0.0.1"
@@ -201,3 +206,25 @@ def graphite_web(tmp_path) -> Iterator[Callable[..., GraphiteWeb]]:
     yield start
     for server in started:
         server.stop()
+
+
+def graphite_modules(*names: str) -> list:
+    """Debian's graphite-web modules imported into this process (Django set up with graphite's
+    own settings), to check ramen against graphite-web's code; skips the test where they cannot be
+    imported. Debian's dist-packages is on sys.path only while importing, and DJANGO_SETTINGS_MODULE
+    is not left behind for the subprocesses of later tests."""
+    sys.path.insert(0, DEBIAN_DIST_PACKAGES)
+    had_settings = "DJANGO_SETTINGS_MODULE" in os.environ
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "graphite.settings")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import django
+            django.setup()
+            return [importlib.import_module(name) for name in names]
+    except Exception as error:  # noqa: BLE001 - any failure to import means: not here
+        pytest.skip(f"graphite-web is not importable here: {error}")
+    finally:
+        sys.path.remove(DEBIAN_DIST_PACKAGES)
+        if not had_settings:
+            os.environ.pop("DJANGO_SETTINGS_MODULE")

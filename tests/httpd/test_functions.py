@@ -2,9 +2,6 @@
 Debian's graphite-web can be imported."""
 
 import math
-import os
-import sys
-import warnings
 
 import numpy as np
 import pytest
@@ -12,6 +9,7 @@ import pytest
 from ramen.httpd.functions import FUNCTIONS, Context, describe_functions, evaluate, parse_interval_s
 from ramen.httpd.series import Series
 from ramen.httpd.target import Literal, TargetError, parse
+from tests.httpd.graphite_web import graphite_modules
 
 NAN = math.nan
 CONTEXT = Context(from_s=0, until_s=60, now_s=60)
@@ -349,23 +347,9 @@ def test_function_params_match_graphite_webs_where_it_is_importable(graphite):
 @pytest.fixture(scope="module")
 def graphite():
     """graphite-web's render functions, from Debian's graphite-web package, when importable."""
-    sys.path.insert(0, "/usr/lib/python3/dist-packages")
-    had_settings = "DJANGO_SETTINGS_MODULE" in os.environ  # so subprocesses of later tests do not inherit it
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "graphite.settings")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import django
-            django.setup()
-            from graphite.render import functions
-            from graphite.render.datalib import TimeSeries
-    except Exception as error:  # noqa: BLE001 - any failure to import means: not here
-        pytest.skip(f"graphite-web is not importable here: {error}")
-    finally:
-        sys.path.remove("/usr/lib/python3/dist-packages")
-        if not had_settings:
-            os.environ.pop("DJANGO_SETTINGS_MODULE")
-    return functions, TimeSeries
+    functions, datalib = graphite_modules("graphite.render.functions", "graphite.render.datalib")
+    return functions, datalib.TimeSeries
+
 
 
 def to_graphite(TimeSeries, s: Series):

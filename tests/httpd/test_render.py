@@ -5,10 +5,7 @@ import csv
 import io
 import json
 import math
-import os
 import pickle
-import sys
-import warnings
 from datetime import timedelta, timezone
 
 import msgpack
@@ -17,9 +14,9 @@ import pytest
 
 from ramen.httpd.render import Node, consolidate, to_csv, to_find, to_json, to_local
 from ramen.httpd.series import Series
+from tests.httpd.graphite_web import graphite_modules
 
 NAN = math.nan
-GRAPHITE_DIST = "/usr/lib/python3/dist-packages"
 
 
 def series(name, values, start=1_700_000_000, step=10, **kw):
@@ -185,25 +182,11 @@ def test_find_json_pickle_and_msgpack_give_intervals_of_leaves_only():
 @pytest.fixture(scope="module")
 def graphite():
     """Debian's graphite-web, when importable: its unpickler, finder, bundled msgpack and views."""
-    sys.path.insert(0, GRAPHITE_DIST)
-    had_settings = "DJANGO_SETTINGS_MODULE" in os.environ  # so subprocesses of later tests do not inherit it
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "graphite.settings")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import django
-            django.setup()
-            from graphite import util
-            from graphite.finders.remote import RemoteFinder
-            from graphite.intervals import Interval, IntervalSet
-            from graphite.render import views
-            from graphite.render.datalib import TimeSeries
-    except Exception as error:  # noqa: BLE001 - any failure to import means: not here
-        pytest.skip(f"graphite-web is not importable here: {error}")
-    finally:
-        sys.path.remove(GRAPHITE_DIST)
-        if not had_settings:
-            os.environ.pop("DJANGO_SETTINGS_MODULE")
+    util, remote, intervals, views, datalib = graphite_modules(
+        "graphite.util", "graphite.finders.remote", "graphite.intervals", "graphite.render.views",
+        "graphite.render.datalib")
+    RemoteFinder, Interval, IntervalSet, TimeSeries = (remote.RemoteFinder, intervals.Interval,
+                                                       intervals.IntervalSet, datalib.TimeSeries)
     return {"unpickle": util.unpickle, "RemoteFinder": RemoteFinder, "msgpack": util.msgpack, "views": views,
             "TimeSeries": TimeSeries, "Interval": Interval, "IntervalSet": IntervalSet}
 

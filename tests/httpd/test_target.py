@@ -3,6 +3,7 @@
 import pytest
 
 from ramen.httpd.target import Call, Literal, PathExpr, TargetError, parse, path_expressions
+from tests.httpd.graphite_web import graphite_modules
 
 KNOWN = {"sumSeries", "scale", "alias", "summarize", "f", "g", "keepLastValue"}
 
@@ -103,7 +104,6 @@ def test_target_error_is_a_value_error_with_the_target_quoted():
         parse("f(a", KNOWN)
 
 
-GRAPHITE_DIST = "/usr/lib/python3/dist-packages"
 SAME_AS_GRAPHITE = [
     "sumSeries(a.*.b, scale(c.{x,y}, 2), a.*.b, group(d, e.f))",
     "a.b|scale(2)",
@@ -119,25 +119,8 @@ SAME_AS_GRAPHITE = [
 @pytest.mark.parametrize("text", SAME_AS_GRAPHITE)
 def test_same_path_expressions_as_graphite_webs_grammar(text):
     """graphite-web's own parser (Debian's graphite-web, when importable) finds the same paths."""
-    import os
-    import sys
-    import warnings
-    sys.path.insert(0, GRAPHITE_DIST)
-    had_settings = "DJANGO_SETTINGS_MODULE" in os.environ  # so subprocesses of later tests do not inherit it
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "graphite.settings")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import django
-            django.setup()
-            from graphite.render.evaluator import extractPathExpressions
-    except Exception as error:  # noqa: BLE001 - any failure to import means: not here
-        pytest.skip(f"graphite-web is not importable here: {error}")
-    finally:
-        sys.path.remove(GRAPHITE_DIST)
-        if not had_settings:
-            os.environ.pop("DJANGO_SETTINGS_MODULE")
-    assert set(path_expressions(parse(text, KNOWN | {"group"}))) == set(extractPathExpressions({}, [text]))
+    evaluator, = graphite_modules("graphite.render.evaluator")
+    assert set(path_expressions(parse(text, KNOWN | {"group"}))) == set(evaluator.extractPathExpressions({}, [text]))
 
 
 def test_a_quoted_name_is_one_path_element_kept_as_written():
