@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import collections
 import errno
-import ipaddress
 import json
 import logging
 import os
@@ -44,6 +43,7 @@ from confserver.journal import SNAPSHOT_EVERY_RECORDS, Journal
 from confserver.keys import check_key, check_pattern, matches
 from confserver.model import encode_value
 from confserver.store import DELETE, END, LOCK, OPEN, PUT, UNLOCK, Store
+from ramen import listen
 from ramen.paths import CONFSERVER_ADDRESS_FILE_NAME, write_atomically
 
 log = logging.getLogger(__name__)
@@ -500,19 +500,10 @@ def _exit_after_bug(what: str, error: BaseException) -> None:
 # -- command line ----------------------------------------------------------------------------------
 
 def parse_listen(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise BadRequest(f"--listen {text!r}: expected HOST:PORT")
-    return host or "127.0.0.1", int(port)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
     try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+        return listen.parse_listen(text)
+    except ValueError as e:
+        raise BadRequest(str(e)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -534,7 +525,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def serve(args: argparse.Namespace) -> None:
     host, port = parse_listen(args.listen)
-    if not is_loopback(host) and not args.auth:
+    if not listen.is_loopback(host) and not args.auth:
         raise BadRequest(f"refusing to listen on {host}, beyond loopback, without --auth")
     data_dir = Path(args.data_dir)
     config = authn.load(args.auth) if args.auth else authn.load_or_create(data_dir / authn.AUTH_FILE_NAME)

@@ -13,11 +13,10 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
-LOOPBACK_NAMES = ("localhost",)
+from ramen.listen import is_loopback
 
 
 class AuthError(ValueError):
@@ -69,15 +68,6 @@ class Credentials:
             for known_user, known_password in self.basic:
                 allowed |= hmac.compare_digest(known_user, user) & hmac.compare_digest(known_password, password)
         return allowed
-
-
-def is_loopback(host: str) -> bool:
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_listen(host: str, credentials: Credentials | None) -> None:

@@ -19,12 +19,13 @@ from pathlib import Path
 from aiohttp import web
 
 from ramen import keyspace, paths
+from ramen.listen import DEFAULT_HOST, parse_listen
 from ramen.httpd.app import Httpd, make_app
 from ramen.httpd.auth import AuthError, Credentials, check_listen
 
 log = logging.getLogger(__name__)
 
-DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 29380
+DEFAULT_PORT = 29380
 URL_FILE_NAME = "httpd.url"
 IDENTITY = "user"
 """Whom httpd acts as in the confserver: replays are asked as `ramen replay` asks them."""
@@ -45,17 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--site", default=keyspace.default_site(), help="the site whose archives to replay")
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise AuthError(f"--listen {text!r}: expected HOST:PORT")
-    return host or DEFAULT_HOST, int(port)
-
-
-async def serve(args: argparse.Namespace, stop: asyncio.Event) -> None:
+async def serve(args: argparse.Namespace, host: str, port: int, stop: asyncio.Event) -> None:
     import confserver
     credentials = Credentials.load(args.auth) if args.auth else None
-    host, port = parse_listen(args.listen or f"{DEFAULT_HOST}:{DEFAULT_PORT}")
     check_listen(host, credentials)
     _, token = confserver.resolve_token(confserver.parse_url(args.confserver), IDENTITY, None)
     with confserver.connect(args.confserver, identity=IDENTITY, token=token,
@@ -103,12 +96,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger().setLevel(logging.DEBUG if args.debug else logging.INFO)
 
+    try:
+        host, port = parse_listen(args.listen or f"{DEFAULT_HOST}:{DEFAULT_PORT}")
+    except ValueError as e:
+        print(f"ramen: httpd: {e}", file=sys.stderr)
+        return 1
+
     async def run() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        await serve(args, stop)
+        await serve(args, host, port, stop)
 
     try:
         asyncio.run(run())

@@ -1,0 +1,28 @@
+"""The addresses services listen on (`--listen HOST:PORT`), for the confserver and httpd alike: a
+service beyond loopback must be given credentials, so both ask the same question the same way."""
+
+from __future__ import annotations
+
+import ipaddress
+
+DEFAULT_HOST = "127.0.0.1"
+LOOPBACK_NAMES = ("localhost",)
+MAX_PORT = 65535
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """(host, port) of `HOST:PORT` (`:PORT` is the default host); ValueError, in one line, else.
+    Port 0 asks for a free one."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > MAX_PORT:
+        raise ValueError(f"--listen {text!r}: expected HOST:PORT")
+    return host or DEFAULT_HOST, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
