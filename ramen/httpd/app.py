@@ -20,11 +20,12 @@ from dataclasses import dataclass
 import pyarrow as pa
 from aiohttp import web
 
-from ramen import keyspace, paths
+from ramen import keyspace
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.httpd import buckets, metrics
 from ramen.httpd.auth import Credentials
 from ramen.httpd.cache import DEFAULT_MAX_BYTES, ResultCache
+from ramen.httpd.factors import FactorValues
 from ramen.httpd.fetch import FetchError, Fetcher, Progress
 from ramen.httpd.metrics import HttpdStats
 from ramen.httpd.names import MetricTree, PathError
@@ -50,9 +51,6 @@ THREADS = 64
 """Threads for replays and reads: most wait on a replay; 20 panels of 3 functions fit at once."""
 PROGRESS_KEPT = 1000
 """Finished renders' progress kept for the page's last poll, newest first."""
-FACTOR_LOOKBACK_S = 3600
-"""Factor values for completion are those of the newest hour the archives hold."""
-FACTOR_REFRESH_S = 300
 
 
 class BadRequest(ValueError):
@@ -89,7 +87,7 @@ class Httpd:
         self._programs: dict[str, Program] | None = None
         self._programs_lock = threading.Lock()
         self._programs_watch = client.watch(f"{keyspace.PROGRAMS}/*")
-        self._factors: dict[tuple[str, str], tuple[float, set[tuple[str, ...]]]] = {}
+        self.factor_values = FactorValues(self.fetcher, site, self.programs, clock=clock)
 
     def close(self) -> None:
         self._programs_watch.close()
@@ -113,49 +111,6 @@ class Httpd:
     def tree(self) -> MetricTree:
         return MetricTree(self.programs(), self.factor_values)
 
-    def factor_values(self, function: Function) -> list[tuple[str, ...]]:
-        """What the archives' newest hour and past renders hold, read again every FACTOR_REFRESH_S."""
-        key = (function.qualified_name, function.signature)
-        now = self.clock.seconds()
-        known = self._factors.get(key)
-        if known is None or now - known[0] > FACTOR_REFRESH_S:
-            reach_s = self._archive_reach_s(function)
-            values: set[tuple[str, ...]] = set()
-            if reach_s is not None:
-                step = buckets.step_s(function)
-                since = (reach_s - FACTOR_LOOKBACK_S) // step * step
-                try:
-                    table = self.fetcher.buckets(self.programs(), function, since, reach_s + step, Progress())
-                    values = buckets.factor_values(function, table)
-                except FetchError as e:
-                    log.warning("factor values of %s: %s", function.qualified_name, e)
-            known = (now, values | (known[1] if known else set()))
-            self._factors[key] = known
-        return sorted(known[1])
-
-    def remember_factors(self, function: Function, table) -> None:
-        if function.factors:
-            key = (function.qualified_name, function.signature)
-            at, values = self._factors.get(key, (0.0, set()))
-            self._factors[key] = (at, values | buckets.factor_values(function, table))
-
-    def _archive_reach_s(self, function: Function) -> int | None:
-        """The newest event time (s) the archives of the function's archived ancestors hold."""
-        from ramen.archive.coverage import archive_coverage
-        coverage = archive_coverage(paths.archive_dir(self.site))
-        programs = self.programs()
-        by_name = {f.qualified_name: f for p in programs.values() for f in p}
-        todo, seen, reach = [function.qualified_name], set(), None
-        while todo:
-            name = todo.pop()
-            if name in seen or name not in by_name:
-                continue
-            seen.add(name)
-            for interval in coverage.get(name, []):
-                reach = max(reach or 0, interval.until_us // buckets.US_PER_S)
-            todo.extend(by_name[name].parents)
-        return reach
-
     # -- rendering (on pool threads) ---------------------------------------------------------------
 
     def buckets_of(self, programs: dict[str, Program], function: Function, since_s: int, until_s: int,
@@ -165,7 +120,7 @@ class Httpd:
         step = buckets.step_s(function)
         start, end = since_s // step * step, -(-until_s // step) * step
         table = self.fetcher.buckets(programs, function, start, end, progress, no_cache=no_cache)
-        self.remember_factors(function, table)
+        self.factor_values.remember(function, table)
         return table
 
     def track(self, request_id: str | None) -> Progress:
