@@ -31,7 +31,7 @@ def test_a_failed_install_shows_pips_error_and_the_logs_path_and_nothing_else_of
     lines = result.stderr.splitlines()
     assert lines[0] == "setup: creating .venv", lines
     assert lines[1].startswith("setup: installing ramen and its dependencies (numpy, pyarrow, networkx, kazoo, "
-                               "pyspark, pandas, crc32c, pytest) into .venv"), lines
+                               "pyspark, pandas, crc32c, aiohttp, prometheus-client, msgpack, pytest, selenium) into .venv"), lines
     assert lines[2] == "setup: installing ramen failed:", lines
     assert lines[-1] == f"setup: the whole output is in {log}", lines
     assert any("No matching distribution found for setuptools" in line for line in lines), result.stderr

@@ -111,3 +111,14 @@ def test_a_batch_answers_as_the_renders_one_by_one(dashboard_site):
     first, second = json.loads(body)
     assert first == {"series": dashboard_site.json("/render", target=targets[0], **window)}
     assert second["status"] == 400 and "noSuchFunction" in second["error"]
+
+
+def test_a_refresh_of_a_range_ending_now_replays_only_its_newest_part(dashboard_site):
+    window = {"target": "sumSeries(web.traffic.*.bytes)", "from": "-5min", "until": "now"}
+    dashboard_site.json("/render", requestId="now-first", **window)
+    dashboard_site.json("/render", requestId="now-again", **window)
+    first = dashboard_site.json("/progress", requestId="now-first")
+    again = dashboard_site.json("/progress", requestId="now-again")
+    assert first["replays"] == again["replays"] == 1
+    # 5 minutes of rows the first time; then only what had not settled: the last seconds.
+    assert 0 < again["rows"] < first["rows"] / 4, (first, again)
