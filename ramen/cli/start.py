@@ -326,7 +326,10 @@ def _daemonize(args, base: Path, run_dir: Path) -> int:
     argv = [sys.executable, "-m", "ramen.cli.main", "start", "--dir", str(base), "--site", args.site,
             "--listen", args.listen,
             *(["--confserver", args.confserver] if args.confserver else []),
-            *(["--spark", args.spark] if args.spark else []), *map(str, map(_absolute, args.programs))]
+            *(["--spark", args.spark] if args.spark else []), *([] if args.httpd else ["--no-httpd"]),
+            *(["--httpd-listen", args.httpd_listen] if args.httpd_listen else []),
+            *(["--httpd-auth", str(_absolute(args.httpd_auth))] if args.httpd_auth else []),
+            *map(str, map(_absolute, args.programs))]
     (run_dir / READY_FILE).unlink(missing_ok=True)
     log_path = base / "logs" / "start.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -343,6 +346,12 @@ def _daemonize(args, base: Path, run_dir: Path) -> int:
             raise UserError(f"ramen did not start: {tail[0]} (see {log_path})")
         time.sleep(0.05)
     print(f"ramen: running in the background from {base} (pid {process.pid}); `ramen stop --dir {base}` stops it")
+    if args.httpd:
+        from ramen.httpd.service import url_file
+        try:
+            print(f"ramen: dashboards at {url_file().read_text().strip()}")
+        except OSError:  # httpd did not start: the foreground start said why, in its log
+            print(f"ramen: warning: httpd did not start (see {base / 'logs' / 'httpd.log'})", file=sys.stderr)
     return 0
 
 

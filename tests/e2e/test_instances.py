@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -61,8 +62,16 @@ def test_two_instances_side_by_side_each_found_through_its_dir(tmp_path):
             (base / "twin.toml").write_text(TWIN.format(hosts=hosts))
             started = ramen("start", "--daemon", "--dir", base, base / "twin.toml", timeout=STARTUP_S)
             assert started.returncode == 0, started.stderr + started.stdout
+            page = (base / "run" / "httpd.url").read_text().strip()
+            assert f"ramen: dashboards at {page}" in started.stdout.splitlines(), started.stdout
         addresses = {name: (base / "confserver" / "address").read_text().strip() for name, (base, _) in bases.items()}
         assert addresses["a"] != addresses["b"] and not any(a.endswith(":29340") for a in addresses.values())
+        # Each its own httpd too: the second takes a free port when the first holds the default one.
+        pages = {name: (base / "run" / "httpd.url").read_text().strip() for name, (base, _) in bases.items()}
+        assert pages["a"] != pages["b"]
+        for page in pages.values():
+            with urllib.request.urlopen(f"{page}version", timeout=STARTUP_S) as answer:
+                assert answer.read().startswith(b"1.1.")
 
         now_us = time.time_ns() // 1000
         since_us, until_us = now_us - 20 * SECOND_US, now_us - 10 * SECOND_US
@@ -148,9 +157,11 @@ def test_start_with_a_stale_pid_file_goes_ahead(tmp_path, stranger):
     is not locked, so it starts, and its own `ramen stop` stops it, never the stranger."""
     pid_file = _stale_pid_file(tmp_path, stranger.pid)
     try:
-        started = ramen("start", "--daemon", "--dir", tmp_path, timeout=STARTUP_S)
+        started = ramen("start", "--daemon", "--no-httpd", "--dir", tmp_path, timeout=STARTUP_S)
         assert started.returncode == 0, started.stderr + started.stdout
         assert int(pid_file.read_text()) != stranger.pid
+        # --no-httpd reached the detached start: no httpd, no URL.
+        assert "dashboards" not in started.stdout and not (tmp_path / "run" / "httpd.url").exists()
         again = ramen("start", "--daemon", "--dir", tmp_path, timeout=STARTUP_S)
         assert again.returncode == 1 and "already running" in again.stderr, again.stderr
         stopped = ramen("--dir", tmp_path, "stop")
