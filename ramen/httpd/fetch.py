@@ -135,6 +135,11 @@ class Fetcher:
         if pending:
             partials.append(buckets.aggregate(function, pa.Table.from_batches(pending)))
         table = buckets.combine(function, partials)
+        if function.window is not None:
+            # A window the replay did not hold whole (the one still open, where the archives end)
+            # would chart a fraction of its rows as a dip: it is left out, null, until it is whole.
+            step = buckets.step_s(function)
+            table = buckets.between(table, since_s, int(replay.plan.until_us // buckets.US_PER_S) // step * step)
         self.cache.put(function, since_s, self._settled_until(function, replay, until_s, now_s), table)
         return table
 

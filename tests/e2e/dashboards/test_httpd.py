@@ -122,3 +122,10 @@ def test_a_refresh_of_a_range_ending_now_replays_only_its_newest_part(dashboard_
     assert first["replays"] == again["replays"] == 1
     # 5 minutes of rows the first time; then only what had not settled: the last seconds.
     assert 0 < again["rows"] < first["rows"] / 4, (first, again)
+
+
+def test_the_window_still_open_is_null_rather_than_a_part_of_its_rows(dashboard_site):
+    [series] = dashboard_site.json("/render", target="sumSeries(web.per_minute.*.bytes)", **{"from": "-4min"})
+    values = [v for v, _ in series["datapoints"]]
+    assert values[-1] is None  # this minute: not over, so not drawn as the dip of its first seconds
+    assert values[-3] is not None and values[-3] > 0
