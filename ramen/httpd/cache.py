@@ -50,31 +50,25 @@ class ResultCache:
         with self._lock:
             return sum(e.nbytes for e in self._entries.values())
 
-    def holes(self, function: Function, since_s: int, until_s: int) -> list[tuple[int, int]]:
-        """The parts of [since_s, until_s) no chunk holds, in order."""
+    def lookup(self, function: Function, since_s: int, until_s: int) -> tuple[pa.Table, list[tuple[int, int]]]:
+        """The cached buckets in [since_s, until_s), and the parts of it no chunk holds (the holes,
+        in order), from one look: a chunk put meanwhile by another render is in both or in neither."""
         with self._lock:
             entry = self._entries.get(_key(function))
-            chunks = [(a, b) for a, b, _ in entry.chunks] if entry else []
-        holes, at = [], since_s
-        for a, b in chunks:
+            chunks = list(entry.chunks) if entry else []
+            if entry is not None:
+                self._entries.move_to_end(_key(function))
+        holes, at, parts = [], since_s, []
+        for a, b, table in chunks:
             if b <= at or a >= until_s:
                 continue
+            parts.append(buckets.between(table, since_s, until_s))
             if a > at:
                 holes.append((at, a))
             at = max(at, b)
         if at < until_s:
             holes.append((at, until_s))
-        return holes
-
-    def get(self, function: Function, since_s: int, until_s: int) -> pa.Table:
-        """The cached buckets in [since_s, until_s)."""
-        with self._lock:
-            entry = self._entries.get(_key(function))
-            if entry is None:
-                return buckets.empty(function)
-            self._entries.move_to_end(_key(function))
-            parts = [buckets.between(t, since_s, until_s) for a, b, t in entry.chunks if a < until_s and since_s < b]
-        return buckets.combine(function, parts)
+        return buckets.combine(function, parts), holes
 
     def put(self, function: Function, since_s: int, until_s: int, table: pa.Table) -> None:
         """Keep the buckets of the settled range [since_s, until_s) (those of `table` in it)."""

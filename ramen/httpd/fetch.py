@@ -8,7 +8,6 @@ that need the same hole of the same function at once share one replay.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from concurrent.futures import Future
@@ -23,8 +22,6 @@ from ramen.httpd.metrics import HttpdStats
 from ramen.program import Function, Program
 from ramen.replay.client import Replay, ReplayFailed, replay_to_newest
 from ramen.replay.plan import ReplayGapError, ReplayPlanError
-
-log = logging.getLogger(__name__)
 
 SETTLE_S = 10
 """A bucket is cached once it ended this long (plus the window's lateness) before what the
@@ -71,8 +68,8 @@ class Fetcher:
         `no_cache`: all of them replayed (graphite-web's noCache; what the bench measures)."""
         if no_cache:
             return self._replay_shared(programs, function, since_s, until_s, progress)
-        parts = [self.cache.get(function, since_s, until_s)]
-        holes = self.cache.holes(function, since_s, until_s)
+        held, holes = self.cache.lookup(function, since_s, until_s)
+        parts = [held]
         if holes != [(since_s, until_s)]:
             self.stats.add("cache_hits")
         self.stats.add("cache_misses", len(holes))

@@ -72,15 +72,15 @@ def test_partial_buckets_combine_into_the_same_averages(program):
 def test_the_cache_answers_what_it_holds_and_names_the_holes(program):
     raw = program.function("raw")
     cache = ResultCache()
-    assert cache.holes(raw, 0, 100) == [(0, 100)]
+    assert cache.lookup(raw, 0, 100)[1] == [(0, 100)]
     cache.put(raw, 20, 50, buckets.aggregate(raw, rows([25, 45, 55], ["a"] * 3, [1, 2, 3])))
-    assert cache.holes(raw, 0, 100) == [(0, 20), (50, 100)]
-    assert cache.holes(raw, 30, 40) == []
-    held = cache.get(raw, 0, 100)
+    assert cache.lookup(raw, 0, 100)[1] == [(0, 20), (50, 100)]
+    assert cache.lookup(raw, 30, 40)[1] == []
+    held = cache.lookup(raw, 0, 100)[0]
     assert held.column(buckets.BUCKET).to_pylist() == [20, 40]  # 55 was outside the settled range
     cache.put(raw, 50, 60, buckets.aggregate(raw, rows([55], ["a"], [3])))  # touching: one chunk
-    assert cache.holes(raw, 20, 60) == []
-    assert cache.get(raw, 0, 100).column(buckets.BUCKET).to_pylist() == [20, 40, 50]
+    assert cache.lookup(raw, 20, 60)[1] == []
+    assert cache.lookup(raw, 0, 100)[0].column(buckets.BUCKET).to_pylist() == [20, 40, 50]
 
 
 def test_a_changed_function_never_gets_the_old_results(program):
@@ -90,9 +90,9 @@ def test_a_changed_function_never_gets_the_old_results(program):
     assert changed.signature != raw.signature
     cache = ResultCache()
     cache.put(raw, 0, 60, buckets.aggregate(raw, rows([5], ["a"], [1])))
-    assert cache.holes(changed, 0, 60) == [(0, 60)]
+    assert cache.lookup(changed, 0, 60)[1] == [(0, 60)]
     cache.put(changed, 0, 60, buckets.empty(changed))
-    assert cache.holes(raw, 0, 60) == [(0, 60)]  # the old signature's results were dropped
+    assert cache.lookup(raw, 0, 60)[1] == [(0, 60)]  # the old signature's results were dropped
 
 
 def test_memory_stays_within_the_bound(program):
@@ -105,5 +105,5 @@ def test_memory_stays_within_the_bound(program):
         {"ts": pa.array(list(range(0, 60_000_000_000, 60_000_000)), pa.timestamp("us")),
          "bytes": pa.array(range(1000), pa.int64())})))
     assert cache.nbytes <= cache.max_bytes
-    assert cache.holes(raw, 0, 100_000) == [(0, 100_000)]  # the least recently used went first
-    assert cache.holes(per_minute, 0, 60_000) == []
+    assert cache.lookup(raw, 0, 100_000)[1] == [(0, 100_000)]  # the least recently used went first
+    assert cache.lookup(per_minute, 0, 60_000)[1] == []
