@@ -44,18 +44,16 @@ def aggregate(function: Function, table: pa.Table) -> pa.Table:
     """The rows of `table` (the function's output) as buckets of sums and counts."""
     if table.num_rows == 0:
         return empty(function)
-    step_us = step_s(function) * US_PER_S
+    step = step_s(function)
     times = event_times_us(table, function.event_time)
-    bucket = pa.array(np.floor_divide(times, step_us) * step_s(function), pa.int64())
+    bucket = pa.array(np.floor_divide(times, step * US_PER_S) * step, pa.int64())
     fields = numeric_fields(function)
     columns = {BUCKET: bucket, **{f: table.column(f) for f in function.factors}}
     for name in fields:
         values = pc.cast(table.column(name), pa.float64())
         columns[SUM + name] = values
         columns[COUNT + name] = pc.if_else(pc.is_valid(values), 1, 0).cast(pa.int64())
-    grouped = pa.table(columns).group_by([BUCKET, *function.factors], use_threads=False).aggregate(
-        [(SUM + n, "sum") for n in fields] + [(COUNT + n, "sum") for n in fields])
-    return _named(function, grouped)
+    return _summed(function, pa.table(columns))
 
 
 def combine(function: Function, tables: list[pa.Table]) -> pa.Table:
@@ -63,17 +61,16 @@ def combine(function: Function, tables: list[pa.Table]) -> pa.Table:
     tables = [t for t in tables if t.num_rows]
     if not tables:
         return empty(function)
-    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-    fields = numeric_fields(function)
-    if len(tables) > 1:
-        grouped = table.group_by([BUCKET, *function.factors], use_threads=False).aggregate(
-            [(SUM + n, "sum") for n in fields] + [(COUNT + n, "sum") for n in fields])
-        table = _named(function, grouped)
+    table = tables[0] if len(tables) == 1 else _summed(function, pa.concat_tables(tables))
     return table.sort_by(BUCKET)
 
 
-def _named(function: Function, grouped: pa.Table) -> pa.Table:
-    """group_by's `<col>_sum` names back to ours, in `empty`'s order and types."""
+def _summed(function: Function, table: pa.Table) -> pa.Table:
+    """One row per bucket and factor values, its sums and counts added up; group_by's `<col>_sum`
+    names back to ours, in `empty`'s order and types."""
+    fields = numeric_fields(function)
+    grouped = table.group_by([BUCKET, *function.factors], use_threads=False).aggregate(
+        [(SUM + n, "sum") for n in fields] + [(COUNT + n, "sum") for n in fields])
     schema = empty(function).schema
     columns = []
     for field in schema:
