@@ -22,7 +22,8 @@ from aiohttp import web
 
 from ramen import keyspace
 from ramen.clocks import SYSTEM_CLOCK, Clock
-from ramen.httpd import buckets, metrics
+from ramen.httpd import assets, buckets, dashboards, metrics, render, target
+from ramen.httpd import functions as graphite_functions
 from ramen.httpd.auth import Credentials
 from ramen.httpd.cache import DEFAULT_MAX_BYTES, ResultCache
 from ramen.httpd.factors import FactorValues
@@ -30,7 +31,6 @@ from ramen.httpd.fetch import FetchError, Fetcher, Progress
 from ramen.httpd.metrics import HttpdStats
 from ramen.httpd.names import MetricTree, PathError
 from ramen.httpd.series import Series
-from ramen.httpd.target import TargetError
 from ramen.program import Function, Program, ProgramError
 from ramen.replay.contract import DEFAULT_REPLAY_TIMEOUT_S
 from ramen.times import TimeError, parse_time
@@ -57,8 +57,13 @@ class BadRequest(ValueError):
     """A request httpd cannot answer as asked: 400 with this one line."""
 
 
-USER_ERRORS = (BadRequest, PathError, TimeError, TargetError, FetchError)
+USER_ERRORS = (BadRequest, PathError, TimeError, target.TargetError, FetchError)
 """What a request is answered in one line (400, or 502 for a failed replay); anything else is a bug."""
+
+
+def status_of(error: Exception) -> int:
+    """The HTTP status of a user error: a replay that failed is the peer's (502), the rest the request's."""
+    return 502 if isinstance(error, FetchError) else 400
 
 
 @dataclass(frozen=True)
@@ -193,10 +198,8 @@ async def guard(request: web.Request, handler):
         if isinstance(response, web.Response) and isinstance(response.body, bytes):
             httpd.stats.add("bytes_served", len(response.body))
         return response
-    except FetchError as e:
-        return web.Response(status=502, text=f"{e}\n")
     except USER_ERRORS as e:
-        return web.Response(status=400, text=f"{e}\n")
+        return web.Response(status=status_of(e), text=f"{e}\n")
     except web.HTTPException:
         raise
     except Exception:
@@ -221,7 +224,6 @@ async def progress(request: web.Request) -> web.Response:
 
 
 async def find(request: web.Request) -> web.Response:
-    from ramen.httpd import render
     httpd = request.app[HTTPD]
     values = await params(request)
     query = one(values, "query")
@@ -231,8 +233,7 @@ async def find(request: web.Request) -> web.Response:
     if fmt not in render.FIND_FORMATS:
         raise BadRequest(f"find: unknown format {fmt!r} ({', '.join(render.FIND_FORMATS)})")
     loop = asyncio.get_running_loop()
-    found = await loop.run_in_executor(httpd.pool, lambda: httpd.tree().find(query))
-    nodes = [render.Node(f.path, f.leaf) for f in found]
+    nodes = await loop.run_in_executor(httpd.pool, lambda: httpd.tree().find(query))
     return _answer(render.to_find(nodes, fmt), fmt)
 
 
@@ -256,8 +257,7 @@ async def expand(request: web.Request) -> web.Response:
 
 
 async def functions(request: web.Request) -> web.Response:
-    from ramen.httpd.functions import describe_functions
-    return web.json_response(describe_functions())
+    return web.json_response(graphite_functions.describe_functions())
 
 
 RENDER_FORMATS = ("json", "csv", "pickle", "msgpack")
@@ -268,8 +268,6 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
                            request_id: str | None = None, no_cache: bool = False) -> list[Series]:
     """The series of Graphite targets over [since_s, until_s): every target parsed first, then
     each function they need fetched at once (one pool job each), then the functions applied."""
-    from ramen.httpd import functions as graphite_functions
-    from ramen.httpd import target
     targets = [t for t in targets if t.strip()]
     if not targets:
         raise BadRequest("render: at least one target is needed")
@@ -308,7 +306,6 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
 
 async def render_handler(request: web.Request) -> web.Response:
     """Graphite's /render: `target` repeated, from/until, format, maxDataPoints (json)."""
-    from ramen.httpd import render
     httpd = request.app[HTTPD]
     httpd.stats.renders += 1
     try:
@@ -339,7 +336,6 @@ async def render_batch_handler(request: web.Request) -> web.Response:
     "error": "<one line>"}.
     ramen's page refreshes its charts with it: a browser opens at most 6 connections to a host,
     so past 6 charts one request per chart would queue, and miss the supervisor's merge delay."""
-    from ramen.httpd import render
     httpd = request.app[HTTPD]
     try:
         body = await request.json()
@@ -364,7 +360,7 @@ async def render_batch_handler(request: web.Request) -> web.Response:
             return b'{"series":' + render.to_json(results, max_points) + b"}"
         except USER_ERRORS as e:
             httpd.stats.add("render_errors")
-            return json.dumps({"status": 502 if isinstance(e, FetchError) else 400, "error": str(e)}).encode()
+            return json.dumps({"status": status_of(e), "error": str(e)}).encode()
         except Exception:
             httpd.stats.add("render_errors")
             log.exception("render/batch: a render of %s failed", spec.get("targets"))
@@ -408,7 +404,6 @@ def make_app(httpd: Httpd) -> web.Application:
     metrics.add_routes(app, client=httpd.client, site=httpd.site, stats=httpd.stats)
     for path in ("/tags", "/tags/{rest:.*}"):
         app.router.add_route("*", path, empty_list)
-    from ramen.httpd import assets, dashboards  # the page's routes (page branch): here to keep the merge local
     assets.add_routes(app)
     dashboards.add_routes(app, httpd.client)
     app.on_cleanup.append(_close)

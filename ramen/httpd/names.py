@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
@@ -43,11 +43,19 @@ class Metric:
     field: str
 
 
-@dataclass(frozen=True)
-class Found:
-    """A node of the tree that a pattern matched: a branch (expandable) or a leaf (a metric)."""
+@dataclass
+class Node:
+    """A node of the tree that a pattern matched (what `/metrics/find` lists): a branch (more
+    elements below) or a leaf (a metric)."""
     path: str
     leaf: bool
+    intervals: list[tuple[int, int]] = field(default_factory=list)
+    """[start, end) epoch-second ranges where a leaf has data (graphite-web's IntervalSet)."""
+
+    @property
+    def name(self) -> str:
+        """The last element, as written in the path (quoted where it holds a dot)."""
+        return split_path(self.path)[-1]
 
 
 def quote(segment: str) -> str:
@@ -161,28 +169,19 @@ class MetricTree:
         self.functions = replayable(programs)
         self._factor_values = factor_values
 
-    def find(self, pattern: str) -> list[Found]:
+    def find(self, pattern: str) -> list[Node]:
         """The nodes at the pattern's depth that it matches, branches and leaves, sorted."""
-        segments = split_path(pattern)
-        found: dict[str, bool] = {}
-        for depth_names, leaf_depth, build in self._walks(segments):
-            depth = len(segments)
-            if depth > leaf_depth:
-                continue
-            for names in depth_names(depth):
-                found[SEPARATOR.join(quote(n) for n in names)] = depth == leaf_depth
-        return [Found(path, leaf) for path, leaf in sorted(found.items())]
+        found = {_path(names): len(names) == _leaf_depth(function)
+                 for names, function in self._matches(split_path(pattern))}
+        return [Node(path, leaf) for path, leaf in sorted(found.items())]
 
     def expand(self, pattern: str) -> list[Metric]:
         """The metrics (leaves) the pattern names, sorted by path."""
-        segments = split_path(pattern)
-        metrics: dict[str, Metric] = {}
-        for depth_names, leaf_depth, build in self._walks(segments):
-            if len(segments) != leaf_depth:
-                continue
-            for names in depth_names(leaf_depth):
-                metric = build(names)
-                metrics[metric.path] = metric
+        metrics = {}
+        for names, function in self._matches(split_path(pattern)):
+            if len(names) == _leaf_depth(function):
+                metrics[_path(names)] = Metric(_path(names), function.qualified_name,
+                                               names[2:-1], names[-1])
         return [metrics[p] for p in sorted(metrics)]
 
     def functions_matching(self, pattern: str) -> list[Function]:
@@ -193,43 +192,41 @@ class MetricTree:
             return []
         program, name = SegmentMatcher(segments[0]), SegmentMatcher(segments[1])
         return [f for f in self.functions
-                if program(f.program) and name(f.name) and len(segments) == 3 + len(f.factors)]
+                if program(f.program) and name(f.name) and len(segments) == _leaf_depth(f)]
 
-    def _walks(self, segments: list[str]):
-        """Per function the pattern's first two segments match: a way to list the matching name
-        tuples at a depth, the depth of its leaves, and how a leaf's names make a Metric."""
+    def _matches(self, segments: list[str]) -> Iterator[tuple[tuple[str, ...], Function]]:
+        """The names of each node as deep as `segments` that they match, with its function (a
+        program's node comes once per function: callers key on the path). Factor values are asked
+        only of the functions the pattern reaches below their own level."""
         matchers = [SegmentMatcher(s) for s in segments]
+        depth = len(matchers)
         for function in self.functions:
             if not matchers[0](function.program):
                 continue
-            if len(matchers) == 1:
-                yield (lambda depth, f=function: [(f.program,)]), 3 + len(function.factors), None
+            if depth == 1:
+                yield (function.program,), function
                 continue
-            if not matchers[1](function.name):
+            if not matchers[1](function.name) or depth > _leaf_depth(function):
                 continue
-            yield self._function_walk(function, matchers)
-
-    def _function_walk(self, function: Function, matchers: list[SegmentMatcher]):
-        n_factors = len(function.factors)
-        leaf_depth = 3 + n_factors
-        fields = numeric_fields(function)
-
-        def names_at(depth: int) -> list[tuple[str, ...]]:
             head = (function.program, function.name)
             if depth == 2:
-                return [head]
-            combos = [()]
-            if n_factors:
-                known = self._factor_values(function) if depth > 2 else []
-                wanted = min(depth - 2, n_factors)
-                combos = sorted({tuple(values[:wanted]) for values in known
-                                 if all(matchers[2 + i](values[i]) for i in range(wanted))})
-            if depth < leaf_depth:
-                return [head + c for c in combos]
-            return [head + c + (f,) for c in combos for f in matchers[-1].select(fields)]
+                yield head, function
+                continue
+            factors = min(depth - 2, len(function.factors))
+            combos = sorted({values[:factors] for values in self._factor_values(function)
+                             if all(matchers[2 + i](values[i]) for i in range(factors))}) if factors else [()]
+            for combo in combos:
+                if depth < _leaf_depth(function):
+                    yield head + combo, function
+                else:
+                    for name in matchers[-1].select(numeric_fields(function)):
+                        yield head + combo + (name,), function
 
-        def build(names: tuple[str, ...]) -> Metric:
-            return Metric(SEPARATOR.join(quote(n) for n in names), function.qualified_name,
-                          tuple(names[2:2 + n_factors]), names[-1])
 
-        return names_at, leaf_depth, build
+def _leaf_depth(function: Function) -> int:
+    """program, function, one level per factor, field."""
+    return 3 + len(function.factors)
+
+
+def _path(names: tuple[str, ...]) -> str:
+    return SEPARATOR.join(quote(n) for n in names)

@@ -15,7 +15,6 @@ import json
 import math
 import pickle
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timezone, tzinfo
 from urllib.parse import unquote_plus
 
@@ -23,6 +22,7 @@ import msgpack
 import numpy as np
 
 from ramen.httpd.functions import DEFAULT_XFILES_FACTOR, consolidate_values
+from ramen.httpd.names import Node
 from ramen.httpd.series import Series
 
 __all__ = ["FIND_FORMATS", "LOCAL_FORMATS", "Node", "consolidate", "to_csv", "to_find", "to_json", "to_local"]
@@ -34,19 +34,6 @@ PICKLE_PROTOCOL = 2
 CSV_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 JSON_INFINITY = "1e9999"
 """How graphite-web writes an infinite value: valid JSON that JavaScript reads back as Infinity."""
-
-
-@dataclass
-class Node:
-    """One match of a `/metrics/find` query: a branch (more elements below) or a leaf (a series)."""
-    path: str
-    leaf: bool
-    intervals: list[tuple[int, int]] = field(default_factory=list)
-    """[start, end) epoch-second ranges where a leaf has data (graphite-web's IntervalSet)."""
-
-    @property
-    def name(self) -> str:
-        return self.path.rsplit(".", 1)[-1]
 
 
 def consolidate(series: Series, max_data_points: int, from_s: int, until_s: int) -> Series:

@@ -3,7 +3,7 @@ Graphite's globs per level and quoted values."""
 
 import pytest
 
-from ramen.httpd.names import Found, MetricTree, PathError, expand_braces, quote, split_path
+from ramen.httpd.names import Node, MetricTree, PathError, expand_braces, quote, split_path
 from ramen.program import loads
 
 PROGRAM = '''[program]
@@ -48,13 +48,13 @@ def tree():
 
 
 def test_levels_are_programs_functions_factor_values_and_numeric_fields(tree):
-    assert tree.find("*") == [Found("net", False)]
+    assert tree.find("*") == [Node("net", False)]
     # live_only has no archive anywhere on its path: it cannot be replayed, so it is not listed.
-    assert tree.find("net.*") == [Found("net.total", False), Found("net.traffic", False)]
-    assert tree.find("net.traffic.*") == [Found('net.traffic."10.0.0.1"', False), Found("net.traffic.a", False),
-                                          Found("net.traffic.b", False)]
-    assert tree.find("net.traffic.a.*") == [Found("net.traffic.a.bytes", True), Found("net.traffic.a.ratio", True)]
-    assert tree.find("net.total.*") == [Found("net.total.bytes", True)]
+    assert tree.find("net.*") == [Node("net.total", False), Node("net.traffic", False)]
+    assert tree.find("net.traffic.*") == [Node('net.traffic."10.0.0.1"', False), Node("net.traffic.a", False),
+                                          Node("net.traffic.b", False)]
+    assert tree.find("net.traffic.a.*") == [Node("net.traffic.a.bytes", True), Node("net.traffic.a.ratio", True)]
+    assert tree.find("net.total.*") == [Node("net.total.bytes", True)]
 
 
 def test_globs_work_at_every_level(tree):
@@ -88,3 +88,13 @@ def test_braces_expand_and_are_bounded():
     assert expand_braces("a{b,c}d{1,2}") == ["abd1", "abd2", "acd1", "acd2"]
     with pytest.raises(PathError, match="more than"):
         expand_braces("{a,b,c,d}" * 6)
+
+
+def test_a_quoted_value_is_one_name_in_what_find_answers(tree):
+    import json
+
+    from ramen.httpd.render import to_find
+    hosts = tree.find("net.traffic.*")
+    assert [n.name for n in hosts] == ['"10.0.0.1"', "a", "b"]
+    answer = json.loads(to_find(hosts, "treejson"))
+    assert [(n["text"], n["id"]) for n in answer][0] == ('"10.0.0.1"', 'net.traffic."10.0.0.1"')
