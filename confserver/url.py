@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from confserver.errors import BadRequest
+from ramen.listen import DEFAULT_HOST
 
 CONFSERVER_ENV = "RAMEN_CONFSERVER"
 TOKEN_ENV = "RAMEN_CONFSERVER_TOKEN"
-DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 29340
 ZK_DEFAULT_PORT = 2181
 DEFAULT_URL = f"ramen://{DEFAULT_HOST}:{DEFAULT_PORT}"
