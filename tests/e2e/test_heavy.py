@@ -12,8 +12,7 @@ from ramen import keyspace
 from ramen.replay.client import Replay
 from ramen.spark.frames import for_spark
 from ramen.spark.session import connect
-from tests.e2e.test_replay import (BACKFILL_MIN, RATE, STARTUP_S, Stack, minute_range, per_minute_by_pyarrow,
-                                   wait_for_backfill)
+from tests.e2e.test_replay import BACKFILL_MIN, RATE, Stack, minute_range, per_minute_by_pyarrow
 from tests.waiting import wait_for
 
 SQL = "SELECT window.start AS start, host, sum(bytes) AS bytes FROM traffic GROUP BY window(ts, '1 minute'), host"
@@ -58,17 +57,11 @@ def sorted_rows(table: pa.Table) -> pa.Table:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, spark_remote):
-    base = tmp_path_factory.mktemp("heavy")
-    program = base / "hv.toml"
-    program.write_text(PROGRAM)
-    stack = Stack(base)
-    started = stack.ramen("start", "--daemon", "--dir", base, "--spark", spark_remote, program, timeout=STARTUP_S)
-    assert started.returncode == 0, started.stderr + started.stdout
+    stack = Stack(tmp_path_factory.mktemp("heavy"))
     try:
-        wait_for_backfill(base, "hv/traffic")
-        yield stack
+        yield stack.start("hv", PROGRAM, "hv/traffic", "--spark", spark_remote)
     finally:
-        stack.ramen("stop", "--dir", base)
+        stack.stop()
 
 
 def test_a_heavy_replay_matches_spark_over_the_raw_replay_and_pyarrow(stack, spark_remote):

@@ -73,6 +73,19 @@ class Stack:
         return subprocess.run([sys.executable, "-m", "ramen.cli.main", *map(str, args)], capture_output=True,
                               text=True, env=self.env, timeout=timeout)
 
+    def start(self, name: str, program: str, source: str, *options: str) -> Stack:
+        """`ramen start --daemon [options]` with `program` (a program file's text) loaded, once the
+        archive holds the back-filled range of `source`."""
+        path = self.base / f"{name}.toml"
+        path.write_text(program)
+        started = self.ramen("start", "--daemon", "--dir", self.base, *options, path, timeout=STARTUP_S)
+        assert started.returncode == 0, started.stderr + started.stdout
+        wait_for_backfill(self.base, source)
+        return self
+
+    def stop(self) -> None:
+        self.ramen("stop", "--dir", self.base)
+
     def client(self, identity: str = "admin"):
         url = (self.base / "run" / "ready").read_text().strip()
         return confserver.connect(url, identity=identity, auth_file=self.base / "confserver" / "auth.json")
@@ -94,17 +107,11 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    base = tmp_path_factory.mktemp("e2e")
-    program = base / "e2e.toml"
-    program.write_text(PROGRAM)
-    stack = Stack(base)
-    started = stack.ramen("start", "--daemon", "--dir", base, program, timeout=STARTUP_S)
-    assert started.returncode == 0, started.stderr + started.stdout
+    stack = Stack(tmp_path_factory.mktemp("e2e"))
     try:
-        wait_for_backfill(base, "e2e/traffic")
-        yield stack
+        yield stack.start("e2e", PROGRAM, "e2e/traffic")
     finally:
-        stack.ramen("stop", "--dir", base)
+        stack.stop()
 
 
 def wait_for_backfill(base: Path, source: str) -> None:

@@ -15,7 +15,7 @@ from ramen.archive.catalog import Catalog
 from ramen.archive.coverage import function_channel
 from ramen.archive.segment import segment_file_base_position, segment_file_name
 from ramen.archive.time_index import TimeIndex, index_path
-from tests.e2e.test_replay import PROGRAM, STARTUP_S, Stack, minute_range, wait_for_backfill
+from tests.e2e.test_replay import PROGRAM, Stack, minute_range
 
 CLIENT_TIMEOUT_S = 60
 """Far below the replay's own timeout (300 s): a client still waiting then has hung."""
@@ -23,17 +23,11 @@ CLIENT_TIMEOUT_S = 60
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    base = tmp_path_factory.mktemp("e2e-damage")
-    program = base / "e2e.toml"
-    program.write_text(PROGRAM)
-    stack = Stack(base)
-    started = stack.ramen("start", "--daemon", "--dir", base, program, timeout=STARTUP_S)
-    assert started.returncode == 0, started.stderr + started.stdout
+    stack = Stack(tmp_path_factory.mktemp("e2e-damage"))
     try:
-        wait_for_backfill(base, "e2e/traffic")
-        yield stack
+        yield stack.start("e2e", PROGRAM, "e2e/traffic")
     finally:
-        stack.ramen("stop", "--dir", base)
+        stack.stop()
 
 
 def archive_dir(stack: Stack):

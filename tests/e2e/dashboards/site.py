@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from tests.e2e.test_replay import STARTUP_S, Stack, wait_for_backfill
+from tests.e2e.test_replay import STARTUP_S, Stack
 from tests.waiting import wait_for
 
 RATE = 100
@@ -55,18 +55,11 @@ class DashboardSite(Stack):
         self.url = ""
 
     def start(self) -> DashboardSite:
-        program = self.base / "web.toml"
-        program.write_text(PROGRAM)
-        started = self.ramen("start", "--daemon", "--dir", self.base, program, timeout=STARTUP_S)
-        assert started.returncode == 0, started.stderr + started.stdout
-        wait_for_backfill(self.base, "web/traffic")
+        super().start("web", PROGRAM, "web/traffic")
         url_file = self.base / "run" / "httpd.url"
         self.url = wait_for(lambda: url_file.exists() and url_file.read_text().strip().rstrip("/"),
                             "httpd's URL file", timeout_s=STARTUP_S)
         return self
-
-    def stop(self) -> None:
-        self.ramen("stop", "--dir", self.base)
 
     def get(self, path: str, **params) -> tuple[int, bytes]:
         """httpd's status and body for GET path?params (a list value: the parameter repeated)."""
