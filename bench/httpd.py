@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -38,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.replay import progress, replayer_bytes_read, wait_for_the_hour  # noqa: E402
+from bench.replay import RAMEN, progress, replayer_bytes_read, running_ramen, wait_for_the_hour  # noqa: E402
 from ramen import paths  # noqa: E402
 
 PROGRAM = ROOT / "examples" / "replay.toml"
@@ -98,8 +96,7 @@ def measure(base: Path, env: dict, runs: int, refresh_after_s: float, latency_re
 
     progress(f"one panel over the hour, and `ramen replay` of the same ({runs} runs)")
     panel = [timed(lambda: render(url, ONE_PANEL, since_s, until_s, noCache=1)) for _ in range(runs)]
-    ramen = [sys.executable, "-m", "ramen.cli.main", "replay", "--since", str(since_s), "--until", str(until_s),
-             "--format", "csv", "demo/per_minute"]
+    ramen = [*RAMEN, "replay", "--since", str(since_s), "--until", str(until_s), "--format", "csv", "demo/per_minute"]
     replays = [timed(lambda: subprocess.run(ramen, env=env, capture_output=True, check=True)) for _ in range(runs)]
     report["one_panel"] = {"runs_s": [p[0] for p in panel], "bytes": panel[0][1],
                            "replay_runs_s": [r[0] for r in replays]}
@@ -159,19 +156,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.runs < 1 or args.latency_renders < 1:
         parser.error("--runs and --latency-renders must be at least 1")
-    with tempfile.TemporaryDirectory(prefix="ramen-bench-httpd-") as tmp:
-        base = Path(tmp)
-        env = dict(os.environ, RAMEN_DIR=str(base), PYTHONPATH=str(ROOT))
-        env.pop("RAMEN_CONFSERVER", None)
-        os.environ["RAMEN_DIR"] = str(base)
-        ramen = [sys.executable, "-m", "ramen.cli.main"]
-        progress("starting ramen and back-filling an hour of traffic")
-        if subprocess.run([*ramen, "start", "--daemon", "--dir", str(base), str(PROGRAM)], env=env).returncode:
-            raise SystemExit("bench: ramen start failed (its message is above)")
-        try:
-            report = measure(base, env, args.runs, args.refresh_after, args.latency_renders)
-        finally:
-            subprocess.run([*ramen, "stop", "--dir", str(base)], env=env)
+    with running_ramen("httpd", PROGRAM) as (base, env):
+        report = measure(base, env, args.runs, args.refresh_after, args.latency_renders)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -23,6 +23,7 @@ row within 1 s of the merge delay.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -69,6 +70,28 @@ POLL_S = 0.1
 
 def progress(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
+
+
+RAMEN = [sys.executable, "-m", "ramen.cli.main"]
+
+
+@contextlib.contextmanager
+def running_ramen(name: str, program: Path):
+    """`ramen start --daemon` with `program`, in an instance directory of its own (this process's
+    RAMEN_DIR too), stopped and removed afterwards; yields that directory and the environment its
+    commands run in."""
+    with tempfile.TemporaryDirectory(prefix=f"ramen-bench-{name}-") as tmp:
+        base = Path(tmp)
+        env = dict(os.environ, RAMEN_DIR=str(base), PYTHONPATH=str(ROOT))
+        env.pop("RAMEN_CONFSERVER", None)
+        os.environ["RAMEN_DIR"] = str(base)
+        progress("starting ramen and back-filling an hour of traffic")
+        if subprocess.run([*RAMEN, "start", "--daemon", "--dir", str(base), str(program)], env=env).returncode:
+            raise SystemExit("bench: ramen start failed (its message is above)")
+        try:
+            yield base, env
+        finally:
+            subprocess.run([*RAMEN, "stop", "--dir", str(base)], env=env)
 
 
 def replayer_bytes_read(counters_path: Path) -> dict[str, int]:
@@ -153,19 +176,8 @@ def main() -> int:
     retain_freed_memory()  # the replays' client runs here, and `ramen replay` does this too
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    with tempfile.TemporaryDirectory(prefix="ramen-bench-replay-") as tmp:
-        base = Path(tmp)
-        env = dict(os.environ, RAMEN_DIR=str(base), PYTHONPATH=str(ROOT))
-        env.pop("RAMEN_CONFSERVER", None)
-        os.environ["RAMEN_DIR"] = str(base)
-        ramen = [sys.executable, "-m", "ramen.cli.main"]
-        progress("starting ramen and back-filling an hour of traffic")
-        if subprocess.run([*ramen, "start", "--daemon", "--dir", str(base), str(PROGRAM)], env=env).returncode:
-            raise SystemExit("bench: ramen start failed (its message is above)")
-        try:
-            report = measure(base, args.runs)
-        finally:
-            subprocess.run([*ramen, "stop", "--dir", str(base)], env=env)
+    with running_ramen("replay", PROGRAM) as (base, _):
+        report = measure(base, args.runs)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0

@@ -126,45 +126,32 @@ def cli_end_to_end(formats: list[str]) -> list[dict]:
     `| head -3`: time to the 3rd line and to the client's exit after the pipe closed."""
     import importlib.util
     import os
-    import tempfile
     spec = importlib.util.spec_from_file_location("replay_bench", ROOT / "bench" / "replay.py")
     replay_bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(replay_bench)
     results = []
-    with tempfile.TemporaryDirectory(prefix="ramen-bench-output-") as tmp:
-        base = Path(tmp)
-        env = dict(os.environ, RAMEN_DIR=str(base), PYTHONPATH=str(ROOT))
-        env.pop("RAMEN_CONFSERVER", None)
-        os.environ["RAMEN_DIR"] = str(base)
-        ramen = [sys.executable, "-m", "ramen.cli.main"]
-        print("starting ramen and back-filling an hour of traffic", file=sys.stderr, flush=True)
-        if subprocess.run([*ramen, "start", "--daemon", "--dir", str(base), str(replay_bench.PROGRAM)],
-                          env=env).returncode:
-            raise SystemExit("bench: ramen start failed (its message is above)")
-        try:
-            since, until = replay_bench.wait_for_the_hour()
-            command = [*ramen, "replay", "--since", f"{since / 1e6}", "--until", f"{until / 1e6}", "demo/traffic"]
-            for output_format in formats:
-                started = time.perf_counter()
-                with open("/dev/null", "wb") as sink:
-                    child = subprocess.Popen([*command, "--format", output_format], stdout=sink, env=env)
-                    _, status, usage = os.wait4(child.pid, 0)
-                child.returncode = os.waitstatus_to_exitcode(status)
-                results.append({"mode": f"ramen replay --format {output_format}", "exit": child.returncode,
-                                "seconds": time.perf_counter() - started, "peak_rss_mb": usage.ru_maxrss / KB_PER_MB,
-                                "rows": None})
+    with replay_bench.running_ramen("output", replay_bench.PROGRAM) as (_, env):
+        since, until = replay_bench.wait_for_the_hour()
+        command = [*replay_bench.RAMEN, "replay", "--since", f"{since / 1e6}", "--until", f"{until / 1e6}", "demo/traffic"]
+        for output_format in formats:
             started = time.perf_counter()
-            child = subprocess.Popen([*command, "--format", "csv"], stdout=subprocess.PIPE, env=env)
-            for _ in range(3):
-                child.stdout.readline()
-            third_line_s = time.perf_counter() - started
-            child.stdout.close()  # as head does after its 3rd line
-            _, status, usage = os.wait4(child.pid, 0)
-            results.append({"mode": "ramen replay | head -3", "exit": os.waitstatus_to_exitcode(status),
-                            "seconds": time.perf_counter() - started, "third_line_s": third_line_s,
-                            "peak_rss_mb": usage.ru_maxrss / KB_PER_MB, "rows": None})
-        finally:
-            subprocess.run([*ramen, "stop", "--dir", str(base)], env=env)
+            with open("/dev/null", "wb") as sink:
+                child = subprocess.Popen([*command, "--format", output_format], stdout=sink, env=env)
+                _, status, usage = os.wait4(child.pid, 0)
+            child.returncode = os.waitstatus_to_exitcode(status)
+            results.append({"mode": f"ramen replay --format {output_format}", "exit": child.returncode,
+                            "seconds": time.perf_counter() - started, "peak_rss_mb": usage.ru_maxrss / KB_PER_MB,
+                            "rows": None})
+        started = time.perf_counter()
+        child = subprocess.Popen([*command, "--format", "csv"], stdout=subprocess.PIPE, env=env)
+        for _ in range(3):
+            child.stdout.readline()
+        third_line_s = time.perf_counter() - started
+        child.stdout.close()  # as head does after its 3rd line
+        _, status, usage = os.wait4(child.pid, 0)
+        results.append({"mode": "ramen replay | head -3", "exit": os.waitstatus_to_exitcode(status),
+                        "seconds": time.perf_counter() - started, "third_line_s": third_line_s,
+                        "peak_rss_mb": usage.ru_maxrss / KB_PER_MB, "rows": None})
     return results
 
 
