@@ -41,17 +41,16 @@ from ramen import keyspace, paths
 from ramen.archive.coverage import function_of_channel
 from ramen.archive.recorder import RECORDING_KEY
 from ramen.clocks import SYSTEM_CLOCK, Clock
+from ramen.program import split_qualified
 from ramen.replay.contract import ContractError, ReplayerAssignment, ReplayerStats
 from ramen.transport import counters as ctr
 from ramen.transport.counters import CounterInfo, CountersFile, CountersFileError
-from ramen.transport.logbuffer import LOG_CORRELATION_ID_OFFSET
+from ramen.transport.logbuffer import LOG_CORRELATION_ID_OFFSET, LOG_META_DATA_LENGTH
 
 log = logging.getLogger(__name__)
 
 METRICS_PATH = "/metrics"
 PREFIX = "ramen_"
-LOG_METADATA_LENGTH_BYTES = 4096
-"""A log buffer's metadata is its last 4096 bytes (DESIGN.md): where its correlation id lies."""
 MS_PER_S = 1000.0
 US_PER_S = 1_000_000.0
 NS_PER_MS = 1_000_000
@@ -195,9 +194,9 @@ def _correlation_id(path: Path) -> int | None:
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            if size < LOG_METADATA_LENGTH_BYTES:
+            if size < LOG_META_DATA_LENGTH:
                 return None
-            raw = os.pread(f.fileno(), 8, size - LOG_METADATA_LENGTH_BYTES + LOG_CORRELATION_ID_OFFSET)
+            raw = os.pread(f.fileno(), 8, size - LOG_META_DATA_LENGTH + LOG_CORRELATION_ID_OFFSET)
     except OSError:
         return None  # removed since it was listed
     return int.from_bytes(raw, "little", signed=True) if len(raw) == 8 else None
@@ -209,14 +208,14 @@ def site_logs(site: str, replayer_sources: dict[str, str]) -> dict[int, LogIdent
     function each replayer (by id) replays."""
     found: dict[Path, LogIdentity] = {}
     for qualified_name, path in paths.output_logs(site).items():
-        program, _, function = qualified_name.partition("/")
+        program, function = split_qualified(qualified_name)
         found[path] = LogIdentity("live", program, function)
     logs_dir = paths.site_dir(site) / "logs"
     for path in sorted(logs_dir.glob(f"*/*{paths.REPLAY_LOG_SUFFIX}")):
         found[path] = LogIdentity("replay", path.parent.name, path.name.removesuffix(paths.REPLAY_LOG_SUFFIX))
     for path in sorted(paths.replayer_logs_dir(site).glob(f"*{paths.LOG_SUFFIX}")):
         replayer = path.name.removesuffix(paths.LOG_SUFFIX)
-        program, _, function = replayer_sources.get(replayer, "").partition("/")
+        program, function = split_qualified(replayer_sources.get(replayer, ""))
         found[path] = LogIdentity("replayer", program, function, replayer=replayer)
     for path in sorted(paths.recipient_logs_dir().glob(f"*{paths.LOG_SUFFIX}")):
         found[path] = LogIdentity("recipient", replay_channel=path.name.removesuffix(paths.LOG_SUFFIX))
@@ -226,11 +225,6 @@ def site_logs(site: str, replayer_sources: dict[str, str]) -> dict[int, LogIdent
         if correlation_id is not None:
             by_id[correlation_id] = identity
     return by_id
-
-
-def _split_qualified(name: str | None) -> tuple[str, str]:
-    program, _, function = (name or "").partition("/")
-    return program, function
 
 
 def counter_labels(info: CounterInfo, site: str, logs: dict[int, LogIdentity]) -> tuple[CounterType, dict[str, str]]:
@@ -261,14 +255,14 @@ def counter_labels(info: CounterInfo, site: str, logs: dict[int, LogIdentity]) -
         parts = info.label.split(" ")
         if len(parts) >= 5:
             labels["stream"] = parts[3]
-            labels["program"], labels["function"] = _split_qualified(function_of_channel(parts[4]))
+            labels["program"], labels["function"] = split_qualified(function_of_channel(parts[4]) or "")
     elif kind.identifies == _SERVICE:
         labels["service_instance"] = info.key.rstrip(b"\0").decode(errors="replace")
     elif kind.identifies == _WORKER:
         # `worker <prog>/<func> <what>` (workers/stats.py)
         parts = info.label.split(" ")
         if len(parts) >= 3:
-            labels["program"], labels["function"] = _split_qualified(parts[1])
+            labels["program"], labels["function"] = split_qualified(parts[1])
     else:
         labels["type_id"] = str(info.type_id)
     return kind, labels
@@ -344,7 +338,7 @@ def collect_stats(families: _Families, client, site: str) -> dict[str, str]:
     names the logs of replayers."""
     worker_key = f"{keyspace.workers_prefix(site)}/<prog>/<func>/stats (the worker's, docs/runtime.md)"
     for entry in client.glob(f"{keyspace.workers_prefix(site)}/*/*/stats"):
-        program, function = _split_qualified(keyspace.qualified_name_of(entry.key))
+        program, function = split_qualified(keyspace.qualified_name_of(entry.key))
         if isinstance(entry.value, dict):
             _add_stats(families, "worker", worker_key, entry.value,
                        {"site": site, "program": program, "function": function})
@@ -363,7 +357,7 @@ def collect_stats(families: _Families, client, site: str) -> dict[str, str]:
         except ContractError as e:
             log.warning("metrics: %s", e)
             continue
-        program, function = _split_qualified(sources.get(replayer))
+        program, function = split_qualified(sources.get(replayer, ""))
         labels = {"site": site, "program": program, "function": function, "replayer": replayer}
         for f in dataclasses.fields(stats):
             _add_stats(families, "replayer", f"{ReplayerStats.KEY} ({ReplayerStats.__name__}.{f.name})",
