@@ -8,6 +8,10 @@ goes and writes what this returns.
   that channel goes through the replayer and the workers, and the target writes the result to each
   rider's recipient too. Twenty dashboards asking for the same hour then cost one replay, not
   twenty copies of it flowing through every worker.
+- A request whose path goes through the target of another (same range, and the same archives and
+  links up to that function) goes on from that target's output: the worker computes it once, for
+  the other channel, and writes it under this channel too (WorkerReplay.via). A dashboard charting
+  per_minute beside top_talkers (computed from per_minute) computes per_minute once, not twice.
 - Per source, the other requests whose [since, until) ranges overlap share one replayer, which reads
   the archive once for them all; a request with no_merge (or every request when merging is off)
   gets a replayer of its own.
@@ -18,13 +22,14 @@ goes and writes what this returns.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ramen import keyspace, paths
 from ramen.replay.contract import ChannelRange, ReplayerAssignment, ReplayRequest, Rider, WorkerReplay
+from ramen.replay.plan import ReplayPlan
 
-__all__ = ["Batch", "Group", "Wiring", "batch_of", "collapse_identical", "merge", "replayer_assignment", "wire",
-           "worker_replays"]
+__all__ = ["Batch", "Group", "Wiring", "ancestry", "batch_of", "collapse_identical", "goes_through", "merge",
+           "own_sources", "replayer_assignment", "wire", "worker_replays"]
 
 
 @dataclass(frozen=True)
@@ -35,7 +40,8 @@ class Group:
     channels: tuple[int, ...]
     """Sorted: the channels the replayer writes."""
     riders: tuple[int, ...] = ()
-    """Sorted: identical requests riding on those channels (the replayer lives, and fails them, as theirs)."""
+    """Sorted: requests that need the replayer without it writing their channel (identical ones riding
+    on its channels, and those going on from their targets' output): it lives, and fails them, as theirs."""
 
 
 @dataclass(frozen=True)
@@ -66,12 +72,14 @@ def collapse_identical(requests: Mapping[int, ReplayRequest], *, allow: bool = T
     return by_leader
 
 
-def merge(requests: Mapping[int, ReplayRequest], *, allow: bool = True) -> list[Group]:
+def merge(requests: Mapping[int, ReplayRequest], *, allow: bool = True,
+          sources: Mapping[int, Sequence[str]] | None = None) -> list[Group]:
     """One group per source and per run of overlapping [since, until) ranges; a request with
-    no_merge (or every request when `allow` is false) gets a group of its own."""
+    no_merge (or every request when `allow` is false) gets a group of its own. `sources`: the
+    sources each request reads itself (by default its plan's)."""
     by_source: dict[str, list[int]] = {}
     for channel, request in requests.items():
-        for source in request.plan.sources:
+        for source in (sources[channel] if sources is not None else request.plan.sources):
             by_source.setdefault(source, []).append(channel)
     runs: list[tuple[str, list[int]]] = []
     for source, channels in sorted(by_source.items()):
@@ -90,6 +98,33 @@ def merge(requests: Mapping[int, ReplayRequest], *, allow: bool = True) -> list[
     return [Group(source, tuple(sorted(channels))) for source, channels in runs]
 
 
+def ancestry(plan: ReplayPlan, name: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """The functions of `plan` that `name` is computed from (itself included) and their links, sorted:
+    what a plan with `name` as its target over the same archives holds."""
+    names, todo = {name}, [name]
+    while todo:
+        for parent in plan.inputs_of(todo.pop()):
+            if parent not in names:
+                names.add(parent)
+                todo.append(parent)
+    return tuple(sorted(names)), tuple(sorted(link for link in plan.links if link[1] in names))
+
+
+def goes_through(request: ReplayRequest, other: ReplayRequest) -> bool:
+    """Whether `request` can go on from `other`'s target's output: that target is a computed
+    function on its path (not its own target), over the same range, planned from the same archives."""
+    plan, through = request.plan, other.plan.target
+    if request.no_merge or other.no_merge or through == plan.target or through in plan.sources \
+            or through not in plan.functions:
+        return False
+    if (request.since_us, request.until_us, plan.since_us, plan.until_us) != \
+            (other.since_us, other.until_us, other.plan.since_us, other.plan.until_us):
+        return False
+    functions, links = ancestry(plan, through)
+    return (set(other.plan.functions), set(other.plan.links), set(other.plan.sources)) == \
+        (set(functions), set(links), set(plan.sources) & set(functions))
+
+
 @dataclass(frozen=True)
 class Batch:
     """How a batch of requests is served."""
@@ -98,24 +133,70 @@ class Batch:
     """Channel of each request that goes through the replayers -> the channels riding on it."""
     groups: list[Group]
     """One per replayer."""
+    vias: dict[int, dict[str, int]] = field(default_factory=dict)
+    """Leader -> {function on its path: the leader whose target it is}, where it goes on from that
+    target's output (goes_through); the outermost such functions only."""
 
 
 def batch_of(requests: Mapping[int, ReplayRequest], *, allow_merge: bool = True) -> Batch:
-    """Identical requests collapsed onto their leader, then the leaders merged into groups."""
+    """Identical requests collapsed onto their leader; each leader going on from other leaders'
+    targets where it can; the leaders merged into groups over the sources they read themselves."""
     identical = collapse_identical(requests, allow=allow_merge)
     leaders = {leader: tuple(channels[1:]) for leader, channels in identical.items()}
-    groups = merge({leader: requests[leader] for leader in leaders}, allow=allow_merge)
-    return Batch(leaders, [Group(g.source, g.channels, tuple(sorted(r for c in g.channels for r in leaders[c])))
-                           for g in groups])
+    vias = _vias({leader: requests[leader] for leader in leaders}) if allow_merge else {}
+    own = {leader: own_sources(requests[leader].plan, _covered(requests, vias.get(leader, {})))
+           for leader in leaders}
+    groups = merge({leader: requests[leader] for leader in leaders}, allow=allow_merge, sources=own)
+    served = []
+    for g in groups:
+        needing = _needing(set(g.channels), vias)
+        riders = {r for c in needing for r in leaders[c]} | (needing - set(g.channels))
+        served.append(Group(g.source, g.channels, tuple(sorted(riders))))
+    return Batch(leaders, served, vias)
+
+
+def _vias(leaders: Mapping[int, ReplayRequest]) -> dict[int, dict[str, int]]:
+    vias = {}
+    for channel, request in leaders.items():
+        found = {other.plan.target: c for c, other in leaders.items() if c != channel and goes_through(request, other)}
+        inner = {name for through in found for name in ancestry(request.plan, through)[0] if name != through}
+        if outermost := {name: c for name, c in found.items() if name not in inner}:
+            vias[channel] = outermost
+    return vias
+
+
+def _covered(requests: Mapping[int, ReplayRequest], via: Mapping[str, int]) -> set[str]:
+    """The functions a leader's vias compute for it."""
+    return {name for c in via.values() for name in requests[c].plan.functions}
+
+
+def own_sources(plan: ReplayPlan, covered: set[str]) -> tuple[str, ...]:
+    """The sources a request's own workers (those not `covered` by its vias) read."""
+    own = set(plan.workers) - covered
+    return tuple(s for s in plan.sources if s in own or any(c in own for c in plan.readers_of(s)))
+
+
+def _needing(channels: set[int], vias: Mapping[int, Mapping[str, int]]) -> set[int]:
+    """`channels` and every leader going on, directly or not, from one of them."""
+    needing = set(channels)
+    while more := {c for c, via in vias.items() if c not in needing and needing & set(via.values())}:
+        needing |= more
+    return needing
 
 
 def worker_replays(site: str, channel: int, request: ReplayRequest, replayer_of: Mapping[str, int],
-                   riders: Sequence[Rider] = ()) -> dict[str, WorkerReplay]:
+                   riders: Sequence[Rider] = (), via: Mapping[str, int] | None = None,
+                   covered: set[str] = frozenset()) -> dict[str, WorkerReplay]:
     """`…/replays/<channel>` of every worker on the request's paths, by qualified name.
-    `replayer_of` maps each of the plan's sources to the replayer that feeds it this channel."""
+    `replayer_of` maps each source the request reads itself to the replayer that feeds it this
+    channel; `via`: {function: channel} where it goes on from another leader's target, whose
+    workers (`covered`) compute for it and get no key of this channel but that function's."""
     plan = request.plan
-    values = {}
+    values = {name: WorkerReplay(channel, request.since_us, request.until_us, (), expect_eor=0, via=other)
+              for name, other in (via or {}).items()}
     for name in plan.workers:
+        if name in covered:
+            continue
         parents = (name,) if name in plan.sources else plan.inputs_of(name)
         inputs = tuple(str(paths.replayer_log(site, replayer_of[parent]) if parent in plan.sources
                            else paths.replay_output_log(site, parent)) for parent in parents)
@@ -138,16 +219,21 @@ def replayer_assignment(site: str, replayer_id: int, group: Group,
 
 
 def wire(site: str, requests: Mapping[int, ReplayRequest], batch: Batch, replayer_ids: Sequence[int]) -> Wiring:
-    """The values that launch `batch` (batch_of `requests`), its groups served by `replayer_ids`."""
+    """The values that launch `batch` (batch_of `requests`), its groups served by `replayer_ids`.
+    The keys of the workers computing for another leader (`via`) come first, so that each such
+    worker knows of them before the leader's own key, and before any of its data."""
     replayer_of: dict[int, dict[str, int]] = {leader: {} for leader in batch.leaders}
     for replayer_id, group in zip(replayer_ids, batch.groups, strict=True):
         for channel in group.channels:
             replayer_of[channel][group.source] = replayer_id
-    workers = {}
+    via_keys, workers = {}, {}
     for leader, riders in sorted(batch.leaders.items()):
         also = [Rider(rider, requests[rider].recipient) for rider in riders]
-        for name, value in worker_replays(site, leader, requests[leader], replayer_of[leader], also).items():
-            workers[keyspace.worker_replay_key(site, name, leader)] = value
+        via = batch.vias.get(leader, {})
+        for name, value in worker_replays(site, leader, requests[leader], replayer_of[leader], also, via,
+                                          _covered(requests, via)).items():
+            (via_keys if value.via is not None else workers)[keyspace.worker_replay_key(site, name, leader)] = value
     replayers = {replayer_id: replayer_assignment(site, replayer_id, group, requests)
                  for replayer_id, group in zip(replayer_ids, batch.groups)}
-    return Wiring(workers, replayers, {rider: leader for leader, riders in batch.leaders.items() for rider in riders})
+    return Wiring({**via_keys, **workers}, replayers,
+                  {rider: leader for leader, riders in batch.leaders.items() for rider in riders})

@@ -6,6 +6,11 @@ input logs and keeps that channel's windows and counts; it writes to its replay 
 the target, to the client's recipient log (and the same rows to the riders' recipients). After
 `expect_eor` END_OF_REPLAYs the channel's windows are flushed (workers/dispatch.py), one
 END_OF_REPLAY goes out per recipient, and the target deletes `replays/<channel>`.
+
+A key with `via` names no inputs: its replay goes on from this worker's output for channel `via`
+(the target of that one), which is written under its channel too, to the replay log, END_OF_REPLAY
+included. Its key comes before the via channel's. Should the via replay's client go first, the
+state goes on for the replays still going on from it, writing only for them.
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ class ChannelState:
     riders: list[tuple[int, Output]] = field(default_factory=list)
     """Identical replays riding with this one: the target writes the same result to their
     recipients too, tagged with their channels (docs/runtime.md, "also")."""
+    through: list[tuple[int, Output]] = field(default_factory=list)
+    """Replays going on from this one's output (their keys' `via`): the same rows, tagged with their
+    channels, to the replay log."""
     eor_received: int = 0
     eor_unsent: int = 0
     inputs: tuple[str, ...] = ()
@@ -53,10 +61,16 @@ class ChannelState:
     retries: int = 0
 
     def send(self, message: bytes, rows: int, on_sent: Callable[[], None] | None = None) -> None:
-        """To the channel's output, and the same tuples to every rider, re-tagged with its channel."""
-        self.output.send(message, rows, on_sent)
-        for channel, output in self.riders:
+        """To the channel's output (none once its client went, see Channels.end), and the same
+        tuples to every rider and replay going on from it, re-tagged with its channel."""
+        if self.output is not None:
+            self.output.send(message, rows, on_sent)
+        for channel, output in (*self.riders, *self.through):
             output.send(with_channel(message, channel), rows)
+
+    @property
+    def max_message_length(self) -> int:
+        return (self.output or self.through[0][1]).publication.max_message_length
 
 
 class Channels:
@@ -76,6 +90,8 @@ class Channels:
         self.stats = stats
         self.states: dict[int, ChannelState] = {}
         self.finished: set[int] = set()
+        self.vias: dict[int, int] = {}
+        """Channel of a replay going on from another's output -> that other channel (WorkerReplay.via)."""
 
     def get(self, channel: int) -> ChannelState | None:
         return self.states.get(channel)
@@ -102,6 +118,11 @@ class Channels:
         """A replay key written (or rewritten): the channel's state, output and inputs."""
         if channel in self.finished:
             return
+        if part.via is not None:
+            self.vias[channel] = part.via
+            if (state := self.states.get(part.via)) is not None:
+                self._go_on(state, channel)
+            return
         if not part.pass_through and not self.parents:
             log.error("%s: replay %d asks a source to compute (not pass_through): ignored", self.name, channel)
             return
@@ -115,6 +136,8 @@ class Channels:
                 channel, pass_through=part.pass_through, windows=None if part.pass_through else self._windows())
             log.info("%s: replay %d (%s) from %s", self.name, channel,
                      "pass-through" if part.pass_through else "computed", list(part.inputs))
+            for going_on in [c for c, via in self.vias.items() if via == channel]:
+                self._go_on(state, going_on)
         state.expect_eor = part.expect_eor
         if state.output is None:
             try:
@@ -141,14 +164,35 @@ class Channels:
         state.inputs = part.inputs
         self.inputs.look_now()  # its inputs: at once, in this duty cycle
 
+    def _go_on(self, state: ChannelState, channel: int) -> None:
+        if all(c != channel for c, _ in state.through):
+            state.through.append((channel, self.outputs.for_replay(None)))
+            log.info("%s: replay %d goes on from replay %d", self.name, channel, state.channel)
+
     def end(self, channel: int, *, torn_down: bool = False) -> None:
         """The channel's state goes: it ended (its recipients still flush), or its key was deleted."""
-        state = self.states.pop(channel, None)
         if torn_down:
             self.finished.discard(channel)
             self.outputs.tear_down(channel)
+        if (via := self.vias.pop(channel, None)) is not None:
+            if (state := self.states.get(via)) is not None:
+                state.through = [(c, o) for c, o in state.through if c != channel]
+                if state.output is None and not state.through:
+                    self.end(via)  # its client went before, and now the last replay going on from it
+            return
+        state = self.states.get(channel)
         if state is None:
             return
+        if torn_down and state.through and state.output is not None:
+            # Its client went, but replays going on from its output still need it: it goes on for them.
+            if state.recipient:
+                for output in [state.output, *(o for _, o in state.riders)]:
+                    output.close()
+            state.output, state.recipient, state.riders = None, None, []
+            log.info("%s: replay %d torn down; it goes on for replays %s", self.name, channel,
+                     ", ".join(str(c) for c, _ in state.through))
+            return
+        del self.states[channel]
         if torn_down:
             log.info("%s: replay %d torn down", self.name, channel)
         if state.gathered is not None:
@@ -179,14 +223,19 @@ class Channels:
         return state
 
     def send_end_of_replay(self, state: ChannelState) -> None:
-        """The channel's last message, to its output and its riders'; then its state goes."""
+        """The channel's last message, to its output, its riders' and the replays going on from
+        it; then its state goes."""
         channel = state.channel
-        state.eor_unsent = 1 + len(state.riders)
-        state.output.send(end_of_replay(channel, self.source_id), on_sent=lambda: self._replay_done(channel, state))
-        for rider, output in state.riders:
-            output.send(end_of_replay(rider, self.source_id), on_sent=lambda: self._replay_done(channel, state))
+        ends = [(rider, output) for rider, output in (*state.riders, *state.through)]
+        if state.output is not None:
+            ends.insert(0, (channel, state.output))
+        state.eor_unsent = len(ends)
+        for tagged, output in ends:
+            output.send(end_of_replay(tagged, self.source_id), on_sent=lambda: self._replay_done(channel, state))
         log.info("%s: replay %d ended (%d END_OF_REPLAY)", self.name, channel, state.eor_received)
         self.finished.add(channel)
+        for going_on, _ in state.through:
+            self.vias.pop(going_on, None)
         self.end(channel)
 
     def _replay_done(self, channel: int, state: ChannelState) -> None:

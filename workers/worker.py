@@ -294,7 +294,7 @@ class Worker:
         if table.num_rows == 0:
             return
         live = state.channel == LIVE_CHANNEL
-        for message, rows in tuple_messages(table, state.output.publication.max_message_length,
+        for message, rows in tuple_messages(table, state.max_message_length,
                                             self.function.event_time, state.channel, self.id):
             written = None
             if live and (bounds := event_time_bounds(message)) is not None:

@@ -204,10 +204,17 @@ class WorkerReplay(_Value):
     """The target only: the client's log buffer."""
     also: tuple[Rider, ...] = ()
     """The target only: identical replays riding on this one."""
+    via: int | None = None
+    """This worker's output for this channel is its output for channel `via`, a replay of this
+    worker over the same range and the same archives whose target it is: computed once, it is also
+    written under this channel to the worker's replay log, for this replay's next workers. Such a
+    key has no inputs of its own."""
 
     def _check(self, key: str) -> None:
         if not self.pass_through and len(self.parents) != len(self.inputs):
             raise ContractError(f"{key}: {len(self.inputs)} inputs but {len(self.parents)} parents")
+        if self.via is not None and (self.inputs or self.pass_through or self.recipient):
+            raise ContractError(f"{key}: a replay via channel {self.via} has no inputs, recipient or pass-through")
 
 
 # -- sites/<site>/replayers/<id> ------------------------------------------------------------------

@@ -22,6 +22,7 @@ from ramen import keyspace, paths
 from ramen.archive.coverage import archive_coverage
 from ramen.program import Program
 from ramen.replay.client import Replay, ReplayFailed
+from ramen.replay.contract import WorkerReplay
 from tests.waiting import wait_for
 
 RATE = 1000
@@ -205,6 +206,47 @@ def test_concurrent_replays_of_one_range_are_merged_and_read_the_archive_once(st
         assert spawned == 1  # three requests, one read of the archive
         for name in ("e2e/traffic", "e2e/per_minute"):  # no replayed tuple came before its wiring
             assert client.get(keyspace.function_key("local", name, "stats")).value.get("unexpected", 0) == 0
+
+
+def _top_talkers_by_pyarrow(per_minute: pa.Table) -> pa.Table:
+    from examples.net import top_talkers
+    return top_talkers(per_minute).sort_by([("start", "ascending"), ("host", "ascending")])
+
+
+@pytest.mark.parametrize("abandon", [False, True], ids=["both-read", "middle-abandoned"])
+def test_a_replay_through_another_ones_target_goes_on_from_its_output(stack, monkeypatch, abandon):
+    """per_minute and top_talkers (computed from per_minute) over one range at once, as a dashboard
+    asks them: per_minute is computed once, for both. Should per_minute's client go first, its
+    worker goes on for top_talkers."""
+    monkeypatch.setenv("RAMEN_DIR", str(stack.base))
+    since, until = minute_range(8, 4)
+    expected = per_minute_by_pyarrow(stack.replay_table("e2e/traffic", since, until))
+    with stack.client() as client:
+        programs = stack.programs(client)
+        middle = Replay(client, programs, "e2e/per_minute", since, until, site="local")
+        top = Replay(client, programs, "e2e/top_talkers", since, until, site="local")
+        middle.start()
+        top.start()
+        via = wait_for(lambda: client.get_or_none(keyspace.worker_replay_key("local", "e2e/per_minute", top.channel)),
+                       what="top_talkers' replay going on from per_minute's")
+        assert WorkerReplay.from_value(via.value) == WorkerReplay(top.channel, since, until, (), expect_eor=0,
+                                                                  via=middle.channel)
+        replayers = wait_for(lambda: [e.value for e in client.glob("sites/local/replayers/*")
+                                      if {c["channel"] for c in e.value.get("channels", [])}
+                                      & {middle.channel, top.channel}], what="the replayer")
+        assert [[c["channel"] for c in r["channels"]] for r in replayers] == [[middle.channel]]
+        if abandon:
+            middle.close()
+        else:
+            got = pa.Table.from_batches(list(middle.batches())).sort_by([("start", "ascending"), ("host", "ascending")])
+            middle.close()
+            assert got["bytes"].to_pylist() == expected["bytes"].to_pylist()
+        top_got = pa.Table.from_batches(list(top.batches())).sort_by([("start", "ascending"), ("host", "ascending")])
+        top.close()
+    want = _top_talkers_by_pyarrow(expected)
+    assert top_got.num_rows == 4 * 10
+    assert top_got["host"].to_pylist() == want["host"].to_pylist()
+    assert top_got["bytes"].to_pylist() == want["bytes"].to_pylist()
 
 
 def test_lazy_workers_stop_after_the_replay(stack):

@@ -81,3 +81,48 @@ def test_the_values_wired_follow_the_contract(ramen_dir):
     for value in wired.workers.values():
         assert WorkerReplay.from_value(value.to_value()) == value
     assert [type(v).from_value(v.to_value()) for v in wired.replayers.values()] == list(wired.replayers.values())
+
+
+MIDDLE = ReplayPlan("p/a", 0, 100, (SOURCE,), ((SOURCE, "p/a"),), ("p/a", SOURCE))
+THROUGH = ReplayPlan("p/t", 0, 100, (SOURCE,), (("p/a", "p/t"), (SOURCE, "p/a")), ("p/a", SOURCE, "p/t"))
+
+
+def test_a_replay_through_another_ones_target_goes_on_from_its_output(ramen_dir):
+    requests = {1: request(1, plan=MIDDLE), 2: request(2, plan=THROUGH), 3: request(3, plan=THROUGH)}
+    batch = batch_of(requests)
+    assert batch.leaders == {1: (), 2: (3,)} and batch.vias == {2: {"p/a": 1}}
+    # Only the middle's channel is replayed; the replayer lives for both, and for 2's rider.
+    assert batch.groups == [Group(SOURCE, (1,), riders=(2, 3))]
+    wired = wire(SITE, requests, batch, [5])
+    via_key = keyspace.worker_replay_key(SITE, "p/a", 2)
+    assert list(wired.workers)[0] == via_key  # before 1's own key, so p/a knows of it before any data
+    assert wired.workers[via_key] == WorkerReplay(2, 0, 100, (), expect_eor=0, via=1)
+    assert wired.workers[keyspace.worker_replay_key(SITE, "p/t", 2)] == WorkerReplay(
+        2, 0, 100, (str(paths.replay_output_log(SITE, "p/a")),), expect_eor=1, parents=("p/a",),
+        recipient=str(paths.recipient_log(2)), also=(Rider(3, str(paths.recipient_log(3))),))
+    assert wired.workers[keyspace.worker_replay_key(SITE, "p/a", 1)].recipient == str(paths.recipient_log(1))
+    assert wired.replayers[5].channels == (ChannelRange(1, 0, 100),)
+    for value in wired.workers.values():
+        assert WorkerReplay.from_value(value.to_value()) == value
+
+
+def test_a_replay_goes_through_another_only_over_the_same_range_archives_and_merging():
+    archived_middle = ReplayPlan("p/t", 0, 100, ("p/a",), (("p/a", "p/t"),), ("p/a", "p/t"))
+    assert batch_of({1: request(1, plan=MIDDLE), 2: request(2, 0, 90, plan=THROUGH)}).vias == {}
+    assert batch_of({1: request(1, plan=MIDDLE), 2: request(2, plan=archived_middle)}).vias == {}
+    assert batch_of({1: request(1, plan=MIDDLE), 2: request(2, plan=THROUGH, no_merge=True)}).vias == {}
+    assert batch_of({1: request(1, plan=MIDDLE), 2: request(2, plan=THROUGH)}, allow_merge=False).vias == {}
+    # Its target's parent is not the other one's target: nothing to go on from.
+    assert batch_of({1: request(1), 2: request(2, plan=DIAMOND)}).vias == {}
+
+
+def test_a_join_through_another_ones_target_still_reads_the_source_it_joins_itself(ramen_dir):
+    join = ReplayPlan("p/t", 0, 100, (SOURCE,), (("p/a", "p/t"), (SOURCE, "p/a"), (SOURCE, "p/t")),
+                      ("p/a", SOURCE, "p/t"))
+    requests = {1: request(1, plan=MIDDLE), 2: request(2, plan=join)}
+    batch = batch_of(requests)
+    assert batch.vias == {2: {"p/a": 1}} and batch.groups == [Group(SOURCE, (1, 2))]
+    wired = wire(SITE, requests, batch, [5])
+    assert wired.workers[keyspace.worker_replay_key(SITE, "p/t", 2)].inputs == (
+        str(paths.replay_output_log(SITE, "p/a")), str(paths.replayer_log(SITE, 5)))
+    assert wired.replayers[5].readers == 2

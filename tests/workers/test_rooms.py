@@ -11,9 +11,10 @@ import pyarrow as pa
 
 from ramen import keyspace
 from ramen.clocks import ManualClock
-from ramen.message import decode_header
+from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, decode_header
 from ramen.replay.contract import WorkerReplay
 from ramen.spark.session import SparkUnavailable
+from ramen.tuples import encode_tuples
 from workers.channels import Channels, ChannelState
 from workers.defaults import SPARK_RETRY_S
 from workers.dispatch import HeavyDispatch
@@ -116,6 +117,59 @@ def test_a_target_counts_its_ends_writes_one_per_recipient_and_deletes_the_rider
     rooms.start(7, part({"channel": 7, "since_us": 0, "until_us": 1, "inputs": ["a"], "parents": ["p/parent"],
                          "expect_eor": 1}))  # a late rewrite of its key
     assert rooms.get(7) is None
+
+
+TARGET_OF_7 = {"channel": 7, "since_us": 0, "until_us": 1, "inputs": ["a"], "parents": ["p/parent"],
+               "expect_eor": 1, "recipient": "r7"}
+
+
+def tags(output: FakeOutput) -> list[tuple[int, int]]:
+    """(channel, kind) of each message sent."""
+    return [(decode_header(m).channel, decode_header(m).kind) for m, _ in output.sent]
+
+
+def test_a_replay_going_on_from_a_targets_output_gets_it_tagged_with_its_channel_on_the_replay_log():
+    rooms, inputs, outputs, client = channels()
+    rooms.start(8, part({"channel": 8, "since_us": 0, "until_us": 1, "inputs": [], "expect_eor": 0, "via": 7}))
+    assert rooms.get(8) is None and inputs.users == {}  # no state, no input of its own: it waits for 7
+    rooms.start(7, part(TARGET_OF_7))
+    state = rooms.get(7)
+    state.send(encode_tuples(pa.record_batch([pa.array([1, 2])], schema=SCHEMA), None, channel=7), 2)
+    rooms.send_end_of_replay(rooms.count_end_of_replay(7, 1, shared=False))
+    recipient, replay_log = outputs.opened["r7"], outputs.opened["replay.logbuffer"]
+    assert tags(recipient) == [(7, KIND_TUPLES), (7, KIND_END_OF_REPLAY)]
+    assert tags(replay_log) == [(8, KIND_TUPLES), (8, KIND_END_OF_REPLAY)]
+    recipient.write_all()
+    assert client.deleted == []  # its key goes once every end is written, the one going on from it included
+    replay_log.write_all()
+    assert client.deleted == [keyspace.replay_key(7)]  # 8's key is its own target's to delete
+    rooms.end(8, torn_down=True)
+    assert rooms.states == {} and rooms.vias == {}
+
+
+def test_a_via_replay_whose_client_went_goes_on_for_the_replays_going_on_from_it():
+    rooms, inputs, outputs, client = channels()
+    rooms.start(8, part({"channel": 8, "since_us": 0, "until_us": 1, "inputs": [], "expect_eor": 0, "via": 7}))
+    rooms.start(7, part(TARGET_OF_7))
+    rooms.end(7, torn_down=True)  # its client deleted replays/7 halfway
+    recipient, replay_log = outputs.opened["r7"], outputs.opened["replay.logbuffer"]
+    state = rooms.get(7)
+    assert recipient.closed and state.output is None and inputs.users == {Path("a"): {7}}
+    state.send(encode_tuples(pa.record_batch([pa.array([1])], schema=SCHEMA), None, channel=7), 1)
+    rooms.send_end_of_replay(rooms.count_end_of_replay(7, 1, shared=False))
+    replay_log.write_all()
+    assert tags(recipient) == [] and tags(replay_log) == [(8, KIND_TUPLES), (8, KIND_END_OF_REPLAY)]
+    assert client.deleted == [] and rooms.get(7) is None and inputs.users == {Path("a"): set()}
+
+
+def test_a_via_replay_whose_client_and_followers_all_went_is_dropped():
+    rooms, inputs, _, _ = channels()
+    rooms.start(8, part({"channel": 8, "since_us": 0, "until_us": 1, "inputs": [], "expect_eor": 0, "via": 7}))
+    rooms.start(7, part(TARGET_OF_7))
+    rooms.end(7, torn_down=True)
+    assert rooms.get(7) is not None
+    rooms.end(8, torn_down=True)
+    assert rooms.get(7) is None and inputs.users == {Path("a"): set()}
 
 
 def test_an_end_of_a_replay_nobody_here_expects_counts_nothing():
