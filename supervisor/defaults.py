@@ -32,3 +32,11 @@ SPARE_WORKER_SEQUENCE = "sequences/spare_worker"
 SPARE_QUIET_S = 2.0
 """A new spare worker starts only once every worker has run this long (and no replay is under way):
 its imports take a core for about 0.6 s, which a starting worker or a replay needs more."""
+QUIET_AFTER_REPLAYS_S = 1.0
+"""Neither a spare worker nor a warm replayer starts before the last replay ended this long ago:
+the replays' clients (a dashboard's renders) still work on their results, and on two cores a start-up
+right then took a third of a 20-panel refresh's last step."""
+LAZY_LINGER_S = 10.0
+"""A worker no longer used (a lazy function after its last replay) runs this long before it is
+stopped: a dashboard refreshing every few seconds keeps its lazy workers, instead of stopping them
+and starting them again, a core for half a second each time."""

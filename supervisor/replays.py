@@ -94,6 +94,8 @@ class ReplaySupervision:
         self._warm: tuple[int, Child] | None = None
         self.keep_warm = keep_warm
         """Start the warm replayer ahead, while no replay runs, not only when a replay is asked."""
+        self._last_busy = -defaults.QUIET_AFTER_REPLAYS_S
+        """Clock seconds when a replay was last under way."""
         self._next_timeout_check = 0.0
 
     # -- inputs --------------------------------------------------------------------------------
@@ -186,12 +188,18 @@ class ReplaySupervision:
 
     # -- duty cycle ----------------------------------------------------------------------------
 
+    def busy(self) -> bool:
+        """Replays are under way, or ended less than QUIET_AFTER_REPLAYS_S ago: start-ups wait."""
+        return bool(self.requests) or self.clock.seconds() - self._last_busy < defaults.QUIET_AFTER_REPLAYS_S
+
     def do_work(self, now: float) -> int:
         work = 0
+        if self.requests:
+            self._last_busy = now
         if self._warm is not None and self._warm[1].poll():
             self._warm[1].drop_unused_log()  # it gave up waiting (or died): another one
             self._warm = None
-        if self._warm is None and self.keep_warm and not self.requests:
+        if self._warm is None and self.keep_warm and not self.busy():
             self._ensure_warm()
             work += 1
         pending = [r for r in self.requests.values() if not r.launched]

@@ -60,13 +60,14 @@ class Supervisor:
                  stop_grace_s: float = defaults.STOP_GRACE_S,
                  restart_policy: RestartPolicy = RestartPolicy(),
                  merge: bool = True, spares: bool = True, counters: SupervisorCounters | None = None,
-                 clock: Clock = SYSTEM_CLOCK):
+                 linger_s: float = defaults.LAZY_LINGER_S, clock: Clock = SYSTEM_CLOCK):
         """`env` is what the children get (default: ours); the commands are prefixes to which
         `--site SITE --function PROG/FUNC` (workers) or `--site SITE --id ID` (replayers) are added.
         `merge=False` gives every replay request replayers of its own, as `no_merge` does per request.
         `spares` keeps a worker (workers/spare.py) and a replayer started ahead of need, so that
         neither makes a replay wait for Python's start-up. `counters`: in the site's counters
-        file (main), else in memory. `clock` times every delay, grace and stamp."""
+        file (main), else in memory. `linger_s`: how long a worker no longer used runs on.
+        `clock` times every delay, grace and stamp."""
         self.client = client
         self.clock = clock
         self.site = site
@@ -75,7 +76,7 @@ class Supervisor:
         self.workers = WorkerSupervision(client, site, self.counters, command=worker_command, env=env,
                                          policy=restart_policy, stop_grace_s=stop_grace_s,
                                          on_death=self._on_worker_death, spares=spares,
-                                         busy=lambda: bool(self.replays.requests), clock=clock)
+                                         busy=lambda: self.replays.busy(), linger_s=linger_s, clock=clock)
         self.replays = ReplaySupervision(client, site, self.counters, command=replayer_command, env=env,
                                          delay_s=delay_before_replay_s, stop_grace_s=stop_grace_s, merge=merge,
                                          worker_leaving=self.workers.leaving, keep_warm=spares, clock=clock)

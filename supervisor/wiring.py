@@ -4,9 +4,9 @@ Pure: it takes the requests (channel -> ReplayRequest) and the replayer ids to u
 key values to write; no confserver, no process, no clock. supervisor/replays.py decides when a batch
 goes and writes what this returns.
 
-- Identical requests (same plan, same range, merging allowed) ride on the first one's channel: only
-  that channel goes through the replayer and the workers, and the target writes the result to each
-  rider's recipient too. Twenty dashboards asking for the same hour then cost one replay, not
+- Identical requests (same plan, same range, same summary, merging allowed) ride on the first
+  one's channel: only that channel goes through the replayer and the workers, and the target
+  writes the result to each rider's recipient too. Twenty dashboards asking for the same hour then cost one replay, not
   twenty copies of it flowing through every worker.
 - A request whose path goes through the target of another (same range, and the same archives and
   links up to that function) goes on from that target's output: the worker computes it once, for
@@ -62,7 +62,7 @@ def collapse_identical(requests: Mapping[int, ReplayRequest], *, allow: bool = T
     by_leader: dict[int, list[int]] = {}
     for channel in sorted(requests):
         request = requests[channel]
-        identity = (request.plan, request.since_us, request.until_us)
+        identity = (request.plan, request.since_us, request.until_us, request.summary)
         leader = leaders.get(identity) if allow and not request.no_merge else None
         if leader is None:
             leaders[identity] = channel
@@ -186,11 +186,14 @@ def _needing(channels: set[int], vias: Mapping[int, Mapping[str, int]]) -> set[i
 
 def worker_replays(site: str, channel: int, request: ReplayRequest, replayer_of: Mapping[str, int],
                    riders: Sequence[Rider] = (), via: Mapping[str, int] | None = None,
-                   covered: set[str] = frozenset()) -> dict[str, WorkerReplay]:
+                   covered: set[str] = frozenset(), tag_of: Mapping[str, int] | None = None
+                   ) -> dict[str, WorkerReplay]:
     """`…/replays/<channel>` of every worker on the request's paths, by qualified name.
     `replayer_of` maps each source the request reads itself to the replayer that feeds it this
-    channel; `via`: {function: channel} where it goes on from another leader's target, whose
-    workers (`covered`) compute for it and get no key of this channel but that function's."""
+    channel, `tag_of` to the channel its rows carry there (default: this one); `via`: {function:
+    channel} where it goes on from another leader's target, whose workers (`covered`) compute for
+    it and get no key of this channel but that function's."""
+    tag_of = tag_of or {}
     plan = request.plan
     values = {name: WorkerReplay(channel, request.since_us, request.until_us, (), expect_eor=0, via=other)
               for name, other in (via or {}).items()}
@@ -201,39 +204,51 @@ def worker_replays(site: str, channel: int, request: ReplayRequest, replayer_of:
         inputs = tuple(str(paths.replayer_log(site, replayer_of[parent]) if parent in plan.sources
                            else paths.replay_output_log(site, parent)) for parent in parents)
         target = name == plan.target
+        tags = tuple(tag_of.get(parent, channel) if parent in plan.sources else channel for parent in parents)
         values[name] = WorkerReplay(channel, request.since_us, request.until_us, inputs, expect_eor=len(inputs),
+                                    tags=tags if set(tags) != {channel} else (),
                                     parents=parents, pass_through=name in plan.sources,
                                     recipient=request.recipient if target else None,
-                                    also=tuple(riders) if target else ())
+                                    also=tuple(riders) if target else (),
+                                    summary=request.summary if target else None)
     return values
 
 
 def replayer_assignment(site: str, replayer_id: int, group: Group,
                         requests: Mapping[int, ReplayRequest]) -> ReplayerAssignment:
     """`readers`: how many workers subscribe to the replayer's log; it waits for them all before
-    its first message, so that none joins late and misses the start."""
+    its first message, so that none joins late and misses the start. Channels of one range are
+    tagged with the first of them (ChannelRange.tag): a dashboard's charts of several functions
+    over one source and range share every message of the log, each read once by every reader."""
     readers = {reader for c in group.channels for reader in requests[c].plan.readers_of(group.source)}
-    channels = tuple(ChannelRange(c, requests[c].since_us, requests[c].until_us) for c in group.channels)
+    first: dict[tuple[int, int], int] = {}
+    channels = []
+    for c in group.channels:
+        span = (requests[c].since_us, requests[c].until_us)
+        tag = first.setdefault(span, c)
+        channels.append(ChannelRange(c, *span, tag=tag if tag != c else None))
     return ReplayerAssignment(replayer_id, group.source, str(paths.replayer_log(site, replayer_id)),
-                              str(paths.archive_dir(site)), channels, readers=max(1, len(readers)))
+                              str(paths.archive_dir(site)), tuple(channels), readers=max(1, len(readers)))
 
 
 def wire(site: str, requests: Mapping[int, ReplayRequest], batch: Batch, replayer_ids: Sequence[int]) -> Wiring:
     """The values that launch `batch` (batch_of `requests`), its groups served by `replayer_ids`.
     The keys of the workers computing for another leader (`via`) come first, so that each such
     worker knows of them before the leader's own key, and before any of its data."""
+    replayers = {replayer_id: replayer_assignment(site, replayer_id, group, requests)
+                 for replayer_id, group in zip(replayer_ids, batch.groups, strict=True)}
     replayer_of: dict[int, dict[str, int]] = {leader: {} for leader in batch.leaders}
-    for replayer_id, group in zip(replayer_ids, batch.groups, strict=True):
-        for channel in group.channels:
-            replayer_of[channel][group.source] = replayer_id
+    tag_of: dict[int, dict[str, int]] = {leader: {} for leader in batch.leaders}
+    for replayer_id, assignment in replayers.items():
+        for c in assignment.channels:
+            replayer_of[c.channel][assignment.source] = replayer_id
+            tag_of[c.channel][assignment.source] = c.tagged
     via_keys, workers = {}, {}
     for leader, riders in sorted(batch.leaders.items()):
         also = [Rider(rider, requests[rider].recipient) for rider in riders]
         via = batch.vias.get(leader, {})
         for name, value in worker_replays(site, leader, requests[leader], replayer_of[leader], also, via,
-                                          _covered(requests, via)).items():
+                                          _covered(requests, via), tag_of[leader]).items():
             (via_keys if value.via is not None else workers)[keyspace.worker_replay_key(site, name, leader)] = value
-    replayers = {replayer_id: replayer_assignment(site, replayer_id, group, requests)
-                 for replayer_id, group in zip(replayer_ids, batch.groups)}
     return Wiring({**via_keys, **workers}, replayers,
                   {rider: leader for leader, riders in batch.leaders.items() for rider in riders})

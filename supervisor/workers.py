@@ -67,6 +67,8 @@ class WorkerState:
     """The running child started as this spare (its command line says --spare, not --function)."""
     started_at: float = 0.0
     """monotonic time the running child became this worker (a spare may have waited long before)."""
+    unused_since: float | None = None
+    """Clock seconds since when its running child is no longer used (it lingers, see LAZY_LINGER_S)."""
 
     @property
     def should_run(self) -> bool:
@@ -87,7 +89,8 @@ class WorkerSupervision:
                  command: Sequence[str] = DEFAULT_WORKER_COMMAND, env: Mapping[str, str],
                  policy: RestartPolicy = RestartPolicy(), stop_grace_s: float = defaults.STOP_GRACE_S,
                  on_death: Callable[[str, str], None] = lambda name, description: None,
-                 spares: bool = True, busy: Callable[[], bool] = lambda: False, clock: Clock = SYSTEM_CLOCK):
+                 spares: bool = True, busy: Callable[[], bool] = lambda: False,
+                 linger_s: float = defaults.LAZY_LINGER_S, clock: Clock = SYSTEM_CLOCK):
         self.client = client
         self.clock = clock
         self.site = site
@@ -103,6 +106,8 @@ class WorkerSupervision:
         for Python's imports."""
         self.busy = busy
         """Whether replays are under way: a new spare's start-up would take CPU from them, so it waits."""
+        self.linger_s = linger_s
+        """How long a worker no longer used runs on (used again meanwhile, it is kept)."""
         self.workers: dict[str, WorkerState] = {}
         self._spare: tuple[int, Child] | None = None
 
@@ -204,8 +209,7 @@ class WorkerSupervision:
             self._ended(state, now)
             return 1
         if child is not None:
-            if not child.stopping and (not state.should_run or state.signature != state.wanted_signature):
-                why = "unused" if not state.should_run else "new signature"
+            if not child.stopping and (why := self._why_stop(state, now)):
                 log.info("stopping worker %s (pid %d): %s", state.name, child.pid, why)
                 child.stop(self.stop_grace_s)
                 return 1
@@ -217,6 +221,18 @@ class WorkerSupervision:
             self._start(state, now)
             return 1
         return 0
+
+    def _why_stop(self, state: WorkerState, now: float) -> str | None:
+        """Why the running child must stop now, if it must: its key gone, another signature
+        wanted, or unused for `linger_s`."""
+        if state.should_run:
+            state.unused_since = None
+            return None if state.signature == state.wanted_signature else "new signature"
+        if state.wanted is None or state.signature != state.wanted_signature:
+            return "unused"
+        if state.unused_since is None:
+            state.unused_since = now
+        return "unused" if now - state.unused_since >= self.linger_s else None
 
     def _start(self, state: WorkerState, now: float) -> None:
         name = state.name
@@ -262,7 +278,7 @@ class WorkerSupervision:
 
     def _ended(self, state: WorkerState, now: float) -> None:
         child = state.child
-        state.child = None
+        state.child, state.unused_since = None, None
         self.client.discard(keyspace.function_key(self.site, state.name, "instance"))
         if state.spare_id is not None:
             self.client.discard(keyspace.spare_key(self.site, state.spare_id))

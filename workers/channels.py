@@ -20,10 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import pyarrow as pa
+
 from confserver import ConfClient, ConfError
 from ramen import keyspace
 from ramen.message import LIVE_CHANNEL
 from ramen.program.model import Function
+from ramen.replay import summary
 from ramen.replay.contract import WorkerReplay
 from ramen.transport import LogBufferError
 from ramen.tuples import end_of_replay, with_channel
@@ -31,6 +34,7 @@ from workers.heavy import Gathered
 from workers.inputs import Inputs
 from workers.outputs import Output, Outputs
 from workers.stats import WorkerStats
+from workers.summaries import Summariser
 from workers.windows import WindowState
 
 log = logging.getLogger(__name__)
@@ -59,13 +63,33 @@ class ChannelState:
     """Every END_OF_REPLAY is in: the channel ends once its gathered rows have run."""
     retry_at: float = 0.0
     retries: int = 0
+    summariser: Summariser | None = None
+    """A summarised replay's target: its recipients get the buckets of its rows, not the rows."""
 
     def send(self, message: bytes, rows: int, on_sent: Callable[[], None] | None = None) -> None:
         """To the channel's output (none once its client went, see Channels.end), and the same
-        tuples to every rider and replay going on from it, re-tagged with its channel."""
+        tuples to every rider and replay going on from it, re-tagged with its channel; a summarised
+        replay's recipients get theirs from `summarise`."""
+        if self.summariser is None:
+            self._to_recipients(message, rows, on_sent)
+        for channel, output in self.through:
+            output.send(with_channel(message, channel), rows)
+
+    def summarise(self, rows: pa.Table | pa.RecordBatch) -> None:
+        """A summarised replay's rows, folded into buckets (written once enough are in)."""
+        for message, count in self.summariser.add(rows):
+            self._to_recipients(message, count)
+
+    def finish_summary(self) -> None:
+        """The buckets of the rows not written yet, before the channel's end."""
+        if self.summariser is not None:
+            for message, count in self.summariser.finish():
+                self._to_recipients(message, count)
+
+    def _to_recipients(self, message: bytes, rows: int, on_sent: Callable[[], None] | None = None) -> None:
         if self.output is not None:
             self.output.send(message, rows, on_sent)
-        for channel, output in (*self.riders, *self.through):
+        for channel, output in self.riders:
             output.send(with_channel(message, channel), rows)
 
     @property
@@ -147,6 +171,15 @@ class Channels:
                 del self.states[channel]
                 return
             state.recipient = part.recipient
+        if part.summary is not None and state.summariser is None and state.output is not None:
+            try:
+                summary.check(part.summary, self.function)
+            except summary.SummaryError as e:
+                log.error("%s: replay %d: %s: ignored", self.name, channel, e)
+                self.end(channel)
+                return
+            state.summariser = Summariser(part.summary, self.function, channel, self.source_id,
+                                          state.output.publication.max_message_length)
         if part.recipient and not state.riders:
             try:
                 state.riders = [(also.channel, self.outputs.open_recipient(Path(also.recipient)))
@@ -157,8 +190,8 @@ class Channels:
         # the key names (a replayer's log says nothing of whose rows it holds).
         functions = [self.function] * len(part.inputs) if part.pass_through else \
             [self.parents[parent] for parent in part.parents]
-        for path, function in zip(part.inputs, functions):
-            self.inputs.use(Path(path), function, channel)
+        for path, function, tag in zip(part.inputs, functions, part.tags or (channel,) * len(part.inputs)):
+            self.inputs.use(Path(path), function, channel, tag)
         for path in set(state.inputs) - set(part.inputs):
             self.inputs.release(Path(path), channel)
         state.inputs = part.inputs
@@ -226,6 +259,7 @@ class Channels:
         """The channel's last message, to its output, its riders' and the replays going on from
         it; then its state goes."""
         channel = state.channel
+        state.finish_summary()
         ends = [(rider, output) for rider, output in (*state.riders, *state.through)]
         if state.output is not None:
             ends.insert(0, (channel, state.output))

@@ -79,3 +79,6 @@ silent for 5 s)."""
 SPARE_WORKER_WAIT_S = 600.0
 """How long a spare worker waits to be given a function before it exits (the supervisor then
 starts another): bounds what an orphaned spare costs if its supervisor died."""
+SUMMARY_ROWS = 1 << 20
+"""A summarised replay's target folds its rows into buckets every this many rows (and at the end):
+its memory stays bounded by them, and the client gets the buckets as they are made."""

@@ -36,9 +36,19 @@ class Input:
     shared: bool = False
     """A replayer's log: it carries the replay channels of every worker that reads it."""
     users: set = field(default_factory=set)
+    tagged: dict[int, set[int]] = field(default_factory=dict)
+    """Tag -> the channels whose rows come tagged with it here (WorkerReplay.tags)."""
     log: LogBuffer | None = None
     image: Image | None = None
     assembler: BlockAssembler | None = None
+
+    def channels_of(self, tag: int) -> tuple[int, ...]:
+        """The channels whose rows a message tagged `tag` carries here: its own, and those whose
+        rows come under its tag."""
+        tagged = self.tagged.get(tag)
+        if not tagged:
+            return (tag,)
+        return ((tag,) if tag in self.users else ()) + tuple(sorted(tagged))
 
 
 class Inputs:
@@ -54,13 +64,16 @@ class Inputs:
         self.next_look_s = 0.0
         """When to look for the logs not found yet (the clock's seconds)."""
 
-    def use(self, path: Path, function: Function, user) -> None:
-        """`user` reads the log at `path`, which carries `function`'s rows."""
+    def use(self, path: Path, function: Function, user, tag: int | None = None) -> None:
+        """`user` reads the log at `path`, which carries `function`'s rows (a replay channel's
+        tagged with `tag`, when another channel's tag carries them)."""
         found = self.found.get(path)
         if found is None:
             found = self.found[path] = Input(path, function.schema, function.event_time, function.qualified_name,
                                              shared=path.parent == paths.replayer_logs_dir(self.site))
         found.users.add(user)
+        if tag is not None and tag != user:
+            found.tagged.setdefault(tag, set()).add(user)
 
     def release(self, path: Path, user) -> None:
         """`user` no longer reads the log; the last one closes it."""
@@ -68,6 +81,10 @@ class Inputs:
         if found is None:
             return
         found.users.discard(user)
+        for tag in [t for t, channels in found.tagged.items() if user in channels]:
+            found.tagged[tag].discard(user)
+            if not found.tagged[tag]:
+                del found.tagged[tag]
         if not found.users:
             del self.found[path]
             if found.image is not None:

@@ -12,15 +12,16 @@ taken whole on their header's bounds alone. One taken whole goes out as it was r
 are copied into the log in one piece, with the log's ids and offsets in their headers and the
 channel and source in its ramen header, and never reassembled (`offer_frames`). Only a message cut
 by a channel's edge is reassembled, decoded and filtered (one vectorised comparison over the
-event-time column), and re-encoded in messages that fit the log. At the end each channel gets one
-END_OF_REPLAY whose source is the replayer id, the stats go to `…/replayers/<id>/stats`, and the
-process exits 0.
+event-time column), and re-encoded in messages that fit the log. Channels of one range are split
+as one, under the first one's tag (ChannelRange.tag): their rows are written once. At the end each
+channel gets one END_OF_REPLAY whose source is the replayer id, the stats go to
+`…/replayers/<id>/stats`, and the process exits 0.
 
-With one channel, the first recording's range is replayed in place (`Replayer.attach_in_place`):
-the log is created lined up with the recording, a ReplaySession reads the segments straight into
-it, and each block is tagged, padded and filtered where it lies before it is committed: one copy
-of the archive's bytes instead of two (the replayer's CPU for an hour of traffic: 0.15-0.20 s ->
-0.11-0.15 s). Otherwise the archive is read a chunk at a time by a RecordingReader
+With one tag (one channel, or channels of one range), the first recording's range is replayed in
+place (`Replayer.attach_in_place`): the log is created lined up with the recording, a ReplaySession
+reads the segments straight into it, and each block is tagged, padded and filtered where it lies
+before it is committed: one copy of the archive's bytes instead of two (the replayer's CPU for an
+hour of traffic: 0.15-0.20 s -> 0.11-0.15 s). Otherwise the archive is read a chunk at a time by a RecordingReader
 (ramen.archive.reader), which checks every frame and carries a message cut by a chunk's end over to
 the next. Either way every byte of the range is consumed exactly once: the `replayer <id> bytes
 read` counter ends at the sum of the ranges' lengths. Each recording's descriptor must be sound
@@ -89,6 +90,16 @@ class ReplayerStats:
                                   self.done).to_value()
 
 
+def tags_of(spec: ReplayerAssignment) -> list[tuple[ChannelRange, tuple[int, ...]]]:
+    """Per tag (ChannelRange.tag), its range and the channels whose rows it carries: the log holds
+    the rows of channels of one range once, tagged with the first of them."""
+    members: dict[int, list[int]] = {}
+    for c in spec.channels:
+        members.setdefault(c.tagged, []).append(c.channel)
+    ranges = {c.channel: c for c in spec.channels}
+    return [(ranges[tag], tuple(channels)) for tag, channels in members.items()]
+
+
 class Replayer:
     """An agent: each do_work offers what is pending, or reads and splits one chunk of the archive."""
 
@@ -103,6 +114,8 @@ class Replayer:
         self.bytes_counter = bytes_counter
         self.source = spec.id & SOURCE_MASK
         self.stats = ReplayerStats(channels={c.channel: 0 for c in spec.channels})
+        self.tags = tags_of(spec)
+        """The ranges to split messages by, one per tag, and the channels each one's rows count for."""
         # What to offer, in order: encoded messages, or (recorded message, channel) pairs that point
         # into the reader's buffer. It is emptied before the next read, which keeps them valid.
         self._outbox: collections.deque = collections.deque()
@@ -120,7 +133,7 @@ class Replayer:
         open_output): one copy instead of two, and one commit a block instead of an offer a
         message. Each block goes through `_in_place_block`, which tags the messages inside the
         channel's range, turns those outside it into padding, and filters the edges' in place.
-        For one channel only: a message has room for one channel's tag."""
+        For one tag only (channels of one range): a message has room for one channel's tag."""
         self.readers.remove(reader)
         reader.close()
         # A block holds whole messages: the buffer must take the largest the recording's terms allow.
@@ -181,7 +194,7 @@ class Replayer:
     def _in_place_block(self, window: memoryview, length: int, first_length: int, position: int) -> int:
         """ReplaySession's transform (see attach_in_place): every whole message of the block, in
         place. Returns the block's first frame length, which changes when its message does."""
-        c = self.spec.channels[0]
+        c, members = self.tags[0]
         frames = walk(window, 0, length, term_offset=position & (self.publication.term_length - 1),
                       first_length=first_length)
         starts, ends, lengths, types, flags = frames.columns()
@@ -222,8 +235,7 @@ class Replayer:
                     self._outbox.extend(messages)
                     written = pad(window, start, end)
                 first_length = self._set_length(window, start, written, first_length)
-            self.stats.rows_out += rows
-            self.stats.channels[c.channel] += rows
+            self._count(rows, members)
         return first_length
 
     def _in_place_error(self, offset: int, problem: str) -> ReplayerError:
@@ -288,7 +300,7 @@ class Replayer:
         self.stats.messages += 1
         low, high = header.min_event_time_us, header.max_event_time_us
         batch = None
-        for c in self.spec.channels:
+        for c, members in self.tags:
             if high < c.since_us or low >= c.until_us:
                 continue
             if c.since_us <= low and high < c.until_us and forward:
@@ -308,8 +320,13 @@ class Replayer:
                 if rows == 0:
                     continue
                 self._outbox.extend(self._encode(part, c.channel))
-            self.stats.rows_out += rows
-            self.stats.channels[c.channel] += rows
+            self._count(rows, members)
+
+    def _count(self, rows: int, members: tuple[int, ...]) -> None:
+        """Rows written once under a tag, for each channel it carries."""
+        self.stats.rows_out += rows * len(members)
+        for channel in members:
+            self.stats.channels[channel] += rows
 
     def _encode(self, batch: pa.RecordBatch, channel: int) -> list[bytes]:
         """The rows as messages within the log's max message length: a recorded message may be

@@ -37,7 +37,7 @@ from ramen.transport.idle import BackoffIdleStrategy
 from ramen.transport.logbuffer import LogBuffer, LogBufferError, LogBufferParams
 from ramen.transport.publication import ExclusivePublication
 from ramen.transport.replay_publication import ReplayPublication
-from workers.replayer import SUBSCRIBER_WAIT_TIMEOUT_S, Replayer, ReplayerError, ReplayerStats
+from workers.replayer import SUBSCRIBER_WAIT_TIMEOUT_S, Replayer, ReplayerError, ReplayerStats, tags_of
 from workers.spare import wait_for_key, warm_up_arrow
 
 log = logging.getLogger(__name__)
@@ -168,10 +168,10 @@ def open_output(path: Path, counters: CountersFile,
 
 
 def in_place_candidate(spec: ReplayerAssignment, readers: list[RecordingReader]) -> RecordingReader | None:
-    """The reader whose range can be replayed in place: the first, when the replay has one channel
-    (a message has room for one tag) and the range's end is known (an active recording's end is
-    found as it is read, by the reader)."""
-    if len(spec.channels) != 1 or not readers or readers[0].stop is None or readers[0].follow is not None:
+    """The reader whose range can be replayed in place: the first, when the replay's channels have
+    one tag (a message has room for one; channels of one range share it) and the range's end is
+    known (an active recording's end is found as it is read, by the reader)."""
+    if len(tags_of(spec)) != 1 or not readers or readers[0].stop is None or readers[0].follow is not None:
         return None
     return readers[0]
 

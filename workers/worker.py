@@ -46,7 +46,7 @@ from ramen.program.errors import ProgramError
 from ramen.program.model import ENGINE_SPARK, Function, Program, split_qualified
 from ramen.replay.contract import ContractError, WorkerReplay
 from ramen.transport import BackoffIdleStrategy, CountersFile, TransportError
-from ramen.tuples import decode_tuples, resumed
+from ramen.tuples import decode_tuples, resumed, with_channel
 from workers import spare
 from workers.channels import Channels, ChannelState
 from workers.compute import ComputeError, make_runner
@@ -233,44 +233,50 @@ class Worker:
         """One poll of every input, its messages taken in runs of one channel."""
         read, inbox = self.inputs.poll()
         run: list[tuple[Input, bytes]] = []
-        run_channel = None
+        run_key = None  # (input, tag): the channels a run's rows are for
         for found, message in inbox:
             header = decode_header(message)
             if header is None:
                 continue
-            if header.channel != run_channel and run:
-                self._process(run_channel, run)
+            if run and (found is not run_key[0] or header.channel != run_key[1]):
+                self._process(*run_key, run)
                 run = []
-            run_channel = header.channel
+            run_key = (found, header.channel)
             if header.kind == KIND_TUPLES:
                 run.append((found, message))
             elif header.kind == KIND_END_OF_REPLAY:
                 if run:
-                    self._process(run_channel, run)
+                    self._process(*run_key, run)
                     run = []
                 self._on_end_of_replay(header.channel, header.source, found.shared)
         if run:
-            self._process(run_channel, run)
+            self._process(*run_key, run)
         return read
 
-    def _process(self, channel: int, messages: list[tuple[Input, bytes]]) -> None:
-        state = self.channels.get(channel)
-        if state is None or (channel == LIVE_CHANNEL and not self.live):
-            log.debug("%s: %d messages of channel %d nobody here expects", self.qualified_name, len(messages),
-                      channel)
-            if channel != LIVE_CHANNEL:
-                self.stats.add("skipped" if messages[0][0].shared else "unexpected", len(messages))
-            return
-        if state.pass_through:
-            for found, message in messages:
-                rows = decode_tuples(message, found.schema).num_rows
-                self.stats.add("tuples in", rows, channel)
-                self.stats.add("tuples out", rows, channel)
-                state.send(message, rows)
-            return
-        batches = [(found, decode_tuples(message, found.schema)) for found, message in messages]
-        self.stats.add("tuples in", sum(b.num_rows for _, b in batches), channel)
-        self.dispatch.process(state, batches, messages)
+    def _process(self, found: Input, tag: int, messages: list[tuple[Input, bytes]]) -> None:
+        """Messages of one input under one tag: for each channel whose rows they carry, decoded once."""
+        batches = None
+        for channel in found.channels_of(tag):
+            state = self.channels.get(channel)
+            if state is None or (channel == LIVE_CHANNEL and not self.live):
+                log.debug("%s: %d messages of channel %d nobody here expects", self.qualified_name, len(messages),
+                          channel)
+                if channel != LIVE_CHANNEL:
+                    self.stats.add("skipped" if found.shared else "unexpected", len(messages))
+                continue
+            if batches is None:
+                batches = [(f, decode_tuples(message, f.schema)) for f, message in messages]
+            rows = sum(b.num_rows for _, b in batches)
+            self.stats.add("tuples in", rows, channel)
+            if not state.pass_through:
+                self.dispatch.process(state, batches, messages)
+                continue
+            self.stats.add("tuples out", rows, channel)
+            for (_, batch), (_, message) in zip(batches, messages):
+                if state.summariser is not None:
+                    state.summarise(batch)
+                if state.summariser is None or state.through:  # someone takes the rows themselves
+                    state.send(message if channel == tag else with_channel(message, channel), batch.num_rows)
 
     def _on_end_of_replay(self, channel: int, source: int, shared: bool = False) -> None:
         state = self.channels.count_end_of_replay(channel, source, shared)
@@ -293,6 +299,11 @@ class Worker:
     def _emit(self, state: ChannelState, table: pa.Table) -> None:
         if table.num_rows == 0:
             return
+        if state.summariser is not None:
+            state.summarise(table)
+            if not state.through:  # nothing takes the rows themselves
+                self.stats.add("tuples out", table.num_rows, state.channel)
+                return
         live = state.channel == LIVE_CHANNEL
         for message, rows in tuple_messages(table, state.max_message_length,
                                             self.function.event_time, state.channel, self.id):

@@ -1,6 +1,5 @@
-"""A function's rows as time buckets: one row per (bucket, factor values) holding each numeric
-field's sum and count, so that partial results (batches, cached chunks, replays of holes) combine
-exactly into averages. Vectorised with Arrow's group_by; no per-row Python.
+"""A function's rows as time buckets (ramen/replay/summary.py: one row per bucket and factor
+values holding each numeric field's sum and count), and series drawn from them.
 
 The bucket of a row is its event time floored to the function's step: its window (a windowed
 function's rows carry their window's start) or DEFAULT_STEP_S.
@@ -15,13 +14,12 @@ import pyarrow.compute as pc
 from ramen.httpd.names import numeric_fields
 from ramen.httpd.series import Series
 from ramen.program import Function
-from ramen.tuples import event_times_us
+from ramen.replay import summary as summaries
+from ramen.replay.contract import Summary
+from ramen.replay.summary import BUCKET, COUNT, SUM, US_PER_S
 
 DEFAULT_STEP_S = 10
 """The step of a function without a window: fine enough for a 15 min chart, 60 k points a week."""
-US_PER_S = 1_000_000
-BUCKET = "__bucket_s"
-SUM, COUNT = "__sum_", "__count_"
 _ROW = "__row"
 
 
@@ -32,52 +30,24 @@ def step_s(function: Function) -> int:
     return max(1, function.window.every_us // US_PER_S)
 
 
+def summary_of(function: Function) -> Summary:
+    """What a render replays of a function: its buckets at its step, by its factors, of its numbers."""
+    return Summary(step_s(function), tuple(function.factors), tuple(numeric_fields(function)))
+
+
 def empty(function: Function) -> pa.Table:
-    """Buckets of no rows, with the columns `aggregate` makes."""
-    factor_fields = [function.schema.field(f) for f in function.factors]
-    columns = [pa.field(BUCKET, pa.int64()), *factor_fields]
-    for name in numeric_fields(function):
-        columns += [pa.field(SUM + name, pa.float64()), pa.field(COUNT + name, pa.int64())]
-    return pa.schema(columns).empty_table()
+    """Buckets of no rows."""
+    return summaries.empty(summary_of(function), function)
 
 
 def aggregate(function: Function, table: pa.Table) -> pa.Table:
-    """The rows of `table` (the function's output) as buckets of sums and counts."""
-    if table.num_rows == 0:
-        return empty(function)
-    step = step_s(function)
-    times = event_times_us(table, function.event_time)
-    bucket = pa.array(np.floor_divide(times, step * US_PER_S) * step, pa.int64())
-    fields = numeric_fields(function)
-    columns = {BUCKET: bucket, **{f: table.column(f) for f in function.factors}}
-    for name in fields:
-        values = pc.cast(table.column(name), pa.float64())
-        columns[SUM + name] = values
-        columns[COUNT + name] = pc.if_else(pc.is_valid(values), 1, 0).cast(pa.int64())
-    return _summed(function, pa.table(columns))
+    """The rows of `table` (the function's output) as buckets."""
+    return summaries.aggregate(summary_of(function), function, table)
 
 
 def combine(function: Function, tables: list[pa.Table]) -> pa.Table:
     """Buckets of several partial results as one, sorted by bucket (sums and counts add up)."""
-    tables = [t for t in tables if t.num_rows]
-    if not tables:
-        return empty(function)
-    table = tables[0] if len(tables) == 1 else _summed(function, pa.concat_tables(tables))
-    return table.sort_by(BUCKET)
-
-
-def _summed(function: Function, table: pa.Table) -> pa.Table:
-    """One row per bucket and factor values, its sums and counts added up; group_by's `<col>_sum`
-    names back to ours, in `empty`'s order and types."""
-    fields = numeric_fields(function)
-    grouped = table.group_by([BUCKET, *function.factors], use_threads=False).aggregate(
-        [(SUM + n, "sum") for n in fields] + [(COUNT + n, "sum") for n in fields])
-    schema = empty(function).schema
-    columns = []
-    for field in schema:
-        name = field.name if field.name == BUCKET or field.name in function.factors else field.name + "_sum"
-        columns.append(grouped.column(name).cast(field.type))
-    return pa.Table.from_arrays(columns, schema=schema)
+    return summaries.combine(summary_of(function), function, tables)
 
 
 def between(table: pa.Table, since_s: int, until_s: int) -> pa.Table:

@@ -1,5 +1,6 @@
 """What a render needs of a function over a range, as buckets: from the cache where settled, from
-replays (ramen.replay.client, the path `ramen replay` takes) for the holes.
+summarised replays (ramen.replay.client, the path `ramen replay` takes; the target folds its rows
+into buckets) for the holes.
 
 Blocking: the app runs it on a thread pool of its own, one thread per function of a render, so a
 dashboard's renders all ask for their replays within the supervisor's merge delay. Two renders
@@ -22,13 +23,14 @@ from ramen.httpd.metrics import HttpdStats
 from ramen.program import Function, Program
 from ramen.replay.client import Replay, ReplayFailed, replay_to_newest
 from ramen.replay.plan import ReplayGapError, ReplayPlanError
+from ramen.replay.summary import SummaryError
 
 SETTLE_S = 10
 """A bucket is cached once it ended this long (plus the window's lateness) before what the
 archives held at its replay: rows a little out of order may still come into a younger one."""
-AGGREGATE_ROWS = 1 << 20
-"""Rows of replayed batches gathered before they are folded into buckets: memory stays bounded by
-this many rows and the buckets, whatever the range."""
+COMBINE_ROWS = 1 << 20
+"""Partial buckets gathered before they are added up: memory stays bounded by this many rows and
+the buckets, whatever the range."""
 
 
 class FetchError(Exception):
@@ -101,7 +103,8 @@ class Fetcher:
         """Replay [since_s, until_s) of the function; cache what settled; its buckets."""
         now_s = self.clock.epoch_us() / buckets.US_PER_S
         since_us, until_us = since_s * buckets.US_PER_S, until_s * buckets.US_PER_S
-        options = dict(site=self.site, timeout_s=self.timeout_s, strict=False)
+        # The target folds its rows into buckets: an hour of a source's rows never leaves its worker.
+        options = dict(site=self.site, timeout_s=self.timeout_s, strict=False, summary=buckets.summary_of(function))
         try:
             replay = (replay_to_newest if until_s >= now_s else Replay)(
                 self.client, programs, function.qualified_name, since_us, until_us, **options)
@@ -110,28 +113,25 @@ class Fetcher:
             reach_s = until_s if until_s < now_s - SETTLE_S else since_s
             self.cache.put(function, since_s, reach_s, buckets.empty(function))
             return buckets.empty(function)
-        except (ReplayPlanError, ReplayFailed) as e:
+        except (ReplayPlanError, ReplayFailed, SummaryError) as e:
             raise FetchError(str(e)) from None
         self.stats.add("replays_started")
         progress.replays += 1
-        partials, pending, pending_rows = [], [], 0
+        table, pending, pending_rows = buckets.empty(function), [], 0
         try:
             with replay:
                 replay.start()
-                for batch in replay.batches():
-                    pending.append(batch)
+                for batch in replay.batches():  # partial buckets, as the target folds them
+                    pending.append(pa.Table.from_batches([batch]))
                     pending_rows += batch.num_rows
                     progress.rows += batch.num_rows
-                    if pending_rows >= AGGREGATE_ROWS:
-                        partials.append(buckets.aggregate(function, pa.Table.from_batches(pending)))
-                        pending, pending_rows = [], 0
+                    if pending_rows >= COMBINE_ROWS:
+                        table, pending, pending_rows = buckets.combine(function, [table, *pending]), [], 0
         except ReplayFailed as e:
             raise FetchError(str(e)) from None
         finally:
             progress.replays_done += 1
-        if pending:
-            partials.append(buckets.aggregate(function, pa.Table.from_batches(pending)))
-        table = buckets.combine(function, partials)
+        table = buckets.combine(function, [table, *pending])
         if function.window is not None:
             # A window the replay did not hold whole (the one still open, where the archives end)
             # would chart a fraction of its rows as a dip: it is left out, null, until it is whole.

@@ -23,7 +23,8 @@ from ramen.archive.coverage import archive_coverage
 from ramen.archive.errors import ArchiveError
 from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, decode_header
 from ramen.program import Program
-from ramen.replay.contract import DEFAULT_REPLAY_TIMEOUT_S, ContractError, ReplayRequest
+from ramen.replay import summary as summaries
+from ramen.replay.contract import DEFAULT_REPLAY_TIMEOUT_S, ContractError, ReplayRequest, Summary
 from ramen.replay.plan import ReplayGapError, ReplayPlan, plan_replay
 from ramen.transport import BackoffIdleStrategy, CountersFile, FragmentAssembler, Image, LogBuffer, LogBufferParams
 from ramen.transport.defaults import IPC_MTU_LENGTH
@@ -99,9 +100,11 @@ class Replay:
 
     def __init__(self, client, programs: dict[str, Program], target: str, since_us: int, until_us: int, *,
                  site: str = keyspace.DEFAULT_SITE, timeout_s: float = DEFAULT_REPLAY_TIMEOUT_S,
-                 no_merge: bool = False, strict: bool = True, clock: Clock = SYSTEM_CLOCK):
+                 no_merge: bool = False, strict: bool = True, summary: Summary | None = None,
+                 clock: Clock = SYSTEM_CLOCK):
         """`strict` False: replay what the archives cover of the range (plan_replay's leniency);
-        `plan.uncovered` names what they do not."""
+        `plan.uncovered` names what they do not. `summary`: the result is the target's buckets
+        (ramen/replay/summary.py), not its rows; SummaryError if the target cannot have them."""
         self.client = client
         self.clock = clock
         self._supervisor: SupervisorPresence | None = None
@@ -115,7 +118,10 @@ class Replay:
         self.plan: ReplayPlan = plan_replay(target, since_us, until_us, programs, coverage, strict=strict)
         program, _, function = target.partition("/")
         self.function = programs[program].function(function)
-        self.schema: pa.Schema = self.function.schema
+        self.summary = summary
+        if summary is not None:
+            summaries.check(summary, self.function)
+        self.schema: pa.Schema = summaries.schema(summary, self.function) if summary else self.function.schema
         self.channel: int | None = None
         self.progress = ReplayProgress()
         self._log: LogBuffer | None = None
@@ -147,7 +153,8 @@ class Replay:
     def request(self) -> dict:
         return ReplayRequest(self.plan.target, self.plan.since_us, self.plan.until_us, self.plan,
                              str(paths.recipient_log(self.channel)), created_us=time.time_ns() // 1000,
-                             timeout_s=self.timeout_s, no_merge=self.no_merge, pid=os.getpid()).to_value()
+                             timeout_s=self.timeout_s, no_merge=self.no_merge, pid=os.getpid(),
+                             summary=self.summary).to_value()
 
     def batches(self, on_progress: Callable[[ReplayProgress], None] | None = None) -> Iterator[pa.RecordBatch]:
         """The result's batches as they arrive, until the target's END_OF_REPLAY."""

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 from ramen.replay.plan import ReplayPlan
 
-__all__ = ["ChannelRange", "ContractError", "ReplayRequest", "ReplayerAssignment", "ReplayerStats", "Rider",
+__all__ = ["ChannelRange", "ContractError", "ReplayRequest", "ReplayerAssignment", "ReplayerStats", "Rider", "Summary",
            "WorkerReplay", "error_of", "with_error"]
 
 
@@ -133,6 +133,23 @@ client's default `timeout_s`, and the supervisor's for a request it cannot read.
 
 
 @dataclass(frozen=True)
+class Summary(_Value):
+    """A summarised replay: instead of its rows the target writes, per `step_s` bucket of event
+    time and per combination of `factors`' values, each of `fields`' sum and count (the columns
+    ramen/replay/summary.py makes). What a chart draws of a million rows is a few thousand buckets:
+    the rows then never leave the target (a dashboard's replays of a source)."""
+
+    KEY: ClassVar[str] = "summary"
+    step_s: int
+    factors: tuple[str, ...] = ()
+    fields: tuple[str, ...] = ()
+
+    def _check(self, key: str) -> None:
+        if self.step_s < 1:
+            raise ContractError(f"{key}: summary step of {self.step_s} s, not a positive number of seconds")
+
+
+@dataclass(frozen=True)
 class ReplayRequest(_Value):
     """replays/<channel>: a client's request (ephemeral, so it goes with the client)."""
 
@@ -152,6 +169,8 @@ class ReplayRequest(_Value):
     """The client's process."""
     error: str | None = None
     """Why the replay failed, one line for the user (see with_error)."""
+    summary: Summary | None = None
+    """The target writes the result's buckets, not its rows."""
 
     def _check(self, key: str) -> None:
         if self.until_us <= self.since_us:
@@ -204,6 +223,11 @@ class WorkerReplay(_Value):
     """The target only: the client's log buffer."""
     also: tuple[Rider, ...] = ()
     """The target only: identical replays riding on this one."""
+    summary: Summary | None = None
+    """The target only: it writes the buckets of its output to its recipients, not the rows."""
+    tags: tuple[int, ...] = ()
+    """Per input, the channel this channel's rows are tagged with there (ChannelRange.tag: a
+    replayer writes the rows of channels of one range once); empty: this channel, on every input."""
     via: int | None = None
     """This worker's output for this channel is its output for channel `via`, a replay of this
     worker over the same range and the same archives whose target it is: computed once, it is also
@@ -213,6 +237,8 @@ class WorkerReplay(_Value):
     def _check(self, key: str) -> None:
         if not self.pass_through and len(self.parents) != len(self.inputs):
             raise ContractError(f"{key}: {len(self.inputs)} inputs but {len(self.parents)} parents")
+        if self.tags and len(self.tags) != len(self.inputs):
+            raise ContractError(f"{key}: {len(self.inputs)} inputs but {len(self.tags)} tags")
         if self.via is not None and (self.inputs or self.pass_through or self.recipient):
             raise ContractError(f"{key}: a replay via channel {self.via} has no inputs, recipient or pass-through")
 
@@ -227,10 +253,17 @@ class ChannelRange(_Value):
     channel: int
     since_us: int
     until_us: int
+    tag: int | None = None
+    """The channel its rows are tagged with on the log, when another channel of the same range
+    leads (the lowest): the rows of channels of one range are written once, for them all."""
 
     def _check(self, key: str) -> None:
         if self.until_us <= self.since_us:
             raise ContractError(f"{key}: channel {self.channel}: empty range [{self.since_us}, {self.until_us})")
+
+    @property
+    def tagged(self) -> int:
+        return self.channel if self.tag is None else self.tag
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from ramen.replay.contract import (ChannelRange, ContractError, ReplayerAssignment, ReplayerStats, ReplayRequest,
-                                   Rider, WorkerReplay, error_of, with_error)
+                                   Rider, Summary, WorkerReplay, error_of, with_error)
 from ramen.replay.plan import ReplayPlan
 
 PLAN = ReplayPlan("p/t", 0, 100, ("p/src",), (("p/src", "p/t"),), ("p/src", "p/t"))
 REQUEST = ReplayRequest("p/t", 0, 100, PLAN, "/ramen/replays/7.logbuffer", created_us=1_700_000_000_000_000,
-                        timeout_s=60.0, no_merge=False, pid=4242)
+                        timeout_s=60.0, no_merge=False, pid=4242, summary=Summary(60, ("host",), ("bytes",)))
 WORKER = WorkerReplay(7, 0, 100, ("/a.logbuffer", "/b.logbuffer"), expect_eor=2, parents=("p/a", "p/b"),
                       recipient="/ramen/replays/7.logbuffer", also=(Rider(9, "/ramen/replays/9.logbuffer"),))
 ASSIGNMENT = ReplayerAssignment(3, "p/src", "/r/3.logbuffer", "/archive",
@@ -82,6 +82,10 @@ def test_rules_across_fields_are_checked():
         ReplayerAssignment.from_value(dict(ASSIGNMENT.to_value(), channels=[]))
     with pytest.raises(ContractError, match=r"^replays/<channel>: empty range \[100, 100\)$"):
         ReplayRequest.from_value(dict(REQUEST.to_value(), since_us=100))
+    with pytest.raises(ContractError, match=r"^replays/<channel>: summary: summary step of 0 s, not a positive"):
+        ReplayRequest.from_value(dict(REQUEST.to_value(), summary={"step_s": 0}))
+    with pytest.raises(ContractError, match=r"^sites/<site>/workers/.*: a replay via channel 3 has no inputs"):
+        WorkerReplay.from_value(dict(WORKER.to_value(), via=3))
 
 
 def test_a_value_that_is_not_a_mapping_is_refused():

@@ -55,6 +55,7 @@ def start_supervisor(fresh_confserver, ramen_dir):
         options.setdefault("delay_before_replay_s", 0.3)
         options.setdefault("stop_grace_s", 2.0)
         options.setdefault("spares", False)  # the fake stands in for a spare only where a test says
+        options.setdefault("linger_s", 0.0)  # unused workers stop at once, unless a test says
         service = Supervisor(client, SITE, env=env, worker_command=fake_command(worker_mode),
                              replayer_command=fake_command(replayer_mode),
                              restart_policy=policy or RestartPolicy(initial_s=0.05), **options)

@@ -3,8 +3,10 @@ which ride on another's channel, and the key values launching them writes."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from ramen import keyspace, paths
-from ramen.replay.contract import ChannelRange, ReplayRequest, Rider, WorkerReplay
+from ramen.replay.contract import ChannelRange, ReplayRequest, Rider, Summary, WorkerReplay
 from ramen.replay.plan import ReplayPlan
 from supervisor.wiring import Group, batch_of, merge, wire
 
@@ -126,3 +128,24 @@ def test_a_join_through_another_ones_target_still_reads_the_source_it_joins_itse
     assert wired.workers[keyspace.worker_replay_key(SITE, "p/t", 2)].inputs == (
         str(paths.replay_output_log(SITE, "p/a")), str(paths.replayer_log(SITE, 5)))
     assert wired.replayers[5].readers == 2
+
+
+def test_a_summary_goes_to_the_target_and_requests_ride_together_only_with_the_same_one(ramen_dir):
+    summarised = {1: dataclasses.replace(request(1), summary=Summary(60)), 2: request(2),
+                  3: dataclasses.replace(request(3), summary=Summary(60))}
+    batch = batch_of(summarised)
+    assert batch.leaders == {1: (3,), 2: ()}
+    wired = wire(SITE, summarised, batch, [4])
+    assert wired.workers[keyspace.worker_replay_key(SITE, "p/t", 1)].summary == Summary(60)
+    assert wired.workers[keyspace.worker_replay_key(SITE, "p/t", 2)].summary is None
+
+
+def test_channels_of_one_range_on_one_replayer_share_the_first_ones_tag(ramen_dir):
+    source = ReplayPlan(SOURCE, 0, 100, (SOURCE,), (), (SOURCE,))
+    requests = {1: request(1), 2: request(2, plan=source), 3: request(3, 50, 150, plan=source)}
+    wired = wire(SITE, requests, batch_of(requests), [6])
+    assert wired.replayers[6].channels == (ChannelRange(1, 0, 100), ChannelRange(2, 0, 100, tag=1),
+                                           ChannelRange(3, 50, 150))
+    assert wired.workers[keyspace.worker_replay_key(SITE, SOURCE, 2)].tags == (1,)
+    assert wired.workers[keyspace.worker_replay_key(SITE, SOURCE, 3)].tags == ()
+    assert wired.workers[keyspace.worker_replay_key(SITE, "p/t", 1)].tags == ()

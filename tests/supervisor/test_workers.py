@@ -187,3 +187,28 @@ def test_a_restarted_supervisor_adopts_a_worker_that_started_as_a_spare(admin, s
     assert instance(admin, "p/a")["pid"] == running["pid"] and second.counters.starts == 0
     set_worker(admin, "p/a", is_used=False)
     wait_for(lambda: not pid_alive(running["pid"]), what="adopted p/a stopped")
+
+
+def test_a_worker_no_longer_used_lingers_and_is_kept_when_used_again(admin, start_supervisor):
+    set_worker(admin, "p/lazy")
+    clock = ManualClock()
+    supervisor = start_supervisor(clock=clock, thread=False, linger_s=10.0)
+    running = drive(supervisor, lambda: instance(admin, "p/lazy"), what="p/lazy running")
+    state = supervisor.workers.workers["p/lazy"]
+
+    set_worker(admin, "p/lazy", is_used=False)  # its last replay ended
+    drive(supervisor, lambda: state.unused_since is not None, what="p/lazy unused")
+    clock.advance(9.9)
+    supervisor.do_work()
+    assert not state.child.stopping and supervisor.counters.stops == 0
+    set_worker(admin, "p/lazy")  # a dashboard's next refresh
+    drive(supervisor, lambda: state.unused_since is None, what="p/lazy used again")
+    clock.advance(60.0)
+    supervisor.do_work()
+    assert not state.child.stopping and instance(admin, "p/lazy")["pid"] == running["pid"]
+
+    set_worker(admin, "p/lazy", is_used=False)
+    drive(supervisor, lambda: state.unused_since is not None, what="p/lazy unused again")
+    clock.advance(10.0)
+    drive(supervisor, lambda: supervisor.counters.stops == 1, what="p/lazy stopped after lingering")
+    wait_for(lambda: not pid_alive(running["pid"]), what="p/lazy's process gone")

@@ -68,14 +68,15 @@ def us(row: float) -> int:
     return int(BASE_US + row * ROW_SPACING_US)
 
 
-def write_key(archive: SiteArchive, replayer_id: int, channels: list[tuple[int, int, int]], *,
+def write_key(archive: SiteArchive, replayer_id: int, channels: list[tuple[int, ...]], *,
               archive_dir: Path | None = None, source: str | None = None, readers: int = 1) -> None:
     with confserver.connect(archive.server.url, identity="supervisor", auth_file=archive.server.auth_file) as c:
         c.set(keyspace.replayer_key(archive.site, replayer_id), {
             "id": replayer_id, "source": source or archive.source,
             "log": str(paths.replayer_log(archive.site, replayer_id)),
             "archive_dir": str(archive_dir or archive.archive_dir), "readers": readers,
-            "channels": [{"channel": ch, "since_us": s, "until_us": u} for ch, s, u in channels]})
+            "channels": [{"channel": ch, "since_us": s, "until_us": u, **({"tag": rest[0]} if rest else {})}
+                         for ch, s, u, *rest in channels]})
 
 
 def start_replayer(archive: SiteArchive, replayer_id: int) -> subprocess.Popen:
@@ -247,6 +248,29 @@ def test_one_channel_is_replayed_in_place_cut_at_both_edges(request, monkeypatch
         stats = c.get(keyspace.replayer_stats_key(archive.site, replayer_id)).value
     assert stats["bytes_read"] == sum(r.stop_position - r.start_position for r in ranges)
     assert stats["rows_out"] == stats["channels"][str(channel)] == expected.num_rows
+
+
+def test_channels_of_one_range_share_its_messages_under_the_first_ones_tag_in_place(ramen_env, monkeypatch):
+    """A dashboard's charts of several functions over one source and range: the rows go to the log
+    once, tagged with the first channel (in place, as for one channel), and each channel still gets
+    its own END_OF_REPLAY and its count."""
+    archive = ramen_env
+    monkeypatch.setenv("RAMEN_DIR", str(archive.ramen_dir))
+    channel, since, until = CHANNEL_A
+    follower = channel + 50
+    replayer_id = new_id()
+    write_key(archive, replayer_id, [CHANNEL_A, (follower, since, until, channel)])
+    result = replay(archive, replayer_id, [channel, follower], join_position=None)
+    assert result.returncode == 0, result.stderr
+    ranges = recordings_for(archive.archive_dir, archive.source, since, until)
+    assert result.joined_at == ranges[0].start_position > 0  # in place
+    assert set(result.tables) == {channel, follower} and result.tables[follower] == []
+    got = pa.Table.from_batches(result.tables[channel], archive.schema)
+    assert got.equals(expected_rows(archive, since, until))
+    assert sorted(result.eors) == [(channel, replayer_id), (follower, replayer_id)] and result.after_eor == 0
+    with confserver.connect(archive.server.url, identity="admin", auth_file=archive.server.auth_file) as c:
+        stats = c.get(keyspace.replayer_stats_key(archive.site, replayer_id)).value
+    assert stats["channels"] == {str(channel): got.num_rows, str(follower): got.num_rows}
 
 
 def test_waiting_for_two_readers_writes_nothing_while_one_has_subscribed(tmp_path):

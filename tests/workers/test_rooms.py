@@ -12,9 +12,10 @@ import pyarrow as pa
 from ramen import keyspace
 from ramen.clocks import ManualClock
 from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, decode_header
-from ramen.replay.contract import WorkerReplay
+from ramen.replay import summary
+from ramen.replay.contract import Summary, WorkerReplay
 from ramen.spark.session import SparkUnavailable
-from ramen.tuples import encode_tuples
+from ramen.tuples import decode_tuples, encode_tuples
 from workers.channels import Channels, ChannelState
 from workers.defaults import SPARK_RETRY_S
 from workers.dispatch import HeavyDispatch
@@ -26,6 +27,8 @@ SCHEMA = pa.schema([("n", pa.int64())])
 
 
 class FakeOutput:
+    publication = SimpleNamespace(max_message_length=1 << 20)
+
     def __init__(self, name: str) -> None:
         self.name = name
         self.sent: list[tuple[bytes, object]] = []
@@ -66,7 +69,7 @@ class FakeInputs:
         self.users: dict[Path, set] = {}
         self.looked = False
 
-    def use(self, path: Path, function, user) -> None:
+    def use(self, path: Path, function, user, tag=None) -> None:
         self.users.setdefault(path, set()).add(user)
 
     def release(self, path: Path, user) -> None:
@@ -172,6 +175,28 @@ def test_a_via_replay_whose_client_and_followers_all_went_is_dropped():
     assert rooms.get(7) is None and inputs.users == {Path("a"): set()}
 
 
+def test_a_summarised_targets_recipients_get_buckets_and_the_replays_going_on_from_it_the_rows():
+    rooms, _, outputs, _ = channels()
+    rooms.function.event_time = "ts"
+    rooms.function.schema = pa.schema([("ts", pa.timestamp("us")), ("n", pa.int64())])
+    rooms.start(8, part({"channel": 8, "since_us": 0, "until_us": 1, "inputs": [], "expect_eor": 0, "via": 7}))
+    rooms.start(7, part(dict(TARGET_OF_7, summary={"step_s": 60, "fields": ["n"]},
+                             also=[{"channel": 9, "recipient": "r9"}])))
+    state = rooms.get(7)
+    batch = pa.record_batch([pa.array([0, 30_000_000, 90_000_000], pa.timestamp("us")), pa.array([1, 2, 3])],
+                            schema=rooms.function.schema)
+    state.summarise(batch)
+    state.send(encode_tuples(batch, "ts", channel=7), 3)
+    rooms.send_end_of_replay(rooms.count_end_of_replay(7, 1, shared=False))
+    recipient, rider, replay_log = outputs.opened["r7"], outputs.opened["r9"], outputs.opened["replay.logbuffer"]
+    assert tags(recipient) == [(7, KIND_TUPLES), (7, KIND_END_OF_REPLAY)]
+    assert tags(rider) == [(9, KIND_TUPLES), (9, KIND_END_OF_REPLAY)]
+    buckets = decode_tuples(recipient.sent[0][0], summary.schema(Summary(60, (), ("n",)), rooms.function))
+    assert buckets.to_pydict() == {"__bucket_s": [0, 60], "__sum_n": [3.0, 3.0], "__count_n": [2, 1]}
+    assert tags(replay_log) == [(8, KIND_TUPLES), (8, KIND_END_OF_REPLAY)]
+    assert decode_tuples(replay_log.sent[0][0], rooms.function.schema).num_rows == 3
+
+
 def test_an_end_of_a_replay_nobody_here_expects_counts_nothing():
     rooms, _, _, _ = channels()
     assert rooms.count_end_of_replay(5, 1, shared=True) is None
@@ -229,7 +254,6 @@ def test_a_heavy_replay_keeps_its_rows_while_spark_is_gone_and_retries_when_the_
 
 
 def test_a_heavy_window_keeps_each_parents_rows_apart_and_counts_late_rows():
-    from ramen.tuples import encode_tuples
     from workers.windows import WindowState
     minute_us = 60_000_000
     spark = FlakySpark(failures=0)
@@ -245,3 +269,17 @@ def test_a_heavy_window_keeps_each_parents_rows_apart_and_counts_late_rows():
     assert {parent: sum(b.num_rows for b in batches) for parent, batches in state.gathered.batches.items()} == \
         {"p/a": 2, "p/b": 1}
     assert stats.get("late") == 1 and stats.channel(7).late == 1 and spark.calls == 0
+
+
+def test_an_inputs_messages_under_a_tag_are_for_the_channels_that_read_their_rows_there(tmp_path):
+    from workers.inputs import Inputs
+    inputs = Inputs("site", "p/f", counters=None)
+    function = SimpleNamespace(qualified_name="p/parent", schema=SCHEMA, event_time=None)
+    path = tmp_path / "replayer.logbuffer"
+    inputs.use(path, function, 7)
+    inputs.use(path, function, 9, tag=7)
+    inputs.use(path, function, 8, tag=5)  # 5 itself is another worker's
+    found = inputs.found[path]
+    assert found.channels_of(7) == (7, 9) and found.channels_of(5) == (8,) and found.channels_of(4) == (4,)
+    inputs.release(path, 9)
+    assert found.channels_of(7) == (7,)

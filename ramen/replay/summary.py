@@ -1,0 +1,89 @@
+"""A summarised replay's buckets (ramen.replay.contract.Summary): per bucket of event time and per
+combination of factor values, each numeric field's sum and count, so that partial results (batches,
+a target's flushes, cached chunks, replays of holes) combine exactly into averages. Written by the
+target worker in place of its rows, read by the client; vectorised with Arrow's group_by.
+
+The bucket of a row is its event time floored to the step, in seconds since the epoch (a windowed
+function's rows carry their window's start).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ramen.program.model import Function
+from ramen.replay.contract import Summary
+from ramen.tuples import event_times_us
+
+__all__ = ["BUCKET", "COUNT", "SUM", "SummaryError", "aggregate", "check", "combine", "empty", "schema"]
+
+US_PER_S = 1_000_000
+BUCKET = "__bucket_s"
+SUM, COUNT = "__sum_", "__count_"
+
+
+class SummaryError(ValueError):
+    """A summary the function cannot have (one line)."""
+
+
+def check(summary: Summary, function: Function) -> None:
+    """SummaryError unless the function has the factors, and the fields as numbers, and an event time."""
+    names = set(function.schema.names)
+    if function.event_time is None:
+        raise SummaryError(f"{function.qualified_name} has no event time to summarise over")
+    for name in (*summary.factors, *summary.fields):
+        if name not in names:
+            raise SummaryError(f"{function.qualified_name} has no field {name!r} to summarise")
+    for name in summary.fields:
+        kind = function.schema.field(name).type
+        if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+            raise SummaryError(f"{function.qualified_name}.{name} is {kind}, not a number to summarise")
+
+
+def schema(summary: Summary, function: Function) -> pa.Schema:
+    """The bucket, the factors as the function has them, then a sum and a count per field."""
+    columns = [pa.field(BUCKET, pa.int64()), *(function.schema.field(f) for f in summary.factors)]
+    for name in summary.fields:
+        columns += [pa.field(SUM + name, pa.float64()), pa.field(COUNT + name, pa.int64())]
+    return pa.schema(columns)
+
+
+def empty(summary: Summary, function: Function) -> pa.Table:
+    return schema(summary, function).empty_table()
+
+
+def aggregate(summary: Summary, function: Function, table: pa.Table | pa.RecordBatch) -> pa.Table:
+    """The rows of `table` (the function's output) as buckets."""
+    if table.num_rows == 0:
+        return empty(summary, function)
+    times = event_times_us(table, function.event_time)
+    step = summary.step_s
+    columns = {BUCKET: pa.array(np.floor_divide(times, step * US_PER_S) * step, pa.int64()),
+               **{f: table.column(f) for f in summary.factors}}
+    for name in summary.fields:
+        values = pc.cast(table.column(name), pa.float64())
+        columns[SUM + name] = values
+        columns[COUNT + name] = pc.if_else(pc.is_valid(values), 1, 0).cast(pa.int64())
+    return _summed(summary, function, pa.table(columns))
+
+
+def combine(summary: Summary, function: Function, tables: list[pa.Table]) -> pa.Table:
+    """Buckets of several partial results as one, sorted by bucket (sums and counts add up)."""
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return empty(summary, function)
+    table = tables[0] if len(tables) == 1 else _summed(summary, function, pa.concat_tables(tables))
+    return table.sort_by(BUCKET)
+
+
+def _summed(summary: Summary, function: Function, table: pa.Table) -> pa.Table:
+    """One row per bucket and factor values, its sums and counts added up; group_by's `<col>_sum`
+    names back to ours, in `schema`'s order and types."""
+    grouped = table.group_by([BUCKET, *summary.factors], use_threads=False).aggregate(
+        [(SUM + n, "sum") for n in summary.fields] + [(COUNT + n, "sum") for n in summary.fields])
+    wanted = schema(summary, function)
+    keys = {BUCKET, *summary.factors}
+    columns = [grouped.column(f.name if f.name in keys else f.name + "_sum").cast(f.type) for f in wanted]
+    return pa.Table.from_arrays(columns, schema=wanted)
