@@ -13,6 +13,7 @@ from ramen import keyspace, paths
 from ramen.clocks import ManualClock
 from ramen.replay.contract import ReplayerStats, ReplayRequest, WorkerReplay
 from ramen.replay.plan import ReplayPlan
+from supervisor import defaults
 from tests.supervisor.conftest import SITE, drive, pid_alive, set_worker, value_of, wait_for
 
 SOURCE = "p/src"
@@ -266,6 +267,27 @@ def test_with_spares_a_warm_replayer_waits_before_any_replay_and_another_follows
     supervisor.close(timeout_s=5)
     assert not pid_alive(follower.pid) and not follower.log_path.exists()  # unused: its log said only that it waited
     assert warm.log_path.exists()  # the one that replayed keeps its log
+
+
+def test_the_next_warm_replayer_waits_until_replays_ended_a_moment_ago(admin, start_supervisor):
+    """A replay's client (a dashboard's render) still works on its result right after the replay:
+    the next warm replayer's start-up waits QUIET_AFTER_REPLAYS_S, on the supervisor's clock."""
+    clock = ManualClock()
+    supervisor = start_supervisor(spares=True, delay_before_replay_s=0.1, clock=clock, thread=False)
+    warm = drive(supervisor, lambda: supervisor.replays.warm, what="a replayer started ahead")
+    channel = request_replay(admin)
+    drive(supervisor, lambda: channel in supervisor.replays.requests, what="the request seen")
+    clock.advance(0.1)
+    drive(supervisor, lambda: replayers(admin), what="the replayer key")
+    admin.delete(keyspace.replay_key(channel))
+    drive(supervisor, lambda: not supervisor.replays.requests and not supervisor.replays.replayers
+          and not pid_alive(warm.pid), what="the replay torn down")
+    clock.advance(defaults.QUIET_AFTER_REPLAYS_S - 0.1)
+    supervisor.do_work()
+    assert supervisor.replays.warm is None and supervisor.replays.busy()
+    clock.advance(0.1)
+    follower = drive(supervisor, lambda: supervisor.replays.warm, what="the next replayer started ahead")
+    assert follower.pid != warm.pid and not supervisor.replays.busy()
 
 
 def test_identical_requests_ride_on_one_channel_and_the_target_writes_to_each(admin, start_supervisor):
