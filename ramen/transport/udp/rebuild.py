@@ -19,18 +19,16 @@ The status-message rule is a policy apart (StatusMessagePolicy), pure but for it
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.transport import frame
-from ramen.transport.frame import FRAME_ALIGNMENT, HDR_TYPE_PAD, align
+from ramen.transport.frame import FRAME_ALIGNMENT, align
 from ramen.transport.logbuffer import LogBuffer
 from ramen.transport.position import PARTITION_COUNT, compute_position, int32, term_id_of
 from ramen.transport.udp.defaults import RECEIVER_WINDOW_MAX_BYTES, SM_TIMEOUT_NS, SM_WINDOW_THRESHOLD_DIVISOR
 from ramen.transport.udp.protocol import DataFrame, StatusMessage, WireError, frames_of
 
-log = logging.getLogger(__name__)
 
 # What insert() did with a frame: status codes, as a hot path returns them (STYLE.md, section 2).
 INSERTED = 1
