@@ -27,7 +27,7 @@ from ramen.transport.frame import FRAME_ALIGNMENT, align
 from ramen.transport.logbuffer import LogBuffer
 from ramen.transport.position import PARTITION_COUNT, compute_position, int32, term_id_of
 from ramen.transport.udp.defaults import RECEIVER_WINDOW_MAX_BYTES, SM_TIMEOUT_NS, SM_WINDOW_THRESHOLD_DIVISOR
-from ramen.transport.udp.protocol import DataFrame, StatusMessage, WireError, frames_of
+from ramen.transport.udp.protocol import DataFrame, NakFrame, StatusMessage, WireError, frames_of
 
 
 # What insert() did with a frame: status codes, as a hot path returns them (STYLE.md, section 2).
@@ -197,6 +197,10 @@ class ImageRebuilder:
                              gap_end - position))
             position = gap_end
         return found
+
+    def nak(self, gap: Gap) -> NakFrame:
+        """The NAK asking the sender for one gap again."""
+        return NakFrame(self.session_id, self.stream_id, gap.term_id, gap.term_offset, gap.length)
 
     # -- status messages ----------------------------------------------------------------------
 

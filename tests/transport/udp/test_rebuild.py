@@ -8,7 +8,7 @@ import random
 from ramen.clocks import NANOS_PER_SECOND, ManualClock
 from ramen.transport import FragmentAssembler, Image, LogBuffer, LogBufferParams
 from ramen.transport.udp import rebuild
-from ramen.transport.udp.protocol import DataFrame, SetupFrame, StatusMessage, frames_of
+from ramen.transport.udp.protocol import DataFrame, NakFrame, SetupFrame, StatusMessage, frames_of
 from ramen.transport.udp.rebuild import Gap, ImageRebuilder, StatusMessagePolicy, receiver_window
 from tests.transport.udp.conftest import MESSAGES, RECEIVER_DIR, SENDER_DIR, STREAM_END_POSITION
 from tests.vectors import LOGBUFFER_LENS, expected_payload
@@ -73,6 +73,25 @@ def test_captured_datagrams_in_capture_order_rebuild_the_generators_messages(tmp
     assert reader.image.is_end_of_stream
 
 
+def test_a_late_joiner_rebuilds_from_its_join_position_on(tmp_path, capture):
+    """As subscriber 2 of the rejoin scenario: SETUP at term 1, offset 64224 (position 129760),
+    then messages 100..199; what was sent before the join is not this image's."""
+    name, datagrams = capture
+    setup = setup_of(datagrams)
+    late = SetupFrame(64224, setup.session_id, setup.stream_id, 0, 1, setup.term_length, setup.mtu)
+    log, rebuilder = new_image(tmp_path, late)
+    assert rebuilder.join_position == 129760
+    reader = Reader(log, rebuilder)
+    statuses = []
+    for item in sender_frames(datagrams):
+        statuses.append(rebuilder.insert(item))
+        reader.poll()
+    assert reader.messages == EXPECTED[100:]
+    before = sum(1 for item in sender_frames(datagrams) if rebuilder.position_of(item.term_id, item.term_offset) < 129760)
+    assert statuses.count(rebuild.DUPLICATE) == before > 0
+    assert rebuilder.rebuilt_position == STREAM_END_POSITION
+
+
 def test_shuffled_frames_with_duplicates_rebuild_the_same_messages(tmp_path, capture):
     """Seeded shuffle, a third of the frames twice; a frame past the window is dropped (OVER_RUN)
     and sent again later, as a sender would after the next SM or a NAK."""
@@ -118,6 +137,9 @@ def test_gaps_below_the_hwm_are_what_was_not_received(tmp_path, capture):
     assert rebuilder.rebuilt_position == first_term[3].term_offset
     assert rebuilder.gaps() == [span(3, 5), span(10, 13)]  # frame 40 was the last sent: nothing says it is missing
     assert rebuilder.gaps(limit=1) == [span(3, 5)]
+    first = first_term[0]
+    assert rebuilder.nak(span(3, 5)) == NakFrame(first.session_id, first.stream_id, 0, first_term[3].term_offset,
+                                                 first_term[5].term_offset - first_term[3].term_offset)
     # A heartbeat at the sender's position raises the hwm: the loss before an idle spell shows.
     beyond = first_term[41]
     rebuilder.insert(DataFrame(0, 0xC0, 1, beyond.term_offset, beyond.session_id, beyond.stream_id, 0))
