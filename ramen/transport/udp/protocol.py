@@ -150,11 +150,6 @@ class DataFrame:
         return bool(self.flags & EOS_FLAG)
 
     @property
-    def term_length_covered(self) -> int:
-        """Bytes of the term this frame fills once rebuilt: align(frameLength), 0 for a heartbeat."""
-        return align(self.frame_length)
-
-    @property
     def wire_length(self) -> int:
         """Bytes this frame takes in a datagram."""
         if self.frame_type == HDR_TYPE_PAD or self.frame_length == HEARTBEAT_FRAME_LENGTH:
@@ -299,9 +294,7 @@ _FIXED_LENGTHS = {HDR_TYPE_SETUP: (SETUP_LENGTH,), HDR_TYPE_SM: (SM_LENGTH, SM_W
 
 def frames_of(datagram: bytes | bytearray | memoryview) -> list[Frame]:
     """Every frame of a datagram, in order; raises WireError if any part of it is not a frame."""
-    view = memoryview(datagram)
-    if view.ndim != 1 or view.itemsize != 1:
-        view = view.cast("B")
+    view = _bytes_view(datagram)
     size = len(view)
     if size < COMMON_LENGTH:
         raise WireError(f"datagram of {size} bytes is shorter than a frame header ({COMMON_LENGTH})")
@@ -316,8 +309,13 @@ def frames_of(datagram: bytes | bytearray | memoryview) -> list[Frame]:
 
 def decode_frame(datagram: bytes | bytearray | memoryview, offset: int = 0) -> Frame:
     """The one frame at offset (the others of the datagram are not looked at)."""
-    view = memoryview(datagram).cast("B") if not isinstance(datagram, memoryview) else datagram
+    view = _bytes_view(datagram)
     return _decode_at(view, offset, len(view))[0]
+
+
+def _bytes_view(datagram) -> memoryview:
+    view = memoryview(datagram)
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
 def _problem(size: int, offset: int, what: str) -> WireError:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 
 from ramen.clocks import NANOS_PER_SECOND, ManualClock
 from ramen.transport import FragmentAssembler, Image, LogBuffer, LogBufferParams
 from ramen.transport.udp import rebuild
-from ramen.transport.udp.protocol import DataFrame, NakFrame, SetupFrame, StatusMessage, frames_of
+from ramen.transport.udp.protocol import DataFrame, NakFrame, SetupFrame, StatusMessage, WireError, frames_of
 from ramen.transport.udp.rebuild import Gap, ImageRebuilder, StatusMessagePolicy, receiver_window
 from tests.transport.udp.conftest import MESSAGES, RECEIVER_DIR, SENDER_DIR, STREAM_END_POSITION
 from tests.vectors import LOGBUFFER_LENS, expected_payload
@@ -157,6 +159,9 @@ def test_frames_of_another_stream_or_out_of_the_term_are_rejected(tmp_path, capt
     for change in ({"session_id": 1}, {"stream_id": 1}, {"term_id": -1}, {"term_offset": 16},
                    {"term_offset": 65536 - 32, "frame_length": 64}):
         assert rebuilder.insert(DataFrame(**fields | change)) == rebuild.REJECTED
+    with pytest.raises(WireError):
+        rebuilder.on_datagram(first.encode() + b"\x01\x02")
+    assert rebuilder.rebuilt_position == 0  # nothing of a malformed datagram goes in
     assert rebuilder.insert(first) == rebuild.INSERTED
     assert rebuilder.insert(first) == rebuild.DUPLICATE
 
