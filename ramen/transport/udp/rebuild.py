@@ -121,10 +121,10 @@ class ImageRebuilder:
         if position < self.rebuilt_position:
             return DUPLICATE
         end = position + aligned
-        if end > self.consumer_position + self.window_length and not item.is_pad:
+        # A PAD is sent header-only and nothing behind its header is written: like Aeron, only
+        # the header needs to be within the window (its end, the term's end, may lie beyond).
+        if (position + frame.HEADER_LENGTH if item.is_pad else end) > self.consumer_position + self.window_length:
             return OVER_RUN
-        if item.is_pad and position > self.consumer_position + self.window_length:
-            return OVER_RUN  # a PAD covers no bytes a reader must keep: only its header needs room
         index = term_count % PARTITION_COUNT
         lengths = self._lengths[index]
         if lengths[term_offset >> 2]:
