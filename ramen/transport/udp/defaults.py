@@ -35,3 +35,11 @@ IMAGE_LIVENESS_TIMEOUT_NS = 10_000_000_000
 
 PUBLICATION_LINGER_NS = 5_000_000_000
 """A closed publication keeps sending EOS heartbeats this long, unless an EOS SM ends it early."""
+
+SENDER_MAX_DATAGRAMS_PER_WORK = 16
+"""A sender's do_work sends at most this many DATA datagrams, so one duty cycle stays bounded and
+control frames (SMs, NAKs) are read between bursts (Aeron's C sender sends 2 per send call)."""
+
+RETRANSMIT_MAX_ACTIVE = 16
+"""At most this many NAKed ranges linger at once (AERON_RETRANSMIT_HANDLER_MAX_RETRANSMITS): a NAK
+past it is ignored, and the receiver asks again after its retry delay."""

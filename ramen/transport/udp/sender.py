@@ -1,0 +1,246 @@
+"""The sender's core, without sockets: what a network publication puts on the wire, and when.
+
+A NetworkSender reads a publication's log buffer (the one ExclusivePublication writes) and returns
+the datagrams to send from do_work(); the control frames the receiver sends back are handed to
+on_status, on_nak and on_rttm. It is pure but for its injected clock, so a test drives it frame by
+frame and moment by moment (ramen.clocks.ManualClock), and the service that owns the socket
+(ramen netd, a later step) only moves bytes.
+
+Its rules are Aeron's NetworkPublication's, as the captures in aeron-vectors/udp show them:
+- SETUP at once and every 100 ms until the first SM (the stream is NOT_CONNECTED until then); an
+  SM with SEND_SETUP (a receiver that lost the image, or a late joiner) makes it send a SETUP at
+  once at its current position, and every 100 ms until an ordinary SM comes.
+- DATA between snd-pos and snd-lmt, where snd-lmt = the highest (consumption position + receiver
+  window) an SM told (unicast flow control). Frames are sent as the log holds them, several per
+  datagram up to the MTU, never split; a PAD is sent header-only and ends its datagram (Aeron's
+  TermScanner counts it as its 32 bytes against the limit). Nothing is sent first past snd-lmt.
+- pub-lmt = snd-pos + term window: how far the publication may write, so a writer far ahead of
+  the network is back pressured and never overwrites what was not sent.
+- A NAK sends the range again from the log (up to a term behind snd-pos, never past it) at once
+  (Aeron's unicast retransmit delay 0), then ignores NAKs of the same range for the linger (10 ms).
+- A heartbeat (a 0-length DATA frame at snd-pos) when nothing was sent for 100 ms, with the EOS
+  flag once the publication closed and everything was sent; an RTTM request is echoed at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+
+from ramen.clocks import SYSTEM_CLOCK, Clock
+from ramen.transport import frame
+from ramen.transport.frame import HDR_TYPE_PAD, HEADER_LENGTH, align
+from ramen.transport.logbuffer import LogBuffer
+from ramen.transport.position import PARTITION_COUNT, compute_position, term_id_of
+from ramen.transport.udp.defaults import (HEARTBEAT_IDLE_NS, RETRANSMIT_MAX_ACTIVE,
+                                          RETRANSMIT_UNICAST_LINGER_NS, SENDER_MAX_DATAGRAMS_PER_WORK,
+                                          SETUP_RETRY_NS)
+from ramen.transport.udp.protocol import (NakFrame, RttMeasurement, SetupFrame, StatusMessage, heartbeat)
+
+log = logging.getLogger(__name__)
+
+_LENGTH_AND_TYPE = struct.Struct("<i2xH")
+"""A log frame's frameLength @0 and type @6, read together to scan the term."""
+
+
+class NetworkSender:
+    """Sends one publication's log buffer over the wire (no socket: do_work returns datagrams).
+
+    Counters are plain attributes, read by whoever publishes them (ramen netd, ramen stat):
+    sender_position (snd-pos), sender_limit (snd-lmt), publisher_limit (pub-lmt),
+    back_pressure_events (snd-bpe), naks_received, retransmits, retransmitted_bytes,
+    heartbeats_sent, setups_sent, status_messages_received."""
+
+    def __init__(self, log_buffer: LogBuffer, *, clock: Clock = SYSTEM_CLOCK, term_window_length: int | None = None,
+                 ttl: int = 0) -> None:
+        """`log_buffer`: the publication's log; the stream starts where its tail is now.
+        `term_window_length`: how far the publication may run ahead of snd-pos (Aeron's
+        publication term window, half a term by default)."""
+        self.log = log_buffer
+        self._clock = clock
+        self.term_length = log_buffer.term_length
+        self.bits = log_buffer.position_bits_to_shift
+        self.mask = self.term_length - 1
+        self.initial_term_id = log_buffer.initial_term_id
+        self.session_id = log_buffer.session_id
+        self.stream_id = log_buffer.stream_id
+        self.mtu = log_buffer.mtu_length
+        self.ttl = ttl
+        self.term_window_length = self.term_length // 2 if term_window_length is None else term_window_length
+        if not 0 < self.term_window_length <= self.term_length // 2:
+            raise ValueError(f"term window {self.term_window_length} must be in 1..{self.term_length // 2} "
+                             f"(half a term)")
+        self._terms = log_buffer.terms
+        now = clock.nanos()
+        self.sender_position = log_buffer.producer_position()
+        self.sender_limit = self.sender_position
+        """No window before the first SM: nothing is sent that no receiver asked for."""
+        self.is_connected = False
+        """An SM came (Aeron's hasInitialConnection); before it, offers see NOT_CONNECTED."""
+        self._send_setup = True
+        # Aeron starts both timers one timeout in the past: the first SETUP goes at once, and so
+        # does the first heartbeat once connected with nothing to send.
+        self._last_setup_ns = now - SETUP_RETRY_NS - 1
+        self._last_data_or_heartbeat_ns = now - HEARTBEAT_IDLE_NS - 1
+        self._stalled = False
+        self._retransmits: dict[tuple[int, int], int] = {}
+        """(termId, termOffset) of a NAKed range -> when its linger ends (ns)."""
+        self._control: list[bytes] = []
+        """Datagrams due at once (RTTM echoes, retransmits), sent first by the next do_work."""
+        self.back_pressure_events = 0
+        self.naks_received = 0
+        self.retransmits = 0
+        self.retransmitted_bytes = 0
+        self.heartbeats_sent = 0
+        self.setups_sent = 0
+        self.status_messages_received = 0
+
+    # -- what the publication sees --------------------------------------------------------------
+
+    @property
+    def publisher_limit(self) -> int:
+        """pub-lmt: the position the publication may write up to. Before the first SM it is
+        snd-pos (nothing may be written: NOT_CONNECTED); after, snd-pos + the term window."""
+        if not self.is_connected:
+            return self.sender_position
+        return self.sender_position + self.term_window_length
+
+    @property
+    def is_end_of_stream(self) -> bool:
+        """The publication closed and everything it wrote was sent."""
+        return self.log.end_of_stream_position <= self.sender_position
+
+    # -- the duty cycle -------------------------------------------------------------------------
+
+    def do_work(self, now_ns: int | None = None) -> list[bytes]:
+        """The datagrams to send now, in order: control replies, SETUP, DATA, or a heartbeat."""
+        now = self._clock.nanos() if now_ns is None else now_ns
+        out = self._control
+        self._control = []
+        if self._send_setup and now - self._last_setup_ns > SETUP_RETRY_NS:
+            out.append(self._setup_frame().encode())
+            self._last_setup_ns = now
+            self.setups_sent += 1
+        sent = self._send_data(out)
+        if sent:
+            self._last_data_or_heartbeat_ns = now
+        elif self.is_connected and now - self._last_data_or_heartbeat_ns > HEARTBEAT_IDLE_NS:
+            term_id = term_id_of(self.sender_position, self.bits, self.initial_term_id)
+            out.append(heartbeat(term_id, self.sender_position & self.mask, self.session_id, self.stream_id,
+                                 eos=self.is_end_of_stream).encode())
+            self._last_data_or_heartbeat_ns = now
+            self.heartbeats_sent += 1
+        if self._retransmits:
+            self._retransmits = {key: end for key, end in self._retransmits.items() if end > now}
+        return out
+
+    def _send_data(self, out: list[bytes]) -> int:
+        """First transmissions between snd-pos and snd-lmt; the datagrams sent."""
+        sent = 0
+        while sent < SENDER_MAX_DATAGRAMS_PER_WORK:
+            window = self.sender_limit - self.sender_position
+            if window <= 0:
+                if not self._stalled and self.log.producer_position() > self.sender_position:
+                    # Counted once per stall (not per duty cycle): how often a receiver held us.
+                    self._stalled = True
+                    self.back_pressure_events += 1
+                break
+            datagram, advance = self._scan(self.sender_position, min(window, self.mtu))
+            if not datagram:
+                break
+            self._stalled = False
+            out.append(datagram)
+            self.sender_position += advance
+            sent += 1
+        return sent
+
+    def _scan(self, position: int, max_length: int) -> tuple[bytes, int]:
+        """The committed frames from position that fit max_length bytes, as one datagram, and how
+        far the position moves (a PAD is sent as its header but moves to the end of its term).
+        Aeron's TermScanner.scanForAvailability."""
+        term = self._terms[(position >> self.bits) % PARTITION_COUNT]
+        offset = position & self.mask
+        limit = min(max_length, self.term_length - offset)
+        available = padding = 0
+        while available < limit:
+            frame_length, frame_type = _LENGTH_AND_TYPE.unpack_from(term, offset + available)
+            if frame_length <= 0:
+                break
+            aligned = align(frame_length)
+            if frame_type == HDR_TYPE_PAD:
+                padding = aligned - HEADER_LENGTH
+                aligned = HEADER_LENGTH
+            if available + aligned > limit:
+                padding = 0
+                break
+            available += aligned
+            if padding:
+                break
+        if not available:
+            return b"", 0
+        return bytes(term[offset:offset + available]), available + padding
+
+    def _setup_frame(self) -> SetupFrame:
+        return SetupFrame(self.sender_position & self.mask, self.session_id, self.stream_id, self.initial_term_id,
+                          term_id_of(self.sender_position, self.bits, self.initial_term_id), self.term_length,
+                          self.mtu, self.ttl)
+
+    # -- control frames in ----------------------------------------------------------------------
+
+    def _ours(self, item) -> bool:
+        return item.session_id == self.session_id and item.stream_id == self.stream_id
+
+    def on_status(self, sm: StatusMessage) -> None:
+        """An SM: the receiver's consumption position and window move snd-lmt (never back), or,
+        with SEND_SETUP, a SETUP goes at once (the receiver has no image of this stream)."""
+        if not self._ours(sm):
+            return
+        self.status_messages_received += 1
+        if sm.is_setup_request:
+            self._send_setup = True
+            self._last_setup_ns = self._clock.nanos() - SETUP_RETRY_NS - 1
+            return
+        position = compute_position(sm.consumption_term_id, sm.consumption_term_offset, self.bits,
+                                    self.initial_term_id)
+        self.sender_limit = max(self.sender_limit, position + sm.receiver_window)
+        self.is_connected = True
+        self._send_setup = False
+
+    def on_nak(self, nak: NakFrame) -> None:
+        """A NAK: the range goes again with the next do_work, unless it was sent again less than
+        the linger ago; a range outside [snd-pos - term, snd-pos) is not ours to resend."""
+        if not self._ours(nak):
+            return
+        self.naks_received += 1
+        now = self._clock.nanos()
+        key = (nak.term_id, nak.term_offset)
+        if self._retransmits.get(key, now) > now or len(self._retransmits) >= RETRANSMIT_MAX_ACTIVE:
+            return
+        position = compute_position(nak.term_id, nak.term_offset, self.bits, self.initial_term_id)
+        if not self.sender_position - self.term_length <= position < self.sender_position or nak.length <= 0 \
+                or nak.term_offset % frame.FRAME_ALIGNMENT:
+            return
+        # Aeron's unicast retransmit delay is 0 (RETRANSMIT_UNICAST_DELAY_NS): the resend is due now.
+        self._retransmits[key] = now + RETRANSMIT_UNICAST_LINGER_NS
+        self.retransmits += 1
+        end = min(position + nak.length, self.sender_position, (position | self.mask) + 1)
+        while position < end:
+            datagram, advance = self._scan(position, min(end - position, self.mtu))
+            if not datagram:
+                # A frame longer than what is left of the range: Aeron sends it whole.
+                datagram, advance = self._scan(position, self.mtu)
+                if not datagram:
+                    break
+            self._control.append(datagram)
+            self.retransmitted_bytes += len(datagram)
+            position += advance
+
+    def on_rttm(self, rttm: RttMeasurement) -> None:
+        """An RTTM request is echoed with the next do_work: same timestamp and receiver id, flags 0."""
+        if not self._ours(rttm) or not rttm.is_reply_requested:
+            return
+        self._control.append(RttMeasurement(self.session_id, self.stream_id, rttm.echo_timestamp_ns, 0,
+                                            rttm.receiver_id).encode())
+
+
+__all__ = ["NetworkSender"]
