@@ -139,14 +139,13 @@ class NetworkSender:
         sent = 0
         while sent < SENDER_MAX_DATAGRAMS_PER_WORK:
             window = self.sender_limit - self.sender_position
-            if window <= 0:
-                if not self._stalled and self.log.producer_position() > self.sender_position:
-                    # Counted once per stall (not per duty cycle): how often a receiver held us.
+            datagram, advance = self._scan(self.sender_position, min(window, self.mtu)) if window > 0 else (b"", 0)
+            if not datagram:
+                # Held by the receiver (a committed frame is there but does not fit the window):
+                # counted once per stall, not per duty cycle, so the count says how often.
+                if not self._stalled and window < self.mtu and self._scan(self.sender_position, self.mtu)[1]:
                     self._stalled = True
                     self.back_pressure_events += 1
-                break
-            datagram, advance = self._scan(self.sender_position, min(window, self.mtu))
-            if not datagram:
                 break
             self._stalled = False
             out.append(datagram)
