@@ -24,7 +24,6 @@ Its rules are Aeron's NetworkPublication's, as the captures in aeron-vectors/udp
 
 from __future__ import annotations
 
-import logging
 import struct
 
 from ramen.clocks import SYSTEM_CLOCK, Clock
@@ -36,8 +35,6 @@ from ramen.transport.udp.defaults import (HEARTBEAT_IDLE_NS, RETRANSMIT_MAX_ACTI
                                           RETRANSMIT_UNICAST_LINGER_NS, SENDER_MAX_DATAGRAMS_PER_WORK,
                                           SETUP_RETRY_NS)
 from ramen.transport.udp.protocol import (NakFrame, RttMeasurement, SetupFrame, StatusMessage, heartbeat)
-
-log = logging.getLogger(__name__)
 
 _LENGTH_AND_TYPE = struct.Struct("<i2xH")
 """A log frame's frameLength @0 and type @6, read together to scan the term."""
@@ -113,7 +110,8 @@ class NetworkSender:
     # -- the duty cycle -------------------------------------------------------------------------
 
     def do_work(self, now_ns: int | None = None) -> list[bytes]:
-        """The datagrams to send now, in order: control replies, SETUP, DATA, or a heartbeat."""
+        """The datagrams to send now, in order: control replies, SETUP, DATA, or a heartbeat.
+        `now_ns`: the duty cycle's time if the caller read it already, from the same clock."""
         now = self._clock.nanos() if now_ns is None else now_ns
         out = self._control
         self._control = []

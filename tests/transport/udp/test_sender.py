@@ -7,7 +7,7 @@ import pytest
 
 from ramen.clocks import NANOS_PER_SECOND, ManualClock
 from ramen.transport import ExclusivePublication, LogBuffer, LogBufferParams
-from ramen.transport.frame import HEADER_LENGTH, align
+from ramen.transport.frame import HEADER_LENGTH
 from ramen.transport.udp.defaults import HEARTBEAT_IDLE_NS, RETRANSMIT_UNICAST_LINGER_NS, SETUP_RETRY_NS
 from ramen.transport.udp.protocol import (SM_SEND_SETUP_FLAG, RTTM_REPLY_FLAG, DataFrame, NakFrame, RttMeasurement,
                                           SetupFrame, StatusMessage, frames_of)
