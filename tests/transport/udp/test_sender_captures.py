@@ -135,7 +135,7 @@ def drive(tmp_path, name: str, datagrams) -> Run:
 
     def work() -> None:
         offer_due()
-        while True:
+        for _ in range(1000):  # bounded: a sender that never runs out of work fails, not hangs
             out = sender.do_work()
             if not out:
                 return
@@ -151,6 +151,7 @@ def drive(tmp_path, name: str, datagrams) -> Run:
                         run.over_limit.append((wire_end(item), state["limit"]))
                     if run.bursts:
                         run.bursts[-1] = max(run.bursts[-1] or 0, wire_end(item))
+        raise AssertionError(f"the sender still had datagrams after 1000 duty cycles at {now()} ns")
 
     for datagram in datagrams:
         t_ns = round(datagram.t * NANOS_PER_SECOND)
