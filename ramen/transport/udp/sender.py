@@ -24,7 +24,6 @@ Its rules are Aeron's NetworkPublication's, as the captures in aeron-vectors/udp
 
 from __future__ import annotations
 
-import struct
 
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.transport import frame
@@ -36,8 +35,6 @@ from ramen.transport.udp.defaults import (HEARTBEAT_IDLE_NS, RETRANSMIT_MAX_ACTI
                                           SETUP_RETRY_NS)
 from ramen.transport.udp.protocol import (NakFrame, RttMeasurement, SetupFrame, StatusMessage, heartbeat)
 
-_LENGTH_AND_TYPE = struct.Struct("<i2xH")
-"""A log frame's frameLength @0 and type @6, read together to scan the term."""
 
 
 class NetworkSender:
@@ -160,7 +157,7 @@ class NetworkSender:
         limit = min(max_length, self.term_length - offset)
         available = padding = 0
         while available < limit:
-            frame_length, frame_type = _LENGTH_AND_TYPE.unpack_from(term, offset + available)
+            frame_length, _, _, frame_type = frame.LENGTH_FLAGS_TYPE.unpack_from(term, offset + available)
             if frame_length <= 0:
                 break
             aligned = align(frame_length)
