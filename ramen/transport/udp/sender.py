@@ -24,7 +24,6 @@ Its rules are Aeron's NetworkPublication's, as the captures in aeron-vectors/udp
 
 from __future__ import annotations
 
-
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.transport import frame
 from ramen.transport.frame import HDR_TYPE_PAD, HEADER_LENGTH, align
