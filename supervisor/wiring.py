@@ -6,8 +6,8 @@ goes and writes what this returns.
 
 - Identical requests (same plan, same range, same summary, merging allowed) ride on the first
   one's channel: only that channel goes through the replayer and the workers, and the target
-  writes the result to each rider's recipient too. Twenty dashboards asking for the same hour then cost one replay, not
-  twenty copies of it flowing through every worker.
+  writes the result to each rider's recipient too. Twenty dashboards asking for the same hour
+  then cost one replay, not twenty copies of it flowing through every worker.
 - A request whose path goes through the target of another (same range, and the same archives and
   links up to that function) goes on from that target's output: the worker computes it once, for
   the other channel, and writes it under this channel too (WorkerReplay.via). A dashboard charting
