@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ramen.clocks import SYSTEM_CLOCK, Clock
+from ramen.transport.errors import TransportError
 from ramen.transport.frame import align
 from ramen.transport.logbuffer import LogBuffer, LogBufferParams
 from ramen.transport.position import compute_position
@@ -193,18 +194,23 @@ class NetworkReceiver:
         key = (setup.session_id, setup.stream_id)
         if key in self.images:
             return
+        path = self.directory / f"{setup.session_id}-{setup.stream_id}-{self._log_count}.logbuffer"
+        self._log_count += 1
+        log_buffer = None
         try:
-            log_buffer = LogBuffer.create(self.directory / f"{setup.session_id}-{setup.stream_id}-"
-                                                           f"{self._log_count}.logbuffer", LogBufferParams(
+            log_buffer = LogBuffer.create(path, LogBufferParams(
                 term_length=setup.term_length, mtu_length=setup.mtu, initial_term_id=setup.initial_term_id,
                 session_id=setup.session_id, stream_id=setup.stream_id, term_id=setup.active_term_id,
                 term_offset=setup.term_offset))
-        except ValueError as error:
+            image = ReceiverImage(setup, log_buffer, clock=self._clock, now_ns=now)
+        except (ValueError, TransportError) as error:  # a term length, MTU or position no log can have
             self.garbage[GARBAGE_BAD_SETUP] += 1
             log.debug("SETUP of session %d stream %d dropped: %s", setup.session_id, setup.stream_id, error)
+            if log_buffer is not None:
+                log_buffer.close()
+            path.unlink(missing_ok=True)
             return
-        self._log_count += 1
-        self.images[key] = ReceiverImage(setup, log_buffer, clock=self._clock, now_ns=now)
+        self.images[key] = image
         self._setup_requests.pop(key, None)
 
     def _on_data(self, item: DataFrame, now: int) -> None:
