@@ -41,7 +41,7 @@ from ramen.transport.position import compute_position
 from ramen.transport.udp import protocol
 from ramen.transport.udp.defaults import (IMAGE_LIVENESS_TIMEOUT_NS, NAK_RETRY_NS,
                                           NAK_UNICAST_DELAY_NS, SEND_SETUP_RETRY_NS)
-from ramen.transport.udp.protocol import (DataFrame, NakFrame, RttMeasurement, SetupFrame, StatusMessage,
+from ramen.transport.udp.protocol import (DataFrame, NakFrame, SetupFrame, StatusMessage,
                                           WireError, frames_of)
 from ramen.transport.udp.rebuild import INSERTED, REJECTED, Gap, ImageRebuilder, StatusMessagePolicy
 
