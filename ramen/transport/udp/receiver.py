@@ -328,26 +328,27 @@ class NetworkReceiver:
         self.ended_images.clear()
 
 
+_TYPES_DECODED = frozenset((protocol.HDR_TYPE_PAD, protocol.HDR_TYPE_DATA, protocol.HDR_TYPE_SETUP,
+                            protocol.HDR_TYPE_SM, protocol.HDR_TYPE_NAK, protocol.HDR_TYPE_RTTM))
+
+
 def _garbage_kind(datagram) -> str:
-    """Why a datagram is not frames, from its first header (the one kind counted per datagram)."""
+    """Why a datagram is not frames: the kind of the first frame that does not decode (only called
+    after frames_of refused it, so the cold path may decode twice)."""
     view = memoryview(datagram).cast("B")
-    if len(view) < protocol.COMMON_LENGTH:
-        return GARBAGE_SHORT
     offset = 0
-    # Walk the frames that decode, to name the first one that does not.
     while offset + protocol.COMMON_LENGTH <= len(view):
-        frame_length, version, _, frame_type = protocol.COMMON.unpack_from(view, offset)
+        _, version, _, frame_type = protocol.COMMON.unpack_from(view, offset)
         if version != protocol.CURRENT_VERSION:
             return GARBAGE_VERSION
-        if frame_type not in (protocol.HDR_TYPE_DATA, protocol.HDR_TYPE_PAD) \
-                and frame_type not in protocol._FIXED_LENGTHS:
+        if frame_type not in _TYPES_DECODED:
             return GARBAGE_UNKNOWN_TYPE
         try:
-            _, step = protocol._decode_at(view, offset, len(view))
+            item = protocol.decode_frame(view, offset)
         except WireError:
             return GARBAGE_MALFORMED
-        offset += step
-    return GARBAGE_MALFORMED if offset < len(view) else GARBAGE_SHORT
+        offset = align(offset + item.wire_length)
+    return GARBAGE_SHORT if offset == 0 else GARBAGE_MALFORMED
 
 
 __all__ = ["NetworkReceiver", "ReceiverImage", "GARBAGE_SHORT", "GARBAGE_VERSION", "GARBAGE_UNKNOWN_TYPE",
