@@ -21,7 +21,8 @@ captures in aeron-vectors/udp show them:
   it is rebuilt and consumed, the SMs carry the EOS flag (the C receiver only from a later pass of its
   conductor: 0.26 s and 0.5 s after the first EOS heartbeat in the captures). An image with no frame
   for the liveness timeout (10 s) ends, and the session is unknown again.
-- Only streams subscribed to (add_subscription) make images; frames of others are ignored.
+- Only streams subscribed to (add_subscription) make images; frames of others are ignored. When a
+  stream's subscription is removed, each of its images sends one SM with the EOS flag and ends.
 - Garbage (a datagram that is not frames, a wrong version, an unknown type, a session nobody set up,
   a frame out of its image's terms) is counted by kind and dropped; on_datagram never raises for it.
 """
@@ -147,6 +148,8 @@ class NetworkReceiver:
         self._setup_requests: dict[tuple[int, int], int] = {}
         """(session, stream) without an image -> when SEND_SETUP was last sent for it (ns)."""
         self._pending_setup_requests: list[tuple[int, int]] = []
+        self._closing: list[bytes] = []
+        """The EOS SMs of images whose subscription was removed, sent by the next do_work."""
         self._log_count = 0
         self.stream_ids: set[int] = set()
         """The streams subscribed to: only their SETUPs make images (Aeron's receive endpoint)."""
@@ -162,6 +165,25 @@ class NetworkReceiver:
     def add_subscription(self, stream_id: int) -> None:
         """A subscriber wants stream_id: from now on its SETUPs make images."""
         self.stream_ids.add(stream_id)
+
+    def remove_subscription(self, stream_id: int) -> None:
+        """The last subscriber of stream_id left: its images end, each telling its sender with one
+        SM with the EOS flag (the rejoin capture: one EOS SM when the subscriber closed), and its
+        frames are ignored from now on."""
+        self.stream_ids.discard(stream_id)
+        for key in [key for key in self.images if key[1] == stream_id]:
+            image = self.images[key]
+            self._closing.append(image.rebuilder.status_message(image.sm_position, self.receiver_id,
+                                                                flags=protocol.SM_EOS_FLAG).encode())
+            image.status_messages_sent += 1
+            self.status_messages_sent += 1
+            self._end(key)
+
+    def _end(self, key: tuple[int, int]) -> None:
+        image = self.images.pop(key)
+        image.is_ended = True
+        self.ended_images.append(image)
+        self.images_ended += 1
 
     def image(self, session_id: int, stream_id: int) -> ReceiverImage | None:
         return self.images.get((session_id, stream_id))
@@ -250,7 +272,9 @@ class NetworkReceiver:
     def do_work(self, now_ns: int | None = None) -> list[bytes]:
         """The datagrams to send back now: SEND_SETUP requests, then per image its NAK and SM."""
         now = self._clock.nanos() if now_ns is None else now_ns
-        out = [StatusMessage(session_id, stream_id, 0, 0, 0, 0, flags=protocol.SM_SEND_SETUP_FLAG).encode()
+        out = self._closing
+        self._closing = []
+        out += [StatusMessage(session_id, stream_id, 0, 0, 0, 0, flags=protocol.SM_SEND_SETUP_FLAG).encode()
                for session_id, stream_id in self._pending_setup_requests]
         self.status_messages_sent += len(self._pending_setup_requests)
         self._pending_setup_requests = []
@@ -267,10 +291,8 @@ class NetworkReceiver:
             if sm is not None:
                 out.append(sm.encode())
         for key in ended:
-            image = self.images.pop(key)
-            image.is_ended = True
-            self.ended_images.append(image)
-            self.images_ended += 1
+            image = self.images[key]
+            self._end(key)
             log.info("image of session %d stream %d ended: no frame for %.1f s (rcv-pos %d)", key[0], key[1],
                      self.liveness_timeout_ns / 1e9, image.rebuilt_position)
         return out

@@ -217,3 +217,29 @@ def test_garbage_is_counted_by_kind_and_dropped(rig, datagram, kind):
     assert list(rig.receiver.images) == [(SESSION, STREAM)]
     assert rig.work() == []
     assert sorted(p.name for p in rig.receiver.directory.iterdir()) == [f"{SESSION}-{STREAM}-0.logbuffer"]
+
+
+def test_a_removed_subscription_ends_its_images_with_one_eos_sm_and_a_new_subscriber_rejoins(rig):
+    """The rejoin scenario in words (README): subscriber 1 closes, one SM with EOS; the next
+    subscriber's receiver asks the unknown session for a SETUP and joins at its position."""
+    rig.setup()
+    rig.sms()
+    for i in range(100):
+        rig.data(i)
+    rig.consume(100 * FRAME)
+    rig.sms()
+    first = rig.image
+    rig.receiver.remove_subscription(STREAM)
+    assert rig.image is None and first.is_ended and rig.receiver.ended_images == [first]
+    assert rig.receiver.do_work() == [StatusMessage(SESSION, STREAM, 0, 100 * FRAME, WINDOW, RECEIVER_ID,
+                                                    flags=SM_EOS_FLAG).encode()]
+    rig.heartbeat(100 * FRAME)
+    rig.advance_ns(SM_TIMEOUT_NS * 5)
+    assert rig.work() == []  # nobody subscribed: ignored, not garbage
+    assert rig.receiver.frames_unsubscribed == 1 and rig.receiver.garbage == {}
+    rig.receiver.add_subscription(STREAM)
+    rig.heartbeat(100 * FRAME)
+    assert rig.receiver.do_work() == [StatusMessage(SESSION, STREAM, 0, 0, 0, 0, flags=SM_SEND_SETUP_FLAG).encode()]
+    rig.setup(term_id=0, term_offset=100 * FRAME)
+    assert rig.image is not first and rig.image.join_position == 100 * FRAME
+    assert [(sm_position(sm), sm.flags) for sm in rig.sms()] == [(100 * FRAME, 0)]
