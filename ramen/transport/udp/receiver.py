@@ -44,7 +44,7 @@ from ramen.transport.udp.defaults import (IMAGE_LIVENESS_TIMEOUT_NS, NAK_RETRY_N
                                           NAK_UNICAST_DELAY_NS, SEND_SETUP_RETRY_NS)
 from ramen.transport.udp.protocol import (DataFrame, NakFrame, SetupFrame, StatusMessage,
                                           WireError, frames_of)
-from ramen.transport.udp.rebuild import INSERTED, REJECTED, Gap, ImageRebuilder, StatusMessagePolicy
+from ramen.transport.udp.rebuild import DUPLICATE, INSERTED, OVER_RUN, REJECTED, Gap, ImageRebuilder, StatusMessagePolicy
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,11 @@ class ReceiverImage:
         self.is_sending_eos = False
         """The SMs carry the EOS flag: the sender may stop lingering."""
         self.is_ended = False
-        """Liveness timed out: the owner may close the image's reader and the log."""
+        """Liveness timed out or the subscription went: the owner may close its reader and the log."""
+        self.frames_duplicate = 0
+        """Frames already in the log (retransmits of what arrived after all, duplicated datagrams)."""
+        self.frames_over_run = 0
+        """Frames past the consumer position + window: dropped, the sender sends them again."""
         self.naks_sent = 0
         self.loss_gaps = 0
         self.status_messages_sent = 0
@@ -127,8 +131,8 @@ class NetworkReceiver:
     """Rebuilds the images of every stream sent to one receiving endpoint (no socket: on_datagram
     takes what arrived, do_work returns what to send back).
 
-    Counters are plain attributes (totals over its images; each ReceiverImage has rcv-pos, rcv-hwm
-    and its own): naks_sent, loss_gaps, status_messages_sent, setups_received, images_ended, and
+    Counters are plain attributes (totals over its images; each ReceiverImage has rcv-pos, rcv-hwm,
+    frames_duplicate, frames_over_run and its own): naks_sent, loss_gaps, status_messages_sent, setups_received, images_ended, and
     garbage, a Counter of dropped frames and datagrams by kind (GARBAGE_*)."""
 
     def __init__(self, directory: Path, *, receiver_id: int, clock: Clock = SYSTEM_CLOCK,
@@ -252,6 +256,10 @@ class NetworkReceiver:
         if status == REJECTED:
             self.garbage[GARBAGE_REJECTED] += 1
             return
+        if status == DUPLICATE:
+            image.frames_duplicate += 1
+        elif status == OVER_RUN:
+            image.frames_over_run += 1
         image.last_frame_ns = now
         if status == INSERTED and item.is_eos and not item.is_heartbeat \
                 and image.rebuilder.end_of_stream_position is None:
@@ -278,6 +286,10 @@ class NetworkReceiver:
                for session_id, stream_id in self._pending_setup_requests]
         self.status_messages_sent += len(self._pending_setup_requests)
         self._pending_setup_requests = []
+        if self._setup_requests:
+            # Forget requests past their retry time, so a flood of made-up session ids stays bounded.
+            self._setup_requests = {key: t for key, t in self._setup_requests.items()
+                                    if now - t <= SEND_SETUP_RETRY_NS}
         ended = []
         for key, image in self.images.items():
             if now - image.last_frame_ns > self.liveness_timeout_ns:

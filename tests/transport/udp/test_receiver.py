@@ -132,7 +132,8 @@ def test_a_gap_is_naked_after_the_unicast_delay_and_again_every_10_ms_until_fill
     assert rig.work() == [NakFrame(SESSION, STREAM, 0, FRAME, FRAME)]
     assert rig.receiver.naks_sent == 2 and rig.receiver.loss_gaps == 1
     rig.data(1)
-    assert rig.image.rebuilt_position == 4 * FRAME
+    rig.data(1)  # the NAK's retransmit and the retry's
+    assert rig.image.rebuilt_position == 4 * FRAME and rig.image.frames_duplicate == 1
     rig.advance_ns(NAK_RETRY_NS * 3)
     assert [f for f in rig.work() if isinstance(f, NakFrame)] == []
     assert rig.receiver.naks_sent == 2
@@ -243,3 +244,13 @@ def test_a_removed_subscription_ends_its_images_with_one_eos_sm_and_a_new_subscr
     rig.setup(term_id=0, term_offset=100 * FRAME)
     assert rig.image is not first and rig.image.join_position == 100 * FRAME
     assert [(sm_position(sm), sm.flags) for sm in rig.sms()] == [(100 * FRAME, 0)]
+
+
+def test_a_frame_past_the_consumer_position_plus_the_window_is_counted_and_dropped(rig):
+    rig.setup()
+    rig.sms()
+    rig.data(341)  # ends at 32832 > 0 + 32768
+    assert rig.image.frames_over_run == 1 and rig.image.hwm_position == 0
+    rig.data(340)  # ends at 32736: within
+    assert rig.image.frames_over_run == 1 and rig.image.hwm_position == 341 * FRAME
+    assert rig.receiver.garbage == {}
