@@ -43,3 +43,7 @@ control frames (SMs, NAKs) are read between bursts (Aeron's C sender sends 2 per
 RETRANSMIT_MAX_ACTIVE = 16
 """At most this many NAKed ranges linger at once (AERON_RETRANSMIT_HANDLER_MAX_RETRANSMITS): a NAK
 past it is ignored, and the receiver asks again after its retry delay."""
+
+SEND_SETUP_RETRY_NS = 100_000_000
+"""A receiver asks an unknown session for a SETUP (an SM with SEND_SETUP) at most this often, so a
+flood of DATA from a session it has no image of gives one SM, not one per datagram."""

@@ -1,0 +1,390 @@
+"""The receiver's agent core, without sockets: what a receiving host answers a sender, and when.
+
+The twin of NetworkSender. A NetworkReceiver takes the datagrams a sender sent (on_datagram) and
+returns from do_work() the datagrams to send back: status messages (SMs), NAKs. It keeps one image
+per (session, stream), each an ImageRebuilder (the log buffer rebuilt from the frames) and a
+StatusMessagePolicy (when an SM is due); their rules are not repeated here. It is pure but for its
+injected clock, so a test drives it datagram by datagram on a ManualClock, and the service that owns
+the socket (ramen netd, a later step) only moves bytes.
+
+Its rules are Aeron's receiver's (DataPacketDispatcher, PublicationImage, LossDetector), as the
+captures in aeron-vectors/udp show them:
+- A SETUP of a new (session, stream) makes an image joining at the SETUP's position (its
+  activeTermId/termOffset), answered with an SM at once. DATA or a heartbeat of a session without an
+  image gets an SM with SEND_SETUP and every other field 0 (a late joiner, a restarted receiver).
+- SMs: the policy's rule (consumption moved past window / 4, or 200 ms passed). Like Aeron's
+  next_sm_position, the position an SM reports moves only when the threshold was passed, so the SMs
+  of an idle image repeat the last one (the captures' final SMs sit a little below the stream end).
+- NAKs: the first gap below rcv-hwm is NAKed after the unicast delay (100 us) and again every 10 ms
+  while it stays open; a different first gap starts over (Aeron's LossDetector tracks one gap).
+- End of stream: an EOS heartbeat (or DATA frame with the EOS flag) marks where the stream ends; once
+  it is rebuilt and consumed, the SMs carry the EOS flag (the C receiver only from a later pass of its
+  conductor: 0.26 s and 0.5 s after the first EOS heartbeat in the captures). An image with no frame
+  for the liveness timeout (10 s) ends, and the session is unknown again.
+- Only streams subscribed to (add_subscription) make images; frames of others are ignored. When a
+  stream's subscription is removed, each of its images sends one SM with the EOS flag and ends.
+- Garbage (a datagram that is not frames, a wrong version, an unknown type, a session nobody set up,
+  a frame out of its image's terms) is counted by kind and dropped; on_datagram never raises for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from ramen.clocks import SYSTEM_CLOCK, Clock
+from ramen.transport.errors import TransportError
+from ramen.transport.frame import align
+from ramen.transport.logbuffer import LogBuffer, LogBufferParams
+from ramen.transport.position import compute_position
+from ramen.transport.udp import protocol
+from ramen.transport.udp.defaults import (IMAGE_LIVENESS_TIMEOUT_NS, NAK_RETRY_NS,
+                                          NAK_UNICAST_DELAY_NS, SEND_SETUP_RETRY_NS)
+from ramen.transport.udp.protocol import (DataFrame, NakFrame, SetupFrame, StatusMessage,
+                                          WireError, frames_of)
+from ramen.transport.udp.rebuild import DUPLICATE, INSERTED, OVER_RUN, REJECTED, Gap, ImageRebuilder, StatusMessagePolicy
+
+log = logging.getLogger(__name__)
+
+# Kinds of garbage, the keys of NetworkReceiver.garbage.
+GARBAGE_SHORT = "short"
+"""Fewer bytes than a frame header."""
+GARBAGE_VERSION = "version"
+"""A frame whose version is not Aeron's current one (0)."""
+GARBAGE_UNKNOWN_TYPE = "unknown-type"
+"""A frame type Aeron does not define, or one a receiver does not take (ERR, RES, RSP_SETUP...)."""
+GARBAGE_MALFORMED = "malformed"
+"""A known type with a length or layout that does not fit."""
+GARBAGE_UNKNOWN_SESSION = "unknown-session"
+"""DATA of a (session, stream) nobody set up: answered with SEND_SETUP, dropped."""
+GARBAGE_REJECTED = "rejected"
+"""A frame its image refused (term out of range, misplaced offset)."""
+GARBAGE_BAD_SETUP = "bad-setup"
+"""A SETUP no log buffer can be made of (term length, MTU or position out of range)."""
+GARBAGE_NOT_FOR_RECEIVER = "not-for-receiver"
+"""A control frame a sender takes (SM, NAK, RTTM echo) sent to the receiver."""
+
+
+@dataclass
+class _PendingNak:
+    """The one gap being NAKed: where it starts and when its NAK is due."""
+    term_id: int
+    term_offset: int
+    due_ns: int
+
+
+class ReceiverImage:
+    """One image a receiver rebuilds: the log, its rebuilder and SM policy, and the receiver's
+    per-image state (the gap being NAKed, liveness, end of stream)."""
+
+    def __init__(self, setup: SetupFrame, log_buffer: LogBuffer, *, clock: Clock, now_ns: int) -> None:
+        self.session_id = setup.session_id
+        self.stream_id = setup.stream_id
+        self.log = log_buffer
+        join = compute_position(setup.active_term_id, setup.term_offset, log_buffer.position_bits_to_shift,
+                                setup.initial_term_id)
+        self.rebuilder = ImageRebuilder(log_buffer, join)
+        self.policy = StatusMessagePolicy(self.rebuilder.window_length, clock=clock)
+        self.sm_position = join
+        """Aeron's next_sm_position: what SMs report, moved only past the policy's threshold."""
+        self.last_frame_ns = now_ns
+        self.pending_nak: _PendingNak | None = None
+        self.drained_at_eos_ns: int | None = None
+        """When the rebuilt and consumed positions first stood at the end of stream."""
+        self.is_sending_eos = False
+        """The SMs carry the EOS flag: the sender may stop lingering."""
+        self.is_ended = False
+        """Liveness timed out or the subscription went: the owner may close its reader and the log."""
+        self.frames_duplicate = 0
+        """Frames already in the log (retransmits of what arrived after all, duplicated datagrams)."""
+        self.frames_over_run = 0
+        """Frames past the consumer position + window: dropped, the sender sends them again."""
+        self.naks_sent = 0
+        self.loss_gaps = 0
+        self.status_messages_sent = 0
+
+    @property
+    def join_position(self) -> int:
+        return self.rebuilder.join_position
+
+    @property
+    def rebuilt_position(self) -> int:
+        """rcv-pos."""
+        return self.rebuilder.rebuilt_position
+
+    @property
+    def hwm_position(self) -> int:
+        """rcv-hwm."""
+        return self.rebuilder.hwm_position
+
+    @property
+    def end_of_stream_position(self) -> int | None:
+        return self.rebuilder.end_of_stream_position
+
+    def close(self) -> None:
+        self.rebuilder.close()
+
+
+class NetworkReceiver:
+    """Rebuilds the images of every stream sent to one receiving endpoint (no socket: on_datagram
+    takes what arrived, do_work returns what to send back).
+
+    Counters are plain attributes (totals over its images; each ReceiverImage has rcv-pos, rcv-hwm,
+    frames_duplicate, frames_over_run and its own): naks_sent, loss_gaps, status_messages_sent, setups_received, images_ended, and
+    garbage, a Counter of dropped frames and datagrams by kind (GARBAGE_*)."""
+
+    def __init__(self, directory: Path, *, receiver_id: int, clock: Clock = SYSTEM_CLOCK,
+                 nak_delay_ns: int = NAK_UNICAST_DELAY_NS, nak_retry_ns: int = NAK_RETRY_NS,
+                 liveness_timeout_ns: int = IMAGE_LIVENESS_TIMEOUT_NS) -> None:
+        """`directory`: where image log buffers are created (one file per image);
+        `receiver_id`: a random id fixed for this receiver's life, sent in every SM."""
+        self.directory = Path(directory)
+        self.receiver_id = receiver_id
+        self._clock = clock
+        self.nak_delay_ns = nak_delay_ns
+        self.nak_retry_ns = nak_retry_ns
+        self.liveness_timeout_ns = liveness_timeout_ns
+        self.images: dict[tuple[int, int], ReceiverImage] = {}
+        self.ended_images: list[ReceiverImage] = []
+        """Images that timed out, for the owner to close (their log files stay until then)."""
+        self._setup_requests: dict[tuple[int, int], int] = {}
+        """(session, stream) without an image -> when SEND_SETUP was last sent for it (ns)."""
+        self._pending_setup_requests: list[tuple[int, int]] = []
+        self._closing: list[bytes] = []
+        """The EOS SMs of images whose subscription was removed, sent by the next do_work."""
+        self._log_count = 0
+        self.stream_ids: set[int] = set()
+        """The streams subscribed to: only their SETUPs make images (Aeron's receive endpoint)."""
+        self.naks_sent = 0
+        self.loss_gaps = 0
+        self.status_messages_sent = 0
+        self.setups_received = 0
+        self.frames_unsubscribed = 0
+        """SETUPs and DATA of streams nobody subscribed to: ignored, as Aeron does (not garbage)."""
+        self.images_ended = 0
+        self.garbage: Counter[str] = Counter()
+
+    def add_subscription(self, stream_id: int) -> None:
+        """A subscriber wants stream_id: from now on its SETUPs make images."""
+        self.stream_ids.add(stream_id)
+
+    def remove_subscription(self, stream_id: int) -> None:
+        """The last subscriber of stream_id left: its images end, each telling its sender with one
+        SM with the EOS flag (the rejoin capture: one EOS SM when the subscriber closed), and its
+        frames are ignored from now on."""
+        self.stream_ids.discard(stream_id)
+        for key in [key for key in self.images if key[1] == stream_id]:
+            image = self.images[key]
+            self._closing.append(image.rebuilder.status_message(image.sm_position, self.receiver_id,
+                                                                flags=protocol.SM_EOS_FLAG).encode())
+            image.status_messages_sent += 1
+            self.status_messages_sent += 1
+            self._end(key)
+
+    def _end(self, key: tuple[int, int]) -> None:
+        image = self.images.pop(key)
+        image.is_ended = True
+        self.ended_images.append(image)
+        self.images_ended += 1
+
+    def image(self, session_id: int, stream_id: int) -> ReceiverImage | None:
+        return self.images.get((session_id, stream_id))
+
+    # -- datagrams in ---------------------------------------------------------------------------
+
+    def on_datagram(self, datagram: bytes | bytearray | memoryview, now_ns: int | None = None) -> None:
+        """Take one datagram from a sender; garbage is counted and dropped, never raised."""
+        now = self._clock.nanos() if now_ns is None else now_ns
+        try:
+            frames = frames_of(datagram)
+        except WireError:
+            self.garbage[_garbage_kind(datagram)] += 1
+            return
+        for item in frames:
+            if isinstance(item, DataFrame):
+                self._on_data(item, now)
+            elif isinstance(item, SetupFrame):
+                self._on_setup(item, now)
+            else:
+                # An RTTM request would be the sender asking (Aeron's receiver answers those only
+                # with cc=cubic); without congestion control, like SMs and NAKs, it is not ours.
+                self.garbage[GARBAGE_NOT_FOR_RECEIVER] += 1
+
+    def _on_setup(self, setup: SetupFrame, now: int) -> None:
+        self.setups_received += 1
+        if setup.stream_id not in self.stream_ids:
+            self.frames_unsubscribed += 1
+            return
+        key = (setup.session_id, setup.stream_id)
+        if key in self.images:
+            return
+        path = self.directory / f"{setup.session_id}-{setup.stream_id}-{self._log_count}.logbuffer"
+        self._log_count += 1
+        log_buffer = None
+        try:
+            log_buffer = LogBuffer.create(path, LogBufferParams(
+                term_length=setup.term_length, mtu_length=setup.mtu, initial_term_id=setup.initial_term_id,
+                session_id=setup.session_id, stream_id=setup.stream_id, term_id=setup.active_term_id,
+                term_offset=setup.term_offset))
+            image = ReceiverImage(setup, log_buffer, clock=self._clock, now_ns=now)
+        except (ValueError, TransportError) as error:  # a term length, MTU or position no log can have
+            self.garbage[GARBAGE_BAD_SETUP] += 1
+            log.debug("SETUP of session %d stream %d dropped: %s", setup.session_id, setup.stream_id, error)
+            if log_buffer is not None:
+                log_buffer.close()
+            path.unlink(missing_ok=True)
+            return
+        self.images[key] = image
+        self._setup_requests.pop(key, None)
+
+    def _on_data(self, item: DataFrame, now: int) -> None:
+        key = (item.session_id, item.stream_id)
+        image = self.images.get(key)
+        if image is None:
+            if item.stream_id not in self.stream_ids:
+                self.frames_unsubscribed += 1
+                return
+            self.garbage[GARBAGE_UNKNOWN_SESSION] += 1
+            last = self._setup_requests.get(key)
+            if last is None or now - last > SEND_SETUP_RETRY_NS:
+                self._setup_requests[key] = now
+                self._pending_setup_requests.append(key)
+            return
+        status = image.rebuilder.insert(item)
+        if status == REJECTED:
+            self.garbage[GARBAGE_REJECTED] += 1
+            return
+        if status == DUPLICATE:
+            image.frames_duplicate += 1
+        elif status == OVER_RUN:
+            image.frames_over_run += 1
+        image.last_frame_ns = now
+        if status == INSERTED and item.is_eos and not item.is_heartbeat \
+                and image.rebuilder.end_of_stream_position is None:
+            # The rebuilder marks EOS from heartbeats; a DATA frame with EOS ends the stream at its end.
+            rebuilder = image.rebuilder
+            end = rebuilder.position_of(item.term_id, item.term_offset) + align(item.frame_length)
+            rebuilder.end_of_stream_position = end
+            rebuilder.log.end_of_stream_position = end
+
+    # -- the image's reader ---------------------------------------------------------------------
+
+    def consumed_to(self, session_id: int, stream_id: int, position: int) -> None:
+        """The image's reader (a subscriber) got to position: the window moves, SMs report it."""
+        self.images[(session_id, stream_id)].rebuilder.consumed_to(position)
+
+    # -- the duty cycle -------------------------------------------------------------------------
+
+    def do_work(self, now_ns: int | None = None) -> list[bytes]:
+        """The datagrams to send back now: SEND_SETUP requests, then per image its NAK and SM."""
+        now = self._clock.nanos() if now_ns is None else now_ns
+        out = self._closing
+        self._closing = []
+        out += [StatusMessage(session_id, stream_id, 0, 0, 0, 0, flags=protocol.SM_SEND_SETUP_FLAG).encode()
+               for session_id, stream_id in self._pending_setup_requests]
+        self.status_messages_sent += len(self._pending_setup_requests)
+        self._pending_setup_requests = []
+        if self._setup_requests:
+            # Forget requests past their retry time, so a flood of made-up session ids stays bounded.
+            self._setup_requests = {key: t for key, t in self._setup_requests.items()
+                                    if now - t <= SEND_SETUP_RETRY_NS}
+        ended = []
+        for key, image in self.images.items():
+            if now - image.last_frame_ns > self.liveness_timeout_ns:
+                ended.append(key)
+                continue
+            self._check_drained(image, now)
+            nak = self._nak_due(image, now)
+            if nak is not None:
+                out.append(nak.encode())
+            sm = self._sm_due(image, now)
+            if sm is not None:
+                out.append(sm.encode())
+        for key in ended:
+            image = self.images[key]
+            self._end(key)
+            log.info("image of session %d stream %d ended: no frame for %.1f s (rcv-pos %d)", key[0], key[1],
+                     self.liveness_timeout_ns / 1e9, image.rebuilt_position)
+        return out
+
+    def _nak_due(self, image: ReceiverImage, now: int) -> NakFrame | None:
+        """Aeron's LossDetector: one gap at a time, NAKed after the delay, again after each retry."""
+        gaps: list[Gap] = image.rebuilder.gaps(limit=1)
+        if not gaps:
+            image.pending_nak = None
+            return None
+        gap = gaps[0]
+        pending = image.pending_nak
+        if pending is None or (pending.term_id, pending.term_offset) != (gap.term_id, gap.term_offset):
+            image.pending_nak = pending = _PendingNak(gap.term_id, gap.term_offset, now + self.nak_delay_ns)
+            image.loss_gaps += 1
+            self.loss_gaps += 1
+        if now < pending.due_ns:
+            return None
+        pending.due_ns = now + self.nak_retry_ns
+        image.naks_sent += 1
+        self.naks_sent += 1
+        return image.rebuilder.nak(gap)
+
+    @staticmethod
+    def _check_drained(image: ReceiverImage, now: int) -> None:
+        """Note when the image's end of stream was first rebuilt and consumed."""
+        rebuilder = image.rebuilder
+        eos = rebuilder.end_of_stream_position
+        if eos is not None and image.drained_at_eos_ns is None and rebuilder.consumer_position >= eos \
+                and rebuilder.rebuilt_position >= eos:
+            image.drained_at_eos_ns = now
+            image.is_sending_eos = True
+
+    def _sm_due(self, image: ReceiverImage, now: int) -> StatusMessage | None:
+        rebuilder = image.rebuilder
+        consumed = rebuilder.consumer_position
+        policy = image.policy
+        if not policy.due(consumed):
+            return None
+        # The policy says due on progress or on timeout; only progress past its threshold moves the
+        # position reported (Aeron's next_sm_position), a timeout repeats the last one.
+        if policy.last_position is None or consumed > policy.last_position + policy.threshold:
+            image.sm_position = consumed
+        flags = protocol.SM_EOS_FLAG if image.is_sending_eos else 0
+        policy.sent(image.sm_position)
+        image.status_messages_sent += 1
+        self.status_messages_sent += 1
+        return rebuilder.status_message(image.sm_position, self.receiver_id, flags=flags)
+
+    def close(self) -> None:
+        """Release every image's log views (the files stay for whoever reads them)."""
+        for image in [*self.images.values(), *self.ended_images]:
+            image.close()
+        self.images.clear()
+        self.ended_images.clear()
+
+
+_TYPES_DECODED = frozenset((protocol.HDR_TYPE_PAD, protocol.HDR_TYPE_DATA, protocol.HDR_TYPE_SETUP,
+                            protocol.HDR_TYPE_SM, protocol.HDR_TYPE_NAK, protocol.HDR_TYPE_RTTM))
+
+
+def _garbage_kind(datagram) -> str:
+    """Why a datagram is not frames: the kind of the first frame that does not decode (only called
+    after frames_of refused it, so the cold path may decode twice)."""
+    view = memoryview(datagram).cast("B")
+    offset = 0
+    while offset + protocol.COMMON_LENGTH <= len(view):
+        _, version, _, frame_type = protocol.COMMON.unpack_from(view, offset)
+        if version != protocol.CURRENT_VERSION:
+            return GARBAGE_VERSION
+        if frame_type not in _TYPES_DECODED:
+            return GARBAGE_UNKNOWN_TYPE
+        try:
+            item = protocol.decode_frame(view, offset)
+        except WireError:
+            return GARBAGE_MALFORMED
+        offset = align(offset + item.wire_length)
+    return GARBAGE_SHORT if offset == 0 else GARBAGE_MALFORMED
+
+
+__all__ = ["NetworkReceiver", "ReceiverImage", "GARBAGE_SHORT", "GARBAGE_VERSION", "GARBAGE_UNKNOWN_TYPE",
+           "GARBAGE_MALFORMED", "GARBAGE_UNKNOWN_SESSION", "GARBAGE_REJECTED", "GARBAGE_BAD_SETUP",
+           "GARBAGE_NOT_FOR_RECEIVER"]

@@ -1,0 +1,256 @@
+"""NetworkReceiver's rules, one at a time, on a ManualClock (no sockets)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ramen.clocks import ManualClock
+from ramen.transport.udp import receiver as rcv
+from ramen.transport.udp.defaults import (IMAGE_LIVENESS_TIMEOUT_NS, NAK_RETRY_NS, NAK_UNICAST_DELAY_NS,
+                                          SEND_SETUP_RETRY_NS, SM_TIMEOUT_NS)
+from ramen.transport.udp.protocol import (EOS_FLAG, SM_EOS_FLAG, SM_SEND_SETUP_FLAG, UNFRAGMENTED, NakFrame,
+                                          SetupFrame, StatusMessage, data_frame, frames_of, heartbeat)
+from ramen.transport.udp.receiver import NetworkReceiver
+
+SESSION, STREAM, TERM_LENGTH, MTU = 888, 1005, 65536, 1408
+RECEIVER_ID = 0x1234_5678_9ABC
+WINDOW = 32768
+PAYLOAD = bytes(range(64))
+FRAME = 96
+"""A 64-byte message's aligned frame length."""
+
+
+class Rig:
+    def __init__(self, tmp_path) -> None:
+        self.clock = ManualClock()
+        self.receiver = NetworkReceiver(tmp_path, receiver_id=RECEIVER_ID, clock=self.clock)
+        self.receiver.add_subscription(STREAM)
+
+    def advance_ns(self, nanos: int) -> None:
+        self.clock.advance(nanos / 1e9)
+
+    def setup(self, term_id: int = 0, term_offset: int = 0, session: int = SESSION, stream: int = STREAM) -> None:
+        self.receiver.on_datagram(SetupFrame(term_offset, session, stream, 0, term_id, TERM_LENGTH, MTU).encode())
+
+    def data(self, index: int, term_id: int = 0, flags: int = UNFRAGMENTED, session: int = SESSION) -> None:
+        self.receiver.on_datagram(data_frame(term_id, index * FRAME, session, STREAM, PAYLOAD, flags).encode())
+
+    def heartbeat(self, position: int, eos: bool = False, session: int = SESSION) -> None:
+        self.receiver.on_datagram(heartbeat(position // TERM_LENGTH, position % TERM_LENGTH, session, STREAM,
+                                            eos=eos).encode())
+
+    def work(self) -> list:
+        return [f for d in self.receiver.do_work() for f in frames_of(d)]
+
+    def sms(self) -> list[StatusMessage]:
+        return [f for f in self.work() if isinstance(f, StatusMessage)]
+
+    def consume(self, position: int) -> None:
+        self.receiver.consumed_to(SESSION, STREAM, position)
+
+    @property
+    def image(self):
+        return self.receiver.image(SESSION, STREAM)
+
+
+@pytest.fixture
+def rig(tmp_path):
+    return Rig(tmp_path)
+
+
+def sm_position(sm: StatusMessage) -> int:
+    return sm.consumption_term_id * TERM_LENGTH + sm.consumption_term_offset
+
+
+def test_a_setup_makes_an_image_at_its_position_answered_by_an_sm_at_once(rig):
+    rig.setup(term_id=1, term_offset=64224)  # the rejoin scenario's SETUP
+    image = rig.image
+    assert image.join_position == image.rebuilt_position == image.hwm_position == 129760
+    data = rig.receiver.do_work()
+    assert data == [StatusMessage(SESSION, STREAM, 1, 64224, WINDOW, RECEIVER_ID).encode()]
+    assert len(data[0]) == 36
+    assert rig.receiver.status_messages_sent == image.status_messages_sent == 1
+    rig.setup(term_id=1, term_offset=64224)  # a SETUP retry changes nothing
+    assert rig.image is image and rig.work() == []
+
+
+def test_setups_of_a_stream_nobody_subscribed_to_make_no_image(rig):
+    rig.setup(stream=STREAM + 1)
+    assert rig.receiver.images == {} and rig.work() == []
+    assert rig.receiver.frames_unsubscribed == 1 and rig.receiver.garbage == {}
+
+
+def test_data_of_an_unknown_session_gets_one_send_setup_sm_with_all_other_fields_zero(rig):
+    rig.heartbeat(0, session=SESSION + 1)
+    rig.data(0, session=SESSION + 1)
+    data = rig.receiver.do_work()
+    assert data == [StatusMessage(SESSION + 1, STREAM, 0, 0, 0, 0, flags=SM_SEND_SETUP_FLAG).encode()]
+    rig.advance_ns(SEND_SETUP_RETRY_NS)
+    rig.heartbeat(0, session=SESSION + 1)
+    assert rig.work() == []  # at most one per 100 ms
+    rig.advance_ns(1)
+    rig.heartbeat(0, session=SESSION + 1)
+    assert [sm.flags for sm in rig.sms()] == [SM_SEND_SETUP_FLAG]
+    assert rig.receiver.garbage == {rcv.GARBAGE_UNKNOWN_SESSION: 4}
+    rig.setup(session=SESSION + 1)  # the sender answers: an image, an ordinary SM
+    assert [sm.flags for sm in rig.sms()] == [0]
+
+
+def test_an_sm_goes_when_consumption_passes_a_quarter_window_else_every_200_ms_repeating_its_position(rig):
+    rig.setup()
+    rig.sms()
+    for i in range(200):
+        rig.data(i)
+    rig.consume(FRAME * 85)  # 8160 <= 8192: not yet
+    assert rig.sms() == []
+    rig.consume(FRAME * 86)  # 8256 > 8192: at once
+    assert [sm_position(sm) for sm in rig.sms()] == [FRAME * 86]
+    rig.consume(FRAME * 100)
+    rig.advance_ns(SM_TIMEOUT_NS)
+    assert rig.sms() == []  # exactly 200 ms is not yet due
+    rig.advance_ns(1)
+    # Due on the timeout: it repeats the last SM's position (Aeron's next_sm_position), not 9600.
+    assert [sm_position(sm) for sm in rig.sms()] == [FRAME * 86]
+    assert rig.sms() == []
+
+
+def test_a_gap_is_naked_after_the_unicast_delay_and_again_every_10_ms_until_filled(rig):
+    rig.setup()
+    rig.sms()
+    rig.data(0)
+    rig.data(2)
+    rig.data(3)
+    assert rig.image.rebuilt_position == FRAME and rig.image.hwm_position == 4 * FRAME
+    assert rig.work() == []  # the gap is seen now
+    rig.advance_ns(NAK_UNICAST_DELAY_NS - 1)
+    assert rig.work() == []
+    rig.advance_ns(1)
+    assert rig.work() == [NakFrame(SESSION, STREAM, 0, FRAME, FRAME)]
+    rig.advance_ns(NAK_RETRY_NS - 1)
+    assert rig.work() == []
+    rig.advance_ns(1)
+    assert rig.work() == [NakFrame(SESSION, STREAM, 0, FRAME, FRAME)]
+    assert rig.receiver.naks_sent == 2 and rig.receiver.loss_gaps == 1
+    rig.data(1)
+    rig.data(1)  # the NAK's retransmit and the retry's
+    assert rig.image.rebuilt_position == 4 * FRAME and rig.image.frames_duplicate == 1
+    rig.advance_ns(NAK_RETRY_NS * 3)
+    assert [f for f in rig.work() if isinstance(f, NakFrame)] == []
+    assert rig.receiver.naks_sent == 2
+
+
+def test_a_gap_shown_only_by_a_heartbeat_is_naked(rig):
+    """A loss just before the sender went idle: the next heartbeat moves the hwm."""
+    rig.setup()
+    rig.sms()
+    rig.data(0)
+    rig.heartbeat(2 * FRAME)
+    rig.work()
+    rig.advance_ns(NAK_UNICAST_DELAY_NS)
+    assert [f for f in rig.work() if isinstance(f, NakFrame)] == [NakFrame(SESSION, STREAM, 0, FRAME, FRAME)]
+
+
+def test_sms_carry_eos_once_the_eos_heartbeats_position_is_rebuilt_and_consumed(rig):
+    rig.setup()
+    rig.sms()
+    rig.data(0)
+    rig.data(1)
+    rig.heartbeat(2 * FRAME, eos=True)
+    assert rig.image.end_of_stream_position == 2 * FRAME
+    rig.advance_ns(SM_TIMEOUT_NS + 1)
+    assert [sm.flags for sm in rig.sms()] == [0]  # not consumed yet
+    rig.consume(2 * FRAME)
+    rig.advance_ns(SM_TIMEOUT_NS + 1)
+    sms = rig.sms()
+    assert [sm.flags for sm in sms] == [SM_EOS_FLAG] and rig.image.is_sending_eos
+
+
+def test_a_data_frame_with_the_eos_flag_ends_the_stream_at_its_end(rig):
+    rig.setup()
+    rig.sms()
+    rig.data(0)
+    rig.data(1, flags=UNFRAGMENTED | EOS_FLAG)
+    assert rig.image.end_of_stream_position == 2 * FRAME
+    rig.consume(2 * FRAME)
+    rig.advance_ns(SM_TIMEOUT_NS + 1)
+    assert [sm.flags for sm in rig.sms()] == [SM_EOS_FLAG]
+
+
+def test_an_image_without_frames_for_the_liveness_timeout_ends(rig):
+    rig.setup()
+    rig.sms()
+    image = rig.image
+    rig.advance_ns(IMAGE_LIVENESS_TIMEOUT_NS // 2)
+    rig.heartbeat(0)  # a frame: alive again
+    rig.advance_ns(IMAGE_LIVENESS_TIMEOUT_NS)
+    rig.work()
+    assert rig.image is image and not image.is_ended
+    rig.advance_ns(1)
+    rig.work()
+    assert rig.image is None and image.is_ended
+    assert rig.receiver.ended_images == [image] and rig.receiver.images_ended == 1
+    rig.heartbeat(0)  # the session is unknown again: ask for a SETUP
+    assert [sm.flags for sm in rig.sms()] == [SM_SEND_SETUP_FLAG]
+
+
+@pytest.mark.parametrize("datagram,kind", [
+    (b"\x20\x00\x00", rcv.GARBAGE_SHORT),
+    (data_frame(0, 0, SESSION, STREAM, PAYLOAD).encode()[:40], rcv.GARBAGE_MALFORMED),
+    (b"\x20\x00\x00\x00\x01\xc0\x01\x00" + bytes(24), rcv.GARBAGE_VERSION),
+    (b"\x20\x00\x00\x00\x00\x00\x33\x00" + bytes(24), rcv.GARBAGE_UNKNOWN_TYPE),
+    (heartbeat(0, 0, SESSION, STREAM).encode() + b"\x20\x00\x00\x00\x00\x00\x33\x00" + bytes(24),
+     rcv.GARBAGE_UNKNOWN_TYPE),
+    (StatusMessage(SESSION, STREAM, 0, 0, WINDOW, 1).encode(), rcv.GARBAGE_NOT_FOR_RECEIVER),
+    (NakFrame(SESSION, STREAM, 0, 0, 64).encode(), rcv.GARBAGE_NOT_FOR_RECEIVER),
+    (data_frame(0, 40, SESSION, STREAM, PAYLOAD).encode(), rcv.GARBAGE_REJECTED),  # misaligned offset
+    (data_frame(-5, 0, SESSION, STREAM, PAYLOAD).encode(), rcv.GARBAGE_REJECTED),  # before the initial term
+    (SetupFrame(0, SESSION + 2, STREAM, 0, 0, 65535, MTU).encode(), rcv.GARBAGE_BAD_SETUP),
+    (SetupFrame(40, SESSION + 2, STREAM, 0, 0, TERM_LENGTH, MTU).encode(), rcv.GARBAGE_BAD_SETUP),
+    (SetupFrame(0, SESSION + 2, STREAM, 0, 0, TERM_LENGTH, 100).encode(), rcv.GARBAGE_BAD_SETUP),
+])
+def test_garbage_is_counted_by_kind_and_dropped(rig, datagram, kind):
+    rig.setup()
+    rig.sms()
+    rig.data(0)
+    rig.receiver.on_datagram(datagram)  # never raises
+    assert rig.receiver.garbage == {kind: 1}
+    assert rig.image.rebuilt_position == rig.image.hwm_position == FRAME
+    assert list(rig.receiver.images) == [(SESSION, STREAM)]
+    assert rig.work() == []
+    assert sorted(p.name for p in rig.receiver.directory.iterdir()) == [f"{SESSION}-{STREAM}-0.logbuffer"]
+
+
+def test_a_removed_subscription_ends_its_images_with_one_eos_sm_and_a_new_subscriber_rejoins(rig):
+    """The rejoin scenario in words (README): subscriber 1 closes, one SM with EOS; the next
+    subscriber's receiver asks the unknown session for a SETUP and joins at its position."""
+    rig.setup()
+    rig.sms()
+    for i in range(100):
+        rig.data(i)
+    rig.consume(100 * FRAME)
+    rig.sms()
+    first = rig.image
+    rig.receiver.remove_subscription(STREAM)
+    assert rig.image is None and first.is_ended and rig.receiver.ended_images == [first]
+    assert rig.receiver.do_work() == [StatusMessage(SESSION, STREAM, 0, 100 * FRAME, WINDOW, RECEIVER_ID,
+                                                    flags=SM_EOS_FLAG).encode()]
+    rig.heartbeat(100 * FRAME)
+    rig.advance_ns(SM_TIMEOUT_NS * 5)
+    assert rig.work() == []  # nobody subscribed: ignored, not garbage
+    assert rig.receiver.frames_unsubscribed == 1 and rig.receiver.garbage == {}
+    rig.receiver.add_subscription(STREAM)
+    rig.heartbeat(100 * FRAME)
+    assert rig.receiver.do_work() == [StatusMessage(SESSION, STREAM, 0, 0, 0, 0, flags=SM_SEND_SETUP_FLAG).encode()]
+    rig.setup(term_id=0, term_offset=100 * FRAME)
+    assert rig.image is not first and rig.image.join_position == 100 * FRAME
+    assert [(sm_position(sm), sm.flags) for sm in rig.sms()] == [(100 * FRAME, 0)]
+
+
+def test_a_frame_past_the_consumer_position_plus_the_window_is_counted_and_dropped(rig):
+    rig.setup()
+    rig.sms()
+    rig.data(341)  # ends at 32832 > 0 + 32768
+    assert rig.image.frames_over_run == 1 and rig.image.hwm_position == 0
+    rig.data(340)  # ends at 32736: within
+    assert rig.image.frames_over_run == 1 and rig.image.hwm_position == 341 * FRAME
+    assert rig.receiver.garbage == {}
