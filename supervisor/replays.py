@@ -110,7 +110,7 @@ class ReplaySupervision:
                 log.warning("ignoring %s", e)
                 continue
             replayer_id = assignment.id
-            channels = {c.channel for c in assignment.channels}
+            channels = {c.channel for c in assignment.channels} | set(assignment.riders)
             replayer = Replayer(replayer_id, assignment.source, channels)
             replayer.child = adopt(f"replayer {replayer_id} of {replayer.source}", assignment.pid or 0,
                                    assignment.started_us or 0, expect_args=("--id", str(replayer_id)),

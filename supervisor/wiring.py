@@ -228,7 +228,8 @@ def replayer_assignment(site: str, replayer_id: int, group: Group,
         tag = first.setdefault(span, c)
         channels.append(ChannelRange(c, *span, tag=tag if tag != c else None))
     return ReplayerAssignment(replayer_id, group.source, str(paths.replayer_log(site, replayer_id)),
-                              str(paths.archive_dir(site)), tuple(channels), readers=max(1, len(readers)))
+                              str(paths.archive_dir(site)), tuple(channels), readers=max(1, len(readers)),
+                              riders=group.riders)
 
 
 def wire(site: str, requests: Mapping[int, ReplayRequest], batch: Batch, replayer_ids: Sequence[int]) -> Wiring:

@@ -278,6 +278,10 @@ class ReplayerAssignment(_Value):
     channels: tuple[ChannelRange, ...]
     readers: int = 1
     """How many workers subscribe to the log: the replay starts once they all have."""
+    riders: tuple[int, ...] = ()
+    """Replays that need this replayer without it writing their channels (identical ones riding on
+    its channels, and those going on from their targets' output): a restarted supervisor takes them
+    as launched too, and does not launch them a second time."""
     pid: int | None = None
     started_us: int | None = None
     """The process serving it, once spawned: what a restarted supervisor adopts."""

@@ -179,16 +179,20 @@ def test_a_replay_older_than_its_timeout_is_deleted(admin, start_supervisor):
 def test_a_restarted_supervisor_adopts_launched_replays_and_tears_them_down(admin, start_supervisor):
     first = start_supervisor(stop_children=False)
     channel = request_replay(admin)
+    rider = request_replay(admin)  # identical: rides on channel, which alone the replayer writes
     replayer = wait_for(lambda: (r := replayers(admin)) and "pid" in (v := next(iter(r.values()))) and v)
+    assert channels_of(replayer) == [channel] and replayer["riders"] == [rider]
     first.stop_thread()  # as if it died
     clock = ManualClock()
     second = start_supervisor(clock=clock, thread=False)
     assert second.counters.adopted == 1
-    drive(second, lambda: channel in second.replays.requests, what="the replay seen")
-    clock.advance(1.0)  # past the merge delay (0.3 s): an adopted replay is not launched again
+    drive(second, lambda: {channel, rider} <= set(second.replays.requests), what="the replays seen")
+    clock.advance(1.0)  # past the merge delay (0.3 s): an adopted replay is not launched again, nor its rider
     second.do_work()
     assert second.counters.replayers_spawned == 0 and list(replayers(admin)) == [replayer["id"]]
-    admin.delete(keyspace.replay_key(channel))
+    assert worker_replay(admin, "p/t", rider) is None
+    for done in (rider, channel):  # as the target deletes them: riders first
+        admin.delete(keyspace.replay_key(done))
     drive(second, lambda: not replayers(admin) and not pid_alive(replayer["pid"]), what="adopted replayer torn down")
 
 
