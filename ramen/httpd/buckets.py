@@ -40,11 +40,6 @@ def empty(function: Function) -> pa.Table:
     return summaries.empty(summary_of(function), function)
 
 
-def aggregate(function: Function, table: pa.Table) -> pa.Table:
-    """The rows of `table` (the function's output) as buckets."""
-    return summaries.aggregate(summary_of(function), function, table)
-
-
 def combine(function: Function, tables: list[pa.Table]) -> pa.Table:
     """Buckets of several partial results as one, sorted by bucket (sums and counts add up)."""
     return summaries.combine(summary_of(function), function, tables)

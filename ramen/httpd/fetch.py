@@ -111,8 +111,9 @@ class Fetcher:
         except ReplayGapError:
             # No archive holds any of the range: nothing to chart there (graphite answers nulls).
             reach_s = until_s if until_s < now_s - SETTLE_S else since_s
-            self.cache.put(function, since_s, reach_s, buckets.empty(function))
-            return buckets.empty(function)
+            nothing = buckets.empty(function)
+            self.cache.put(function, since_s, reach_s, nothing)
+            return nothing
         except (ReplayPlanError, ReplayFailed, SummaryError) as e:
             raise FetchError(str(e)) from None
         self.stats.add("replays_started")

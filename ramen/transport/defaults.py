@@ -44,6 +44,9 @@ for an hour of traffic is 0.13-0.16 s against 0.18-0.30 s (1-2 MiB terms save it
 their window of half a term would leave a slow reader waiting more often). A message is at most
 512 KiB (an eighth of a term); workers cut their batches to fit."""
 
-IPC_MTU_LENGTH = 65504
+MAX_UDP_PAYLOAD_LENGTH = 65504
+"""Aeron's largest MTU (Configuration.MAX_UDP_PAYLOAD_LENGTH): 64 KiB less IP/UDP headers, aligned."""
+
+IPC_MTU_LENGTH = MAX_UDP_PAYLOAD_LENGTH
 """MTU of the logs ramen's processes share on one host (Aeron's largest): an Arrow batch of a few
 thousand rows fits one frame, where 1408-byte frames would cost a Python call per 1.4 KB."""

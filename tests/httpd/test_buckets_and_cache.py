@@ -8,6 +8,7 @@ import pytest
 from ramen.httpd import buckets
 from ramen.httpd.cache import ResultCache
 from ramen.program import loads
+from ramen.replay import summary
 
 PROGRAM = '''[program]
 name = "p"
@@ -36,6 +37,11 @@ def program():
     return loads(PROGRAM)
 
 
+def aggregate(function, table):
+    """The function's rows as the buckets a summarised replay of it sends."""
+    return summary.aggregate(buckets.summary_of(function), function, table)
+
+
 def rows(times_s, hosts, values, ratios=None):
     return pa.table({"ts": pa.array([int(t * 1e6) for t in times_s], pa.timestamp("us")),
                      "host": hosts, "bytes": pa.array(values, pa.int64()),
@@ -49,7 +55,7 @@ def test_steps_come_from_the_window(program):
 
 def test_series_average_each_step_per_factor_value_with_nan_where_empty(program):
     raw = program.function("raw")
-    table = buckets.aggregate(raw, rows([0, 1, 5, 12, 31], ["a", "a", "b", "a", "a"], [10, 20, 7, 5, 1]))
+    table = aggregate(raw, rows([0, 1, 5, 12, 31], ["a", "a", "b", "a", "a"], [10, 20, 7, 5, 1]))
     a, b = buckets.to_series(raw, table, [(("a",), "bytes", "p.raw.a.bytes"), (("b",), "bytes", "p.raw.b.bytes")],
                              0, 40)
     assert (a.start, a.step, a.name) == (0, 10, "p.raw.a.bytes")
@@ -62,9 +68,9 @@ def test_series_average_each_step_per_factor_value_with_nan_where_empty(program)
 def test_partial_buckets_combine_into_the_same_averages(program):
     raw = program.function("raw")
     times, hosts, values = [0, 1, 2, 11, 13], ["a"] * 5, [1, 2, 3, 4, 5]
-    whole = buckets.aggregate(raw, rows(times, hosts, values))
-    split = buckets.combine(raw, [buckets.aggregate(raw, rows(times[:2], hosts[:2], values[:2])),
-                                  buckets.aggregate(raw, rows(times[2:], hosts[2:], values[2:]))])
+    whole = aggregate(raw, rows(times, hosts, values))
+    split = buckets.combine(raw, [aggregate(raw, rows(times[:2], hosts[:2], values[:2])),
+                                  aggregate(raw, rows(times[2:], hosts[2:], values[2:]))])
     assert split.equals(buckets.combine(raw, [whole]))
     assert buckets.factor_values(raw, whole) == {("a",)}
 
@@ -73,12 +79,12 @@ def test_the_cache_answers_what_it_holds_and_names_the_holes(program):
     raw = program.function("raw")
     cache = ResultCache()
     assert cache.lookup(raw, 0, 100)[1] == [(0, 100)]
-    cache.put(raw, 20, 50, buckets.aggregate(raw, rows([25, 45, 55], ["a"] * 3, [1, 2, 3])))
+    cache.put(raw, 20, 50, aggregate(raw, rows([25, 45, 55], ["a"] * 3, [1, 2, 3])))
     assert cache.lookup(raw, 0, 100)[1] == [(0, 20), (50, 100)]
     assert cache.lookup(raw, 30, 40)[1] == []
     held = cache.lookup(raw, 0, 100)[0]
     assert held.column(buckets.BUCKET).to_pylist() == [20, 40]  # 55 was outside the settled range
-    cache.put(raw, 50, 60, buckets.aggregate(raw, rows([55], ["a"], [3])))  # touching: one chunk
+    cache.put(raw, 50, 60, aggregate(raw, rows([55], ["a"], [3])))  # touching: one chunk
     assert cache.lookup(raw, 20, 60)[1] == []
     assert cache.lookup(raw, 0, 100)[0].column(buckets.BUCKET).to_pylist() == [20, 40, 50]
 
@@ -89,7 +95,7 @@ def test_a_changed_function_never_gets_the_old_results(program):
                     ).function("raw")
     assert changed.signature != raw.signature
     cache = ResultCache()
-    cache.put(raw, 0, 60, buckets.aggregate(raw, rows([5], ["a"], [1])))
+    cache.put(raw, 0, 60, aggregate(raw, rows([5], ["a"], [1])))
     assert cache.lookup(changed, 0, 60)[1] == [(0, 60)]
     cache.put(changed, 0, 60, buckets.empty(changed))
     assert cache.lookup(raw, 0, 60)[1] == [(0, 60)]  # the old signature's results were dropped
@@ -98,10 +104,10 @@ def test_a_changed_function_never_gets_the_old_results(program):
 def test_memory_stays_within_the_bound(program):
     raw = program.function("raw")
     per_minute = program.function("per_minute")
-    many = buckets.aggregate(raw, rows(list(range(0, 100_000, 10)), ["a"] * 10_000, list(range(10_000))))
+    many = aggregate(raw, rows(list(range(0, 100_000, 10)), ["a"] * 10_000, list(range(10_000))))
     cache = ResultCache(max_bytes=many.nbytes + 1000)
     cache.put(raw, 0, 100_000, many)
-    cache.put(per_minute, 0, 60_000, buckets.aggregate(per_minute, pa.table(
+    cache.put(per_minute, 0, 60_000, aggregate(per_minute, pa.table(
         {"ts": pa.array(list(range(0, 60_000_000_000, 60_000_000)), pa.timestamp("us")),
          "bytes": pa.array(range(1000), pa.int64())})))
     assert cache.nbytes <= cache.max_bytes

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ramen.transport.defaults import MAX_UDP_PAYLOAD_LENGTH
 from ramen.transport.errors import TransportError
 from ramen.transport.frame import FRAME_ALIGNMENT, HEADER_LENGTH
 from ramen.transport.logbuffer import TERM_MAX_LENGTH, TERM_MIN_LENGTH, is_power_of_two
-from ramen.transport.udp.protocol import MAX_UDP_PAYLOAD_LENGTH
+from ramen.transport.position import int32
 
 PREFIX = "aeron:udp"
 PORT_MAX = 65535
@@ -122,8 +123,7 @@ def parse(channel: str) -> UdpChannel:
     if position_keys and len(position_keys) != 3:
         raise fail("init-term-id, term-id and term-offset go together (given: " + ", ".join(position_keys) + ")")
     if position_keys:
-        # Term ids wrap as int32: the term count is their difference modulo 2**32, as a signed int.
-        term_count = ((values[TERM_ID] - values[INIT_TERM_ID] + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+        term_count = int32(values[TERM_ID] - values[INIT_TERM_ID])  # term ids wrap as int32
         if term_count < 0:
             raise fail(f"term-id {values[TERM_ID]} is before init-term-id {values[INIT_TERM_ID]}")
         offset = values[TERM_OFFSET]

@@ -22,6 +22,7 @@ import struct
 from dataclasses import dataclass
 
 from ramen.transport import frame
+from ramen.transport.defaults import MAX_UDP_PAYLOAD_LENGTH
 from ramen.transport.errors import TransportError
 from ramen.transport.frame import (BEGIN_FLAG, CURRENT_VERSION, END_FLAG, EOS_FLAG, FRAME_ALIGNMENT,
                                    HDR_TYPE_DATA, HDR_TYPE_PAD, HEADER_LENGTH, UNFRAGMENTED, align)
@@ -57,29 +58,19 @@ HEARTBEAT_FRAME_LENGTH = 0
 # -- SETUP (SetupFlyweight), 40 bytes -------------------------------------------------------------
 
 SETUP = struct.Struct("<iBBHiiiiiiii")
+"""The common header, then termOffset, sessionId, streamId, initialTermId, activeTermId, termLength,
+mtu, ttl (i32 each, from @8): SetupFrame's fields, in order."""
 SETUP_LENGTH = SETUP.size
-SETUP_TERM_OFFSET_OFFSET = 8
-SETUP_SESSION_ID_OFFSET = 12
-SETUP_STREAM_ID_OFFSET = 16
-SETUP_INITIAL_TERM_ID_OFFSET = 20
-SETUP_ACTIVE_TERM_ID_OFFSET = 24
-SETUP_TERM_LENGTH_OFFSET = 28
-SETUP_MTU_OFFSET = 32
-SETUP_TTL_OFFSET = 36
 SETUP_SEND_RESPONSE_FLAG = 0x80
 SETUP_GROUP_FLAG = 0x40
 
 # -- SM, status message (StatusMessageFlyweight), 36 bytes, 44 with a group tag --------------------
 
 SM = struct.Struct("<iBBHiiiiiq")
+"""The common header, then sessionId, streamId, consumptionTermId, consumptionTermOffset,
+receiverWindow (i32 each, from @8) and receiverId (i64 @28): StatusMessage's fields, in order."""
 SM_LENGTH = SM.size
-SM_SESSION_ID_OFFSET = 8
-SM_STREAM_ID_OFFSET = 12
-SM_CONSUMPTION_TERM_ID_OFFSET = 16
-SM_CONSUMPTION_TERM_OFFSET_OFFSET = 20
-SM_RECEIVER_WINDOW_OFFSET = 24
-SM_RECEIVER_ID_OFFSET = 28
-SM_GROUP_TAG_OFFSET = 36
+SM_GROUP_TAG_OFFSET = SM_LENGTH  # right after the fixed part
 SM_GROUP_TAG = struct.Struct("<q")
 SM_WITH_GROUP_TAG_LENGTH = SM_GROUP_TAG_OFFSET + SM_GROUP_TAG.size
 SM_SEND_SETUP_FLAG = 0x80
@@ -88,27 +79,17 @@ SM_EOS_FLAG = 0x40
 # -- NAK (NakFlyweight), 28 bytes -----------------------------------------------------------------
 
 NAK = struct.Struct("<iBBHiiiii")
+"""The common header, then sessionId, streamId, termId, termOffset, length (i32 each, from @8)."""
 NAK_LENGTH = NAK.size
-NAK_SESSION_ID_OFFSET = 8
-NAK_STREAM_ID_OFFSET = 12
-NAK_TERM_ID_OFFSET = 16
-NAK_TERM_OFFSET_OFFSET = 20
-NAK_LENGTH_OFFSET = 24
 
 # -- RTTM, round-trip time measurement (RttMeasurementFlyweight), 40 bytes ------------------------
 
 RTTM = struct.Struct("<iBBHiiqqq")
+"""The common header, then sessionId, streamId (i32 @8, @12), echoTimestampNs, receptionDelta,
+receiverId (i64 @16, @24, @32)."""
 RTTM_LENGTH = RTTM.size
-RTTM_SESSION_ID_OFFSET = 8
-RTTM_STREAM_ID_OFFSET = 12
-RTTM_ECHO_TIMESTAMP_OFFSET = 16
-RTTM_RECEPTION_DELTA_OFFSET = 24
-RTTM_RECEIVER_ID_OFFSET = 32
 RTTM_REPLY_FLAG = 0x80
 """Set on a receiver's request: the sender echoes it at once, without the flag."""
-
-MAX_UDP_PAYLOAD_LENGTH = 65504
-"""Aeron's largest MTU (Configuration.MAX_UDP_PAYLOAD_LENGTH): 64 KiB less IP/UDP headers, aligned."""
 
 
 class WireError(TransportError):
