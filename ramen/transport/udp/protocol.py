@@ -14,12 +14,20 @@ frame of its datagram.
 
 Decoding is per datagram with struct (a datagram is at most an MTU, 64 KiB). A DATA frame's payload
 is a view into the datagram, not a copy: the receiver copies it once, into its log.
+
+The receiver's hot path decodes no frame object at all: data_run checks that a datagram (or a GRO
+batch of datagrams back to back) is nothing but plain DATA frames of one session, stream and term,
+each where the one before ends, so the whole of it can go into the log as one block; the header
+checks are one struct unpack for a single frame, numpy over the headers for many. Anything else (a
+SETUP, a PAD, a heartbeat, EOS, mixed sessions, damage) is left to frames_of.
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+
+import numpy as np
 
 from ramen.transport import frame
 from ramen.transport.defaults import MAX_UDP_PAYLOAD_LENGTH
@@ -357,6 +365,172 @@ def _next(offset: int, step: int, size: int) -> int:
     return min(step, size - offset)
 
 
+# -- runs of DATA frames: the receiver's fast path -------------------------------------------------
+
+DATA_KIND_MASK = (0xFFFF00FF | (EOS_FLAG << 8)) - (1 << 32)
+"""Of a header's version/flags/type word (frame.HEADER_BY_WORD's second field, a signed int32, so the
+mask is too): the version, the type and the EOS flag; BEGIN and END may be anything."""
+DATA_KIND = CURRENT_VERSION | (HDR_TYPE_DATA << 16)
+"""What DATA_KIND_MASK leaves of a plain DATA frame's word: version 0, type DATA, no EOS."""
+RUN_SCALAR_MAX_FRAMES = 8
+"""Up to this many frames (judging by the first one's length) a run is checked frame by frame with
+struct; past it with numpy, whose fixed cost (~10 us) is that of about as many struct steps."""
+
+_SLOT_WORDS = FRAME_ALIGNMENT // 4
+_HEADER_BY_WORD = frame.HEADER_BY_WORD
+_slot_offsets = np.zeros(0, dtype=np.int32)
+
+
+def _offsets_of_slots(slots: int) -> np.ndarray:
+    """0, 32, 64, ... for `slots` slots, kept from call to call (grown when a longer run comes)."""
+    global _slot_offsets
+    if len(_slot_offsets) < slots:
+        _slot_offsets = np.arange(max(slots, 2048), dtype=np.int32) * FRAME_ALIGNMENT
+    return _slot_offsets[:slots]
+
+
+def data_run(view: memoryview, segment_size: int | None = None) -> tuple[int, int, int, int, int, int] | None:
+    """If `view` (bytes, format "B") is a run of plain DATA frames (no heartbeat, PAD or EOS) of one
+    session, stream and term, each starting where the one before ends (aligned) and the last ending at
+    the view's end, with a frame starting at every `segment_size` bytes (the datagrams of a GRO batch:
+    no frame crosses from one datagram to the next): (first frame's length, term offset, session id,
+    stream id, term id, number of frames). Else None: the caller decodes the datagrams one by one.
+
+    A payload that happens to look like a header where no frame starts makes a valid run look broken
+    (None): only the fast path is lost, never a frame."""
+    size = len(view)
+    if size < DATA_HEADER_LENGTH or size % FRAME_ALIGNMENT:
+        return None
+    length, kind, term_offset, session_id, stream_id, term_id, _ = _HEADER_BY_WORD.unpack_from(view, 0)
+    if kind & DATA_KIND_MASK != DATA_KIND or length < DATA_HEADER_LENGTH:
+        return None
+    aligned = (length + frame.ALIGN_UP) & frame.ALIGN_MASK
+    if aligned >= size:
+        if aligned > size or (segment_size and segment_size < size):
+            return None
+        return length, term_offset, session_id, stream_id, term_id, 1
+    count = _run_strided(view, size, length, aligned, kind, term_offset, session_id, stream_id, term_id, segment_size)
+    if count is not None:
+        pass
+    elif size <= RUN_SCALAR_MAX_FRAMES * aligned:
+        count = _run_scalar(view, size, aligned, term_offset, session_id, stream_id, term_id, segment_size)
+    else:
+        count = _run_numpy(view, size, term_offset, session_id, stream_id, term_id, segment_size)
+    return None if count is None else (length, term_offset, session_id, stream_id, term_id, count)
+
+
+_DATA_KINDS = frozenset(DATA_KIND | (flags << 8) for flags in (0, BEGIN_FLAG, END_FLAG, UNFRAGMENTED))
+"""The version/flags/type words a plain DATA frame may have: a fragment's B and E flags, nothing else."""
+STRIDED_MAX_FRAMES = 256
+"""The longest run checked by one struct unpack; numpy's fixed cost is less than the tuple's past it
+(measured: 1024 frames of 64 bytes take 94 us by struct, 38 us by numpy; 22 frames 3.4 us by struct)."""
+
+_strided_structs: dict[tuple[int, int], struct.Struct] = {}
+
+
+def _strided(aligned: int, count: int) -> struct.Struct:
+    """The headers of `count` frames `aligned` bytes apart, in one struct (their payloads skipped)."""
+    found = _strided_structs.get((aligned, count))
+    if found is None:
+        if len(_strided_structs) > 256:  # a few shapes recur (a batch's frames, MTU-sized fragments)
+            _strided_structs.clear()
+        skip = f"{aligned - DATA_HEADER_LENGTH}x" if aligned > DATA_HEADER_LENGTH else ""
+        found = _strided_structs[(aligned, count)] = struct.Struct("<" + ("iiiiiiq" + skip) * count)
+    return found
+
+
+def _run_strided(view, size: int, length: int, aligned: int, kind: int, term_offset: int, session_id: int,
+                 stream_id: int, term_id: int, segment_size: int | None) -> int | None:
+    """data_run's check when frames repeat the first one's length (a batch of equal messages, a
+    message's MTU-sized fragments), maybe but for one shorter last frame: all their headers in one
+    struct unpack, each field checked by C-level tuple operations. None when the frames are not so
+    (the general checks then decide)."""
+    count, rest = divmod(size, aligned)
+    if segment_size and segment_size < size and segment_size % aligned:
+        return None
+    if count <= STRIDED_MAX_FRAMES:
+        fields = _strided(aligned, count).unpack_from(view)
+        if fields[0::7].count(length) != count or fields[3::7].count(session_id) != count \
+                or fields[4::7].count(stream_id) != count or fields[5::7].count(term_id) != count \
+                or fields[2::7] != tuple(range(term_offset, term_offset + size - rest, aligned)):
+            return None
+        kinds = fields[1::7]
+        if kinds.count(kind) != count and not _DATA_KINDS.issuperset(kinds):
+            return None
+    else:
+        # Many small frames: the same checks over a strided numpy view of the headers (no copy).
+        stride = aligned // 4
+        headers = np.frombuffer(view, dtype=np.int32, count=count * stride).reshape(count, stride)
+        if not ((headers[:, 0] == length).all() and (headers[:, 3] == session_id).all()
+                and (headers[:, 4] == stream_id).all() and (headers[:, 5] == term_id).all()
+                and np.array_equal(headers[:, 2], np.arange(term_offset, term_offset + size - rest, aligned))):
+            return None
+        kinds = headers[:, 1]
+        if not (kinds == kind).all() and not ((kinds & DATA_KIND_MASK) == DATA_KIND).all():
+            return None
+    if rest:
+        # One last frame, shorter: it must fill the rest exactly and not cross a datagram's start.
+        at = size - rest
+        last = _HEADER_BY_WORD.unpack_from(view, at)
+        if (last[0] + frame.ALIGN_UP) & frame.ALIGN_MASK != rest or last[0] < DATA_HEADER_LENGTH \
+                or last[1] not in _DATA_KINDS or last[2] != term_offset + at or last[3] != session_id \
+                or last[4] != stream_id or last[5] != term_id:
+            return None
+        if segment_size and segment_size < size and at % segment_size and at // segment_size != (size - 1) // segment_size:
+            return None
+        count += 1
+    return count
+
+
+def _run_scalar(view, size: int, at: int, term_offset: int, session_id: int, stream_id: int, term_id: int,
+                segment_size: int | None) -> int | None:
+    """data_run's check a frame at a time, from the second frame (at `at`)."""
+    count = 1
+    boundary = segment_size if segment_size else size
+    while at < size:
+        if at > boundary:  # the frame before ran across a datagram's end
+            return None
+        if at == boundary:
+            boundary += segment_size
+        fields = _HEADER_BY_WORD.unpack_from(view, at)
+        length = fields[0]
+        if length < DATA_HEADER_LENGTH or fields[1] & DATA_KIND_MASK != DATA_KIND or fields[2] != term_offset + at \
+                or fields[3] != session_id or fields[4] != stream_id or fields[5] != term_id:
+            return None
+        at += (length + frame.ALIGN_UP) & frame.ALIGN_MASK
+        count += 1
+    # A boundary not yet reached lies at or past the end; one skipped over was crossed by a frame.
+    return count if at == size and boundary >= size else None
+
+
+def _run_numpy(view, size: int, term_offset: int, session_id: int, stream_id: int, term_id: int,
+               segment_size: int | None) -> int | None:
+    """data_run's check over all headers at once: the slots whose termOffset field holds their own
+    offset are the frame starts, which must chain from 0 to the end, cover every datagram's start,
+    and each be a plain DATA header of this image."""
+    slots = size // FRAME_ALIGNMENT
+    words = np.frombuffer(view, dtype=np.int32, count=slots * _SLOT_WORDS).reshape(slots, _SLOT_WORDS)
+    starts = np.flatnonzero(words[:, 2] - _offsets_of_slots(slots) == term_offset)
+    headers = words[starts]
+    lengths = headers[:, 0]
+    starts <<= 5
+    ends = starts + ((lengths + frame.ALIGN_UP) & frame.ALIGN_MASK)
+    if ends[-1] != size or not np.array_equal(ends[:-1], starts[1:]):
+        return None
+    if not ((lengths >= DATA_HEADER_LENGTH).all() and ((headers[:, 1] & DATA_KIND_MASK) == DATA_KIND).all()
+            and (headers[:, 3] == session_id).all() and (headers[:, 4] == stream_id).all()
+            and (headers[:, 5] == term_id).all()):
+        return None
+    if segment_size and segment_size < size:
+        if segment_size % FRAME_ALIGNMENT:
+            return None
+        boundaries = np.arange(0, size, segment_size)
+        found = np.searchsorted(starts, boundaries)
+        if (found >= len(starts)).any() or not np.array_equal(starts[found], boundaries):
+            return None
+    return len(starts)
+
+
 # -- building datagrams -------------------------------------------------------------------------
 
 
@@ -415,5 +589,5 @@ def datagram_of(frames: list[Frame], mtu: int = MAX_UDP_PAYLOAD_LENGTH) -> bytes
 __all__ = [
     "BEGIN_FLAG", "END_FLAG", "EOS_FLAG", "UNFRAGMENTED", "HDR_TYPE_DATA", "HDR_TYPE_PAD", "DataFrame", "SetupFrame",
     "StatusMessage", "NakFrame", "RttMeasurement", "Frame", "WireError", "DatagramBuilder", "frames_of",
-    "decode_frame", "datagram_of", "data_frame", "heartbeat", "pad_frame",
+    "decode_frame", "datagram_of", "data_frame", "heartbeat", "pad_frame", "data_run",
 ]

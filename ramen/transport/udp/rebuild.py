@@ -41,8 +41,11 @@ OVER_RUN = -1
 """Past the consumer position plus the window: dropped, the sender sends it again when allowed."""
 REJECTED = -2
 """Not a frame of this image (other session or stream, term out of range, misplaced): dropped."""
+NOT_A_RUN = -3
+"""insert_run only: the run is not wholly new space within the window; nothing was done."""
 
 _LENGTH_WORDS_PER_SLOT = FRAME_ALIGNMENT // 4
+_LENGTH_BYTES = frame.INT32.size
 
 
 def receiver_window(term_length: int, initial_window: int = RECEIVER_WINDOW_MAX_BYTES) -> int:
@@ -141,6 +144,33 @@ class ImageRebuilder:
             self.hwm_position = end
         if position == self.rebuilt_position:
             self._advance_rebuilt()
+        return INSERTED
+
+    def insert_run(self, run: memoryview, term_id: int, term_offset: int, first_length: int) -> int:
+        """Put a run of plain DATA frames (protocol.data_run vouched for it: chained, one term, this
+        image's session and stream, no PAD, heartbeat or EOS) in the log as one block, when it lies
+        wholly in fresh space: at or past the hwm, where no frame was put yet (the space of the lap
+        before was cleaned: consumed_to), and within the window. Returns INSERTED then; REJECTED,
+        DUPLICATE or OVER_RUN never: anything else (a gap being filled, a duplicate, an over-run)
+        returns NOT_A_RUN and nothing was done, for the caller to insert frame by frame.
+
+        As Aeron's TermRebuilder: everything but the first frame's length goes in first (the other
+        frames' lengths with it: a reader stops at the first frame's length, 0 until the end), then
+        that length, as the commit of the whole block."""
+        term_count = int32(term_id - self.initial_term_id)
+        size = len(run)
+        if term_count < 0 or term_offset < 0 or term_offset % FRAME_ALIGNMENT or term_offset + size > self.term_length:
+            return NOT_A_RUN
+        position = (term_count << self.bits) + term_offset
+        end = position + size
+        if position < self.hwm_position or end > self.consumer_position + self.window_length:
+            return NOT_A_RUN
+        index = term_count % PARTITION_COUNT
+        self._terms[index][term_offset + _LENGTH_BYTES:term_offset + size] = run[_LENGTH_BYTES:]
+        self._lengths[index][term_offset >> 2] = first_length
+        self.hwm_position = end
+        if position == self.rebuilt_position:
+            self.rebuilt_position = end  # nothing lies past the old hwm: no walk
         return INSERTED
 
     def _advance_rebuilt(self) -> None:
@@ -244,5 +274,5 @@ class StatusMessagePolicy:
         self.last_sent_ns = self._clock.nanos()
 
 
-__all__ = ["INSERTED", "HEARTBEAT", "DUPLICATE", "OVER_RUN", "REJECTED", "Gap", "ImageRebuilder",
+__all__ = ["INSERTED", "HEARTBEAT", "DUPLICATE", "OVER_RUN", "REJECTED", "NOT_A_RUN", "Gap", "ImageRebuilder",
            "StatusMessagePolicy", "WireError", "receiver_window"]

@@ -79,13 +79,14 @@ class ReceiverImage:
     """One image a receiver rebuilds: the log, its rebuilder and SM policy, and the receiver's
     per-image state (the gap being NAKed, liveness, end of stream)."""
 
-    def __init__(self, setup: SetupFrame, log_buffer: LogBuffer, *, clock: Clock, now_ns: int) -> None:
+    def __init__(self, setup: SetupFrame, log_buffer: LogBuffer, *, clock: Clock, now_ns: int,
+                 window_length: int | None = None) -> None:
         self.session_id = setup.session_id
         self.stream_id = setup.stream_id
         self.log = log_buffer
         join = compute_position(setup.active_term_id, setup.term_offset, log_buffer.position_bits_to_shift,
                                 setup.initial_term_id)
-        self.rebuilder = ImageRebuilder(log_buffer, join)
+        self.rebuilder = ImageRebuilder(log_buffer, join, window_length=window_length)
         self.policy = StatusMessagePolicy(self.rebuilder.window_length, clock=clock)
         self.sm_position = join
         """Aeron's next_sm_position: what SMs report, moved only past the policy's threshold."""
@@ -137,15 +138,18 @@ class NetworkReceiver:
 
     def __init__(self, directory: Path, *, receiver_id: int, clock: Clock = SYSTEM_CLOCK,
                  nak_delay_ns: int = NAK_UNICAST_DELAY_NS, nak_retry_ns: int = NAK_RETRY_NS,
-                 liveness_timeout_ns: int = IMAGE_LIVENESS_TIMEOUT_NS) -> None:
+                 liveness_timeout_ns: int = IMAGE_LIVENESS_TIMEOUT_NS, receiver_window: int | None = None) -> None:
         """`directory`: where image log buffers are created (one file per image);
-        `receiver_id`: a random id fixed for this receiver's life, sent in every SM."""
+        `receiver_id`: a random id fixed for this receiver's life, sent in every SM;
+        `receiver_window`: Aeron's rcv-wnd, the window each image's SMs grant (default
+        min(128 KiB, termLength / 2), Aeron's; capped at half a term)."""
         self.directory = Path(directory)
         self.receiver_id = receiver_id
         self._clock = clock
         self.nak_delay_ns = nak_delay_ns
         self.nak_retry_ns = nak_retry_ns
         self.liveness_timeout_ns = liveness_timeout_ns
+        self.receiver_window = receiver_window
         self.images: dict[tuple[int, int], ReceiverImage] = {}
         self.ended_images: list[ReceiverImage] = []
         """Images that timed out, for the owner to close (their log files stay until then)."""
@@ -197,6 +201,44 @@ class NetworkReceiver:
     def on_datagram(self, datagram: bytes | bytearray | memoryview, now_ns: int | None = None) -> None:
         """Take one datagram from a sender; garbage is counted and dropped, never raised."""
         now = self._clock.nanos() if now_ns is None else now_ns
+        view = _bytes_view(datagram)
+        if not self._on_run(view, None, now):
+            self._on_frames(view, now)
+
+    def on_datagrams(self, buffer: bytes | bytearray | memoryview, segment_size: int,
+                     now_ns: int | None = None) -> None:
+        """Take datagrams of segment_size bytes back to back in buffer, the last maybe shorter (a
+        batch as UDP GRO delivers it: datagram_io.receive_segments). The same as on_datagram of
+        each in turn; a batch that is one run of new DATA frames of an image goes into its log as
+        one block."""
+        now = self._clock.nanos() if now_ns is None else now_ns
+        view = _bytes_view(buffer)
+        size = len(view)
+        if segment_size <= 0 or segment_size >= size:
+            self.on_datagram(view, now)
+            return
+        if self._on_run(view, segment_size, now):
+            return
+        for start in range(0, size, segment_size):
+            datagram = view[start:start + segment_size]
+            if not self._on_run(datagram, None, now):
+                self._on_frames(datagram, now)
+
+    def _on_run(self, view: memoryview, segment_size: int | None, now: int) -> bool:
+        """The fast path: datagrams that are one run of DATA frames (protocol.data_run) landing in
+        new space of an image (ImageRebuilder.insert_run). False if not taken: nothing was done."""
+        run = protocol.data_run(view, segment_size)
+        if run is None:
+            return False
+        first_length, term_offset, session_id, stream_id, term_id, _ = run
+        image = self.images.get((session_id, stream_id))
+        if image is None or image.rebuilder.insert_run(view, term_id, term_offset, first_length) != INSERTED:
+            return False
+        image.last_frame_ns = now
+        return True
+
+    def _on_frames(self, datagram: memoryview, now: int) -> None:
+        """A datagram decoded frame by frame: control frames, heartbeats, PADs, EOS, losses."""
         try:
             frames = frames_of(datagram)
         except WireError:
@@ -228,7 +270,8 @@ class NetworkReceiver:
                 term_length=setup.term_length, mtu_length=setup.mtu, initial_term_id=setup.initial_term_id,
                 session_id=setup.session_id, stream_id=setup.stream_id, term_id=setup.active_term_id,
                 term_offset=setup.term_offset))
-            image = ReceiverImage(setup, log_buffer, clock=self._clock, now_ns=now)
+            window = None if self.receiver_window is None else min(self.receiver_window, setup.term_length // 2)
+            image = ReceiverImage(setup, log_buffer, clock=self._clock, now_ns=now, window_length=window)
         except (ValueError, TransportError) as error:  # a term length, MTU or position no log can have
             self.garbage[GARBAGE_BAD_SETUP] += 1
             log.debug("SETUP of session %d stream %d dropped: %s", setup.session_id, setup.stream_id, error)
@@ -360,6 +403,12 @@ class NetworkReceiver:
             image.close()
         self.images.clear()
         self.ended_images.clear()
+
+
+def _bytes_view(datagram) -> memoryview:
+    """A datagram as a flat view of bytes (a memoryview of another format is cast, nothing copied)."""
+    view = datagram if isinstance(datagram, memoryview) else memoryview(datagram)
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
 _TYPES_DECODED = frozenset((protocol.HDR_TYPE_PAD, protocol.HDR_TYPE_DATA, protocol.HDR_TYPE_SETUP,

@@ -24,9 +24,12 @@ Its rules are Aeron's NetworkPublication's, as the captures in aeron-vectors/udp
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.transport import frame
 from ramen.transport.frame import HDR_TYPE_PAD, HEADER_LENGTH, align
+from ramen.transport.frame_walk import walk
 from ramen.transport.logbuffer import LogBuffer
 from ramen.transport.position import PARTITION_COUNT, compute_position, term_id_of
 from ramen.transport.udp.defaults import (HEARTBEAT_IDLE_NS, RETRANSMIT_MAX_ACTIVE,
@@ -45,10 +48,17 @@ class NetworkSender:
     heartbeats_sent, setups_sent, status_messages_received."""
 
     def __init__(self, log_buffer: LogBuffer, *, clock: Clock = SYSTEM_CLOCK, term_window_length: int | None = None,
-                 ttl: int = 0) -> None:
+                 ttl: int = 0, views: bool = False,
+                 max_datagrams_per_work: int = SENDER_MAX_DATAGRAMS_PER_WORK) -> None:
         """`log_buffer`: the publication's log; the stream starts where its tail is now.
         `term_window_length`: how far the publication may run ahead of snd-pos (Aeron's
-        publication term window, half a term by default)."""
+        publication term window, half a term by default).
+        `views`: do_work returns first transmissions of DATA as memoryviews of the log instead of
+        bytes, saving a copy a datagram, for a caller that sends them before its next do_work
+        (_scan_run says why they hold until then; kept longer, the writer may overwrite them) and
+        releases them before the log is closed.
+        `max_datagrams_per_work`: the DATA datagrams one do_work may send; an agent sending by UDP
+        GSO may raise it to one GSO send's worth (datagram_io.MAX_GSO_SEGMENTS)."""
         self.log = log_buffer
         self._clock = clock
         self.term_length = log_buffer.term_length
@@ -59,6 +69,8 @@ class NetworkSender:
         self.stream_id = log_buffer.stream_id
         self.mtu = log_buffer.mtu_length
         self.ttl = ttl
+        self.views = views
+        self.max_datagrams_per_work = max_datagrams_per_work
         self.term_window_length = self.term_length // 2 if term_window_length is None else term_window_length
         if not 0 < self.term_window_length <= self.term_length // 2:
             raise ValueError(f"term window {self.term_window_length} must be in 1..{self.term_length // 2} "
@@ -128,11 +140,20 @@ class NetworkSender:
             self._retransmits = {key: end for key, end in self._retransmits.items() if end > now}
         return out
 
-    def _send_data(self, out: list[bytes]) -> int:
+    def _send_data(self, out: list) -> int:
         """First transmissions between snd-pos and snd-lmt; the datagrams sent."""
         sent = 0
-        while sent < SENDER_MAX_DATAGRAMS_PER_WORK:
+        most = self.max_datagrams_per_work
+        while sent < most:
             window = self.sender_limit - self.sender_position
+            if window > self.mtu:
+                # Many frames at once where the window allows (views of the log, not copies); what
+                # the run cannot take (a PAD, a frame past the window, the stall) is the scan's below.
+                count = self._scan_run(self.sender_position, window, most - sent, out)
+                if count:
+                    self._stalled = False
+                    sent += count
+                    continue
             datagram, advance = self._scan(self.sender_position, min(window, self.mtu)) if window > 0 else (b"", 0)
             if not datagram:
                 # Held by the receiver (a committed frame is there but does not fit the window):
@@ -146,6 +167,55 @@ class NetworkSender:
             self.sender_position += advance
             sent += 1
         return sent
+
+    def _scan_run(self, position: int, max_length: int, max_datagrams: int, out: list) -> int:
+        """Append to out the datagrams of the committed DATA frames from position, up to max_length
+        bytes, packed as _scan packs them (whole frames, up to the MTU each), as bytes, or with
+        `views` as memoryviews of the term; moves snd-pos past them; returns how many. The frames are found by frame_walk.walk (one
+        numpy pass where there are many, frame by frame where few), which stops at the first length
+        not yet committed (a batch's block holds minus its length until its commit) and at a frame of
+        another term id (the lap before). A PAD, which is sent header-only and ends its datagram, is
+        left to _scan: the run stops before it.
+
+        Why views are safe for a caller that sends them before its next do_work: until snd-pos moves
+        again the writer cannot touch them. Its limit (pub-lmt) is snd-pos + at most half a
+        term, and its cleaning of the lap before stays two terms behind its readers, while these
+        bytes lie within a window (at most half a term) behind snd-pos."""
+        term = self._terms[(position >> self.bits) % PARTITION_COUNT]
+        offset = position & self.mask
+        stop = offset + min(max_length, self.term_length - offset, max_datagrams * self.mtu)
+        found = walk(term, offset, stop, term_id=term_id_of(position, self.bits, self.initial_term_id))
+        if not len(found):
+            return 0
+        _, ends, _, types, _ = found.columns()
+        if types[-1] == HDR_TYPE_PAD:
+            del ends[-1]
+            if not ends:
+                return 0
+        last = ends[-1]
+        mtu = self.mtu
+        cuts: list[int] = []
+        i = 0
+        at = offset
+        while at < last and len(cuts) < max_datagrams:
+            i = bisect_right(ends, at + mtu, i)
+            at = ends[i - 1]
+            cuts.append(at)
+        if at == last and last < self.term_length and self._pad_at(term, last):
+            # The datagram before a PAD takes the PAD's header too, if it fits: _scan packs that one.
+            cuts.pop()
+        start = offset
+        for end in cuts:
+            out.append(term[start:end] if self.views else bytes(term[start:end]))
+            start = end
+        self.sender_position += start - offset
+        return len(cuts)
+
+    @staticmethod
+    def _pad_at(term, offset: int) -> bool:
+        """Whether a committed PAD frame starts at offset."""
+        length, _, _, frame_type = frame.LENGTH_FLAGS_TYPE.unpack_from(term, offset)
+        return length > 0 and frame_type == HDR_TYPE_PAD
 
     def _scan(self, position: int, max_length: int) -> tuple[bytes, int]:
         """The committed frames from position that fit max_length bytes, as one datagram, and how
