@@ -476,7 +476,8 @@ def _run_strided(view, size: int, length: int, aligned: int, kind: int, term_off
                 or last[1] not in _DATA_KINDS or last[2] != term_offset + at or last[3] != session_id \
                 or last[4] != stream_id or last[5] != term_id:
             return None
-        if segment_size and segment_size < size and at % segment_size and at // segment_size != (size - 1) // segment_size:
+        if segment_size and segment_size < size and at % segment_size \
+                and at // segment_size != (size - 1) // segment_size:
             return None
         count += 1
     return count

@@ -171,16 +171,17 @@ class NetworkSender:
     def _scan_run(self, position: int, max_length: int, max_datagrams: int, out: list) -> int:
         """Append to out the datagrams of the committed DATA frames from position, up to max_length
         bytes, packed as _scan packs them (whole frames, up to the MTU each), as bytes, or with
-        `views` as memoryviews of the term; moves snd-pos past them; returns how many. The frames are found by frame_walk.walk (one
-        numpy pass where there are many, frame by frame where few), which stops at the first length
-        not yet committed (a batch's block holds minus its length until its commit) and at a frame of
-        another term id (the lap before). A PAD, which is sent header-only and ends its datagram, is
-        left to _scan: the run stops before it.
+        `views` as memoryviews of the term; moves snd-pos past them; returns how many. The frames
+        are found by frame_walk.walk (one numpy pass where there are many, frame by frame where
+        few), which stops at the first length not yet committed (a batch's block holds minus its
+        length until its commit) and at a frame of another term id (the lap before). A PAD, sent
+        header-only at the end of its datagram, is left to _scan: the run stops before the datagram
+        that would take it.
 
-        Why views are safe for a caller that sends them before its next do_work: until snd-pos moves
-        again the writer cannot touch them. Its limit (pub-lmt) is snd-pos + at most half a
-        term, and its cleaning of the lap before stays two terms behind its readers, while these
-        bytes lie within a window (at most half a term) behind snd-pos."""
+        Why views hold until the next do_work: the writer may write up to pub-lmt, snd-pos plus the
+        term window (at most half a term), and zeroes a partition when it enters it (or two terms
+        behind its slowest reader), while these bytes lie at most a window (at most half a term)
+        behind snd-pos: the writer comes back to their partition only a lap (three terms) on."""
         term = self._terms[(position >> self.bits) % PARTITION_COUNT]
         offset = position & self.mask
         stop = offset + min(max_length, self.term_length - offset, max_datagrams * self.mtu)
