@@ -231,8 +231,8 @@ def bench_core(directory: Path, work: Workload, duration_s: float, window: int |
             out = sender.do_work(now)
             datagrams += len(out)
             if gro:
-                for batch, segment_size in gro_batches(out):
-                    receiver.on_datagrams(batch, segment_size, now)
+                for joined, segment_size in gro_batches(out):
+                    receiver.on_datagrams(joined, segment_size, now)
             else:
                 for datagram in out:
                     receiver.on_datagram(datagram, now)

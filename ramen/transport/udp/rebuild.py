@@ -4,7 +4,9 @@ A frame says where it goes (termId, termOffset), so frames may come in any order
 all: each is copied into its place in the image's log buffer (ramen.transport.LogBuffer, the same
 layout a publication writes, so an Image reads it as it reads any log) unless its place is already
 filled. Like Aeron's TermRebuilder, the header and payload go in first and the frame length last,
-as its commit: a reader mapping the same file never sees half a frame.
+as its commit: a reader mapping the same file never sees half a frame. A run of frames that lands
+in fresh space (insert_run: past the hwm, within the window) goes in as one block the same way,
+its first frame's length last.
 
 Three positions follow from it (Aeron's names): the rebuilt position (rcv-pos, everything before it
 is in the log without a gap), the high-water mark (rcv-hwm, the end of the furthest frame or

@@ -1,7 +1,7 @@
 """The receiver's agent core, without sockets: what a receiving host answers a sender, and when.
 
-The twin of NetworkSender. A NetworkReceiver takes the datagrams a sender sent (on_datagram) and
-returns from do_work() the datagrams to send back: status messages (SMs), NAKs. It keeps one image
+The twin of NetworkSender. A NetworkReceiver takes the datagrams a sender sent (on_datagram, or a
+UDP GRO batch of them back to back: on_datagrams) and returns from do_work() the datagrams to send back: status messages (SMs), NAKs. It keeps one image
 per (session, stream), each an ImageRebuilder (the log buffer rebuilt from the frames) and a
 StatusMessagePolicy (when an SM is due); their rules are not repeated here. It is pure but for its
 injected clock, so a test drives it datagram by datagram on a ManualClock, and the service that owns
@@ -23,6 +23,9 @@ captures in aeron-vectors/udp show them:
   for the liveness timeout (10 s) ends, and the session is unknown again.
 - Only streams subscribed to (add_subscription) make images; frames of others are ignored. When a
   stream's subscription is removed, each of its images sends one SM with the EOS flag and ends.
+- Speed: a datagram (or batch) that is one run of plain DATA frames landing in fresh space of an
+  image goes into its log as one block (protocol.data_run, ImageRebuilder.insert_run), with no frame
+  decoded; everything else goes frame by frame, by the rules above, with the same counters.
 - Garbage (a datagram that is not frames, a wrong version, an unknown type, a session nobody set up,
   a frame out of its image's terms) is counted by kind and dropped; on_datagram never raises for it.
 """

@@ -20,6 +20,10 @@ Its rules are Aeron's NetworkPublication's, as the captures in aeron-vectors/udp
   (Aeron's unicast retransmit delay 0), then ignores NAKs of the same range for the linger (10 ms).
 - A heartbeat (a 0-length DATA frame at snd-pos) when nothing was sent for 100 ms, with the EOS
   flag once the publication closed and everything was sent; an RTTM request is echoed at once.
+
+Speed: first transmissions are found many frames at a time (frame_walk.walk) and cut into datagrams
+by bisection, not scanned frame by frame; with views=True they are memoryviews of the log (no copy)
+for a caller that sends them before its next do_work (_scan_run says why that is safe).
 """
 
 from __future__ import annotations
