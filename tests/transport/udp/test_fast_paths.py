@@ -250,3 +250,18 @@ def test_the_senders_datagrams_are_whole_frames_packed_up_to_the_mtu_in_log_orde
     assert bytes(pair.log.terms[0][:at]) == b"".join(map(bytes, datagrams))
     assert pair.sender.sender_position == at
     datagrams = None  # views of the log: released before it is closed
+
+
+def test_a_batch_ending_in_an_eos_heartbeat_takes_each_datagram_by_its_kind(tmp_path):
+    pair = Pair(tmp_path, "p")
+    for _ in range(44):
+        pair.offer(bytes(32))  # two datagrams of 22 frames of 64 bytes
+    datagrams = [bytes(d) for d in pair.sender.do_work()]
+    assert [len(d) for d in datagrams] == [1408, 1408]
+    end = 44 * 64
+    eos = heartbeat(TERM_ID + end // TERM_LENGTH, end % TERM_LENGTH, SESSION, STREAM, eos=True).encode()
+    pair.receiver.on_datagrams(b"".join(datagrams) + eos, 1408)
+    image = pair.image
+    assert (image.rebuilt_position, image.hwm_position, image.end_of_stream_position) == (end, end, end)
+    assert image.frames_duplicate == image.frames_over_run == 0 and pair.receiver.garbage == {}
+    assert bytes(image.log.terms[0][:end]) == bytes(pair.log.terms[0][:end])
