@@ -452,17 +452,19 @@ def main(argv=None) -> int:
             for round_ in range(rounds):
                 log_progress(f"{part}: {work.name}, window {window}, round {round_ + 1}/{rounds}")
                 try:
-                    if part == "core":
+                    if part in ("core", "core-gro"):
                         run_dir = Path(tempfile.mkdtemp(prefix="core-", dir=directory))
                         try:
-                            result = bench_core(run_dir, work, duration_s, window)
+                            result = bench_core(run_dir, work, duration_s, window, gro=part == "core-gro")
                         finally:
                             shutil.rmtree(run_dir, ignore_errors=True)
                         result["verified"] = result["messages"] == result["sent"]
                     elif part == "udp":
                         result = bench_udp(ctx, directory, work, duration_s, window, gso)
-                    else:
+                    elif part == "ipc":
                         result = bench_ipc(ctx, directory, work, duration_s)
+                    else:
+                        raise ValueError(f"unknown part {part}")
                 except Failed as e:
                     failures.append(f"{part} {work.name}: {e}")
                     continue
