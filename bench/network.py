@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import select
 import shutil
 import socket
 import sys
@@ -268,12 +269,15 @@ def bench_core(directory: Path, work: Workload, duration_s: float, window: int |
 
 CONTROL_SLOTS = 4
 """Receive buffer of the sender's socket, in RECEIVE_SLOT_BYTES: SMs and NAKs are small."""
+IDLE_WAIT_S = 0.001
+"""--idle poll: a duty cycle that found nothing waits on its socket this long at most (select wakes
+at the first datagram), instead of spinning a core the other process may need."""
 RECEIVES_PER_CYCLE = 16
 """Receives (each a datagram or a GRO batch) a receiver's duty cycle takes before it reads its image."""
 
 
 def udp_sender(log_path: str, sock: socket.socket, peer: tuple, work: Workload, duration_s: float, gso: bool,
-               stop, results) -> None:
+               idle_wait_s: float, stop, results) -> None:
     """The publication and its NetworkSender: writes batches for duration_s while pub-lmt allows,
     sends every datagram (retrying a full socket), takes SMs and NAKs; then closes the publication
     (end of stream) and serves until the receiver says it read everything."""
@@ -290,7 +294,7 @@ def udp_sender(log_path: str, sock: socket.socket, peer: tuple, work: Workload, 
         start = end = write_end = 0
         closing = False
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not stop.is_set():
+        while not (closing and stop.is_set()):  # the Event takes a lock: asked only at the end
             now = time.monotonic_ns()
             if sender.is_connected and not closing:
                 if not start:
@@ -309,15 +313,19 @@ def udp_sender(log_path: str, sock: socket.socket, peer: tuple, work: Workload, 
             while done < len(out):
                 done += send(sock, out[done:] if done else out, peer, gso=gso)
             out = None  # views of the log: let go before it moves on
-            for datagram, _ in receive(sock, control, 64):
+            answers = receive(sock, control, 64)
+            for datagram, _ in answers:
                 on_control(sender, datagram)
+            if idle_wait_s and not done and not answers:
+                select.select((sock,), (), (), idle_wait_s)  # wakes at once when an SM comes
         results.put(("writer", {"start_ns": start, "end_ns": write_end, "messages": sent, "bytes": sent * work.size,
                                 "snd_bpe": sender.back_pressure_events, "retransmits": sender.retransmits}))
     except BaseException as e:  # report, don't hang the parent
         results.put(("writer", {"error": f"{type(e).__name__}: {e}"}))
 
 
-def udp_receiver(directory: str, sock: socket.socket, window: int | None, gro: bool, stop, results) -> None:
+def udp_receiver(directory: str, sock: socket.socket, window: int | None, idle_wait_s: float, stop,
+                 results) -> None:
     """The NetworkReceiver and the image's reader: receives (GRO batches when on), reads the image
     with block_poll counting every message, sends SMs and NAKs back, until the end of stream."""
     try:
@@ -331,12 +339,15 @@ def udp_receiver(directory: str, sock: socket.socket, window: int | None, gro: b
         deadline = time.monotonic() + START_TIMEOUT_S + RESULT_GRACE_S
         while True:
             now = time.monotonic_ns()
-            for _ in range(RECEIVES_PER_CYCLE):
+            received = 0
+            for received in range(RECEIVES_PER_CYCLE):
                 got = receive_segments(sock, buffer)
                 if got is None:
                     break
                 length, segment_size, peer = got
                 on_datagrams(buffer[:length], segment_size, now)
+            else:
+                received = RECEIVES_PER_CYCLE
             if image is None:
                 ours = receiver.image(SESSION_ID, STREAM_ID)
                 if ours is not None:
@@ -359,6 +370,8 @@ def udp_receiver(directory: str, sock: socket.socket, window: int | None, gro: b
             out = receiver.do_work(now)
             if out and peer is not None:
                 send(sock, out, peer, gso=False)
+            elif idle_wait_s and not received:
+                select.select((sock,), (), (), idle_wait_s)  # wakes at once when a datagram comes
         stop.set()
         results.put(("reader", {"end_ns": last_read_ns, "messages": walker.messages, "bytes": walker.payload,
                                 "naks": receiver.naks_sent, "duplicates": ours.frames_duplicate}))
@@ -369,7 +382,8 @@ def udp_receiver(directory: str, sock: socket.socket, window: int | None, gro: b
         results.put(("reader", {"error": f"{type(e).__name__}: {e}"}))
 
 
-def bench_udp(ctx, directory: Path, work: Workload, duration_s: float, window: int | None, gso: bool) -> dict:
+def bench_udp(ctx, directory: Path, work: Workload, duration_s: float, window: int | None, gso: bool,
+              idle_wait_s: float = 0.0) -> dict:
     """One sender process and one receiver process over loopback sockets."""
     run_dir = Path(tempfile.mkdtemp(prefix="udp-", dir=directory))
     log_path = run_dir / "pub.logbuffer"
@@ -381,11 +395,11 @@ def bench_udp(ctx, directory: Path, work: Workload, duration_s: float, window: i
     sys.stderr.flush()
     try:
         reader = ctx.Process(target=udp_receiver, name="bench-receiver",
-                             args=(str(run_dir), receiver_sock, window, gso, stop, results))
+                             args=(str(run_dir), receiver_sock, window, idle_wait_s, stop, results))
         reader.start()
         writer = ctx.Process(target=udp_sender, name="bench-sender",
                              args=(str(log_path), sender_sock, receiver_sock.getsockname(), work, duration_s, gso,
-                                   stop, results))
+                                   idle_wait_s, stop, results))
         writer.start()
         reports = collect_reports(results, (writer, reader), time.monotonic() + duration_s + RESULT_GRACE_S)
     finally:
@@ -431,6 +445,9 @@ def main(argv=None) -> int:
                         help="receiver windows (bytes, comma separated) of the udp rows; the core rows use "
                              "the first (default: Aeron's 131072, and 1048576)")
     parser.add_argument("--no-gso", action="store_true", help="force datagram_io's plain path (no GSO/GRO)")
+    parser.add_argument("--idle", choices=("poll", "spin"), default="poll",
+                        help="udp rows: a duty cycle with nothing to do waits on its socket (poll, default) or "
+                             "spins")
     args = parser.parse_args(argv)
     duration_s = args.seconds if args.seconds is not None else (0.5 if args.quick else 1.0)
     rounds = max(1, args.rounds if args.rounds is not None else (1 if args.quick else 3))
@@ -460,7 +477,8 @@ def main(argv=None) -> int:
                             shutil.rmtree(run_dir, ignore_errors=True)
                         result["verified"] = result["messages"] == result["sent"]
                     elif part == "udp":
-                        result = bench_udp(ctx, directory, work, duration_s, window, gso)
+                        result = bench_udp(ctx, directory, work, duration_s, window, gso,
+                                           IDLE_WAIT_S if args.idle == "poll" else 0.0)
                     elif part == "ipc":
                         result = bench_ipc(ctx, directory, work, duration_s)
                     else:
@@ -479,7 +497,7 @@ def main(argv=None) -> int:
         shutil.rmtree(directory, ignore_errors=True)
     how = {"core": "cores back to back, 1 thread, no socket",
            "core-gro": "the same, datagrams joined as GRO batches",
-           "udp": f"2 processes, loopback, {'GSO/GRO' if gso else 'plain sendto/recv'}",
+           "udp": f"2 processes, loopback, {'GSO/GRO' if gso else 'plain sendto/recv'}, idle {args.idle}",
            "ipc": "log buffer, offer_batch / block_poll"}
     print(f"network bench: best of {rounds} runs of {duration_s:g} s; 16 MiB terms")
     print("| path | workload | how | rcv window | msgs/s | MB/s | goal |")

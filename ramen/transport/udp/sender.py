@@ -196,6 +196,8 @@ class NetworkSender:
         term = self._terms[(position >> self.bits) % PARTITION_COUNT]
         offset = position & self.mask
         stop = offset + min(max_length, self.term_length - offset, max_datagrams * self.mtu)
+        if frame.INT32.unpack_from(term, offset)[0] <= 0:
+            return 0  # caught up with the writer: nothing committed here yet (no walk of what is not)
         term_id = term_id_of(position, self.bits, self.initial_term_id)
         count = self._uniform_run(term, offset, stop, term_id, max_datagrams, out)
         if count:
