@@ -2,9 +2,9 @@
 
 Run it from the repository root:
 
-    .venv/bin/python bench/network.py                 # about 1 minute
-    .venv/bin/python bench/network.py --quick         # about 20 s, one round of shorter runs
-    .venv/bin/python bench/network.py --only core     # core, udp, ipc (comma separated)
+    .venv/bin/python bench/network.py                 # about 2 minutes
+    .venv/bin/python bench/network.py --quick         # about 40 s, one round of 0.5 s runs
+    .venv/bin/python bench/network.py --only udp      # core, core-gro, udp, ipc (comma separated)
 
 Progress goes to stderr, the table to stdout. The exit status is 2 if a reader did not receive
 exactly what its writer sent (a bug), else 0.
@@ -13,31 +13,36 @@ What is measured
 ----------------
 Throughput (messages/s, and MB/s of payload: 1 MB = 10**6 bytes, headers not counted) for three
 workloads: 32-byte messages offered in batches of 1024 at MTU 1408, 64 KiB messages (batches of 16)
-at MTU 1408 (each message cut into 48 fragments) and at a 64 KiB MTU (65,568 bytes: one frame a
-message, one datagram a frame). Terms are 16 MiB; the receiver window is Aeron's default (128 KiB)
-unless --window says otherwise. Each run lasts a fixed time; the best of the rounds is reported
-(this machine is a shared 2-core VM; --rounds, default 3).
+at MTU 1408 (each message cut into 48 fragments) and at MTU 65504 (Aeron's largest, a UDP payload:
+a 64 KiB message is two frames, 65,472 + 64 bytes of payload, two datagrams). Terms are 16 MiB.
+Each run lasts a fixed time; the best of the rounds is reported (this machine is a shared 2-core
+VM; --rounds, default 3). Every run checks that the reader counted every message written.
 
 * ``core``: the pure cores back to back in ONE process and thread, no socket: an
   ExclusivePublication writes batches into a log whenever the sender's pub-lmt allows,
   NetworkSender.do_work turns the log into datagrams, NetworkReceiver.on_datagram rebuilds them
-  into an image log, an Image reads that with block_poll (every frame counted), consumed_to moves
-  the window, and the receiver's SMs go back to the sender. One core does all the work, so this is
-  the sum of every per-byte and per-datagram cost of the protocol's Python.
+  into an image log one by one, an Image reads that with block_poll (every frame counted),
+  consumed_to moves the window, and the receiver's SMs go back to the sender. One core does all
+  the work: the sum of every per-byte and per-datagram cost of the protocol's Python.
+* ``core-gro``: the same, with the datagrams joined as UDP GSO/GRO would deliver them (runs of one
+  size) and taken by NetworkReceiver.on_datagrams, a batch at a time.
 * ``udp``: the same, over loopback UDP sockets through ramen.transport.udp.datagram_io: a sender
   PROCESS (publication + NetworkSender + send_datagrams, reading SMs from its socket) and a
-  receiver PROCESS (receive_datagrams + NetworkReceiver + the Image's reader, sending SMs). Two
-  processes, one a core, is how two hosts would run it; two threads would share one GIL. Both
-  busy-poll. The rate is messages read / (reader's end - writer's start), on CLOCK_MONOTONIC.
+  receiver PROCESS (receive_segments + NetworkReceiver.on_datagrams + the Image's reader, sending
+  SMs). Two processes, one a core, is how two hosts would run it; two threads would share one GIL.
+  A duty cycle with nothing to do waits on its socket (``--idle poll``, the default) or spins
+  (``--idle spin``). Run at each receiver window of ``--windows`` (Aeron's default 128 KiB, and
+  1 MiB). The rate is messages read / (reader's last read - writer's start), on CLOCK_MONOTONIC.
   ``--no-gso`` forces datagram_io's plain sendto/recv path.
 * ``ipc``: the log buffer alone, writer and reader processes, as bench/transport.py measures it
-  (offer_batch / block_poll), in the same run for comparison.
+  (offer_batch / block_poll, MTU 65568), in the same run for comparison.
 
 Lossy goodput (5% loss) and the round trip (p50/p99) need the sender and receiver agents (another
 branch of issue 23): their place is ``bench_lossy`` and ``bench_rtt`` below, which say so for now.
 
 Goals (issue 23): >= 300 MB/s for 64 KiB messages at MTU 1408, >= 1 GB/s at a 64 KiB MTU, and as
-many 32 B msgs/s in batches as possible (the IPC log does ~14-19 M). Each row says PASS or MISS.
+many 32 B msgs/s in batches as possible (the IPC log does ~14-19 M). Rows with a goal say PASS or
+MISS.
 """
 
 from __future__ import annotations
@@ -270,8 +275,12 @@ def bench_core(directory: Path, work: Workload, duration_s: float, window: int |
 CONTROL_SLOTS = 4
 """Receive buffer of the sender's socket, in RECEIVE_SLOT_BYTES: SMs and NAKs are small."""
 IDLE_WAIT_S = 0.001
-"""--idle poll: a duty cycle that found nothing waits on its socket this long at most (select wakes
-at the first datagram), instead of spinning a core the other process may need."""
+"""--idle poll: past IDLE_SPINS duty cycles in a row that found nothing, a cycle waits on its socket
+this long at most (select wakes at the first datagram), instead of spinning a core the other
+process may need."""
+IDLE_SPINS = 100
+"""Idle duty cycles spun before waiting (a few hundred microseconds): a window's round trip is
+usually shorter, and waking from select costs tens of microseconds."""
 RECEIVES_PER_CYCLE = 16
 """Receives (each a datagram or a GRO batch) a receiver's duty cycle takes before it reads its image."""
 
@@ -290,7 +299,7 @@ def udp_sender(log_path: str, sock: socket.socket, peer: tuple, work: Workload, 
         batch = make_messages(work.size, work.batch)
         batch_bytes = batch_frame_bytes(work.size, work.batch, work.mtu)
         send, receive = datagram_io.send_datagrams, datagram_io.receive_datagrams
-        sent = 0
+        sent = idle = 0
         start = end = write_end = 0
         closing = False
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -316,8 +325,12 @@ def udp_sender(log_path: str, sock: socket.socket, peer: tuple, work: Workload, 
             answers = receive(sock, control, 64)
             for datagram, _ in answers:
                 on_control(sender, datagram)
-            if idle_wait_s and not done and not answers:
-                select.select((sock,), (), (), idle_wait_s)  # wakes at once when an SM comes
+            if done or answers:
+                idle = 0
+            elif idle_wait_s:
+                idle += 1
+                if idle > IDLE_SPINS:
+                    select.select((sock,), (), (), idle_wait_s)  # wakes at once when an SM comes
         results.put(("writer", {"start_ns": start, "end_ns": write_end, "messages": sent, "bytes": sent * work.size,
                                 "snd_bpe": sender.back_pressure_events, "retransmits": sender.retransmits}))
     except BaseException as e:  # report, don't hang the parent
@@ -335,7 +348,7 @@ def udp_receiver(directory: str, sock: socket.socket, window: int | None, idle_w
         receive_segments, send = datagram_io.receive_segments, datagram_io.send_datagrams
         on_datagrams = receiver.on_datagrams
         image = walker = peer = None
-        last_read_ns = 0
+        last_read_ns = idle = 0
         deadline = time.monotonic() + START_TIMEOUT_S + RESULT_GRACE_S
         while True:
             now = time.monotonic_ns()
@@ -370,8 +383,12 @@ def udp_receiver(directory: str, sock: socket.socket, window: int | None, idle_w
             out = receiver.do_work(now)
             if out and peer is not None:
                 send(sock, out, peer, gso=False)
-            elif idle_wait_s and not received:
-                select.select((sock,), (), (), idle_wait_s)  # wakes at once when a datagram comes
+            if received:
+                idle = 0
+            elif idle_wait_s:
+                idle += 1
+                if idle > IDLE_SPINS:
+                    select.select((sock,), (), (), idle_wait_s)  # wakes at once when a datagram comes
         stop.set()
         results.put(("reader", {"end_ns": last_read_ns, "messages": walker.messages, "bytes": walker.payload,
                                 "naks": receiver.naks_sent, "duplicates": ours.frames_duplicate}))

@@ -1,9 +1,10 @@
 """The receiver's agent core, without sockets: what a receiving host answers a sender, and when.
 
 The twin of NetworkSender. A NetworkReceiver takes the datagrams a sender sent (on_datagram, or a
-UDP GRO batch of them back to back: on_datagrams) and returns from do_work() the datagrams to send back: status messages (SMs), NAKs. It keeps one image
-per (session, stream), each an ImageRebuilder (the log buffer rebuilt from the frames) and a
-StatusMessagePolicy (when an SM is due); their rules are not repeated here. It is pure but for its
+UDP GRO batch of them back to back: on_datagrams) and returns from do_work() the datagrams to send
+back: status messages (SMs), NAKs. It keeps one image per (session, stream), each an
+ImageRebuilder (the log buffer rebuilt from the frames) and a StatusMessagePolicy (when an SM is
+due); their rules are not repeated here. It is pure but for its
 injected clock, so a test drives it datagram by datagram on a ManualClock, and the service that owns
 the socket (ramen netd, a later step) only moves bytes.
 
@@ -39,7 +40,7 @@ from pathlib import Path
 
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.transport.errors import TransportError
-from ramen.transport.frame import align
+from ramen.transport.frame import FRAME_ALIGNMENT, align
 from ramen.transport.logbuffer import LogBuffer, LogBufferParams
 from ramen.transport.position import compute_position
 from ramen.transport.udp import protocol
@@ -152,6 +153,8 @@ class NetworkReceiver:
         self.nak_delay_ns = nak_delay_ns
         self.nak_retry_ns = nak_retry_ns
         self.liveness_timeout_ns = liveness_timeout_ns
+        if receiver_window is not None and receiver_window < FRAME_ALIGNMENT:
+            raise ValueError(f"receiver window {receiver_window} is less than a frame ({FRAME_ALIGNMENT} bytes)")
         self.receiver_window = receiver_window
         self.images: dict[tuple[int, int], ReceiverImage] = {}
         self.ended_images: list[ReceiverImage] = []

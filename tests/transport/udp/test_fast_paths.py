@@ -269,3 +269,17 @@ def test_a_batch_ending_in_an_eos_heartbeat_takes_each_datagram_by_its_kind(tmp_
     assert (image.rebuilt_position, image.hwm_position, image.end_of_stream_position) == (end, end, end)
     assert image.frames_duplicate == image.frames_over_run == 0 and pair.receiver.garbage == {}
     assert bytes(image.log.terms[0][:end]) == bytes(pair.log.terms[0][:end])
+
+
+def test_a_receiver_window_below_a_frame_is_refused_at_once(tmp_path):
+    with pytest.raises(ValueError, match="receiver window 0"):
+        NetworkReceiver(tmp_path, receiver_id=RECEIVER_ID, receiver_window=0)
+
+
+def test_a_larger_receiver_window_is_granted_up_to_half_a_term(tmp_path):
+    receiver = NetworkReceiver(tmp_path, receiver_id=RECEIVER_ID, receiver_window=1024 * 1024)
+    receiver.add_subscription(STREAM)
+    receiver.on_datagram(SetupFrame(0, SESSION, STREAM, TERM_ID, TERM_ID, TERM_LENGTH, MTU).encode())
+    [sm] = [item for datagram in receiver.do_work() for item in frames_of(datagram)]
+    assert sm.receiver_window == TERM_LENGTH // 2
+    receiver.close()
