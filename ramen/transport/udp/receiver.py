@@ -4,9 +4,9 @@ The twin of NetworkSender. A NetworkReceiver takes the datagrams a sender sent (
 UDP GRO batch of them back to back: on_datagrams) and returns from do_work() the datagrams to send
 back: status messages (SMs), NAKs. It keeps one image per (session, stream), each an
 ImageRebuilder (the log buffer rebuilt from the frames) and a StatusMessagePolicy (when an SM is
-due); their rules are not repeated here. It is pure but for its
-injected clock, so a test drives it datagram by datagram on a ManualClock, and the service that owns
-the socket (ramen netd, a later step) only moves bytes.
+due); their rules are not repeated here. It is pure but for its injected clock, so a test drives
+it datagram by datagram on a ManualClock, and the service that owns the socket (ramen netd, a later
+step) only moves bytes.
 
 Its rules are Aeron's receiver's (DataPacketDispatcher, PublicationImage, LossDetector), as the
 captures in aeron-vectors/udp show them:
