@@ -142,11 +142,16 @@ class NetworkReceiver:
 
     def __init__(self, directory: Path, *, receiver_id: int, clock: Clock = SYSTEM_CLOCK,
                  nak_delay_ns: int = NAK_UNICAST_DELAY_NS, nak_retry_ns: int = NAK_RETRY_NS,
-                 liveness_timeout_ns: int = IMAGE_LIVENESS_TIMEOUT_NS, receiver_window: int | None = None) -> None:
+                 liveness_timeout_ns: int = IMAGE_LIVENESS_TIMEOUT_NS, receiver_window: int | None = None,
+                 pre_touch: bool = False) -> None:
         """`directory`: where image log buffers are created (one file per image);
         `receiver_id`: a random id fixed for this receiver's life, sent in every SM;
         `receiver_window`: Aeron's rcv-wnd, the window each image's SMs grant (default
-        min(128 KiB, termLength / 2), Aeron's; capped at half a term)."""
+        min(128 KiB, termLength / 2), Aeron's; capped at half a term);
+        `pre_touch`: fault every page of an image's log in when it is made (Aeron's
+        aeron.pre.touch.mapped.memory), so the first lap does not pay a page fault every few
+        datagrams (measured under /dev/shm, on_datagram of 1408-byte datagrams into a fresh log of
+        16 MiB terms: 3.0 us each, 1.7 us pre-touched)."""
         self.directory = Path(directory)
         self.receiver_id = receiver_id
         self._clock = clock
@@ -156,6 +161,7 @@ class NetworkReceiver:
         if receiver_window is not None and receiver_window < FRAME_ALIGNMENT:
             raise ValueError(f"receiver window {receiver_window} is less than a frame ({FRAME_ALIGNMENT} bytes)")
         self.receiver_window = receiver_window
+        self.pre_touch = pre_touch
         self.images: dict[tuple[int, int], ReceiverImage] = {}
         self.ended_images: list[ReceiverImage] = []
         """Images that timed out, for the owner to close (their log files stay until then)."""
@@ -275,7 +281,7 @@ class NetworkReceiver:
             log_buffer = LogBuffer.create(path, LogBufferParams(
                 term_length=setup.term_length, mtu_length=setup.mtu, initial_term_id=setup.initial_term_id,
                 session_id=setup.session_id, stream_id=setup.stream_id, term_id=setup.active_term_id,
-                term_offset=setup.term_offset))
+                term_offset=setup.term_offset), pre_touch=self.pre_touch)
             window = None if self.receiver_window is None else min(self.receiver_window, setup.term_length // 2)
             image = ReceiverImage(setup, log_buffer, clock=self._clock, now_ns=now, window_length=window)
         except (ValueError, TransportError) as error:  # a term length, MTU or position no log can have
