@@ -92,6 +92,9 @@ UDP_WINDOWS = (128 * 1024, 1024 * 1024)
 """Receiver windows the udp rows run with: Aeron's default (AERON_RCV_INITIAL_WINDOW_LENGTH), and
 one that keeps a loopback's bandwidth-delay product in flight (Aeron's advice: window >= bandwidth x
 RTT; at 1 GB/s and a Python duty cycle's ~100 us round trip, ~100 KB, several times over)."""
+PAD_SLACK_BYTES = 64 * 1024 + frame.HEADER_LENGTH
+"""Room kept below pub-lmt beyond a batch's frames: a batch that meets a term's end also takes the
+PAD to it (at most a message and a header)."""
 SOCKET_BUFFER_BYTES = 8 * 1024 * 1024
 """SO_SNDBUF/SO_RCVBUF asked for (the kernel caps it at net.core.*mem_max)."""
 
@@ -129,8 +132,7 @@ def write_some(publication: ExclusivePublication, sender: NetworkSender, batch: 
     """Offer whole batches while the sender's pub-lmt leaves room (the publication has no counters
     file, so the sender's limit is the only one); the messages written."""
     written = 0
-    # A batch that meets a term's end may also take the PAD's bytes: one term end's worth of slack.
-    while publication.position + batch_bytes + 64 * 1024 + frame.HEADER_LENGTH <= sender.publisher_limit:
+    while publication.position + batch_bytes + PAD_SLACK_BYTES <= sender.publisher_limit:
         count, result = publication.offer_batch(batch)
         if count != len(batch):
             raise Failed(f"offer_batch wrote {count} of {len(batch)} ({result})")
