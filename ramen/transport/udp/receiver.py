@@ -106,6 +106,8 @@ class ReceiverImage:
         """Frames already in the log (retransmits of what arrived after all, duplicated datagrams)."""
         self.frames_over_run = 0
         """Frames past the consumer position + window: dropped, the sender sends them again."""
+        self.runs_inserted = 0
+        """Datagrams, or GRO batches of them, that went into the log as one block (the fast path)."""
         self.naks_sent = 0
         self.loss_gaps = 0
         self.status_messages_sent = 0
@@ -247,6 +249,7 @@ class NetworkReceiver:
         if image is None or image.rebuilder.insert_run(view, term_id, term_offset, first_length) != INSERTED:
             return False
         image.last_frame_ns = now
+        image.runs_inserted += 1
         return True
 
     def _on_frames(self, datagram: memoryview, now: int) -> None:

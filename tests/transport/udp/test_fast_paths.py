@@ -161,6 +161,7 @@ def test_the_image_is_the_publications_log_byte_for_byte(tmp_path, sizes, batche
     assert end > 3 * TERM_LENGTH  # the terms were reused
     assert image.rebuilt_position == image.hwm_position == end
     assert image.frames_duplicate == image.frames_over_run == 0 and pair.receiver.garbage == {}
+    assert image.runs_inserted > 0  # the fast path was taken (PADs and term ends go frame by frame)
     # The last term's worth of the stream as the publication wrote it (the image cleans what lies
     # further behind its reader).
     position = end - TERM_LENGTH
@@ -181,11 +182,13 @@ def test_duplicated_and_reordered_batches_are_counted_frame_by_frame(tmp_path):
     receiver.on_datagrams(b"".join(datagrams[2:5]), 1408)  # past a gap, fresh space: one block
     image = pair.image
     assert (image.rebuilt_position, image.hwm_position) == (0, 5 * 1408)
+    assert image.runs_inserted == 1
     receiver.on_datagrams(b"".join(datagrams[0:4]), 1408)  # fills the gap, then two duplicates
     assert image.frames_duplicate == 2 * 22
     receiver.on_datagrams(b"".join(datagrams[0:10]), 1408)  # 5 datagrams again, then 5 new
     assert image.frames_duplicate == 2 * 22 + 5 * 22
     assert image.rebuilt_position == image.hwm_position == 200 * 64
+    assert image.runs_inserted == 1 + 5  # then datagram by datagram: the batch was not all fresh
     assert image.frames_over_run == 0 and receiver.garbage == {}
 
 
@@ -268,6 +271,7 @@ def test_a_batch_ending_in_an_eos_heartbeat_takes_each_datagram_by_its_kind(tmp_
     pair.receiver.on_datagrams(b"".join(datagrams) + eos, 1408)
     image = pair.image
     assert (image.rebuilt_position, image.hwm_position, image.end_of_stream_position) == (end, end, end)
+    assert image.runs_inserted == 2  # each DATA datagram a block, the heartbeat decoded
     assert image.frames_duplicate == image.frames_over_run == 0 and pair.receiver.garbage == {}
     assert bytes(image.log.terms[0][:end]) == bytes(pair.log.terms[0][:end])
 
