@@ -86,6 +86,11 @@ def output_logs(site: str) -> dict[str, Path]:
             for path in sorted(logs.glob(f"*/*{LOG_SUFFIX}")) if not path.name.endswith(REPLAY_LOG_SUFFIX)}
 
 
+def net_dir(site: str) -> Path:
+    """Where netd rebuilds received streams that no NetReceive placed (a sender nobody asked for)."""
+    return site_dir(site) / "net"
+
+
 def supervisor_lock(site: str) -> Path:
     """Held by the one supervisor of a site on this host (ramen/locks.py)."""
     return site_dir(site) / "supervisor.lock"

@@ -26,7 +26,6 @@ worker key, program or callable: one line on stderr, exit 1.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
 import signal
 import sys
@@ -43,7 +42,7 @@ from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.memory import freeze_startup_objects, retain_freed_memory
 from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, LIVE_CHANNEL, decode_header, event_time_bounds
 from ramen.program.errors import ProgramError
-from ramen.program.model import ENGINE_SPARK, Function, Program, split_qualified
+from ramen.program.model import ENGINE_SPARK, Function, Program, function_id, split_qualified
 from ramen.replay.contract import ContractError, WorkerReplay
 from ramen.transport import BackoffIdleStrategy, CountersFile, TransportError
 from ramen.tuples import decode_tuples, resumed, with_channel
@@ -67,11 +66,6 @@ STOP_FLUSH_TIMEOUT_S = 2.0
 """On SIGTERM, how long the worker tries to write what it already computed before it closes."""
 
 
-def worker_id(qualified_name: str) -> int:
-    """The `source` of the END_OF_REPLAYs this worker forwards: 32 bits of a hash of its name."""
-    return int.from_bytes(hashlib.blake2b(qualified_name.encode(), digest_size=4).digest(), "little")
-
-
 class Worker:
     """The agent: its duty cycle (`do_work`) wires the rooms, inputs (workers/inputs.py), channel
     states (workers/channels.py), compute dispatch (workers/dispatch.py) and outputs
@@ -85,7 +79,7 @@ class Worker:
         self.qualified_name = qualified_name
         self.counters = counters
         self.clock = clock
-        self.id = worker_id(qualified_name)
+        self.id = function_id(qualified_name)
         self.worker_key = keyspace.worker_key(site, qualified_name)
         self.stats = WorkerStats(qualified_name, clock=clock)
         self.inputs = Inputs(site, qualified_name, counters)

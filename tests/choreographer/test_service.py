@@ -180,7 +180,7 @@ def test_a_restarted_choreographer_leaves_the_worker_keys_as_they_are(fresh_conf
         restarted = Choreographer(client, SITE)
         try:
             events = []
-            while sum(event.kind is confserver.EventKind.SYNCED for _, event in events) < 3:
+            while sum(event.kind is confserver.EventKind.SYNCED for _, event in events) < len(restarted._watches):
                 events.append(restarted.events.get(timeout=EVENTUALLY_S))
             first_program = next(item for item in events if item[0] == keyspace.PROGRAMS)
             restarted.do_work(first_program)
