@@ -3,9 +3,8 @@
 A function placed on a site (`site = "edge"` in its program) runs there only; one not placed runs
 on every site (each site its own copy, read by that site's children). A child whose parent does not
 run on its own site reads the parent's output through netd: the parent's site sends it (a NetSend
-of the parent's output log to the child's site's endpoint) and the child's site rebuilds it where
-the child reads a parent's output (a NetReceive into `paths.output_log(site, parent)`), so neither
-the worker nor its supervisor knows the parent is remote.
+of the parent's output log to the child's site's endpoint) and the child's site rebuilds it (a NetReceive
+into `paths.received_log(site, parent)`, where the child's worker reads a parent placed elsewhere).
 
 Each site's choreographer writes only its own site's keys, from the graph every choreographer
 computes alike: its receives, and its sends to the sites whose netd announced an endpoint. It owns
@@ -59,7 +58,7 @@ def net_keys(graph: nx.DiGraph, usage: Mapping[str, Usage], site: str,
             for parent in graph.predecessors(name):
                 if not runs_on(graph, parent, site):
                     keys[f"{keyspace.net_receives_prefix(site)}/{parent}"] = NetReceive(
-                        stream_id=stream_id(parent), log=str(paths.output_log(site, parent))).to_value()
+                        stream_id=stream_id(parent), log=str(paths.received_log(site, parent))).to_value()
             for child in graph.successors(name):
                 if not usage[child].is_used:
                     continue

@@ -183,7 +183,7 @@ class Worker:
     def _set_live(self, live: bool) -> None:
         self.live = live
         for parent, function in self.parents.items():
-            path = paths.output_log(self.site, parent)
+            path = paths.parent_log(self.site, parent, function.site)
             if live:
                 self.inputs.use(path, function, LIVE_CHANNEL)
             else:

@@ -44,10 +44,11 @@ def test_a_bad_site_name_is_a_program_error():
               'source = { kind = "generator" }\nschema = { ts = "timestamp[us]" }\n', "p.toml")
 
 
-def test_the_child_site_receives_its_remote_parent_where_a_local_parent_s_output_would_be():
+def test_the_child_site_receives_its_remote_parent_where_its_worker_reads_it():
     keys = keys_of(PLACED, "core", {"edge": EDGE_ENDPOINT, "core": CORE_ENDPOINT})
     receive = NetReceive.from_value(keys[f"{keyspace.net_receives_prefix('core')}/net/src"])
-    assert receive == NetReceive(stream_id=stream_id("net/src"), log=str(paths.output_log("core", "net/src")))
+    assert receive == NetReceive(stream_id=stream_id("net/src"), log=str(paths.received_log("core", "net/src")))
+    assert receive.log == str(paths.parent_log("core", "net/src", "edge")) != str(paths.parent_log("core", "net/src", None))
     assert stream_id("net/src") == function_id("net/src") - (1 << 32) * (function_id("net/src") >= 1 << 31)
     assert len(keys) == 1  # the core sends nothing: nothing of it is read elsewhere
 
