@@ -165,10 +165,9 @@ class Choreographer:
 
     # -- decisions -----------------------------------------------------------------------------
 
-    @staticmethod
-    def replay_functions(replay: ReplayRequest | None) -> tuple[str, ...]:
-        """The functions a replay needs: those on its plan's paths."""
-        return replay.plan.functions if replay is not None else ()
+    def replay_functions(self, replay: ReplayRequest | None) -> tuple[str, ...]:
+        """The functions a replay this site serves needs: those on its plan's paths."""
+        return replay.plan.functions if replay is not None and replay.site == self.site else ()
 
     def recompute(self) -> None:
         self._needs_recompute = False

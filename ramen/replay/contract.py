@@ -19,6 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ramen import keyspace
 from ramen.key_value import ContractError, KeyValue
 from ramen.replay.plan import ReplayPlan
 
@@ -72,6 +73,9 @@ class ReplayRequest(KeyValue):
     """Why the replay failed, one line for the user (see with_error)."""
     summary: Summary | None = None
     """The target writes the result's buckets, not its rows."""
+    site: str = keyspace.DEFAULT_SITE
+    """The site that serves it (the client's): its choreographer marks the functions, its
+    supervisor wires them, its archives answer. Other sites sharing the confserver leave it alone."""
 
     def _check(self, key: str) -> None:
         if self.until_us <= self.since_us:

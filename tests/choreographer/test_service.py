@@ -58,13 +58,13 @@ def load(admin, name, functions):
     admin.set(keyspace.program_key(name), program(name, functions).to_dict())
 
 
-def replay_of_top() -> dict:
-    """A request for net/top, answered from net/traffic's archive."""
+def replay_of_top(site: str = SITE) -> dict:
+    """A request for net/top, answered from net/traffic's archive, served by `site`."""
     plan = ReplayPlan("net/top", 0, 1, ("net/traffic",), (("net/per_minute", "net/top"),
                                                           ("net/traffic", "net/per_minute")),
                       ("net/per_minute", "net/top", "net/traffic"))
     return ReplayRequest(plan.target, plan.since_us, plan.until_us, plan, "/nowhere", created_us=0,
-                         timeout_s=300.0, no_merge=False).to_value()
+                         timeout_s=300.0, no_merge=False, site=site).to_value()
 
 
 def next_write_is_the_marker(admin, watch) -> None:
@@ -97,6 +97,17 @@ def test_a_replay_marks_its_paths_used_and_its_deletion_unmarks_them(admin, chor
     admin.delete(keyspace.replay_key(5))
     wait_for(lambda: used(admin) == {"net/traffic"})
     assert workers(admin)["net/top"]["replays"] == []
+
+
+def test_a_replay_another_site_serves_marks_nothing_here(admin, choreographer):
+    load(admin, "net", NET)
+    wait_for(lambda: len(workers(admin)) == 4)
+    watch = admin.watch(keyspace.worker_pattern(SITE))
+    while watch.next(EVENTUALLY_S).kind is not confserver.EventKind.SYNCED:
+        pass
+    admin.set(keyspace.replay_key(6), replay_of_top(site="elsewhere"))
+    next_write_is_the_marker(admin, watch)
+    assert used(admin) == {"net/traffic"}
 
 
 def test_a_request_that_does_not_follow_the_contract_marks_nothing(admin, choreographer):
