@@ -35,6 +35,7 @@ from ramen.netd.contract import NetEndpoint
 from ramen.program import Program, ProgramError
 from ramen.key_value import ContractError
 from ramen.replay.contract import ReplayRequest
+from ramen.tails import TailRequest
 from ramen.transport.errors import TransportError
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,8 @@ class Choreographer:
         self.programs: dict[str, Program] = {}
         self.replays: dict[int, ReplayRequest | None] = {}
         """None: a request that does not read (the supervisor fails it); it marks nothing."""
-        self.tails: dict[str, dict] = {}
+        self.tails: dict[str, TailRequest | None] = {}
+        """None: a tail key that does not follow its contract (it marks nothing)."""
         self.workers: dict[str, dict] = {}  # worker key -> value, as last written or read
         self.graph = nx.DiGraph()
         self.counters = ChoreographerCounters() if counters is None else counters
@@ -146,7 +148,11 @@ class Choreographer:
             if deleted:
                 self.tails.pop(name, None)
             else:
-                self.tails[name] = event.entry.value if isinstance(event.entry.value, dict) else {}
+                try:
+                    self.tails[name] = TailRequest.from_value(event.entry.value, event.key)
+                except ContractError as e:
+                    log.error("%s", e)
+                    self.tails[name] = None
 
     def _on_endpoint(self, event) -> None:
         site = event.key.split("/")[1]
@@ -175,7 +181,7 @@ class Choreographer:
         self.graph = build_graph(self.programs.values())
         usage = compute_usage(self.graph,
                               {ch: self.replay_functions(r) for ch, r in self.replays.items()},
-                              [t.get("target") for t in self.tails.values()])
+                              [t.target for t in self.tails.values() if t is not None and t.site == self.site])
         versions = {name: program.version for name, program in self.programs.items()}
         desired = {keyspace.worker_key(self.site, name): worker_value(self.graph, name, u, versions)
                    for name, u in usage.items() if sites.runs_on(self.graph, name, self.site)}

@@ -2,7 +2,7 @@
 
     programs/<prog>                                   a loaded program (Program.to_dict())
     replays/<channel>                                 a replay request (channel: a sequence number)
-    tails/<id>                                        a live tail of a function's output
+    tails/<id>                                        a live tail of a function's output (ramen.tails.TailRequest)
     sites/<site>/workers/<prog>/<func>/worker         what the choreographer wants of that worker
     sites/<site>/workers/<prog>/<func>/instance       the running process (ephemeral, the supervisor's)
     sites/<site>/workers/<prog>/<func>/stats          tuples in/out, late, CPU, memory (the worker's)

@@ -16,6 +16,7 @@ from choreographer.service import Choreographer, run
 from ramen import keyspace
 from ramen.replay.contract import ReplayRequest
 from ramen.replay.plan import ReplayPlan
+from ramen.tails import TailRequest
 from tests import waiting
 from tests.choreographer.programs import program
 
@@ -122,7 +123,10 @@ def test_a_request_that_does_not_follow_the_contract_marks_nothing(admin, choreo
 def test_a_tail_marks_its_chain_live_until_it_ends(admin, choreographer):
     load(admin, "net", NET)
     wait_for(lambda: len(workers(admin)) == 4)
-    admin.set(f"{keyspace.TAILS}/t1", {"target": "net/other"})
+    # Taken in order: once t1 shows, the two before it were seen and marked nothing.
+    admin.set(f"{keyspace.TAILS}/elsewhere", TailRequest("net/per_minute", site="elsewhere").to_value())
+    admin.set(f"{keyspace.TAILS}/broken", {"function": "net/per_minute"})
+    admin.set(f"{keyspace.TAILS}/t1", TailRequest("net/other", site=SITE).to_value())
     wait_for(lambda: used(admin) == {"net/traffic", "net/other"})
     admin.delete(f"{keyspace.TAILS}/t1")
     wait_for(lambda: used(admin) == {"net/traffic"})
