@@ -16,6 +16,7 @@ Run it with `ramen choreographer` (or `python -m choreographer.service`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import queue
 import signal
@@ -36,6 +37,7 @@ from ramen.program import Program, ProgramError
 from ramen.key_value import ContractError
 from ramen.replay.contract import ReplayRequest
 from ramen.tails import TailRequest
+from ramen.worker_keys import WorkerSpec
 from ramen.transport.errors import TransportError
 
 log = logging.getLogger(__name__)
@@ -203,10 +205,11 @@ class Choreographer:
                 value = desired.get(key) or self.workers.get(key)
                 if value is None:
                     continue  # not a function we know: the next recompute will say
-                if channel not in value["replays"]:
-                    replays = sorted({*value["replays"], channel})
-                    desired[key] = dict(value, replays=replays,
-                                        is_used=Usage(value["live"], frozenset(replays)).is_used)
+                spec = WorkerSpec.from_value(value, key)
+                if channel not in spec.replays:
+                    replays = frozenset((*spec.replays, channel))
+                    desired[key] = dataclasses.replace(spec, replays=tuple(sorted(replays)),
+                                                       is_used=Usage(spec.live, replays).is_used).to_value()
         if desired:
             self._write(desired, dict(self.workers), delete_missing=False)
             self.workers.update(desired)

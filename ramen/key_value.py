@@ -69,7 +69,7 @@ def _to_json(field: Any) -> Any:
     if isinstance(field, tuple):
         return [_to_json(item) for item in field]
     if isinstance(field, dict):
-        return {str(k): v for k, v in field.items()}
+        return {str(k): _to_json(v) for k, v in field.items()}
     if hasattr(field, "to_json"):
         return field.to_json()
     return field
