@@ -72,6 +72,20 @@ RECORDING_POSITION_TYPE_ID = 100  # Aeron Archive's, kept by ramen/archive/recor
 BACK_PRESSURE_EVENTS_TYPE_ID = 1001
 SUBSCRIBERS_DROPPED_TYPE_ID = 1002
 UNBLOCKED_FRAMES_TYPE_ID = 1003
+# The UDP agents' (ramen/transport/udp/*_agent.py): Aeron's ids where Aeron has the counter.
+SENDER_POSITION_TYPE_ID = 2
+RECEIVER_HWM_TYPE_ID = 3
+RECEIVER_POSITION_TYPE_ID = 5
+SENDER_LIMIT_TYPE_ID = 9
+SENDER_BPE_TYPE_ID = 13
+NETWORK_COUNTER_TYPE_IDS: dict[str, int] = {
+    "naks-received": 1400, "retransmits": 1401, "short-sends": 1402, "heartbeats-sent": 1403,
+    "setups-sent": 1404, "sms-received": 1405, "naks-sent": 1410, "loss-gaps": 1411, "sms-sent": 1412,
+    "frames-duplicate": 1413, "frames-over-run": 1414, "images": 1420, "images-ended": 1421,
+    "setups-received": 1422, "frames-unsubscribed": 1423, "unreachable": 1424, "garbage": 1430,
+}
+"""The UDP agents' own counts, by the name in their label (`naks-received: <session> <stream> ...`);
+garbage is one counter per kind, the kind in its label (`garbage short: 127.0.0.1:40123`)."""
 
 SERVICE_COUNTER_TYPE_IDS: dict[str, dict[str, int]] = {
     "supervisor": {"starts": 1100, "restarts": 1101, "crashes": 1102, "stops": 1103, "kills": 1104,
@@ -99,6 +113,12 @@ TYPE_NAMES = {
     SUBSCRIBERS_DROPPED_TYPE_ID: "subs-dropped",
     UNBLOCKED_FRAMES_TYPE_ID: "unblocked",
     RECORDING_POSITION_TYPE_ID: "rec-pos",
+    SENDER_POSITION_TYPE_ID: "snd-pos",
+    RECEIVER_HWM_TYPE_ID: "rcv-hwm",
+    RECEIVER_POSITION_TYPE_ID: "rcv-pos",
+    SENDER_LIMIT_TYPE_ID: "snd-lmt",
+    SENDER_BPE_TYPE_ID: "snd-bpe",
+    **{type_id: name for name, type_id in NETWORK_COUNTER_TYPE_IDS.items()},
     **{type_id: f"{service}-{name.replace('_', '-')}"
        for service, ids in SERVICE_COUNTER_TYPE_IDS.items() for name, type_id in ids.items()},
 }
