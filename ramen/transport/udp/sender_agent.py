@@ -315,6 +315,13 @@ class SenderAgent:
         """Counters, the flow-control position and its heartbeat, connection timeout, linger."""
         self._update_counters(publication)
         position = publication.subscriber_position
+        if position is not None and position.status == ctr.COUNTER_DROPPED:
+            # The publication dropped us (this agent did not run for its subscriber liveness
+            # timeout): a dropped position holds nobody back, so take a fresh one below.
+            log.warning("%s: the publication dropped the sender's position %d; registering again",
+                        publication.log.path.name, position.get())
+            self._withdraw_position(publication)
+            position = None
         if position is not None:
             if now - publication.last_sm_ns > PUBLICATION_CONNECTION_TIMEOUT_NS:
                 log.warning("%s: no SM from %s for %.1f s: not connected", publication.log.path.name,
