@@ -20,7 +20,7 @@ TYPE_IDS: dict[str, int] = {
 """Every name a group may have, with its type id."""
 
 
-class _InMemory:
+class InMemoryCounter:
     """A counter's stand-in without a counters file, or after the group was freed."""
 
     __slots__ = ("value",)
@@ -48,7 +48,7 @@ class CounterGroup:
         self.suffix = suffix
         self._key = key
         self._registration_id = registration_id
-        self._slots: dict[str, Counter | _InMemory] = {}
+        self._slots: dict[str, Counter | InMemoryCounter] = {}
         try:
             for name in names:
                 self.add_counter(name)
@@ -56,17 +56,17 @@ class CounterGroup:
             self.close()
             raise
 
-    def add_counter(self, name: str) -> Counter | _InMemory:
+    def add_counter(self, name: str) -> Counter | InMemoryCounter:
         """The counter `name`, allocated now if the group does not have it yet."""
         slot = self._slots.get(name)
         if slot is None:
             type_id = TYPE_IDS[name.split(" ", 1)[0]]
-            slot = _InMemory() if self.file is None else self.file.allocate(
+            slot = InMemoryCounter() if self.file is None else self.file.allocate(
                 type_id, f"{name}: {self.suffix}", key=self._key, registration_id=self._registration_id)
             self._slots[name] = slot
         return slot
 
-    def __getitem__(self, name: str) -> Counter | _InMemory:
+    def __getitem__(self, name: str) -> Counter | InMemoryCounter:
         return self._slots[name]
 
     def get(self, name: str) -> int:
@@ -79,7 +79,7 @@ class CounterGroup:
         """Free the counters in the file; their last values stay readable here."""
         for name, slot in self._slots.items():
             if isinstance(slot, Counter):
-                self._slots[name] = _InMemory(slot.get())
+                self._slots[name] = InMemoryCounter(slot.get())
                 slot.close()
 
 
@@ -88,4 +88,4 @@ def stream_key(correlation_id: int, session_id: int, stream_id: int) -> bytes:
     return ctr.STREAM_KEY.pack(correlation_id, session_id, stream_id, 0)
 
 
-__all__ = ["CounterGroup", "TYPE_IDS", "stream_key"]
+__all__ = ["CounterGroup", "InMemoryCounter", "TYPE_IDS", "stream_key"]

@@ -46,7 +46,7 @@ from ramen.transport.counters import CountersFile
 from ramen.transport.defaults import SUBSCRIBER_LIVENESS_TIMEOUT_S
 from ramen.transport.flow_control import FlowControl
 from ramen.transport.udp import sockets
-from ramen.transport.udp.agent_counters import CounterGroup, _InMemory, stream_key
+from ramen.transport.udp.agent_counters import CounterGroup, InMemoryCounter, stream_key
 from ramen.transport.udp.channel import Address, UdpChannel
 from ramen.transport.udp.defaults import IMAGE_READER_GRACE_NS, RECEIVER_MAX_DATAGRAMS_PER_WORK
 from ramen.transport.udp.receiver import NetworkReceiver, ReceiverImage
@@ -300,8 +300,8 @@ class ReceiverAgent:
         readers = None
         if self.counters is not None:
             readers = FlowControl(log_buffer, self.counters, self._clock, _NoCleaning(),
-                                  liveness_timeout_s=SUBSCRIBER_LIVENESS_TIMEOUT_S, limit_counter=_InMemory(),
-                                  dropped_counter=_InMemory())
+                                  liveness_timeout_s=SUBSCRIBER_LIVENESS_TIMEOUT_S, limit_counter=InMemoryCounter(),
+                                  dropped_counter=InMemoryCounter())
         agent_image = _AgentImage(image, info, group, readers)
         endpoint.images[key] = agent_image
         log.info("image of session %d stream %d from %s at %d: %s", key[0], key[1], source_address,

@@ -271,3 +271,29 @@ def test_a_sender_to_a_port_nobody_listens_on_counts_it_unreachable_and_goes_on(
         publication.close()
         pub_log.close()
         counters.close()
+
+
+def test_removing_the_last_subscription_ends_its_images_with_an_eos_sm_and_closes_the_socket(tmp_path):
+    rig = Rig(tmp_path, seed=13, count=100)
+    eos_sms = []
+    rig.proxy.backward.observers.append(lambda d: eos_sms.extend(
+        i for i in frames(d) if isinstance(i, StatusMessage) and i.is_eos))
+    try:
+        rig.run_until(lambda: rig.readers and len(rig.reader.got) == 100, 100_000)
+        reader = rig.reader
+        rig.receiver.remove_subscription(UdpChannel(endpoint=rig.endpoint), STREAM_ID)
+        assert rig.ended == [reader.info] and rig.receiver.images() == []
+        rig.tick(write=False)  # the proxy passes the EOS SM on
+        rig.tick(write=False)  # the sender reads it
+        assert len(eos_sms) == 1 and rig.network_publication.eos_sm_received
+        assert reader.image.is_end_of_stream and reader.got == rig.expected
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            probe.bind((rig.endpoint.host, rig.endpoint.port))  # the port is free again
+        finally:
+            probe.close()
+        reader.close()
+        rig.tick(write=False)
+        assert not reader.info.log_path.exists() and not rig.has_counter("rcv-pos")
+    finally:
+        rig.close()
