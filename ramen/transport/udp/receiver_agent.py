@@ -47,7 +47,7 @@ from ramen.transport.defaults import SUBSCRIBER_LIVENESS_TIMEOUT_S
 from ramen.transport.flow_control import FlowControl
 from ramen.transport.udp import sockets
 from ramen.transport.udp.agent_counters import CounterGroup, InMemoryCounter, stream_key
-from ramen.transport.udp.channel import Address, UdpChannel
+from ramen.transport.udp.channel import Address, ChannelError, UdpChannel
 from ramen.transport.udp.defaults import IMAGE_READER_GRACE_NS, RECEIVER_MAX_DATAGRAMS_PER_WORK
 from ramen.transport.udp.receiver import NetworkReceiver, ReceiverImage
 
@@ -91,6 +91,8 @@ class _AgentImage:
     info: ImageInfo
     counters: CounterGroup
     readers: FlowControl | None
+    inode: int
+    """The log file's, so that an ended image never removes a newer image's file at its path."""
     ended_ns: int | None = None
 
 
@@ -107,6 +109,10 @@ class _ReceiveEndpoint:
     """(session, stream) -> the address its datagrams last came from: where replies go."""
     pending: deque = field(default_factory=deque)
     """(datagram, address) the kernel refused with EAGAIN: sent first next cycle."""
+    image_logs: dict[int, Path] = field(default_factory=dict)
+    """stream id -> where its images go (add_subscription's image_log)."""
+    kept: bool = False
+    """Opened by bind(): stays open without subscriptions, until the agent closes."""
     setups_seen: int = 0
     garbage_seen: dict = field(default_factory=dict)
 
@@ -134,16 +140,31 @@ class ReceiverAgent:
 
     # -- subscriptions --------------------------------------------------------------------------
 
-    def add_subscription(self, channel: UdpChannel, stream_id: int) -> Address:
+    def bind(self, address: Address) -> Address:
+        """Open the receive socket of `address` and keep it open until close(), whatever its
+        subscriptions (a service's one endpoint); returns the address bound (the port that port 0
+        got), by which it is known from now on. SocketError (also an OSError) if it cannot be bound."""
+        endpoint = self._endpoints.get(address)
+        if endpoint is None:
+            endpoint = self._open_endpoint(address)
+        endpoint.kept = True
+        return endpoint.address
+
+    def add_subscription(self, channel: UdpChannel, stream_id: int, *, image_log: Path | None = None) -> Address:
         """Receive stream_id on the channel's endpoint; returns the address bound, by which the
         endpoint is known from now on (an endpoint with port 0 gets a new socket and port each
-        time). SocketError if the endpoint cannot be bound."""
+        time, unless bound first). `image_log`: the path where the stream's images are rebuilt
+        (each new image replaces the file there, atomically; an ended one's file is removed only
+        while it is still the one there); without it, under the agent's directory. ChannelError
+        for a channel without an endpoint, SocketError if the endpoint cannot be bound."""
         if channel.endpoint is None:
-            raise ValueError(f"channel {channel}: a subscription needs endpoint=")
+            raise ChannelError(f"channel {channel}: a subscription needs endpoint=")
         endpoint = self._endpoints.get(channel.endpoint)
         if endpoint is None:
             endpoint = self._open_endpoint(channel.endpoint)
         endpoint.streams[stream_id] += 1
+        if image_log is not None:
+            endpoint.image_logs[stream_id] = Path(image_log)
         endpoint.receiver.add_subscription(stream_id)
         return endpoint.address
 
@@ -157,11 +178,12 @@ class ReceiverAgent:
         if endpoint.streams[stream_id]:
             return
         del endpoint.streams[stream_id]
+        endpoint.image_logs.pop(stream_id, None)
         now = self._clock.nanos()
         endpoint.receiver.remove_subscription(stream_id)
         self._reply(endpoint, endpoint.receiver.do_work(now))
         self._track_images(endpoint, now)
-        if not endpoint.streams:
+        if not endpoint.streams and not endpoint.kept:
             self._close_endpoint(endpoint, now)
 
     def images(self) -> list[ImageInfo]:
@@ -293,8 +315,9 @@ class ReceiverAgent:
         log_buffer = image.log
         source = endpoint.sources.get(key)
         source_address = Address(*source[:2]) if source is not None else Address("", 0)
-        info = ImageInfo(key[0], key[1], log_buffer.path, image.join_position, endpoint.address, source_address)
-        suffix = f"{key[0]} {key[1]} {endpoint.address} <- {source_address} {log_buffer.path.name}"
+        log_path = _place(log_buffer.path, endpoint.image_logs.get(key[1]))
+        info = ImageInfo(key[0], key[1], log_path, image.join_position, endpoint.address, source_address)
+        suffix = f"{key[0]} {key[1]} {endpoint.address} <- {source_address} {log_path.name}"
         group = CounterGroup(self.counters, IMAGE_COUNTERS, suffix,
                              key=stream_key(log_buffer.correlation_id, *key), registration_id=log_buffer.correlation_id)
         readers = None
@@ -302,10 +325,10 @@ class ReceiverAgent:
             readers = FlowControl(log_buffer, self.counters, self._clock, _NoCleaning(),
                                   liveness_timeout_s=SUBSCRIBER_LIVENESS_TIMEOUT_S, limit_counter=InMemoryCounter(),
                                   dropped_counter=InMemoryCounter())
-        agent_image = _AgentImage(image, info, group, readers)
+        agent_image = _AgentImage(image, info, group, readers, os.stat(log_path).st_ino)
         endpoint.images[key] = agent_image
         log.info("image of session %d stream %d from %s at %d: %s", key[0], key[1], source_address,
-                 info.join_position, log_buffer.path)
+                 info.join_position, log_path)
         if self.on_image is not None:
             self.on_image(info)
 
@@ -353,7 +376,12 @@ class ReceiverAgent:
     def _remove_log(image: _AgentImage) -> None:
         image.image.close()
         image.image.log.close()
-        image.info.log_path.unlink(missing_ok=True)
+        path = image.info.log_path
+        try:
+            if os.stat(path).st_ino == image.inode:  # not a newer image's log at the same path
+                path.unlink()
+        except FileNotFoundError:
+            pass
 
     def _update_counters(self, endpoint: _ReceiveEndpoint) -> None:
         for image in endpoint.images.values():
@@ -410,6 +438,21 @@ class ReceiverAgent:
         endpoint.receiver.images.clear()  # the logs are ours to close now (_remove_log)
         endpoint.counters.close()
         endpoint.sock.close()
+
+
+def _place(made: Path, wanted: Path | None) -> Path:
+    """Move a new image's log from where the receiver made it to where its subscription wants it
+    (one rename: a reader opening that path finds the whole new log, or the one it replaces). A
+    path on another file system keeps the log where it was made, and says so."""
+    if wanted is None:
+        return made
+    try:
+        wanted.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(made, wanted)
+    except OSError as error:
+        log.warning("image log %s stays where it is, not at %s: %s", made, wanted, error.strerror or error)
+        return made
+    return wanted
 
 
 __all__ = ["ReceiverAgent", "ImageInfo", "IMAGE_COUNTERS", "ENDPOINT_COUNTERS"]

@@ -42,7 +42,7 @@ from ramen.transport.counters import Counter, CountersFile
 from ramen.transport.logbuffer import LogBuffer
 from ramen.transport.udp import protocol, sockets
 from ramen.transport.udp.agent_counters import CounterGroup, stream_key
-from ramen.transport.udp.channel import Address, UdpChannel
+from ramen.transport.udp.channel import Address, ChannelError, UdpChannel
 from ramen.transport.udp.defaults import (PUBLICATION_CONNECTION_TIMEOUT_NS, PUBLICATION_LINGER_NS,
                                           SENDER_MAX_CONTROL_DATAGRAMS_PER_WORK)
 from ramen.transport.udp.protocol import NakFrame, RttMeasurement, StatusMessage, WireError, frames_of
@@ -139,21 +139,23 @@ class SenderAgent:
     def add_publication(self, log_path: str | os.PathLike, channel: UdpChannel, *,
                         term_window_length: int | None = None) -> NetworkPublication:
         """Send the publication whose log is at `log_path` to `channel.endpoint`, from where its
-        tail is now. ValueError for a channel without an endpoint, or one that contradicts the log."""
+        tail is now. ChannelError for a channel without an endpoint, one that contradicts the log
+        or names a stream sent there already; LogBufferError for a log that cannot be opened;
+        SocketError (also an OSError) for a socket that cannot be opened."""
         if channel.endpoint is None:
-            raise ValueError(f"channel {channel}: a publication needs endpoint=")
+            raise ChannelError(f"channel {channel}: a publication needs endpoint=")
         log_buffer = LogBuffer.open(log_path, writable=False)
         try:
             for name, wanted, actual in (("mtu", channel.mtu, log_buffer.mtu_length),
                                          ("term-length", channel.term_length, log_buffer.term_length),
                                          ("session-id", channel.session_id, log_buffer.session_id)):
                 if wanted is not None and wanted != actual:
-                    raise ValueError(f"channel {channel}: {name}={wanted}, but log {log_buffer.path} has {actual}")
+                    raise ChannelError(f"channel {channel}: {name}={wanted}, but log {log_buffer.path} has {actual}")
             key = (channel.endpoint, channel.control)
             endpoint = self._endpoints.get(key)
             stream = (log_buffer.session_id, log_buffer.stream_id)
             if endpoint is not None and stream in endpoint.publications:
-                raise ValueError(f"channel {channel}: session {stream[0]} stream {stream[1]} is sent there already")
+                raise ChannelError(f"channel {channel}: session {stream[0]} stream {stream[1]} is sent there already")
             if endpoint is None:
                 endpoint = self._open_endpoint(channel.endpoint, channel.control)
             sender = NetworkSender(log_buffer, clock=self._clock, term_window_length=term_window_length)
@@ -186,6 +188,11 @@ class SenderAgent:
         publication.log.close()
         if not endpoint.publications:
             self._close_endpoint(endpoint)
+
+    @staticmethod
+    def is_done(publication: NetworkPublication) -> bool:
+        """Whether the publication is no longer sent: its linger ended (or it was removed)."""
+        return publication.is_closed
 
     @property
     def publications(self) -> list[NetworkPublication]:

@@ -41,15 +41,25 @@ _UNREACHABLE_ERRNOS = frozenset((errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.E
 better by sending the same bytes again at once."""
 
 
-class SocketError(TransportError):
-    """A socket that cannot be opened (an address in use, a host that does not resolve): one line."""
+class SocketError(TransportError, OSError):
+    """A socket that cannot be opened (an address in use, a host that does not resolve): one line,
+    naming the socket. Also an OSError with the system's errno and strerror, so a caller that
+    handles socket errors handles it."""
+
+    def __init__(self, what: str, error: OSError | socket.gaierror) -> None:
+        strerror = error.strerror or str(error)
+        super().__init__(error.errno, strerror)
+        self.message = f"{what}: {strerror}"
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def _family_and_address(address: Address) -> tuple[int, tuple]:
     try:
         info = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_DGRAM)[0]
     except socket.gaierror as error:
-        raise SocketError(f"{address}: {error.strerror}") from None
+        raise SocketError(str(address), error) from None
     return info[0], info[4]
 
 
@@ -72,8 +82,7 @@ def open_send_socket(endpoint: Address, control: Address | None = None) -> socke
         sock.connect(remote)
     except OSError as error:
         sock.close()
-        raise SocketError(f"sender socket to {endpoint}"
-                          f"{f' from {control}' if control else ''}: {error.strerror or error}") from None
+        raise SocketError(f"sender socket to {endpoint}{f' from {control}' if control else ''}", error) from None
     return sock
 
 
@@ -85,7 +94,7 @@ def open_receive_socket(endpoint: Address) -> socket.socket:
         sock.bind(local)
     except OSError as error:
         sock.close()
-        raise SocketError(f"receiver socket on {endpoint}: {error.strerror or error}") from None
+        raise SocketError(f"receiver socket on {endpoint}", error) from None
     return sock
 
 

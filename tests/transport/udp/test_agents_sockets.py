@@ -4,6 +4,8 @@ dropped is taken again, and a receiver without a counters file is told its consu
 
 from __future__ import annotations
 
+import errno
+import os
 import socket
 
 from ramen.clocks import ManualClock
@@ -11,10 +13,11 @@ from ramen.transport import (NOT_CONNECTED, CountersFile, ExclusivePublication, 
                              LogBuffer, LogBufferParams)
 from ramen.transport import counters as ctr
 from ramen.transport.position import compute_position
-from ramen.transport.udp.channel import Address, UdpChannel
+from ramen.transport.udp.channel import Address, ChannelError, UdpChannel
 from ramen.transport.udp.protocol import DataFrame, StatusMessage, frames_of
 from ramen.transport.udp.receiver_agent import ReceiverAgent
 from ramen.transport.udp.sender_agent import SenderAgent
+from ramen.transport.udp.sockets import SocketError
 from tests.transport.udp.agent_rig import TERM_LENGTH, Rig, messages
 
 WINDOW = TERM_LENGTH // 2
@@ -181,3 +184,111 @@ def test_a_receiver_without_a_counters_file_is_told_its_consumption_by_its_owner
         receiver.close()
         publication.close()
         log_buffer.close()
+
+
+def test_a_bound_endpoint_stays_without_subscriptions_and_a_port_in_use_is_a_one_line_os_error(tmp_path):
+    receiver = ReceiverAgent(tmp_path / "images", None, clock=ManualClock())
+    try:
+        bound = receiver.bind(Address("127.0.0.1", 0))
+        assert bound.port
+        channel = UdpChannel(endpoint=bound)
+        assert receiver.add_subscription(channel, 7) == bound
+        receiver.remove_subscription(channel, 7)
+        assert receiver.endpoint_counters(bound) is not None  # still open: bound for the agent's life
+        other = ReceiverAgent(tmp_path / "other", None)
+        try:
+            other.bind(bound)
+        except OSError as error:
+            assert isinstance(error, SocketError) and error.errno == errno.EADDRINUSE
+            assert str(error) == f"receiver socket on {bound}: {os.strerror(errno.EADDRINUSE)}"
+        else:
+            raise AssertionError("a second socket bound the same port")
+        finally:
+            other.close()
+    finally:
+        receiver.close()
+
+
+def test_a_channel_that_contradicts_its_log_is_a_channel_error(tmp_path):
+    log_buffer = LogBuffer.create(tmp_path / "pub.logbuffer", LogBufferParams(term_length=TERM_LENGTH, mtu_length=1408))
+    agent = SenderAgent(None)
+    try:
+        for channel in (UdpChannel(endpoint=Address("127.0.0.1", 9), mtu=4096), UdpChannel(control=Address("127.0.0.1", 9))):
+            try:
+                agent.add_publication(log_buffer.path, channel)
+            except ChannelError as error:
+                assert "\n" not in str(error)
+            else:
+                raise AssertionError(f"{channel} accepted")
+        assert agent.publications == []
+    finally:
+        agent.close()
+        log_buffer.close()
+
+
+def test_images_of_a_subscription_go_to_its_image_log_and_a_restarted_senders_image_replaces_the_file(tmp_path):
+    clock = ManualClock()
+    counters = CountersFile.open(tmp_path / "counters.dat")
+    image_log = tmp_path / "received" / "net" / "parent.logbuffer"
+    receiver = ReceiverAgent(tmp_path / "images", counters, clock=clock)
+    endpoint = receiver.bind(Address("127.0.0.1", 0))
+    receiver.add_subscription(UdpChannel(endpoint=endpoint), 6, image_log=image_log)
+    logs, publications, senders, readers = [], [], [], []
+
+    def start_sender(session_id: int) -> None:
+        log_buffer, publication = _stream(tmp_path, counters, clock, f"pub-{session_id}.logbuffer", session_id, 6)
+        sender = SenderAgent(counters, clock=clock)
+        sender.add_publication(log_buffer.path, UdpChannel(endpoint=endpoint))
+        logs.append(log_buffer)
+        publications.append(publication)
+        senders.append(sender)
+
+    def stream(payloads: list[bytes]) -> list[bytes]:
+        got = []
+        assembler = FragmentAssembler(lambda buffer, offset, length, header: got.append(bytes(buffer[offset:offset + length])))
+        written = 0
+        for _ in range(20_000):
+            clock.advance(50e-6)
+            while written < len(payloads) and publications[-1].offer(payloads[written]) > 0:
+                written += 1
+            senders[-1].do_work()
+            receiver.do_work()
+            images = [info for info in receiver.images() if info.session_id == publications[-1].session_id]
+            if images and len(readers) < len(publications):
+                assert images[0].log_path == image_log
+                log_buffer = LogBuffer.open(image_log)  # as a worker reads its parent's log: by its path
+                readers.append(Image(log_buffer, counters, join_position=images[0].join_position, clock=clock))
+            if len(readers) == len(publications):
+                readers[-1].poll(assembler.on_fragment, 16)
+            if len(got) == len(payloads):
+                return got
+        raise AssertionError("the stream did not complete")
+
+    try:
+        start_sender(501)
+        assert stream(messages(30)) == messages(30)
+        first_inode = os.stat(image_log).st_ino
+        senders[0].close()  # the sender dies; another comes with a new session
+        start_sender(502)
+        assert stream(messages(20)) == messages(20)
+        assert os.stat(image_log).st_ino != first_inode
+        clock.advance(11.0)  # the first image's liveness runs out
+        senders[1].do_work()
+        receiver.do_work()
+        assert [info.session_id for info in receiver.images()] == [502]
+        readers[0].close()
+        readers[0].log.close()
+        receiver.do_work()  # the first image's log goes, but not the file now at its path
+        assert os.stat(image_log).st_ino != first_inode
+    finally:
+        for reader in readers:
+            if not reader.is_closed:
+                reader.close()
+                reader.log.close()
+        for sender in senders:
+            sender.close()
+        receiver.close()
+        for publication, log_buffer in zip(publications, logs):
+            publication.close()
+            log_buffer.close()
+        counters.close()
