@@ -45,6 +45,8 @@ from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.transport.counters import CountersFile
 from ramen.transport.defaults import SUBSCRIBER_LIVENESS_TIMEOUT_S
 from ramen.transport.flow_control import FlowControl
+from ramen.transport.logbuffer import pack_tail
+from ramen.transport.position import index_by_term_count, int32
 from ramen.transport.udp import sockets
 from ramen.transport.udp.agent_counters import CounterGroup, InMemoryCounter, stream_key
 from ramen.transport.udp.channel import Address, ChannelError, UdpChannel
@@ -94,6 +96,8 @@ class _AgentImage:
     inode: int
     """The log file's, so that an ended image never removes a newer image's file at its path."""
     ended_ns: int | None = None
+    tail_position: int = -1
+    """The rebuilt position last published as the log's tail (_publish_tail)."""
 
 
 @dataclass(eq=False)
@@ -386,6 +390,8 @@ class ReceiverAgent:
     def _update_counters(self, endpoint: _ReceiveEndpoint) -> None:
         for image in endpoint.images.values():
             self._update_image_counters(image)
+            if image.tail_position != image.image.rebuilt_position:
+                self._publish_tail(image)
         receiver, group = endpoint.receiver, endpoint.counters
         group["images"].set(len(endpoint.images))
         group["setups-received"].set(receiver.setups_received)
@@ -394,6 +400,24 @@ class ReceiverAgent:
             for kind, count in receiver.garbage.items():
                 group.add_counter(f"garbage {kind}").set(count)
             endpoint.garbage_seen = dict(receiver.garbage)
+
+    @staticmethod
+    def _publish_tail(image: _AgentImage) -> None:
+        """Set the log's tail to the rebuilt position, as a writer's tail says how far it wrote: a
+        reader that joins the image late (Image without a join position, producer_position()) joins
+        where the stream is now, as it would join a local log, never at a place cleaned since. All
+        below the rebuilt position is whole, so a reader never finds a hole below this tail to
+        unblock. The new partition's tail goes before the term count, as a publication rotates."""
+        log_buffer = image.image.log
+        position = image.image.rebuilt_position
+        bits = log_buffer.position_bits_to_shift
+        term_count = position >> bits
+        log_buffer.set_raw_tail(index_by_term_count(term_count),
+                                pack_tail(int32(log_buffer.initial_term_id + term_count),
+                                          position & (log_buffer.term_length - 1)))
+        if log_buffer.active_term_count != term_count:
+            log_buffer.active_term_count = term_count
+        image.tail_position = position
 
     @staticmethod
     def _update_image_counters(image: _AgentImage) -> None:

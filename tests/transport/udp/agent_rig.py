@@ -37,10 +37,12 @@ def is_data(datagram: bytes) -> bool:
 class Reader:
     """A subscriber of one image: its own mapping of the log, an Image reporting its position."""
 
-    def __init__(self, info: ImageInfo, counters: CountersFile, clock: ManualClock) -> None:
+    def __init__(self, info: ImageInfo, counters: CountersFile, clock: ManualClock, *, late: bool = False) -> None:
+        """`late`: join where the log's tail is now (as a reader of any log does without a join
+        position), not at the image's join position."""
         self.info = info
         self.log = LogBuffer.open(info.log_path)
-        self.image = Image(self.log, counters, join_position=info.join_position, clock=clock)
+        self.image = Image(self.log, counters, join_position=None if late else info.join_position, clock=clock)
         self.got: list[bytes] = []
         self.assembler = FragmentAssembler(
             lambda buffer, offset, length, header: self.got.append(bytes(buffer[offset:offset + length])))

@@ -16,7 +16,7 @@ from ramen.transport.udp.defaults import (IMAGE_LIVENESS_TIMEOUT_NS, PUBLICATION
                                           PUBLICATION_LINGER_NS, RECEIVER_WINDOW_MAX_BYTES, SETUP_RETRY_NS)
 from ramen.transport.udp.protocol import (DataFrame, SetupFrame, StatusMessage, WireError, data_frame, frames_of)
 from ramen.transport.udp.sender_agent import SenderAgent
-from tests.transport.udp.agent_rig import MTU, SESSION_ID, STREAM_ID, TERM_LENGTH, Faults, Rig, is_data, sm_limit
+from tests.transport.udp.agent_rig import MTU, SESSION_ID, STREAM_ID, TERM_LENGTH, Faults, Reader, Rig, is_data, sm_limit
 
 WINDOW = min(RECEIVER_WINDOW_MAX_BYTES, TERM_LENGTH // 2)
 
@@ -295,5 +295,23 @@ def test_removing_the_last_subscription_ends_its_images_with_an_eos_sm_and_close
         reader.close()
         rig.tick(write=False)
         assert not reader.info.log_path.exists() and not rig.has_counter("rcv-pos")
+    finally:
+        rig.close()
+
+
+def test_a_reader_joining_an_image_late_joins_where_it_was_rebuilt_to_as_on_a_local_log(tmp_path):
+    rig = Rig(tmp_path, seed=14, count=400)
+    try:
+        rig.run_until(lambda: rig.readers and len(rig.reader.got) >= 200, 100_000)
+        first = rig.reader
+        late = Reader(first.info, rig.counters, rig.clock, late=True)
+        rebuilt = rig.counter("rcv-pos")
+        assert late.image.position == rebuilt > first.info.join_position + 2 * TERM_LENGTH
+        rig.readers.append(late)
+        rig.run_until(lambda: len(first.got) == 400 and late.got and late.got[-1] == rig.expected[-1], 100_000)
+        start = rig.expected.index(late.got[0])
+        assert late.got == rig.expected[start:] and first.got == rig.expected
+        # Nothing below the tail was a hole for either reader to pad over.
+        assert [c.value for c in rig.counters.counters() if c.type_name == "unblocked"] == [0, 0]
     finally:
         rig.close()
