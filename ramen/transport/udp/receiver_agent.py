@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import socket
 import struct
 from collections import Counter as Tally
 from collections import deque
@@ -103,7 +104,7 @@ class _AgentImage:
 @dataclass(eq=False)
 class _ReceiveEndpoint:
     address: Address
-    sock: object
+    sock: socket.socket
     receiver: NetworkReceiver
     counters: CounterGroup
     streams: Tally = field(default_factory=Tally)

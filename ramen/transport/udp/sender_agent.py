@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,7 +116,7 @@ class _SendEndpoint:
     """One socket and the publications sent through it."""
     endpoint: Address
     control: Address | None
-    sock: object
+    sock: socket.socket
     counters: CounterGroup
     publications: dict[tuple[int, int], NetworkPublication] = field(default_factory=dict)
     pending: deque = field(default_factory=deque)

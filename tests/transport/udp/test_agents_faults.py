@@ -16,7 +16,7 @@ from ramen.transport.udp.defaults import (IMAGE_LIVENESS_TIMEOUT_NS, PUBLICATION
                                           PUBLICATION_LINGER_NS, RECEIVER_WINDOW_MAX_BYTES, SETUP_RETRY_NS)
 from ramen.transport.udp.protocol import (DataFrame, SetupFrame, StatusMessage, WireError, data_frame, frames_of)
 from ramen.transport.udp.sender_agent import SenderAgent
-from tests.transport.udp.agent_rig import MTU, SESSION_ID, STREAM_ID, TERM_LENGTH, Faults, Reader, Rig, is_data, sm_limit
+from tests.transport.udp.agent_rig import MTU, SESSION_ID, STREAM_ID, TERM_LENGTH, Faults, Reader, Rig, sm_limit
 
 WINDOW = min(RECEIVER_WINDOW_MAX_BYTES, TERM_LENGTH // 2)
 

@@ -157,7 +157,8 @@ def test_a_receiver_without_a_counters_file_is_told_its_consumption_by_its_owner
     expected = messages(40)
     got = []
     image = None
-    assembler = FragmentAssembler(lambda buffer, offset, length, header: got.append(bytes(buffer[offset:offset + length])))
+    assembler = FragmentAssembler(
+        lambda buffer, offset, length, header: got.append(bytes(buffer[offset:offset + length])))
     try:
         for _ in range(20_000):
             clock.advance(50e-6)
@@ -213,7 +214,8 @@ def test_a_channel_that_contradicts_its_log_is_a_channel_error(tmp_path):
     log_buffer = LogBuffer.create(tmp_path / "pub.logbuffer", LogBufferParams(term_length=TERM_LENGTH, mtu_length=1408))
     agent = SenderAgent(None)
     try:
-        for channel in (UdpChannel(endpoint=Address("127.0.0.1", 9), mtu=4096), UdpChannel(control=Address("127.0.0.1", 9))):
+        for channel in (UdpChannel(endpoint=Address("127.0.0.1", 9), mtu=4096),
+                        UdpChannel(control=Address("127.0.0.1", 9))):
             try:
                 agent.add_publication(log_buffer.path, channel)
             except ChannelError as error:
@@ -245,7 +247,8 @@ def test_images_of_a_subscription_go_to_its_image_log_and_a_restarted_senders_im
 
     def stream(payloads: list[bytes]) -> list[bytes]:
         got = []
-        assembler = FragmentAssembler(lambda buffer, offset, length, header: got.append(bytes(buffer[offset:offset + length])))
+        assembler = FragmentAssembler(
+        lambda buffer, offset, length, header: got.append(bytes(buffer[offset:offset + length])))
         written = 0
         for _ in range(20_000):
             clock.advance(50e-6)
