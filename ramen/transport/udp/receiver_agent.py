@@ -64,6 +64,9 @@ _DATA_SESSION_STREAM_OFFSET = 12
 _CONTROL_SESSION_STREAM_OFFSET = 8
 """sessionId and streamId of an SM or NAK (@8, @12): whose reply it is."""
 _SESSION_STREAM = struct.Struct("<ii")
+_PENDING_REPLIES_MAX = 1024
+"""Replies waiting for a socket that says EAGAIN, at most: past it the oldest go (SMs and NAKs are
+sent again by the protocol's own timers), so a socket refusing for long does not grow memory."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,7 @@ class _ReceiveEndpoint:
     images: dict[tuple[int, int], _AgentImage] = field(default_factory=dict)
     sources: dict[tuple[int, int], tuple] = field(default_factory=dict)
     """(session, stream) -> the address its datagrams last came from: where replies go."""
-    pending: deque = field(default_factory=deque)
+    pending: deque = field(default_factory=lambda: deque(maxlen=_PENDING_REPLIES_MAX))
     """(datagram, address) the kernel refused with EAGAIN: sent first next cycle."""
     image_logs: dict[int, Path] = field(default_factory=dict)
     """stream id -> where its images go (add_subscription's image_log)."""
