@@ -79,3 +79,9 @@ then anyway, its heartbeat older than the subscriber liveness timeout, 5 s)."""
 
 IMAGE_READER_SCAN_NS = 10_000_000
 """How often a receiver looks in the counters file for new readers of its images."""
+
+UNREAD_IMAGE_HOLD_NS = 5_000_000_000
+"""An image with no live reader holds its sender this long (a reader starting up has that long to
+join and read from the image's start), then its consumption follows what is rebuilt: nobody reads,
+so nothing holds the sender, whose own writer then drops rather than waits (the subscriber
+liveness timeout, SUBSCRIBER_LIVENESS_TIMEOUT_S)."""

@@ -51,7 +51,7 @@ from ramen.transport.position import index_by_term_count, int32
 from ramen.transport.udp import sockets
 from ramen.transport.udp.agent_counters import CounterGroup, InMemoryCounter, stream_key
 from ramen.transport.udp.channel import Address, ChannelError, UdpChannel
-from ramen.transport.udp.defaults import IMAGE_READER_GRACE_NS, RECEIVER_MAX_DATAGRAMS_PER_WORK
+from ramen.transport.udp.defaults import IMAGE_READER_GRACE_NS, RECEIVER_MAX_DATAGRAMS_PER_WORK, UNREAD_IMAGE_HOLD_NS
 from ramen.transport.udp.receiver import NetworkReceiver, ReceiverImage
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,8 @@ class _AgentImage:
     ended_ns: int | None = None
     tail_position: int = -1
     """The rebuilt position last published as the log's tail (_publish_tail)."""
+    unread_since_ns: int | None = None
+    """Since when the image has had no live reader (None: it has one)."""
 
 
 @dataclass(eq=False)
@@ -238,7 +240,7 @@ class ReceiverAgent:
             receiver = endpoint.receiver
             if self.counters is not None:
                 for image in endpoint.images.values():
-                    self._read_consumption(receiver, image)
+                    self._read_consumption(receiver, image, now)
             replies = receiver.do_work(now)
             work += len(replies)
             self._reply(endpoint, replies)
@@ -355,14 +357,23 @@ class ReceiverAgent:
         if self.on_image_ended is not None:
             self.on_image_ended(image.info)
 
-    def _read_consumption(self, receiver: NetworkReceiver, image: _AgentImage) -> None:
+    def _read_consumption(self, receiver: NetworkReceiver, image: _AgentImage, now: int) -> None:
         """The slowest live reader's position is the image's consumption (never back, never past
-        what was rebuilt: a reader that joined late behind it does not move the window back)."""
+        what was rebuilt: a reader that joined late behind it does not move the window back).
+        Without a live reader for UNREAD_IMAGE_HOLD_NS, what is rebuilt counts as consumed: a
+        stream nobody reads (its reader died, or never started) never holds its sender, as a
+        local log's writer is never held by readers that are not there."""
         readers = image.readers
         readers.update()
-        if not readers.connected:
-            return
         rebuilder = image.image.rebuilder
+        if not readers.connected:
+            if image.unread_since_ns is None:
+                image.unread_since_ns = now
+            elif now - image.unread_since_ns >= UNREAD_IMAGE_HOLD_NS \
+                    and rebuilder.rebuilt_position > rebuilder.consumer_position:
+                rebuilder.consumed_to(rebuilder.rebuilt_position)
+            return
+        image.unread_since_ns = None
         position = min(readers.limit - (rebuilder.term_length >> 1), rebuilder.rebuilt_position)
         if position > rebuilder.consumer_position:
             rebuilder.consumed_to(position)

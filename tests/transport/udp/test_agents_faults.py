@@ -13,7 +13,9 @@ from ramen.transport.frame import EOS_FLAG, HDR_TYPE_DATA
 from ramen.transport.udp import protocol
 from ramen.transport.udp.channel import Address, UdpChannel
 from ramen.transport.udp.defaults import (IMAGE_LIVENESS_TIMEOUT_NS, PUBLICATION_CONNECTION_TIMEOUT_NS,
-                                          PUBLICATION_LINGER_NS, RECEIVER_WINDOW_MAX_BYTES, SETUP_RETRY_NS)
+                                          PUBLICATION_LINGER_NS, RECEIVER_WINDOW_MAX_BYTES, SETUP_RETRY_NS,
+                                          UNREAD_IMAGE_HOLD_NS)
+from ramen.transport.udp.receiver_agent import ReceiverAgent
 from ramen.transport.udp.protocol import (DataFrame, SetupFrame, StatusMessage, WireError, data_frame, frames_of)
 from ramen.transport.udp.sender_agent import SenderAgent
 from tests.transport.udp.agent_rig import MTU, SESSION_ID, STREAM_ID, TERM_LENGTH, Faults, Reader, Rig, sm_limit
@@ -85,6 +87,35 @@ def test_a_slow_reader_holds_the_sender_within_a_window_of_the_last_sm_and_back_
         assert max(ends) > -MTU  # the sender did go up to its limit: the check above had teeth
         assert rig.offer_results.count(BACK_PRESSURED) > 0
         assert rig.counter("snd-bpe") > 0
+    finally:
+        rig.close()
+
+
+class UnreadRig(Rig):
+    """Images nobody reads: their worker is not started, or died."""
+
+    def new_receiver(self) -> ReceiverAgent:
+        self.images_seen = []
+        return ReceiverAgent(self.images_dir, self.counters, clock=self.clock, receiver_id=77,
+                             on_image=self.images_seen.append)
+
+
+def test_an_image_nobody_reads_holds_its_sender_for_a_while_then_never_holds_it(tmp_path):
+    rig = UnreadRig(tmp_path, seed=6, count=600)  # 600 messages: more than a window and half a term
+    try:
+        rig.run_until(lambda: rig.offer_results and rig.offer_results[-1] == BACK_PRESSURED, 100_000)
+        for _ in range(2000):  # 0.1 s: the sender fills the window nobody reads, the writer its term window
+            rig.tick()
+        held_at = rig.written
+        step_s = 0.5
+        for _ in range(int(UNREAD_IMAGE_HOLD_NS / 1e9 / step_s) - 1):  # just short of the hold
+            rig.clock.advance(step_s)
+            for _ in range(20):
+                rig.tick()
+        assert rig.written == held_at and rig.publication.offer(b"x") == BACK_PRESSURED
+        rig.clock.advance(step_s)
+        rig.run_until(lambda: rig.written == len(rig.expected), 100_000)
+        rig.run_until(lambda: rig.counter("snd-pos") == rig.publication.position, 100_000)
     finally:
         rig.close()
 
