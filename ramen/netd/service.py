@@ -24,6 +24,7 @@ from ramen.netd.contract import NetEndpoint
 from ramen.netd.defaults import CONFSERVER_IDENTITY, DEFAULT_LISTEN
 from ramen.netd.follower import KeyFollower, NetdCounters
 from ramen.transport.counters import CountersFile
+from ramen.transport.errors import TransportError
 from ramen.transport.idle import BackoffIdleStrategy
 from ramen.transport.udp.channel import Address, UdpChannel
 
@@ -60,7 +61,13 @@ def serve(args: argparse.Namespace) -> int:
     except (ConfError, OSError) as e:
         print(f"ramen: netd: cannot reach the confserver: {e}", file=sys.stderr)
         return EXIT_REFUSED
-    counters = CountersFile.open(paths.counters_path())
+    try:
+        paths.ramen_dir().mkdir(parents=True, exist_ok=True)
+        counters = CountersFile.open(paths.counters_path())
+    except (TransportError, OSError) as e:
+        client.close()
+        print(f"ramen: netd: {e}", file=sys.stderr)
+        return EXIT_REFUSED
     receiver = sender = follower = None
     netd_counters = NetdCounters.allocate(counters, args.site)
     try:
@@ -107,10 +114,13 @@ def run(stop: threading.Event, follower: KeyFollower, sender, receiver,
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="ramen netd", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
-    return serve(parser.parse_args(argv))
+    parser.add_argument("--debug", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(logging.DEBUG if args.debug else logging.INFO)
+    return serve(args)
 
 
 if __name__ == "__main__":
