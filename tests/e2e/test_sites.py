@@ -4,7 +4,8 @@ confserver: a live chain across them, through the two netds (issue 23, section 4
 The source runs on the edge only, its totals per 10 s on the core only: the core's worker reads the
 source's output as rebuilt by the core's netd from the edge's netd's UDP stream. Its rows must be
 those of the source's grid, window by window; a netd killed with SIGKILL is restarted by its `ramen
-start`, and the window it was killed in arrives whole."""
+start`, and the window it was killed in arrives whole; the receiving netd killed, the chain goes on
+from its new image."""
 
 from __future__ import annotations
 
@@ -142,3 +143,13 @@ def test_a_live_chain_across_two_sites_and_a_netd_killed_on_the_way(two_sites):
     # the new one sent (the core's NAKs of the gap are answered from the edge's log).
     wait_for(lambda: kill_window_us in windows_right(core, kill_window_us - 1) or None,
              "the window of the kill, whole, on the core", timeout_s=STARTUP_S)
+
+    # The core's netd killed: the edge's stream to it is lost until the new one rebuilds it anew, at
+    # the same path; the core's worker reads the new image (it used to wait on the old file for
+    # ever), and a window that begins after the new netd came is whole and right.
+    (killed,) = core.netd_pids()
+    os.kill(killed, signal.SIGKILL)
+    wait_for(lambda: [p for p in core.netd_pids() if p != killed], "the core's netd restarted", timeout_s=STARTUP_S)
+    back_us = time.time_ns() // 1000
+    wait_for(lambda: windows_right(core, back_us) or None, "a window after the core's netd came back, whole",
+             timeout_s=STARTUP_S)
