@@ -408,6 +408,24 @@ class Counter:
         self.file.free(self.id)
 
 
+class InMemoryCounter:
+    """A counter's stand-in without a counters file, or after it was freed: the same get, set and add."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: int = 0) -> None:
+        self.value = value
+
+    def get(self) -> int:
+        return self.value
+
+    def set(self, value: int) -> None:
+        self.value = value
+
+    def add(self, delta: int = 1) -> None:
+        self.value += delta
+
+
 def _initialise(fd: int, capacity: int) -> None:
     length = compute_file_length(capacity)
     os.ftruncate(fd, length)

@@ -10,7 +10,7 @@ works, and its tests read the same names, either way.
 from __future__ import annotations
 
 from ramen.transport import counters as ctr
-from ramen.transport.counters import Counter, CountersFile
+from ramen.transport.counters import Counter, CountersFile, InMemoryCounter
 
 TYPE_IDS: dict[str, int] = {
     "snd-pos": ctr.SENDER_POSITION_TYPE_ID, "snd-lmt": ctr.SENDER_LIMIT_TYPE_ID, "snd-bpe": ctr.SENDER_BPE_TYPE_ID,
@@ -18,24 +18,6 @@ TYPE_IDS: dict[str, int] = {
     **ctr.NETWORK_COUNTER_TYPE_IDS,
 }
 """Every name a group may have, with its type id."""
-
-
-class InMemoryCounter:
-    """A counter's stand-in without a counters file, or after the group was freed."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: int = 0) -> None:
-        self.value = value
-
-    def get(self) -> int:
-        return self.value
-
-    def set(self, value: int) -> None:
-        self.value = value
-
-    def add(self, delta: int = 1) -> None:
-        self.value += delta
 
 
 class CounterGroup:
@@ -88,4 +70,4 @@ def stream_key(correlation_id: int, session_id: int, stream_id: int) -> bytes:
     return ctr.STREAM_KEY.pack(correlation_id, session_id, stream_id, 0)
 
 
-__all__ = ["CounterGroup", "InMemoryCounter", "TYPE_IDS", "stream_key"]
+__all__ = ["CounterGroup", "TYPE_IDS", "stream_key"]

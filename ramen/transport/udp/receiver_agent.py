@@ -43,13 +43,13 @@ from pathlib import Path
 from typing import Callable
 
 from ramen.clocks import SYSTEM_CLOCK, Clock
-from ramen.transport.counters import CountersFile
+from ramen.transport.counters import CountersFile, InMemoryCounter
 from ramen.transport.defaults import SUBSCRIBER_LIVENESS_TIMEOUT_S
 from ramen.transport.flow_control import FlowControl
 from ramen.transport.logbuffer import pack_tail
 from ramen.transport.position import index_by_term_count, int32
 from ramen.transport.udp import sockets
-from ramen.transport.udp.agent_counters import CounterGroup, InMemoryCounter, stream_key
+from ramen.transport.udp.agent_counters import CounterGroup, stream_key
 from ramen.transport.udp.channel import Address, ChannelError, UdpChannel
 from ramen.transport.udp.defaults import IMAGE_READER_GRACE_NS, RECEIVER_MAX_DATAGRAMS_PER_WORK, UNREAD_IMAGE_HOLD_NS
 from ramen.transport.udp.receiver import NetworkReceiver, ReceiverImage
