@@ -50,7 +50,7 @@ def request_along(path: list[str]) -> dict:
     """A replay of path[-1] answered from path[0]'s archive, through the rest of the path."""
     plan = ReplayPlan(path[-1], 0, 1, (path[0],), tuple(sorted(zip(path, path[1:]))), tuple(sorted(path)))
     return ReplayRequest(plan.target, plan.since_us, plan.until_us, plan, "/nowhere", created_us=0,
-                         timeout_s=300.0, no_merge=False).to_value()
+                         timeout_s=300.0, no_merge=False, site=SITE).to_value()
 
 
 def main() -> int:

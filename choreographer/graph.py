@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from ramen.program import Program
+from ramen.worker_keys import WorkerSpec
 
 log = logging.getLogger(__name__)
 
@@ -74,20 +75,10 @@ def compute_usage(graph: nx.DiGraph, replays: Mapping[int, Iterable[str]],
 
 
 def worker_value(graph: nx.DiGraph, name: str, usage: Usage, program_versions: Mapping[str, str]) -> dict:
-    """What the choreographer writes at a worker key: all a supervisor needs to run it, and only
-    what changes when the worker must change (no timestamps), so unchanged means unwritten."""
+    """What the choreographer writes at a worker key (ramen.worker_keys.WorkerSpec), as written."""
     function = graph.nodes[name]["function"]
-    return {
-        "program": function.program,
-        "function": function.name,
-        "is_used": usage.is_used,
-        "live": usage.live,
-        "replays": sorted(usage.replays),
-        "lazy": function.lazy,
-        "kind": function.kind,
-        "archived": function.archived,
-        "parents": sorted(graph.predecessors(name)),
-        "children": sorted(graph.successors(name)),
-        "signature": function.signature,
-        "program_version": program_versions[function.program],
-    }
+    return WorkerSpec(program=function.program, function=function.name, is_used=usage.is_used, live=usage.live,
+                      replays=tuple(sorted(usage.replays)), lazy=function.lazy, kind=function.kind,
+                      archived=function.archived, parents=tuple(sorted(graph.predecessors(name))),
+                      children=tuple(sorted(graph.successors(name))), signature=function.signature,
+                      program_version=program_versions[function.program]).to_value()

@@ -16,6 +16,7 @@ Run it with `ramen choreographer` (or `python -m choreographer.service`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import queue
 import signal
@@ -26,12 +27,17 @@ import networkx as nx
 
 import confserver
 from choreographer.counters import ChoreographerCounters
+from choreographer import sites
 from choreographer.graph import Usage, build_graph, compute_usage, worker_value
 from confserver import ConfClient, EventKind
 from ramen import keyspace, liveness, paths
 from ramen.cli import argtypes
+from ramen.netd.contract import NetEndpoint
 from ramen.program import Program, ProgramError
-from ramen.replay.contract import ContractError, ReplayRequest
+from ramen.key_value import ContractError
+from ramen.replay.contract import ReplayRequest
+from ramen.tails import TailRequest
+from ramen.worker_keys import WorkerSpec
 from ramen.transport.errors import TransportError
 
 log = logging.getLogger(__name__)
@@ -42,6 +48,8 @@ LOCK_TIMEOUT_S = 10.0
 #: How long the service waits for an event before looking again (it also stops within this).
 POLL_INTERVAL_S = 0.5
 PROGRAMS, REPLAYS, TAILS = keyspace.PROGRAMS, keyspace.REPLAYS, keyspace.TAILS
+ENDPOINTS = "endpoints"
+"""The queue's tag of the netd endpoint keys' events."""
 
 
 class Choreographer:
@@ -53,18 +61,24 @@ class Choreographer:
         self.programs: dict[str, Program] = {}
         self.replays: dict[int, ReplayRequest | None] = {}
         """None: a request that does not read (the supervisor fails it); it marks nothing."""
-        self.tails: dict[str, dict] = {}
+        self.tails: dict[str, TailRequest | None] = {}
+        """None: a tail key that does not follow its contract (it marks nothing)."""
         self.workers: dict[str, dict] = {}  # worker key -> value, as last written or read
         self.graph = nx.DiGraph()
         self.counters = ChoreographerCounters() if counters is None else counters
         self.events: queue.SimpleQueue = queue.SimpleQueue()
         self._needs_recompute = True
-        self._unsynced = {PROGRAMS, REPLAYS, TAILS}
+        self._unsynced = {PROGRAMS, REPLAYS, TAILS, ENDPOINTS}
         """Watches whose existing keys have not all come yet: until they have, the programs and
         replays known here are a part of what is there, and a recompute would delete the worker
         keys of the rest (a restarted choreographer stopped every running worker for a moment)."""
+        self.endpoints: dict[str, str] = {}
+        """Each site's netd endpoint channel (sites/<site>/net/endpoint), where this site sends
+        the streams its children there read (choreographer/sites.py)."""
         self._watches = [client.watch(prefix, lambda event, p=prefix: self.events.put((p, event)))
                          for prefix in (PROGRAMS, REPLAYS, TAILS)]
+        self._watches.append(client.watch(keyspace.net_endpoint_key("*"),
+                                          lambda event: self.events.put((ENDPOINTS, event))))
 
     # -- duty cycle ----------------------------------------------------------------------------
 
@@ -95,6 +109,9 @@ class Choreographer:
         return count
 
     def _on_event(self, prefix: str, event, new_replays: list[int]) -> None:
+        if prefix == ENDPOINTS:
+            self._on_endpoint(event)
+            return
         name = event.key[len(prefix) + 1:]
         if "/" in name or not name:
             return  # not one of ours (e.g. programs/x/y)
@@ -133,14 +150,32 @@ class Choreographer:
             if deleted:
                 self.tails.pop(name, None)
             else:
-                self.tails[name] = event.entry.value if isinstance(event.entry.value, dict) else {}
+                try:
+                    self.tails[name] = TailRequest.from_value(event.entry.value, event.key)
+                except ContractError as e:
+                    log.error("%s", e)
+                    self.tails[name] = None
+
+    def _on_endpoint(self, event) -> None:
+        site = event.key.split("/")[1]
+        channel = None
+        if event.kind is not EventKind.DELETED:
+            try:
+                channel = NetEndpoint.from_value(event.entry.value, event.key).channel
+            except ContractError as e:
+                log.error("%s; no stream is sent to site %s", e, site)
+        if self.endpoints.get(site) != channel:
+            self._needs_recompute = True
+            if channel is None:
+                self.endpoints.pop(site, None)
+            else:
+                self.endpoints[site] = channel
 
     # -- decisions -----------------------------------------------------------------------------
 
-    @staticmethod
-    def replay_functions(replay: ReplayRequest | None) -> tuple[str, ...]:
-        """The functions a replay needs: those on its plan's paths."""
-        return replay.plan.functions if replay is not None else ()
+    def replay_functions(self, replay: ReplayRequest | None) -> tuple[str, ...]:
+        """The functions a replay this site serves needs: those on its plan's paths."""
+        return replay.plan.functions if replay is not None and replay.site == self.site else ()
 
     def recompute(self) -> None:
         self._needs_recompute = False
@@ -148,13 +183,17 @@ class Choreographer:
         self.graph = build_graph(self.programs.values())
         usage = compute_usage(self.graph,
                               {ch: self.replay_functions(r) for ch, r in self.replays.items()},
-                              [t.get("target") for t in self.tails.values()])
+                              [t.target for t in self.tails.values() if t is not None and t.site == self.site])
         versions = {name: program.version for name, program in self.programs.items()}
         desired = {keyspace.worker_key(self.site, name): worker_value(self.graph, name, u, versions)
-                   for name, u in usage.items()}
+                   for name, u in usage.items() if sites.runs_on(self.graph, name, self.site)}
         existing = {e.key: e.value for e in self.client.glob(keyspace.worker_pattern(self.site))}
         self._write(desired, existing)
         self.workers = desired
+        net = sites.net_keys(self.graph, usage, self.site, self.endpoints)
+        existing_net = {e.key: e.value for e in self.client.glob(f"{keyspace.SITES}/{self.site}/net/*/**")
+                        if sites.owned(e.key, self.site)}
+        self._write(net, existing_net)
 
     def fast_path(self, channels: list[int]) -> None:
         """Mark each new replay's functions used at once, adding the replay to their lists."""
@@ -166,10 +205,11 @@ class Choreographer:
                 value = desired.get(key) or self.workers.get(key)
                 if value is None:
                     continue  # not a function we know: the next recompute will say
-                if channel not in value["replays"]:
-                    replays = sorted({*value["replays"], channel})
-                    desired[key] = dict(value, replays=replays,
-                                        is_used=Usage(value["live"], frozenset(replays)).is_used)
+                spec = WorkerSpec.from_value(value, key)
+                if channel not in spec.replays:
+                    replays = frozenset((*spec.replays, channel))
+                    desired[key] = dataclasses.replace(spec, replays=tuple(sorted(replays)),
+                                                       is_used=Usage(spec.live, replays).is_used).to_value()
         if desired:
             self._write(desired, dict(self.workers), delete_missing=False)
             self.workers.update(desired)
@@ -186,7 +226,7 @@ class Choreographer:
             for key in removed:
                 self.client.discard(key)
                 self.counters.deletes += 1
-        log.info("%d worker keys written, %d deleted", len(changed), len(removed))
+        log.info("%d keys written, %d deleted", len(changed), len(removed))
 
     def close(self) -> None:
         for watch in self._watches:

@@ -2,7 +2,7 @@
 
     programs/<prog>                                   a loaded program (Program.to_dict())
     replays/<channel>                                 a replay request (channel: a sequence number)
-    tails/<id>                                        a live tail of a function's output
+    tails/<id>                                        a live tail of a function's output (ramen.tails.TailRequest)
     sites/<site>/workers/<prog>/<func>/worker         what the choreographer wants of that worker
     sites/<site>/workers/<prog>/<func>/instance       the running process (ephemeral, the supervisor's)
     sites/<site>/workers/<prog>/<func>/stats          tuples in/out, late, CPU, memory (the worker's)
@@ -15,13 +15,16 @@
     sites/<site>/spares/<id>                           the function a spare worker is to run (supervisor)
     sites/<site>/supervisor/stats                      the supervisor's counters, and its spare processes
     sites/<site>/supervisor/alive                      the running supervisor (ephemeral: ramen.liveness.SupervisorAlive)
+    sites/<site>/net/endpoint                          where the site's netd receives streams (ephemeral, netd's)
+    sites/<site>/net/sends/<name>                      a local log netd is to send over UDP
+    sites/<site>/net/receives/<name>                   a stream netd is to receive, and where its image goes
     sequences/replay_channel                          hands out replay channels (never 0: 0 is live)
     spark/server                                      the deployment's Spark Connect endpoint (ramen start)
     spark/wanted                                      a program needs Spark: start the local one (ramen run)
     dashboards/<name>                                 a dashboard of ramen's page (ramen.httpd.dashboards.Dashboard)
 
 The values of a replay's keys (replays/<channel>, …/replays/<channel>, replayers/<id> and its stats)
-are defined in ramen/replay/contract.py.
+are defined in ramen/replay/contract.py; those of net/... in ramen/netd/contract.py.
 """
 
 from __future__ import annotations
@@ -115,6 +118,18 @@ def supervisor_alive_key(site: str) -> str:
 
 def spare_key(site: str, spare_id: int) -> str:
     return f"{SITES}/{site}/spares/{spare_id}"
+
+
+def net_endpoint_key(site: str) -> str:
+    return f"{SITES}/{site}/net/endpoint"
+
+
+def net_sends_prefix(site: str) -> str:
+    return f"{SITES}/{site}/net/sends"
+
+
+def net_receives_prefix(site: str) -> str:
+    return f"{SITES}/{site}/net/receives"
 
 
 def replay_channel_of(key: str) -> int | None:

@@ -16,8 +16,11 @@ import logging
 import os
 import struct
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
+
+from ramen.key_value import KeyValue
 
 log = logging.getLogger(__name__)
 
@@ -89,18 +92,12 @@ class HeartbeatFile:
 
 
 @dataclass(frozen=True)
-class SupervisorAlive:
+class SupervisorAlive(KeyValue):
     """The value of the ephemeral `sites/<site>/supervisor/alive` key: the supervisor of the site
     runs (its session lives). Written by the supervisor as it starts, gone when it stops or its
     session expires; a replay client that sees none for a while tells its user at once rather
     than wait out its timeout for replayers nobody will start."""
 
+    KEY: ClassVar[str] = "sites/<site>/supervisor/alive"
     pid: int
     started_us: int
-
-    def to_value(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_value(cls, value: dict) -> SupervisorAlive:
-        return cls(pid=int(value["pid"]), started_us=int(value["started_us"]))

@@ -79,11 +79,28 @@ def output_log(site: str, qualified_name: str) -> Path:
     return site_dir(site) / "logs" / f"{qualified_name}{LOG_SUFFIX}"
 
 
+def received_log(site: str, qualified_name: str) -> Path:
+    """Another site's function's live output, rebuilt on this host by netd (a NetReceive's log). Apart
+    from the output logs, whose writers are this site's workers (a supervisor adopts those)."""
+    return site_dir(site) / "received" / f"{qualified_name}{LOG_SUFFIX}"
+
+
+def parent_log(site: str, qualified_name: str, parent_site: str | None) -> Path:
+    """Where a worker of `site` reads the live output of a parent placed on `parent_site` (None: it
+    runs on every site, this one too)."""
+    return output_log(site, qualified_name) if parent_site in (None, site) else received_log(site, qualified_name)
+
+
 def output_logs(site: str) -> dict[str, Path]:
     """The live output logs on this host, by qualified function name (replay outputs left out)."""
     logs = site_dir(site) / "logs"
     return {f"{path.parent.name}/{path.name.removesuffix(LOG_SUFFIX)}": path
             for path in sorted(logs.glob(f"*/*{LOG_SUFFIX}")) if not path.name.endswith(REPLAY_LOG_SUFFIX)}
+
+
+def net_dir(site: str) -> Path:
+    """Where netd rebuilds received streams that no NetReceive placed (a sender nobody asked for)."""
+    return site_dir(site) / "net"
 
 
 def supervisor_lock(site: str) -> Path:

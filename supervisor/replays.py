@@ -134,6 +134,8 @@ class ReplaySupervision:
             spec, problem = ReplayRequest.from_value(value, keyspace.replay_key(channel)), None
         except ContractError as e:
             spec, problem = None, str(e)
+        if spec is not None and spec.site != self.site:
+            return  # another site's supervisor serves it
         request = self.requests.get(channel)
         if request is not None:
             request.spec = spec or request.spec

@@ -23,6 +23,7 @@ from confserver import ConfClient
 from ramen import keyspace, paths
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.transport.writer_lock import writer_pids
+from ramen.worker_keys import ContractError, WorkerInstance, WorkerRun, WorkerRuns, WorkerSpec, WorkerStats
 from supervisor import defaults
 from supervisor.counters import SupervisorCounters
 from supervisor.processes import Child, adopt, spawn
@@ -51,7 +52,7 @@ class RestartPolicy:
 @dataclass
 class WorkerState:
     name: str
-    wanted: dict | None = None
+    wanted: WorkerSpec | None = None
     """The worker key's value, None once deleted."""
     child: Child | None = None
     signature: str | None = None
@@ -72,16 +73,16 @@ class WorkerState:
 
     @property
     def should_run(self) -> bool:
-        return bool(self.wanted and self.wanted.get("is_used"))
+        return self.wanted is not None and self.wanted.is_used
 
     @property
     def wanted_signature(self) -> str | None:
-        return self.wanted.get("signature") if self.wanted else None
+        return self.wanted.signature if self.wanted is not None else None
 
 
-def run_record(child: Child) -> dict:
-    return {"pid": child.pid, "started_us": child.started_us, "ended_us": child.ended_us,
-            "exit_status": child.returncode, "run_time_s": round(child.run_time_s, 3)}
+def run_record(child: Child) -> WorkerRun:
+    return WorkerRun(pid=child.pid, started_us=child.started_us, ended_us=child.ended_us,
+                     exit_status=child.returncode, run_time_s=round(child.run_time_s, 3))
 
 
 class WorkerSupervision:
@@ -115,7 +116,11 @@ class WorkerSupervision:
 
     def on_worker_key(self, name: str, value: dict | None) -> None:
         state = self.workers.setdefault(name, WorkerState(name))
-        state.wanted = value if isinstance(value, dict) else None
+        try:
+            state.wanted = None if value is None else WorkerSpec.from_value(value, keyspace.worker_key(self.site, name))
+        except ContractError as e:
+            log.error("%s; the worker does not run", e)
+            state.wanted = None
 
     def adopt(self) -> None:
         """Take over the worker processes an earlier supervisor of this site left running.
@@ -127,21 +132,20 @@ class WorkerSupervision:
         young to have opened its log. What a process runs (its signature) comes from its instance
         key if that is still there, else from the stats it writes; a worker of unknown signature
         is restarted. Instance keys of processes that are gone are deleted."""
-        instances = {keyspace.qualified_name_of(e.key): e.value if isinstance(e.value, dict) else {}
+        instances = {keyspace.qualified_name_of(e.key): _instance(e)
                      for e in self.client.glob(keyspace.function_key(self.site, "*/*", "instance"))}
         writers = self._writers(paths.output_logs(self.site))
-        for name, value in instances.items():
+        for name, instance in instances.items():
             self.client.discard(keyspace.function_key(self.site, name, "instance"))
-            if name in writers:
+            if name in writers or instance is None:
                 continue
-            spare_id = value.get("spare")
-            child = adopt(f"worker {name}", int(value.get("pid") or 0), int(value.get("started_us") or 0),
-                          expect_args=("--function", name) if spare_id is None else ("--spare", str(spare_id)),
+            child = adopt(f"worker {name}", instance.pid, instance.started_us,
+                          expect_args=("--function", name) if instance.spare is None else ("--spare", str(instance.spare)),
                           clock=self.clock)
             if child is None:
-                log.info("worker %s: instance of pid %s is gone; key deleted", name, value.get("pid"))
+                log.info("worker %s: instance of pid %s is gone; key deleted", name, instance.pid)
             else:
-                self._adopted(name, child, value)
+                self._adopted(name, child, instance)
         for name, pid in sorted(writers.items()):
             self._adopt_writer(name, pid, instances.get(name))
 
@@ -151,23 +155,28 @@ class WorkerSupervision:
         return {name: pids[path] for name, path in logs.items() if path in pids}
 
     def _signature_in_stats(self, name: str, pid: int) -> str | None:
-        entry = self.client.get_or_none(keyspace.function_key(self.site, name, "stats"))
-        stats = entry.value if entry is not None and isinstance(entry.value, dict) else {}
-        return stats.get("signature") if stats.get("pid") == pid else None
+        key = keyspace.function_key(self.site, name, "stats")
+        entry = self.client.get_or_none(key)
+        try:
+            stats = WorkerStats.from_value(entry.value, key) if entry is not None else None
+        except ContractError as e:
+            log.warning("%s", e)
+            return None
+        return stats.signature if stats is not None and stats.pid == pid else None
 
-    def _adopt_writer(self, name: str, pid: int, instance: dict | None = None) -> None:
+    def _adopt_writer(self, name: str, pid: int, instance: WorkerInstance | None = None) -> None:
         """Adopt the process that writes the function's log (no need to check its command line:
         the lock says what it is); what it runs, from its instance key if that names it, else
         from its stats."""
-        if instance is None or instance.get("pid") != pid:
-            instance = {"pid": pid, "signature": self._signature_in_stats(name, pid)}
-        child = adopt(f"worker {name}", pid, int(instance.get("started_us") or 0), clock=self.clock)
+        if instance is None or instance.pid != pid:
+            instance = WorkerInstance(pid=pid, started_us=0, signature=self._signature_in_stats(name, pid))
+        child = adopt(f"worker {name}", pid, instance.started_us, clock=self.clock)
         if child is not None:  # else it ended just now
             self._adopted(name, child, instance)
 
-    def _adopted(self, name: str, child: Child, value: dict) -> None:
+    def _adopted(self, name: str, child: Child, instance: WorkerInstance) -> None:
         state = self.workers.setdefault(name, WorkerState(name))
-        state.child, state.signature, state.spare_id = child, value.get("signature"), value.get("spare")
+        state.child, state.signature, state.spare_id = child, instance.signature, instance.spare
         state.started_at = self.clock.seconds()
         if state.signature is None:
             log.warning("worker %s: adopted pid %d runs an unknown signature: it will be restarted", name, child.pid)
@@ -267,9 +276,8 @@ class WorkerSupervision:
 
     def _write_instance(self, state: WorkerState) -> None:
         key = keyspace.function_key(self.site, state.name, "instance")
-        value = {"pid": state.child.pid, "started_us": state.child.started_us, "signature": state.signature}
-        if state.spare_id is not None:
-            value["spare"] = state.spare_id
+        value = WorkerInstance(pid=state.child.pid, started_us=state.child.started_us, signature=state.signature,
+                               spare=state.spare_id).to_value()
         try:
             self.client.create(key, value, ephemeral=True)
         except confserver.KeyExists:  # left by an earlier session: make it ours, so it goes with us
@@ -317,22 +325,21 @@ class WorkerSupervision:
                     child.describe_exit(), child.run_time_s, delay)
         return None
 
-    def _record_run(self, name: str, signature: str | None, child: Child, run: dict,
+    def _record_run(self, name: str, signature: str | None, child: Child, run: WorkerRun,
                     quarantined_until_us: int | None) -> None:
-        """Append the run to `…/instances/<signature>` (the last MAX_DEFUNCT_RUNS) and set the
-        stats key's last_exit, keeping what the worker wrote there."""
+        """Append the run to `…/instances/<signature>` (the last MAX_DEFUNCT_RUNS; `ramen ps` shows
+        the latest run's end), with the end of its quarantine if one started."""
         key = keyspace.function_key(self.site, name, f"instances/{signature or 'unknown'}")
         try:
             entry = self.client.get_or_none(key)
-            value = dict(entry.value) if entry is not None and isinstance(entry.value, dict) else {}
-            value["runs"] = [*value.get("runs", []), run][-defaults.MAX_DEFUNCT_RUNS:]
-            if quarantined_until_us is not None:
-                value["quarantined_until_us"] = quarantined_until_us
-            self.client.set(key, value)
-            stats_key = keyspace.function_key(self.site, name, "stats")
-            entry = self.client.get_or_none(stats_key)
-            stats = dict(entry.value) if entry is not None and isinstance(entry.value, dict) else {}
-            self.client.set(stats_key, dict(stats, last_exit=run))
+            try:
+                runs = WorkerRuns.from_value(entry.value, key) if entry is not None else WorkerRuns()
+            except ContractError as e:
+                log.warning("%s; its runs start over", e)
+                runs = WorkerRuns()
+            runs = WorkerRuns((*runs.runs, run)[-defaults.MAX_DEFUNCT_RUNS:],
+                              runs.quarantined_until_us if quarantined_until_us is None else quarantined_until_us)
+            self.client.set(key, runs.to_value())
         except confserver.ConfError as e:
             log.error("worker %s: cannot record its run of pid %d: %s", name, child.pid, e)
 
@@ -387,3 +394,11 @@ class WorkerSupervision:
         if spare is not None and spare.poll():
             spare.drop_unused_log()
 
+
+def _instance(entry) -> WorkerInstance | None:
+    """The instance key's value; None (logged) if it does not follow its contract."""
+    try:
+        return WorkerInstance.from_value(entry.value, entry.key)
+    except ContractError as e:
+        log.warning("%s; the process it named is not adopted", e)
+        return None

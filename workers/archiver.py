@@ -48,6 +48,7 @@ from ramen.transport.errors import TransportError
 from ramen.transport.idle import BackoffIdleStrategy
 from ramen.transport.logbuffer import END_OF_STREAM_UNSET, LogBuffer, LogBufferError
 from ramen.transport.service_counters import Count, ServiceCounters
+from ramen.worker_keys import ContractError, WorkerSpec
 
 log = logging.getLogger(__name__)
 
@@ -167,8 +168,13 @@ class FunctionFollower:
                 continue
             work += 1
             name = keyspace.qualified_name_of(event.key)
-            value = event.entry.value if event.entry is not None and event.kind != EventKind.DELETED else None
-            if isinstance(value, dict) and value.get("archived") and value.get("is_used"):
+            spec = None
+            if event.entry is not None and event.kind != EventKind.DELETED:
+                try:
+                    spec = WorkerSpec.from_value(event.entry.value, event.key)
+                except ContractError as e:
+                    log.warning("%s; not recorded", e)
+            if spec is not None and spec.archived and spec.is_used:
                 self.wanted.add(name)
             else:
                 self.wanted.discard(name)

@@ -33,7 +33,7 @@ from ramen.tuples import end_of_replay, with_channel
 from workers.heavy import Gathered
 from workers.inputs import Inputs
 from workers.outputs import Output, Outputs
-from workers.stats import WorkerStats
+from workers.stats import WorkerCounters
 from workers.summaries import Summariser
 from workers.windows import WindowState
 
@@ -101,7 +101,7 @@ class Channels:
     """The channel states of one worker, and the start and end of its replays."""
 
     def __init__(self, client: ConfClient, site: str, function: Function, parents: dict[str, Function],
-                 source_id: int, inputs: Inputs, outputs: Outputs, stats: WorkerStats) -> None:
+                 source_id: int, inputs: Inputs, outputs: Outputs, stats: WorkerCounters) -> None:
         self.client = client
         self.site = site
         self.function = function

@@ -28,7 +28,7 @@ from workers.compute_thread import ComputeThread
 from workers.defaults import SPARK_HEARTBEAT_S, SPARK_RETRY_S
 from workers.heavy import SparkExecutor
 from workers.inputs import Input
-from workers.stats import WorkerStats
+from workers.stats import WorkerCounters
 from workers.windows import ClosedWindow
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def by_input(batches: Batches, messages: Messages, every_us: int
 
 
 def committed(state: ChannelState, batches: Batches, messages: Messages, event_time: str | None,
-              stats: WorkerStats, *, by_parent: bool = False) -> Iterator[ClosedWindow]:
+              stats: WorkerCounters, *, by_parent: bool = False) -> Iterator[ClosedWindow]:
     """The windows a poll's rows commit, each as soon as it closes (a light call starts while the
     next rows are placed); rows too late for their window are counted once all are placed.
     `by_parent`: each parent's rows stay apart within a window (a Spark function's views)."""
@@ -99,7 +99,7 @@ def heartbeating(job: Callable[[], pa.Table], heartbeat: Callable[[], None],
 class LightDispatch:
     """A python function's calls on the compute thread; results come back through `completed`."""
 
-    def __init__(self, runner: PythonRunner, stats: WorkerStats) -> None:
+    def __init__(self, runner: PythonRunner, stats: WorkerCounters) -> None:
         self.runner = runner
         self.stats = stats
         self.event_time = runner.function.event_time
@@ -154,7 +154,7 @@ class HeavyDispatch:
     in_flight = 0
     full = False
 
-    def __init__(self, executor: SparkExecutor, stats: WorkerStats, emit: Callable[[ChannelState, pa.Table], None],
+    def __init__(self, executor: SparkExecutor, stats: WorkerCounters, emit: Callable[[ChannelState, pa.Table], None],
                  keep_alive: Callable[[], None], *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.executor = executor
         self.stats = stats

@@ -5,21 +5,27 @@ A log that does not exist yet is looked for again later: soon while a replay wai
 replayer creates it within milliseconds), less often for a live parent that may not run for a long
 while. Logs are joined at their producer position when first found: the supervisor writes the
 replay keys before it spawns the replayers, and a replayer (like any publication) writes nothing
-until a reader is connected.
+until a reader is connected. A log replaced at its path (another file: netd rebuilding a remote
+parent's stream anew after a restart, a log recreated) is read anew, from its first frame: the old
+file would never be written again, and its reader would wait for ever.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 from ramen import paths
 from ramen.message import LIVE_CHANNEL
 from ramen.program.model import Function
 from ramen.transport import BlockAssembler, CountersFile, Image, LogBuffer, LogBufferError, Subscription
+from ramen.transport.frame import FRAME_ALIGNMENT
+from ramen.transport.position import index_by_term_count
 from workers.defaults import LOG_WAIT_INTERVAL_S, POLL_BLOCK_LENGTH, REPLAY_LOG_WAIT_INTERVAL_S
 
 log = logging.getLogger(__name__)
@@ -41,6 +47,8 @@ class Input:
     log: LogBuffer | None = None
     image: Image | None = None
     assembler: BlockAssembler | None = None
+    replaced: bool = False
+    """The file it read was replaced: the new one is read from its first frame."""
 
     def channels_of(self, tag: int) -> tuple[int, ...]:
         """The channels whose rows a message tagged `tag` carries here: its own, and those whose
@@ -88,9 +96,13 @@ class Inputs:
         if not found.users:
             del self.found[path]
             if found.image is not None:
-                self._images.pop(id(found.image), None)
-                self.subscription.remove_image(found.image)
-                found.log.close()
+                self._close_image(found)
+
+    def _close_image(self, found: Input) -> None:
+        self._images.pop(id(found.image), None)
+        self.subscription.remove_image(found.image)
+        found.log.close()
+        found.image = found.log = found.assembler = None
 
     def look_now(self) -> None:
         """Look for the missing logs in this duty cycle (a replay's, just named)."""
@@ -106,6 +118,12 @@ class Inputs:
         soon while a replay waits for one."""
         wait_s = LOG_WAIT_INTERVAL_S
         for found in self.found.values():
+            if found.image is not None and _inode(found.path) not in (None, found.log.inode):
+                log.warning("%s: %s was replaced (its writer started anew, or netd rebuilt it): reading the new "
+                            "one from its first frame, at position %d of the old one", self.qualified_name,
+                            found.path, found.image.position)
+                self._close_image(found)
+                found.replaced = True
             if found.image is not None:
                 continue
             try:
@@ -116,7 +134,8 @@ class Inputs:
                 if found.users - {LIVE_CHANNEL}:
                     wait_s = REPLAY_LOG_WAIT_INTERVAL_S
                 continue
-            found.image = Image(found.log, self.counters, name=f"{self.qualified_name} <- {found.path.name}")
+            found.image = Image(found.log, self.counters, name=f"{self.qualified_name} <- {found.path.name}",
+                                join_position=first_frame_position(found.log) if found.replaced else None)
             found.assembler = BlockAssembler()
             self._images[id(found.image)] = found
             self.subscription.add_image(found.image)
@@ -148,3 +167,25 @@ class Inputs:
         for found in self.found.values():
             if found.log is not None:
                 found.log.close()
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
+
+
+def first_frame_position(log_buffer: LogBuffer) -> int:
+    """The position of the oldest frame a log holds, in the term before its active one or in the
+    active one (not past its tail): where a reader starts on a log that replaced the one it read.
+    Before a new stream's first frame the log is zeros (an image joins its stream mid-term), and
+    frames are 32-byte aligned, so the first non-zero aligned word is a frame's length."""
+    tail = log_buffer.producer_position()
+    active = log_buffer.active_term_count
+    for count in range(max(0, active - 1), active + 1):
+        words = np.frombuffer(log_buffer.terms[index_by_term_count(count)], dtype=np.int32)
+        found = np.flatnonzero(words[::FRAME_ALIGNMENT // words.itemsize])
+        if found.size:
+            return min((count << log_buffer.position_bits_to_shift) + int(found[0]) * FRAME_ALIGNMENT, tail)
+    return tail

@@ -10,12 +10,13 @@ from typing import Callable
 from ramen.archive.coverage import last_event_time_us as archived_last_event_time_us
 from ramen.transport import LogBuffer
 from ramen.transport.frame_walk import last_event_time_us
+from ramen.worker_keys import WorkerStats
 
 log = logging.getLogger(__name__)
 
 
 def last_written_us(name: str, live_log: LogBuffer, archive_dir: Path,
-                    last_stats: Callable[[], dict | None]) -> int | None:
+                    last_stats: Callable[[], WorkerStats | None]) -> int | None:
     """The event time a restarted source `name` resumes after: the last row in its live log (the two
     terms behind a log's tail are never cleaned, and a message its writer died writing is padding
     by now, not rows), or in its archive if its log is new (it was removed). Only when neither holds
@@ -31,7 +32,7 @@ def last_written_us(name: str, live_log: LogBuffer, archive_dir: Path,
                  name, last, in_log, in_archive)
         return last
     stats = last_stats()
-    previous = stats.get("live_event_time_us") if isinstance(stats, dict) else None
+    previous = stats.live_event_time_us if stats is not None else None
     if previous is not None:
         log.warning("%s: neither its live log nor its archive holds a row; it resumes after event time %d µs, "
                     "which its last stats name: rows written in the second before they were may come twice",

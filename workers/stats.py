@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import resource
 import time
+import dataclasses
 from dataclasses import dataclass, field
 
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.transport import counters as ctr
 from ramen.transport.counters import Counter, CountersFile
+from ramen.worker_keys import ChannelCounts, WorkerStats
 
 COUNTER_NAMES = ("tuples in", "tuples out", "late", "dropped", "unexpected", "skipped", "spark jobs", "spark ms")
 """dropped: live tuples written while nobody read the (non-archived) live log, as Aeron drops them;
@@ -26,15 +28,12 @@ spark jobs, spark ms: a heavy worker's Spark jobs and the time they took, stagin
 
 @dataclass
 class ChannelStats:
+    """A channel's counts as they grow (the stats key has them as ramen.worker_keys.ChannelCounts)."""
     tuples_in: int = 0
     tuples_out: int = 0
     eor_received: int = 0
     late: int = 0
     dropped: int = 0
-
-    def to_json(self) -> dict:
-        return {"tuples_in": self.tuples_in, "tuples_out": self.tuples_out, "eor_received": self.eor_received,
-                "late": self.late, "dropped": self.dropped}
 
 
 def rss_bytes() -> int:
@@ -46,7 +45,7 @@ def rss_bytes() -> int:
 
 
 @dataclass
-class WorkerStats:
+class WorkerCounters:
     qualified_name: str
     counters: CountersFile | None = None
     clock: Clock = SYSTEM_CLOCK
@@ -87,18 +86,18 @@ class WorkerStats:
             stats = self.channels[channel] = ChannelStats()
         return stats
 
-    def record(self, position_in: int, position_out: int, *, heavy: bool = False) -> dict:
+    def record(self, position_in: int, position_out: int, *, signature: str | None = None,
+               live_event_time_us: int | None = None, heavy: bool = False) -> WorkerStats:
         """The value of the stats key (with Spark's job count and time for a heavy worker)."""
-        record = {"tuples_in": self._local["tuples in"], "tuples_out": self._local["tuples out"],
-                "late": self._local["late"], "dropped": self._local["dropped"],
-                "unexpected": self._local["unexpected"], "skipped": self._local["skipped"],
-                "cpu_s": round(time.process_time(), 3), "rss_bytes": rss_bytes(),
-                "position_in": position_in, "position_out": position_out, "pid": os.getpid(),
-                "updated_us": self.clock.epoch_us(),
-                "channels": {str(c): s.to_json() for c, s in sorted(self.channels.items())}}
-        if heavy:
-            record.update(spark_jobs=self._local["spark jobs"], spark_s=self._local["spark ms"] / 1000)
-        return record
+        local = self._local
+        return WorkerStats(
+            pid=os.getpid(), updated_us=self.clock.epoch_us(), tuples_in=local["tuples in"],
+            tuples_out=local["tuples out"], late=local["late"], dropped=local["dropped"],
+            unexpected=local["unexpected"], skipped=local["skipped"], cpu_s=round(time.process_time(), 3),
+            rss_bytes=rss_bytes(), position_in=position_in, position_out=position_out,
+            channels={c: ChannelCounts(**dataclasses.asdict(s)) for c, s in sorted(self.channels.items())},
+            signature=signature, live_event_time_us=live_event_time_us,
+            spark_jobs=local["spark jobs"] if heavy else None, spark_s=local["spark ms"] / 1000 if heavy else None)
 
     def close(self) -> None:
         for counter in self._counters.values():

@@ -26,7 +26,6 @@ worker key, program or callable: one line on stderr, exit 1.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
 import signal
 import sys
@@ -43,10 +42,11 @@ from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.memory import freeze_startup_objects, retain_freed_memory
 from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, LIVE_CHANNEL, decode_header, event_time_bounds
 from ramen.program.errors import ProgramError
-from ramen.program.model import ENGINE_SPARK, Function, Program, split_qualified
+from ramen.program.model import ENGINE_SPARK, Function, Program, function_id, split_qualified
 from ramen.replay.contract import ContractError, WorkerReplay
 from ramen.transport import BackoffIdleStrategy, CountersFile, TransportError
 from ramen.tuples import decode_tuples, resumed, with_channel
+from ramen.worker_keys import WorkerSpec, WorkerStats
 from workers import spare
 from workers.channels import Channels, ChannelState
 from workers.compute import ComputeError, make_runner
@@ -58,18 +58,13 @@ from workers.inputs import Input, Inputs
 from workers.outputs import Output, Outputs, tuple_messages
 from workers.resume import last_written_us
 from workers.sources import RowSource, SourceError, make_source
-from workers.stats import WorkerStats
+from workers.stats import WorkerCounters
 
 log = logging.getLogger(__name__)
 
 IDENTITY = "worker"
 STOP_FLUSH_TIMEOUT_S = 2.0
 """On SIGTERM, how long the worker tries to write what it already computed before it closes."""
-
-
-def worker_id(qualified_name: str) -> int:
-    """The `source` of the END_OF_REPLAYs this worker forwards: 32 bits of a hash of its name."""
-    return int.from_bytes(hashlib.blake2b(qualified_name.encode(), digest_size=4).digest(), "little")
 
 
 class Worker:
@@ -85,12 +80,13 @@ class Worker:
         self.qualified_name = qualified_name
         self.counters = counters
         self.clock = clock
-        self.id = worker_id(qualified_name)
+        self.id = function_id(qualified_name)
         self.worker_key = keyspace.worker_key(site, qualified_name)
-        self.stats = WorkerStats(qualified_name, clock=clock)
+        self.stats = WorkerCounters(qualified_name, clock=clock)
         self.inputs = Inputs(site, qualified_name, counters)
         self.outputs = Outputs(site, qualified_name, counters, self.id)
-        self.key_value: dict = {}
+        self.spec: WorkerSpec | None = None
+        """The worker key's value (the choreographer's)."""
         self.signature: str | None = None
         """Of the function this process runs (the supervisor restarts it for another)."""
         self.live = False
@@ -112,10 +108,13 @@ class Worker:
         """Read the worker key and the program, open the live output, allocate the counters and
         watch the keys; WorkerError (one line) when the worker cannot run."""
         entry = self.client.get_or_none(self.worker_key)
-        if entry is None or not isinstance(entry.value, dict):
+        if entry is None:
             raise WorkerError(f"no worker key {self.worker_key}")
-        self.key_value = entry.value
-        self.signature = entry.value.get("signature")
+        try:
+            self.spec = WorkerSpec.from_value(entry.value, self.worker_key)
+        except ContractError as e:
+            raise WorkerError(str(e)) from None
+        self.signature = self.spec.signature
         self.program, self.function = self._load_function(self.qualified_name)
         self.parents = {parent: self._parent(parent) for parent in self.function.parents}
         if self.function.engine == ENGINE_SPARK:
@@ -128,8 +127,8 @@ class Worker:
                 raise WorkerError(str(e)) from None
             self.dispatch = LightDispatch(runner, self.stats)
         self.stats.allocate(self.counters)
-        live = bool(self.key_value.get("live", True))
-        live_output = self.outputs.open_live(archived=bool(self.key_value.get("archived", self.function.archived)))
+        live = self.spec.live
+        live_output = self.outputs.open_live(archived=self.spec.archived)
         self.channels = Channels(self.client, self.site, self.function, self.parents, self.id, self.inputs,
                                  self.outputs, self.stats)
         self.channels.open_live(live_output)
@@ -141,9 +140,14 @@ class Worker:
         return self
 
     def _open_source(self, live_output: Output) -> None:
-        def last_stats() -> dict | None:
-            entry = self.client.get_or_none(keyspace.function_key(self.site, self.qualified_name, "stats"))
-            return None if entry is None else entry.value
+        def last_stats() -> WorkerStats | None:
+            key = keyspace.function_key(self.site, self.qualified_name, "stats")
+            entry = self.client.get_or_none(key)
+            try:
+                return None if entry is None else WorkerStats.from_value(entry.value, key)
+            except ContractError as e:
+                log.warning("%s", e)
+                return None
         self.live_event_time_us = last_written_us(self.qualified_name, live_output.log, paths.archive_dir(self.site),
                                                   last_stats)
         resume_us = None if self.live_event_time_us is None else self.live_event_time_us + 1
@@ -189,7 +193,7 @@ class Worker:
     def _set_live(self, live: bool) -> None:
         self.live = live
         for parent, function in self.parents.items():
-            path = paths.output_log(self.site, parent)
+            path = paths.parent_log(self.site, parent, function.site)
             if live:
                 self.inputs.use(path, function, LIVE_CHANNEL)
             else:
@@ -203,9 +207,13 @@ class Worker:
             if event.kind == EventKind.SYNCED:
                 continue
             if event.key == self.worker_key:
-                if event.kind != EventKind.DELETED and isinstance(event.entry.value, dict):
-                    self.key_value = event.entry.value
-                    live = bool(self.key_value.get("live", True))
+                if event.kind != EventKind.DELETED:
+                    try:
+                        self.spec = WorkerSpec.from_value(event.entry.value, self.worker_key)
+                    except ContractError as e:
+                        log.error("%s; ignored", e)
+                        continue
+                    live = self.spec.live
                     if live != self.live:
                         log.info("%s: live %s", self.qualified_name, live)
                         self._set_live(live)
@@ -366,11 +374,10 @@ class Worker:
 
     def write_stats(self) -> None:
         record = self.stats.record(self.inputs.position, self.outputs.live.publication.position,
+                                   signature=self.signature, live_event_time_us=self.live_event_time_us,
                                    heavy=isinstance(self.dispatch, HeavyDispatch))
-        record["live_event_time_us"] = self.live_event_time_us
-        record["signature"] = self.signature  # a supervisor adopting this process learns it here
         try:
-            self.client.set(keyspace.function_key(self.site, self.qualified_name, "stats"), record)
+            self.client.set(keyspace.function_key(self.site, self.qualified_name, "stats"), record.to_value())
         except ConfError as e:
             log.warning("%s: cannot write stats: %s", self.qualified_name, e)
 

@@ -35,6 +35,7 @@ COMMANDS = {
     "choreographer": ("ramen.cli.choreographer", "decide which workers must run, until stopped"),
     "supervisor": ("ramen.cli.supervisor", "run the workers and replayers of a site, until stopped"),
     "httpd": ("ramen.cli.httpd", "serve the Graphite API (Grafana), /metrics (Prometheus) and dashboards"),
+    "netd": ("ramen.cli.netd", "send and receive streams between sites over UDP (Aeron's protocol), until stopped"),
     "start": ("ramen.cli.start", "run the confserver, choreographer, supervisor and archiver here"),
     "stop": ("ramen.cli.start", "stop what `ramen start --daemon` started"),
 }
@@ -42,7 +43,7 @@ COMMANDS = {
 Spark before it starts, and `ramen --help` answers at once."""
 EXIT_USER_ERROR = 1
 EXIT_INTERRUPTED = 130
-SERVICE_COMMANDS = frozenset({"archiver", "confserver", "choreographer", "supervisor", "httpd", "start"})
+SERVICE_COMMANDS = frozenset({"archiver", "confserver", "choreographer", "supervisor", "httpd", "netd", "start"})
 """Commands that run a service, whose log says what its confserver client does. Other commands
 keep the client's reconnections to themselves (the command's result, or its one-line error, says
 what came of them), unless --debug."""

@@ -1,7 +1,8 @@
 """`ramen ps [--json] [--all]`: the workers of a site, as the choreographer and supervisor see them.
 
 Reads the worker keys (what the choreographer decided), the instance keys (the process the
-supervisor runs) and the stats keys (counts, CPU, memory, last exit) of one site.
+supervisor runs), the stats keys (counts, CPU, memory) and the runs that ended (the last exit) of
+one site (ramen/worker_keys.py). A value that does not follow its contract shows as unknown.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import json
 
 from ramen import keyspace
 from ramen.cli import conf
+from ramen.worker_keys import ContractError, WorkerInstance, WorkerRuns, WorkerSpec, WorkerStats
 
 IDENTITY = "user"
 NONE = "-"
@@ -36,32 +38,48 @@ def collect(client, site: str) -> list[dict]:
     for entry in client.glob(f"{keyspace.workers_prefix(site)}/*/*/*"):
         name = keyspace.qualified_name_of(entry.key)
         leaf = entry.key.rsplit("/", 1)[1]
-        row = rows.setdefault(name, {"function": name, "worker": None, "instance": None, "stats": None})
-        if leaf in row:
-            row[leaf] = entry.value
+        row = rows.setdefault(name, {"function": name, "worker": None, "instance": None, "stats": None,
+                                     "last_run": None})
+        if leaf in _LEAVES:
+            row[leaf] = _typed(_LEAVES[leaf], entry)
+    for entry in client.glob(keyspace.function_key(site, "*/*", "instances/*")):
+        runs = _typed(WorkerRuns, entry)
+        row = rows.get(keyspace.qualified_name_of(entry.key))
+        if row is not None and runs is not None and runs.runs:
+            last = runs.runs[-1]
+            if row["last_run"] is None or (last.ended_us or 0) > (row["last_run"].ended_us or 0):
+                row["last_run"] = last
     loaded = set(client.children(keyspace.PROGRAMS))
     # The worker key lingers while the choreographer is down after a kill: the program key decides.
     return [_row(r) for name, r in sorted(rows.items())
             if r["instance"] or (r["worker"] is not None and name.split("/", 1)[0] in loaded)]
 
 
+_LEAVES = {"worker": WorkerSpec, "instance": WorkerInstance, "stats": WorkerStats}
+
+
+def _typed(kind, entry):
+    try:
+        return kind.from_value(entry.value, entry.key)
+    except ContractError:
+        return None
+
+
 def _row(r: dict) -> dict:
-    worker, instance, stats = r["worker"] or {}, r["instance"] or {}, r["stats"] or {}
-    return {"function": r["function"], "lazy": worker.get("lazy"), "used": worker.get("is_used", False),
-            "running": bool(r["instance"]), "pid": instance.get("pid"), "tuples_in": stats.get("tuples_in"),
-            "tuples_out": stats.get("tuples_out"), "cpu_s": stats.get("cpu_s"), "rss_bytes": stats.get("rss_bytes"),
-            "spark_jobs": stats.get("spark_jobs"), "spark_s": stats.get("spark_s"),
-            "last_exit": _exit_status(stats.get("last_exit")), "replays": worker.get("replays", [])}
-
-
-def _exit_status(last_exit):
-    """The exit status of the last run (the supervisor records the whole run; ps shows how it ended)."""
-    return last_exit.get("exit_status") if isinstance(last_exit, dict) else last_exit
+    worker, instance, stats, last_run = r["worker"], r["instance"], r["stats"], r["last_run"]
+    return {"function": r["function"], "lazy": worker.lazy if worker else None,
+            "used": worker.is_used if worker else False, "running": instance is not None,
+            "pid": instance.pid if instance else None, "tuples_in": stats.tuples_in if stats else None,
+            "tuples_out": stats.tuples_out if stats else None, "cpu_s": stats.cpu_s if stats else None,
+            "rss_bytes": stats.rss_bytes if stats else None, "spark_jobs": stats.spark_jobs if stats else None,
+            "spark_s": stats.spark_s if stats else None,
+            "last_exit": last_run.exit_status if last_run else None,
+            "replays": list(worker.replays) if worker else []}
 
 
 def collect_replayers(client, site: str) -> list[dict]:
     """One row per replayer of the site (they run while they have channels to serve)."""
-    from ramen.replay.contract import ContractError, ReplayerAssignment, ReplayerStats
+    from ramen.replay.contract import ReplayerAssignment, ReplayerStats
     rows = []
     for entry in client.glob(f"{keyspace.replayers_prefix(site)}/*"):
         try:

@@ -29,6 +29,7 @@ from ramen.cli.keeper import (ARCHIVER_STUCK_AFTER_S, HEARTBEAT_STUCK_AFTER_S, P
 from ramen.cli.spark_service import SparkService, programs_need_spark
 from ramen.cli.errors import UserError
 from ramen.locks import FileLock, LockHeld, holders
+from ramen.netd.defaults import DEFAULT_LISTEN as NETD_DEFAULT_LISTEN
 from ramen.processes import INSTANCE_ENV, command_line, instance_processes, running, stop_processes
 from ramen.spark.session import configured_remote
 
@@ -74,6 +75,13 @@ def add_parser(sub) -> None:
     start.add_argument("--httpd-auth", metavar="FILE", default=None,
                        help="httpd's credentials (`bearer TOKEN` or `basic USER PASSWORD` lines): required for a "
                             "--httpd-listen beyond this host")
+    start.add_argument("--netd", dest="netd", action="store_true", default=None,
+                       help="start netd, which sends and receives streams between sites (default: when --site "
+                            "names a site other than the default one)")
+    start.add_argument("--no-netd", dest="netd", action="store_false", help="do not start netd")
+    start.add_argument("--netd-listen", metavar="HOST:PORT", default=NETD_DEFAULT_LISTEN,
+                       help="where netd receives streams from other sites (default %(default)s: a free port, "
+                            "announced in the confserver)")
     start.add_argument("--spark", metavar="sc://HOST:PORT", default=configured_remote(),
                        help="run heavy functions on this Spark Connect endpoint (default $RAMEN_SPARK_REMOTE; "
                             "without it, a local one starts when a program needs Spark)")
@@ -131,6 +139,8 @@ def run_start(args) -> int:
                 ("archiver", ["workers.archiver", "--dir", str(paths.archive_dir(args.site)),
                               "--counters", str(paths.counters_path()), "--follow-site", args.site],
                  ARCHIVER_STUCK_AFTER_S),
+                *([("netd", ["ramen.netd.service", "--site", args.site, "--listen", args.netd_listen],
+                     HEARTBEAT_STUCK_AFTER_S)] if _wants_netd(args) else []),
                 ("supervisor", ["supervisor.service", "--site", args.site], HEARTBEAT_STUCK_AFTER_S)):
             service = Service(name, argv, log_path=logs / f"{name}.log",
                               heartbeat_path=run_dir / f"{name}{HEARTBEAT_SUFFIX}", stuck_after_s=stuck_after_s)
@@ -177,6 +187,12 @@ def run_start(args) -> int:
         (run_dir / INSTANCE_FILE).unlink(missing_ok=True)
     print("ramen: stopped", file=sys.stderr)
     return 0
+
+
+def _wants_netd(args) -> bool:
+    """netd runs where streams may cross sites: asked for, or the site was named (a deployment of
+    several sites). A lone default site has nobody to exchange streams with."""
+    return args.netd if args.netd is not None else args.site != keyspace.DEFAULT_SITE
 
 
 def _start_confserver(base: Path, env: dict, logs: Path, services: list[Service], listen: str) -> str:
@@ -329,6 +345,7 @@ def _daemonize(args, base: Path, run_dir: Path) -> int:
             *(["--spark", args.spark] if args.spark else []), *([] if args.httpd else ["--no-httpd"]),
             *(["--httpd-listen", args.httpd_listen] if args.httpd_listen else []),
             *(["--httpd-auth", str(_absolute(args.httpd_auth))] if args.httpd_auth else []),
+            *({True: ["--netd"], False: ["--no-netd"], None: []}[args.netd]), "--netd-listen", args.netd_listen,
             *map(str, map(_absolute, args.programs))]
     (run_dir / READY_FILE).unlink(missing_ok=True)
     log_path = base / "logs" / "start.log"

@@ -31,6 +31,7 @@ from ramen.cli import argtypes, conf, rows
 from ramen.cli.errors import UserError
 from ramen.cli.output import RowWriter, open_sink
 from ramen.message import KIND_TUPLES, LIVE_CHANNEL, decode_header
+from ramen.tails import TailRequest
 from ramen.times import TIME_FORMS
 from ramen.transport import BackoffIdleStrategy, CountersFile, FragmentAssembler, Image, LogBuffer
 from ramen.transport.frame_walk import last_event_time_us
@@ -134,7 +135,7 @@ class _Tail:
         """While inside, a `tails/<id>` key (ephemeral) makes the choreographer run the function
         and its ancestors, even a lazy one."""
         key = f"{keyspace.TAILS}/{uuid.uuid4().hex[:12]}"
-        self.client.create(key, {"target": self.function.qualified_name}, ephemeral=True)
+        self.client.create(key, TailRequest(self.function.qualified_name, self.site).to_value(), ephemeral=True)
         try:
             yield
         finally:

@@ -16,11 +16,11 @@ from typing import Mapping
 from ramen.program.durations import format_duration, parse_duration
 from ramen.program.errors import ProgramError
 from ramen.program.model import (ENGINE_PYTHON, ENGINE_SPARK, KIND_SOURCE, Function, Program, Source, Window,
-                                 qualified, split_qualified)
+                                 function_id, qualified, split_qualified)
 from ramen.program.parse import parse
 
 __all__ = ["ENGINE_PYTHON", "ENGINE_SPARK", "KIND_SOURCE", "Function", "Program", "ProgramError", "Source", "Window",
-           "format_duration", "load", "loads", "parse_duration", "qualified", "split_qualified"]
+           "format_duration", "function_id", "load", "loads", "parse_duration", "qualified", "split_qualified"]
 
 
 def load(path: str | Path, loaded: Mapping[str, Program] | None = None) -> Program:

@@ -42,6 +42,13 @@ def split_qualified(name: str) -> tuple[str, str]:
     return program, function
 
 
+def function_id(qualified_name: str) -> int:
+    """A function's 32-bit id, the same in every process and on every host: its output log's
+    session and stream ids (int32 of it), the `source` of the END_OF_REPLAYs its worker forwards,
+    and the stream id netd sends its output under to other sites."""
+    return int.from_bytes(hashlib.blake2b(qualified_name.encode(), digest_size=4).digest(), "little")
+
+
 def _digest(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, separators=(",", ":"))
     return hashlib.blake2b(text.encode(), digest_size=SIGNATURE_BYTES).hexdigest()
@@ -98,6 +105,9 @@ class Function:
     factors: tuple[str, ...] = ()
     """Fields whose values split the output into series for dashboards (`net.traffic.<host>.bytes`).
     They name series, they change no output: not part of the signature."""
+    site: str | None = None
+    """The one site it runs on; None: every site (each site runs its own). Where it runs changes
+    nothing it computes: not part of the signature."""
 
     @property
     def qualified_name(self) -> str:
@@ -144,6 +154,7 @@ class Function:
             "call": self.call,
             "code_digest": self.code_digest,
             "factors": list(self.factors),
+            "site": self.site,
             "schema": schema_to_pairs(self.schema),
             "schema_origin": self.schema_origin,
             "signature": self.signature,  # for readers that do not recompute it; from_dict does
@@ -162,6 +173,7 @@ class Function:
             window=Window(window["every_us"], window["lateness_us"]) if window else None,
             retention_us=data["retention_us"], engine=data["engine"], sql=data["sql"], call=data["call"],
             code_digest=data["code_digest"], factors=tuple(data.get("factors", ())),
+            site=data.get("site"),
         )
 
 
@@ -196,7 +208,8 @@ class Program:
     def version(self) -> str:
         """Changes whenever anything in the program does (a signature, laziness, retention, a function added)."""
         return _digest({"name": self.name,
-                        "functions": [[f.name, f.signature, f.lazy, f.retention_us] + ([list(f.factors)] if f.factors else [])
+                        "functions": [[f.name, f.signature, f.lazy, f.retention_us]
+                                      + ([list(f.factors)] if f.factors else []) + ([f.site] if f.site else [])
                                       for f in self.functions]})
 
     def to_dict(self) -> dict:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from ramen import keyspace
 from ramen.program.durations import parse_duration
 from ramen.program.errors import ProgramError
 from ramen.program.model import ENGINE_PYTHON, ENGINE_SPARK, ENGINES, QUALIFIER, Source, Window
@@ -22,7 +23,7 @@ NAME = re.compile(r"[A-Za-z0-9_]+")
 TOP_KEYS = ("program", "function")
 PROGRAM_KEYS = ("name",)
 FUNCTION_KEYS = ("name", "source", "schema", "event_time", "archive", "lazy", "from", "window", "engine", "sql",
-                 "call", "factors")
+                 "call", "factors", "site")
 WINDOW_KEYS = ("every", "lateness")
 ARCHIVE_KEYS = ("retention",)
 SOURCE_KEYS = {
@@ -53,6 +54,7 @@ class FunctionSpec:
     sql: str | None
     call: str | None
     factors: tuple[str, ...] = ()
+    site: str | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,12 @@ def _parse_function(table: dict, index: int, file: str) -> FunctionSpec:
     factors = typed("factors", list, "a list of field names, such as [\"host\"]", [])
     if not all(isinstance(f, str) for f in factors) or len(set(factors)) != len(factors):
         fail(f"'factors' must be a list of distinct field names, not {factors!r}")
+    site = typed("site", str, "a site's name, such as \"edge\"")
+    if site is not None:
+        try:
+            keyspace.check_site(site)
+        except ValueError as e:
+            fail(str(e))
 
     for parent in parents:
         parts = parent.split(QUALIFIER) if isinstance(parent, str) else [None]
@@ -183,7 +191,7 @@ def _parse_function(table: dict, index: int, file: str) -> FunctionSpec:
     if retention_us is not None and event_time is None:
         fail("an archive is replayed by event time: add 'event_time'")
     return FunctionSpec(index, name, source, schema, tuple(parents), lazy, event_time, window, retention_us, engine,
-                        sql.strip() if sql is not None else None, call, tuple(factors))
+                        sql.strip() if sql is not None else None, call, tuple(factors), site)
 
 
 def _parse_source(table: dict | None, fail) -> Source | None:

@@ -149,7 +149,8 @@ def _build(program: str, spec: FunctionSpec, parents: tuple[tuple[str, Function]
                     parents=tuple(p for p, _ in parents),
                     input_schemas=tuple((p, f.schema) for p, f in parents),
                     lazy=spec.lazy, event_time=spec.event_time, window=spec.window, retention_us=spec.retention_us,
-                    engine=spec.engine, sql=spec.sql, call=spec.call, code_digest=code_digest, factors=spec.factors)
+                    engine=spec.engine, sql=spec.sql, call=spec.call, code_digest=code_digest, factors=spec.factors,
+                    site=spec.site)
 
 
 def _single_input(program: str, parents: tuple[tuple[str, Function], ...], fail) -> pa.Schema:

@@ -95,6 +95,17 @@ class ReplayProgress:
     first_row_s: float | None = None
 
 
+def _check_site(name: str, programs: dict[str, Program], site: str, target: str) -> None:
+    """ReplayFailed unless function `name` runs on `site`: the site's archives and workers answer."""
+    program, _, function = name.partition("/")
+    if program not in programs or function not in programs[program]:
+        return  # plan_replay names what is unknown
+    placed = programs[program].function(function).site
+    if placed not in (None, site):
+        raise ReplayFailed(f"{name} runs on site {placed}, not {site}: replay {target} with --site {placed} "
+                           f"(replays across sites are not supported yet)")
+
+
 class Replay:
     """One replay of `target` over [since_us, until_us), from request to result."""
 
@@ -111,11 +122,14 @@ class Replay:
         self.site = site
         self.timeout_s = timeout_s
         self.no_merge = no_merge
+        _check_site(target, programs, site, target)
         try:
             coverage = archive_coverage(paths.archive_dir(site))
         except ArchiveError as e:  # a damaged catalog: nothing can be planned from it
             raise ReplayFailed(str(e)) from None
         self.plan: ReplayPlan = plan_replay(target, since_us, until_us, programs, coverage, strict=strict)
+        for name in self.plan.functions:
+            _check_site(name, programs, site, target)
         program, _, function = target.partition("/")
         self.function = programs[program].function(function)
         self.summary = summary
@@ -154,7 +168,7 @@ class Replay:
         return ReplayRequest(self.plan.target, self.plan.since_us, self.plan.until_us, self.plan,
                              str(paths.recipient_log(self.channel)), created_us=time.time_ns() // 1000,
                              timeout_s=self.timeout_s, no_merge=self.no_merge, pid=os.getpid(),
-                             summary=self.summary).to_value()
+                             summary=self.summary, site=self.site).to_value()
 
     def batches(self, on_progress: Callable[[ReplayProgress], None] | None = None) -> Iterator[pa.RecordBatch]:
         """The result's batches as they arrive, until the target's END_OF_REPLAY."""

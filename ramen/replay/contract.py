@@ -1,10 +1,7 @@
 """A replay's key values, one typed definition each: the schema of docs/runtime.md's replay keys.
 
-Writer and reader import the same class, as Ramen's RamenSync values are one type on both sides: a
-value is built as a frozen dataclass and written with `to_value()`; it is read with
-`from_value()`, which checks every field (present, known, of its type) and raises ContractError
-naming the key and the field in one line. A field renamed on one side then fails loudly on the
-other, instead of reading as a default.
+Each is a ramen.key_value.KeyValue, which writer and reader both import: read with `from_value()`,
+a value that does not follow its contract raises ContractError naming the key and the field.
 
     replays/<channel>                                      ReplayRequest (the client; `error` added
                                                            by a replayer or the supervisor: with_error)
@@ -19,110 +16,15 @@ per-channel rows with the channel as a string key.
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ramen import keyspace
+from ramen.key_value import ContractError, KeyValue
 from ramen.replay.plan import ReplayPlan
 
 __all__ = ["ChannelRange", "ContractError", "ReplayRequest", "ReplayerAssignment", "ReplayerStats", "Rider", "Summary",
            "WorkerReplay", "error_of", "with_error"]
-
-
-class ContractError(Exception):
-    """A key value that does not follow its contract: one line naming the key and the field."""
-
-
-class _Value:
-    """to_value()/from_value() for a frozen dataclass of JSON-shaped fields."""
-
-    KEY: ClassVar[str]
-    """The key pattern, for errors when the caller does not say which key it read."""
-
-    def to_value(self) -> dict:
-        """Optional fields left unset (None, empty) are left out, as readers take them as such."""
-        return {f.name: _to_json(value) for f in dataclasses.fields(self)
-                if not ((value := getattr(self, f.name)) in (None, ()) and f.default is not dataclasses.MISSING)}
-
-    @classmethod
-    def from_value(cls, value: Any, key: str | None = None):
-        """The value read from `key`; ContractError names the key and the missing, unknown or
-        wrongly typed field."""
-        key = key or cls.KEY
-        if not isinstance(value, dict):
-            raise ContractError(f"{key}: not a mapping but {_shown(value)}")
-        fields = dataclasses.fields(cls)
-        unknown = sorted(set(value) - {f.name for f in fields})
-        if unknown:
-            raise ContractError(f"{key}: unknown field{'s' if len(unknown) > 1 else ''} "
-                                f"{', '.join(map(repr, unknown))}")
-        hints = typing.get_type_hints(cls)
-        kwargs = {}
-        for f in fields:
-            if f.name in value:
-                kwargs[f.name] = _from_json(key, f.name, hints[f.name], value[f.name])
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ContractError(f"{key}: missing field {f.name!r}")
-        made = cls(**kwargs)
-        made._check(key)
-        return made
-
-    def _check(self, key: str) -> None:
-        """Rules across fields, beyond each field's type."""
-
-
-def _to_json(field: Any) -> Any:
-    if isinstance(field, _Value):
-        return field.to_value()
-    if isinstance(field, tuple):
-        return [_to_json(item) for item in field]
-    if isinstance(field, dict):
-        return {str(k): v for k, v in field.items()}
-    if isinstance(field, ReplayPlan):
-        return field.to_json()
-    return field
-
-
-def _from_json(key: str, name: str, hint: Any, raw: Any) -> Any:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is types.UnionType and type(None) in args:  # X | None
-        if raw is None:
-            return None
-        (hint,) = [a for a in args if a is not type(None)]
-        origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is tuple:
-        if not isinstance(raw, (list, tuple)):
-            raise _wrong(key, name, raw, "a list")
-        return tuple(_from_json(key, f"{name}[{i}]", args[0], item) for i, item in enumerate(raw))
-    if origin is dict:  # channel -> count, channels written as strings (JSON keys)
-        if not isinstance(raw, dict):
-            raise _wrong(key, name, raw, "a mapping")
-        try:
-            return {int(k): _from_json(key, f"{name}[{k}]", args[1], v) for k, v in raw.items()}
-        except ValueError:
-            raise _wrong(key, name, raw, "a mapping of channel numbers") from None
-    if isinstance(hint, type) and issubclass(hint, _Value):
-        return hint.from_value(raw, f"{key}: {name}")
-    if hint is ReplayPlan:
-        try:
-            return ReplayPlan.from_dict(raw) if isinstance(raw, dict) else ReplayPlan.from_json(raw)
-        except (ValueError, KeyError, TypeError) as e:
-            raise ContractError(f"{key}: field {name!r} is not a replay plan ({type(e).__name__}: {e})") from None
-    if hint is float and isinstance(raw, int) and not isinstance(raw, bool):
-        return float(raw)
-    if not isinstance(raw, hint) or (hint is int and isinstance(raw, bool)):
-        raise _wrong(key, name, raw, f"{'an' if hint is int else 'a'} {hint.__name__}")
-    return raw
-
-
-def _wrong(key: str, name: str, raw: Any, expected: str) -> ContractError:
-    return ContractError(f"{key}: field {name!r} is {_shown(raw)}, not {expected}")
-
-
-def _shown(raw: Any) -> str:
-    text = repr(raw)
-    return f"{type(raw).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
 # -- replays/<channel> ----------------------------------------------------------------------------
@@ -133,7 +35,7 @@ client's default `timeout_s`, and the supervisor's for a request it cannot read.
 
 
 @dataclass(frozen=True)
-class Summary(_Value):
+class Summary(KeyValue):
     """A summarised replay: instead of its rows the target writes, per `step_s` bucket of event
     time and per combination of `factors`' values, each of `fields`' sum and count (the columns
     ramen/replay/summary.py makes). What a chart draws of a million rows is a few thousand buckets:
@@ -150,7 +52,7 @@ class Summary(_Value):
 
 
 @dataclass(frozen=True)
-class ReplayRequest(_Value):
+class ReplayRequest(KeyValue):
     """replays/<channel>: a client's request (ephemeral, so it goes with the client)."""
 
     KEY: ClassVar[str] = "replays/<channel>"
@@ -171,6 +73,9 @@ class ReplayRequest(_Value):
     """Why the replay failed, one line for the user (see with_error)."""
     summary: Summary | None = None
     """The target writes the result's buckets, not its rows."""
+    site: str = keyspace.DEFAULT_SITE
+    """The site that serves it (the client's): its choreographer marks the functions, its
+    supervisor wires them, its archives answer. Other sites sharing the confserver leave it alone."""
 
     def _check(self, key: str) -> None:
         if self.until_us <= self.since_us:
@@ -195,7 +100,7 @@ def with_error(value: Any, message: str) -> dict:
 # -- sites/<site>/workers/<prog>/<func>/replays/<channel> ---------------------------------------------
 
 @dataclass(frozen=True)
-class Rider(_Value):
+class Rider(KeyValue):
     """An identical replay riding on another's channel: the target writes the same result to it."""
 
     KEY: ClassVar[str] = "also"
@@ -204,7 +109,7 @@ class Rider(_Value):
 
 
 @dataclass(frozen=True)
-class WorkerReplay(_Value):
+class WorkerReplay(KeyValue):
     """sites/<site>/workers/<prog>/<func>/replays/<channel>: how one worker takes part in a replay."""
 
     KEY: ClassVar[str] = "sites/<site>/workers/<prog>/<func>/replays/<channel>"
@@ -246,7 +151,7 @@ class WorkerReplay(_Value):
 # -- sites/<site>/replayers/<id> ------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class ChannelRange(_Value):
+class ChannelRange(KeyValue):
     """One replay channel a replayer serves and the event times [since_us, until_us) it wants."""
 
     KEY: ClassVar[str] = "channels"
@@ -267,7 +172,7 @@ class ChannelRange(_Value):
 
 
 @dataclass(frozen=True)
-class ReplayerAssignment(_Value):
+class ReplayerAssignment(KeyValue):
     """sites/<site>/replayers/<id>: what a replayer reads and for which channels."""
 
     KEY: ClassVar[str] = "sites/<site>/replayers/<id>"
@@ -300,7 +205,7 @@ class ReplayerAssignment(_Value):
 
 
 @dataclass(frozen=True)
-class ReplayerStats(_Value):
+class ReplayerStats(KeyValue):
     """sites/<site>/replayers/<id>/stats: what a replayer has done so far."""
 
     KEY: ClassVar[str] = "sites/<site>/replayers/<id>/stats"

@@ -72,6 +72,20 @@ RECORDING_POSITION_TYPE_ID = 100  # Aeron Archive's, kept by ramen/archive/recor
 BACK_PRESSURE_EVENTS_TYPE_ID = 1001
 SUBSCRIBERS_DROPPED_TYPE_ID = 1002
 UNBLOCKED_FRAMES_TYPE_ID = 1003
+# The UDP agents' (ramen/transport/udp/*_agent.py): Aeron's ids where Aeron has the counter.
+SENDER_POSITION_TYPE_ID = 2
+RECEIVER_HWM_TYPE_ID = 3
+RECEIVER_POSITION_TYPE_ID = 5
+SENDER_LIMIT_TYPE_ID = 9
+SENDER_BPE_TYPE_ID = 13
+NETWORK_COUNTER_TYPE_IDS: dict[str, int] = {
+    "naks-received": 1500, "retransmits": 1501, "short-sends": 1502, "heartbeats-sent": 1503,
+    "setups-sent": 1504, "sms-received": 1505, "naks-sent": 1510, "loss-gaps": 1511, "sms-sent": 1512,
+    "frames-duplicate": 1513, "frames-over-run": 1514, "images": 1520, "images-ended": 1521,
+    "setups-received": 1522, "frames-unsubscribed": 1523, "unreachable": 1524, "garbage": 1530,
+}
+"""The UDP agents' own counts, by the name in their label (`naks-received: <session> <stream> ...`);
+garbage is one counter per kind, the kind in its label (`garbage short: 127.0.0.1:40123`)."""
 
 SERVICE_COUNTER_TYPE_IDS: dict[str, dict[str, int]] = {
     "supervisor": {"starts": 1100, "restarts": 1101, "crashes": 1102, "stops": 1103, "kills": 1104,
@@ -84,6 +98,7 @@ SERVICE_COUNTER_TYPE_IDS: dict[str, dict[str, int]] = {
     "replayer": {"bytes_read": 1010},
     "worker": {"tuples_in": 1300, "tuples_out": 1301, "late": 1302, "dropped": 1303, "unexpected": 1304,
                "skipped": 1305, "spark_jobs": 1306, "spark_ms": 1307},
+    "netd": {"sends": 1400, "receives": 1401, "bad_keys": 1402, "send_failures": 1403},
 }
 """The services' counters (ramen/transport/service_counters.py), one type id per thing counted,
 by service and attribute name: a service's counter is labelled `<service> <instance> <name>`
@@ -99,6 +114,12 @@ TYPE_NAMES = {
     SUBSCRIBERS_DROPPED_TYPE_ID: "subs-dropped",
     UNBLOCKED_FRAMES_TYPE_ID: "unblocked",
     RECORDING_POSITION_TYPE_ID: "rec-pos",
+    SENDER_POSITION_TYPE_ID: "snd-pos",
+    RECEIVER_HWM_TYPE_ID: "rcv-hwm",
+    RECEIVER_POSITION_TYPE_ID: "rcv-pos",
+    SENDER_LIMIT_TYPE_ID: "snd-lmt",
+    SENDER_BPE_TYPE_ID: "snd-bpe",
+    **{type_id: name for name, type_id in NETWORK_COUNTER_TYPE_IDS.items()},
     **{type_id: f"{service}-{name.replace('_', '-')}"
        for service, ids in SERVICE_COUNTER_TYPE_IDS.items() for name, type_id in ids.items()},
 }
@@ -385,6 +406,24 @@ class Counter:
 
     def close(self) -> None:
         self.file.free(self.id)
+
+
+class InMemoryCounter:
+    """A counter's stand-in without a counters file, or after it was freed: the same get, set and add."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: int = 0) -> None:
+        self.value = value
+
+    def get(self) -> int:
+        return self.value
+
+    def set(self, value: int) -> None:
+        self.value = value
+
+    def add(self, delta: int = 1) -> None:
+        self.value += delta
 
 
 def _initialise(fd: int, capacity: int) -> None:

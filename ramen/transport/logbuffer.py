@@ -114,8 +114,10 @@ class LogBufferParams:
 class LogBuffer:
     """A mapped log buffer file: term views, metadata fields, and the default frame header."""
 
-    def __init__(self, path: str | os.PathLike, mapped: mmap.mmap, term_length: int) -> None:
+    def __init__(self, path: str | os.PathLike, mapped: mmap.mmap, term_length: int, inode: int | None = None) -> None:
         self.path = Path(path)
+        self.inode = inode
+        """The mapped file's inode: a reader tells by it that the file at `path` was replaced."""
         self.mmap = mapped
         self.term_length = term_length
         self.buffer = memoryview(mapped)
@@ -161,6 +163,7 @@ class LogBuffer:
         try:
             os.ftruncate(fd, length)
             mapped = _map(fd, length, mmap.ACCESS_WRITE, pre_touch, new=True)
+            inode = os.fstat(fd).st_ino
         finally:
             os.close(fd)
         meta = memoryview(mapped)[length - LOG_META_DATA_LENGTH:]
@@ -195,7 +198,7 @@ class LogBuffer:
         frame.write_header(meta, LOG_DEFAULT_FRAME_HEADER_OFFSET, 0, frame.UNFRAGMENTED, frame.HDR_TYPE_DATA,
                            0, params.session_id, params.stream_id, initial_term_id)
         del meta
-        return cls(path, mapped, term_length)
+        return cls(path, mapped, term_length, inode)
 
     @classmethod
     def open(cls, path: str | os.PathLike, *, writable: bool = True, pre_touch: bool = False) -> "LogBuffer":
@@ -209,7 +212,8 @@ class LogBuffer:
         except IsADirectoryError:
             raise LogBufferError(f"{path}: is a directory, not a log buffer file") from None
         try:
-            length = os.fstat(fd).st_size
+            stat = os.fstat(fd)
+            length, inode = stat.st_size, stat.st_ino
             if length < compute_log_length(TERM_MIN_LENGTH, PAGE_MIN_SIZE):
                 raise LogBufferError(f"{path}: {length} bytes is too short for a log buffer "
                                      f"(at least {compute_log_length(TERM_MIN_LENGTH, PAGE_MIN_SIZE)}; truncated?)")
@@ -221,7 +225,7 @@ class LogBuffer:
         except LogBufferError:
             mapped.close()
             raise
-        return cls(path, mapped, term_length)
+        return cls(path, mapped, term_length, inode)
 
     def close(self) -> None:
         for view in (self.tail_counters, self._meta_i64, self._meta_i32, self.metadata, *self.terms, self.buffer):

@@ -24,7 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import ClassVar
 
-from ramen.transport.counters import MAX_KEY_LENGTH, SERVICE_COUNTER_TYPE_IDS, Counter, CountersFile
+from ramen.transport.counters import (MAX_KEY_LENGTH, SERVICE_COUNTER_TYPE_IDS, Counter, CountersFile,
+                                      InMemoryCounter)
 
 
 class Count:
@@ -43,21 +44,6 @@ class Count:
         counters._slots[self.name].set(value)
 
 
-class _InMemory:
-    """A counter's stand-in before allocation and after close: the same get/set as a Counter."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: int = 0) -> None:
-        self.value = value
-
-    def get(self) -> int:
-        return self.value
-
-    def set(self, value: int) -> None:
-        self.value = value
-
-
 class ServiceCounters:
     """The counters of one instance of a service; subclasses name them (Count) and the service."""
 
@@ -73,7 +59,7 @@ class ServiceCounters:
             raise TypeError(f"{cls.__name__}: no type id for {service} {unknown} in SERVICE_COUNTER_TYPE_IDS")
 
     def __init__(self) -> None:
-        self._slots: dict[str, Counter | _InMemory] = {name: _InMemory() for name in self.NAMES}
+        self._slots: dict[str, Counter | InMemoryCounter] = {name: InMemoryCounter() for name in self.NAMES}
 
     @classmethod
     def allocate(cls, counters: CountersFile, instance: str) -> "ServiceCounters":
@@ -111,7 +97,7 @@ class ServiceCounters:
         """Free the counters in the file; their last values stay readable here (for the log)."""
         for name, slot in self._slots.items():
             if isinstance(slot, Counter):
-                self._slots[name] = _InMemory(slot.get())
+                self._slots[name] = InMemoryCounter(slot.get())
                 slot.close()
 
     def __repr__(self) -> str:

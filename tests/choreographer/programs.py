@@ -28,14 +28,16 @@ event_time = "ts"
 '''
 
 
-def program(name: str, functions: list[tuple[str, bool, list[str]]], loaded=None) -> Program:
-    """functions: (name, lazy, parents); no parents makes a source."""
+def program(name: str, functions: list[tuple], loaded=None) -> Program:
+    """functions: (name, lazy, parents) or (name, lazy, parents, site); no parents makes a source."""
     text = HEADER.format(name=name)
-    for fname, lazy, parents in functions:
+    for fname, lazy, parents, *site in functions:
         lazy_text = "true" if lazy else "false"
         if parents:
             text += FILTER.format(name=fname, lazy=lazy_text, parents=", ".join(f'"{p}"' for p in parents),
                                   first=parents[0].split("/")[-1])
         else:
             text += SOURCE.format(name=fname, lazy=lazy_text)
+        if site:
+            text += f'site = "{site[0]}"\n'
     return loads(text, f"{name}.toml", loaded)

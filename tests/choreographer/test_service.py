@@ -16,6 +16,7 @@ from choreographer.service import Choreographer, run
 from ramen import keyspace
 from ramen.replay.contract import ReplayRequest
 from ramen.replay.plan import ReplayPlan
+from ramen.tails import TailRequest
 from tests import waiting
 from tests.choreographer.programs import program
 
@@ -58,13 +59,13 @@ def load(admin, name, functions):
     admin.set(keyspace.program_key(name), program(name, functions).to_dict())
 
 
-def replay_of_top() -> dict:
-    """A request for net/top, answered from net/traffic's archive."""
+def replay_of_top(site: str = SITE) -> dict:
+    """A request for net/top, answered from net/traffic's archive, served by `site`."""
     plan = ReplayPlan("net/top", 0, 1, ("net/traffic",), (("net/per_minute", "net/top"),
                                                           ("net/traffic", "net/per_minute")),
                       ("net/per_minute", "net/top", "net/traffic"))
     return ReplayRequest(plan.target, plan.since_us, plan.until_us, plan, "/nowhere", created_us=0,
-                         timeout_s=300.0, no_merge=False).to_value()
+                         timeout_s=300.0, no_merge=False, site=site).to_value()
 
 
 def next_write_is_the_marker(admin, watch) -> None:
@@ -99,6 +100,17 @@ def test_a_replay_marks_its_paths_used_and_its_deletion_unmarks_them(admin, chor
     assert workers(admin)["net/top"]["replays"] == []
 
 
+def test_a_replay_another_site_serves_marks_nothing_here(admin, choreographer):
+    load(admin, "net", NET)
+    wait_for(lambda: len(workers(admin)) == 4)
+    watch = admin.watch(keyspace.worker_pattern(SITE))
+    while watch.next(EVENTUALLY_S).kind is not confserver.EventKind.SYNCED:
+        pass
+    admin.set(keyspace.replay_key(6), replay_of_top(site="elsewhere"))
+    next_write_is_the_marker(admin, watch)
+    assert used(admin) == {"net/traffic"}
+
+
 def test_a_request_that_does_not_follow_the_contract_marks_nothing(admin, choreographer):
     load(admin, "net", NET)
     wait_for(lambda: len(workers(admin)) == 4)
@@ -111,7 +123,10 @@ def test_a_request_that_does_not_follow_the_contract_marks_nothing(admin, choreo
 def test_a_tail_marks_its_chain_live_until_it_ends(admin, choreographer):
     load(admin, "net", NET)
     wait_for(lambda: len(workers(admin)) == 4)
-    admin.set(f"{keyspace.TAILS}/t1", {"target": "net/other"})
+    # Taken in order: once t1 shows, the two before it were seen and marked nothing.
+    admin.set(f"{keyspace.TAILS}/elsewhere", TailRequest("net/per_minute", site="elsewhere").to_value())
+    admin.set(f"{keyspace.TAILS}/broken", {"function": "net/per_minute"})
+    admin.set(f"{keyspace.TAILS}/t1", TailRequest("net/other", site=SITE).to_value())
     wait_for(lambda: used(admin) == {"net/traffic", "net/other"})
     admin.delete(f"{keyspace.TAILS}/t1")
     wait_for(lambda: used(admin) == {"net/traffic"})
@@ -180,7 +195,7 @@ def test_a_restarted_choreographer_leaves_the_worker_keys_as_they_are(fresh_conf
         restarted = Choreographer(client, SITE)
         try:
             events = []
-            while sum(event.kind is confserver.EventKind.SYNCED for _, event in events) < 3:
+            while sum(event.kind is confserver.EventKind.SYNCED for _, event in events) < len(restarted._watches):
                 events.append(restarted.events.get(timeout=EVENTUALLY_S))
             first_program = next(item for item in events if item[0] == keyspace.PROGRAMS)
             restarted.do_work(first_program)

@@ -16,6 +16,7 @@ from ramen.archive.catalog import Catalog, RecordingState
 from ramen.archive.coverage import function_channel
 from ramen.archive.segment import segment_file_name
 from ramen.replay.contract import ChannelRange, ReplayerAssignment, ReplayerStats
+from ramen.worker_keys import WorkerInstance, WorkerRun, WorkerRuns, WorkerSpec, WorkerStats
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "net.toml"
 READER = """
@@ -111,22 +112,39 @@ def test_kill_purge_deletes_the_programs_recordings_only(ramen, tmp_path):
     assert (archive / segment_file_name(ids["other/x"], 0)).exists()
 
 
+def spec(name: str, used: bool) -> dict:
+    program, _, function = name.partition("/")
+    return WorkerSpec(program, function, is_used=used, live=used, replays=(), lazy=not used, kind="python",
+                      archived=False, parents=(), children=(), signature="s", program_version="v").to_value()
+
+
+def stats(tuples_out: int, *, tuples_in: int = 0, cpu_s: float = 0.0, rss_bytes: int = 0) -> dict:
+    return WorkerStats(pid=1, updated_us=0, tuples_in=tuples_in, tuples_out=tuples_out, late=0, dropped=0,
+                       unexpected=0, skipped=0, cpu_s=cpu_s, rss_bytes=rss_bytes, position_in=0, position_out=0,
+                       channels={}).to_value()
+
+
 def test_ps_shows_used_or_running_workers_and_all_with_all(ramen, fresh_confserver):
     assert ramen("run", EXAMPLE).returncode == 0
     with confserver.connect(fresh_confserver.url, identity="choreographer", auth_file=fresh_confserver.auth_file) as c:
         for name, used in (("net/traffic", True), ("net/top_talkers", False)):
-            c.set(keyspace.worker_key("local", name), {"is_used": used, "lazy": not used, "replays": []})
-        c.set(keyspace.function_key("local", "net/traffic", "instance"), {"pid": 4242})
+            c.set(keyspace.worker_key("local", name), spec(name, used))
+        c.set(keyspace.function_key("local", "net/traffic", "instance"), WorkerInstance(4242, 1).to_value())
         c.set(keyspace.function_key("local", "net/traffic", "stats"),
-              {"tuples_in": 0, "tuples_out": 1200, "cpu_s": 0.5, "rss_bytes": 50 * 1024 * 1024, "last_exit": None})
+              stats(1200, cpu_s=0.5, rss_bytes=50 * 1024 * 1024))
+        # Of the runs that ended, of any signature, the latest says how the last one ended.
+        c.set(keyspace.function_key("local", "net/traffic", "instances/old"),
+              WorkerRuns((WorkerRun(10, 1, 5, -9, 4.0), WorkerRun(11, 6, 9, 1, 3.0))).to_value())
+        c.set(keyspace.function_key("local", "net/traffic", "instances/s"),
+              WorkerRuns((WorkerRun(12, 10, 20, 0, 10.0),)).to_value())
     rows = [json.loads(line) for line in ramen("ps", "--json").stdout.splitlines()]
-    assert [(r["function"], r["used"], r["running"], r["pid"], r["tuples_out"]) for r in rows] == [
-        ("net/traffic", True, True, 4242, 1200)]
+    assert [(r["function"], r["used"], r["running"], r["pid"], r["tuples_out"], r["last_exit"]) for r in rows] == [
+        ("net/traffic", True, True, 4242, 1200, 0)]
     everything = ramen("ps", "--all").stdout.splitlines()
     assert everything[0].split() == ["FUNCTION", "LAZY", "USED", "RUNNING", "PID", "IN", "OUT", "CPU_S", "RSS_MB",
                                      "SPARK", "LAST_EXIT"]
     assert everything[1].split() == ["net/top_talkers", "yes", "no", "no", "-", "-", "-", "-", "-", "-", "-"]
-    assert everything[2].split() == ["net/traffic", "no", "yes", "yes", "4242", "0", "1200", "0.5", "50", "-", "-"]
+    assert everything[2].split() == ["net/traffic", "no", "yes", "yes", "4242", "0", "1200", "0.5", "50", "-", "0"]
 
 
 def test_ps_all_leaves_out_the_functions_of_a_program_no_longer_loaded(ramen, fresh_confserver):
@@ -135,10 +153,11 @@ def test_ps_all_leaves_out_the_functions_of_a_program_no_longer_loaded(ramen, fr
     assert ramen("run", EXAMPLE).returncode == 0
     with confserver.connect(fresh_confserver.url, identity="choreographer", auth_file=fresh_confserver.auth_file) as c:
         for name in ("net/traffic", "net/top_talkers", "net/per_minute"):
-            c.set(keyspace.worker_key("local", name), {"is_used": False, "lazy": True, "replays": []})
-            c.set(keyspace.function_key("local", name, "stats"),
-                  {"tuples_out": 5, "last_exit": {"pid": 17, "exit_status": "killed by SIGTERM"}})
-        c.set(keyspace.function_key("local", "net/per_minute", "instance"), {"pid": 4243})
+            c.set(keyspace.worker_key("local", name), spec(name, False))
+            c.set(keyspace.function_key("local", name, "stats"), stats(5))
+            c.set(keyspace.function_key("local", name, "instances/s"),
+                  WorkerRuns((WorkerRun(17, 1, 2, -15, 1.0),)).to_value())
+        c.set(keyspace.function_key("local", "net/per_minute", "instance"), WorkerInstance(4243, 1).to_value())
     assert ramen("kill", "net").returncode == 0
     rows = [json.loads(line) for line in ramen("ps", "--all", "--json").stdout.splitlines()]
     assert [(r["function"], r["running"], r["pid"]) for r in rows] == [("net/per_minute", True, 4243)]

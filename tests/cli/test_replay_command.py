@@ -63,6 +63,16 @@ def test_a_bad_where(ramen):
     assert "expected 'FIELD OP VALUE'" in line
 
 
+def test_a_function_placed_on_another_site(ramen, tmp_path):
+    placed = tmp_path / "placed.toml"
+    placed.write_text(EXAMPLE.read_text().replace('name = "net"', 'name = "edge"')
+                      .replace('name = "traffic"', 'name = "traffic"\nsite = "edge"'))
+    assert ramen("run", placed).returncode == 0
+    line = one_line_error(ramen("replay", "--since", "-1h", "edge/traffic"))
+    assert line == ("ramen: replay: edge/traffic runs on site edge, not local: replay edge/traffic with --site edge "
+                    "(replays across sites are not supported yet)")
+
+
 def test_an_unknown_field(ramen):
     line = one_line_error(ramen("replay", "--since", "-1h", "net/traffic", "ts", "colour"))
     assert line == "ramen: replay: no field 'colour' in the output (fields: ts, host, bytes)"

@@ -23,6 +23,7 @@ schema = { ts = "timestamp[us]", host = "string", bytes = "int64" }
 event_time = "ts"
 """
 STATS_KEY = "sites/local/workers/gone/ticks/stats"
+RUNS_PATTERN = "sites/local/workers/gone/ticks/instances/*"
 
 
 def ramen(env: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -54,12 +55,14 @@ def test_ps_all_does_not_list_the_functions_of_a_killed_program(tmp_path: Path):
                          "the worker to run")
         assert ramen(env, "kill", "gone").stdout.strip() == "killed gone"
 
-        def last_exit():
-            got = ramen(env, "confclient", "get", "--json", STATS_KEY, check=False)
-            return got.returncode == 0 and json.loads(got.stdout)["value"].get("last_exit")
+        def last_run():
+            got = ramen(env, "confclient", "list", "--json", RUNS_PATTERN, check=False)
+            runs = [run for line in got.stdout.splitlines() for run in json.loads(line)["value"]["runs"]]
+            return got.returncode == 0 and runs and runs[-1]
         # The supervisor stopped the worker and recorded its run: the stats that made ps list it stay.
-        run = wait_for(last_exit, "the supervisor to record the stopped worker's run")
+        run = wait_for(last_run, "the supervisor to record the stopped worker's run")
         assert run["pid"] == row["pid"]
+        assert ramen(env, "confclient", "get", STATS_KEY, check=False).returncode == 0
         try:
             os.kill(row["pid"], 0)
             raise AssertionError(f"worker pid {row['pid']} still runs")

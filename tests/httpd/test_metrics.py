@@ -23,7 +23,7 @@ from ramen.transport.publication import ExclusivePublication
 from ramen.transport.service_counters import allocate_service_counter
 from supervisor.counters import SupervisorCounters
 from tests.httpd.prometheus import AppServer, PrometheusServer, require_prometheus
-from workers.stats import WorkerStats
+from workers.stats import WorkerCounters
 
 TERM_LENGTH = 64 * 1024
 SEGMENT_LENGTH = 64 * 1024
@@ -58,7 +58,7 @@ class Site:
         self.catalog = Catalog.create(paths.archive_dir(site))
         self.recorder = Recorder(self.catalog, LogBuffer.open(log_path), self.counters, segment_length=SEGMENT_LENGTH,
                                  channel=function_channel(SOURCE))
-        self.worker = WorkerStats(SOURCE, self.counters)
+        self.worker = WorkerCounters(SOURCE, self.counters)
         self.worker.add("tuples in", 42)
         self.worker.add("spark ms", 1500)
         self.supervisor = SupervisorCounters.allocate(self.counters, site)
@@ -190,11 +190,11 @@ def test_a_confserver_that_cannot_answer_leaves_the_counters_exposed(site, built
 # -- confserver stats ------------------------------------------------------------------------------
 
 def test_worker_replayer_and_supervisor_stats_are_labelled_gauges(site, client, writer):
-    worker = WorkerStats(READER, clock=site.clock)
+    worker = WorkerCounters(READER, clock=site.clock)
     worker.add("tuples in", 10, channel=5)
     worker.add("tuples out", 4, channel=5)
     record = worker.record(position_in=160, position_out=96)
-    writer.set(keyspace.function_key(site.site, READER, "stats"), record)
+    writer.set(keyspace.function_key(site.site, READER, "stats"), record.to_value())
     assignment = ReplayerAssignment(id=9, source=SOURCE, log="9.logbuffer", archive_dir="archive",
                                     channels=(ChannelRange(5, 0, 1_000_000),))
     writer.set(keyspace.replayer_key(site.site, 9), assignment.to_value())

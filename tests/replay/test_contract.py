@@ -50,7 +50,7 @@ def test_an_unknown_field_is_named_with_the_key(value):
 @pytest.mark.parametrize("value, field, wrong, expected", [
     (REQUEST, "since_us", "0", "replays/7: field 'since_us' is str '0', not an int"),
     (REQUEST, "no_merge", 0, "replays/7: field 'no_merge' is int 0, not a bool"),
-    (REQUEST, "plan", "{}", "replays/7: field 'plan' is not a replay plan (ValueError: replay plan JSON format "
+    (REQUEST, "plan", "{}", "replays/7: field 'plan' is not a ReplayPlan (ValueError: replay plan JSON format "
                             "None is not 1)"),
     (WORKER, "inputs", "/a.logbuffer", "sites/s/workers/p/t/replays/7: field 'inputs' is str '/a.logbuffer', "
                                        "not a list"),

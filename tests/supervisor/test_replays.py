@@ -28,7 +28,7 @@ def request_replay(admin, plan: ReplayPlan = CHAIN, since_us: int | None = None,
     channel = admin.next_sequence(keyspace.REPLAY_CHANNEL_SEQUENCE)
     request = ReplayRequest(plan.target, plan.since_us if since_us is None else since_us,
                             plan.until_us if until_us is None else until_us, plan, str(paths.recipient_log(channel)),
-                            created_us=time.time_ns() // 1000, timeout_s=300.0, no_merge=False)
+                            created_us=time.time_ns() // 1000, timeout_s=300.0, no_merge=False, site=SITE)
     admin.create(keyspace.replay_key(channel), dataclasses.replace(request, **extra).to_value())
     return channel
 
@@ -64,6 +64,18 @@ def test_requests_within_the_delay_that_overlap_are_merged_into_one_replayer(adm
     assert worker_replay(admin, "p/t", apart)["inputs"] == [alone["log"]]
     assert merged["readers"] == alone["readers"] == 1
     assert supervisor.counters.replayers_spawned == 2 and supervisor.counters.merged_requests == 1
+
+
+def test_a_replay_another_site_serves_is_left_to_it(admin, start_supervisor):
+    supervisor = start_supervisor(delay_before_replay_s=0.0)
+    elsewhere = request_replay(admin, site="elsewhere")
+    ours = request_replay(admin)  # taken after the other: once it is wired, the other was seen
+    found = wait_for(lambda: (r := replayers(admin)) and all("pid" in v for v in r.values()) and r,
+                     what="a replayer key")
+    assert [channels_of(v) for v in found.values()] == [[ours]]
+    assert worker_replay(admin, "p/t", elsewhere) is None
+    assert "error" not in value_of(admin, keyspace.replay_key(elsewhere))
+    assert supervisor.counters.replays_wired == 1
 
 
 def test_no_merge_gives_each_request_its_own_replayer(admin, start_supervisor):

@@ -21,7 +21,7 @@ from workers.defaults import SPARK_RETRY_S
 from workers.dispatch import HeavyDispatch
 from workers.heavy import Gathered
 from workers.inputs import Input
-from workers.stats import WorkerStats
+from workers.stats import WorkerCounters
 
 SCHEMA = pa.schema([("n", pa.int64())])
 
@@ -95,7 +95,7 @@ def channels() -> tuple[Channels, FakeInputs, FakeOutputs, FakeClient]:
     function = SimpleNamespace(qualified_name="p/f", window=None, schema=SCHEMA, event_time=None)
     parent = SimpleNamespace(qualified_name="p/parent", window=None, schema=SCHEMA, event_time=None)
     inputs, outputs, client = FakeInputs(), FakeOutputs(), FakeClient()
-    return (Channels(client, "site", function, {"p/parent": parent}, 42, inputs, outputs, WorkerStats("p/f")),
+    return (Channels(client, "site", function, {"p/parent": parent}, 42, inputs, outputs, WorkerCounters("p/f")),
             inputs, outputs, client)
 
 
@@ -233,7 +233,7 @@ class FlakySpark:
 
 def test_a_heavy_replay_keeps_its_rows_while_spark_is_gone_and_retries_when_the_clock_says_so():
     clock, spark, emitted = ManualClock(), FlakySpark(failures=2), []
-    stats = WorkerStats("p/heavy")
+    stats = WorkerCounters("p/heavy")
     dispatch = HeavyDispatch(spark, stats, lambda state, table: emitted.append((state.channel, table)),
                              keep_alive=lambda: None, clock=clock)
     state = ChannelState(7)
@@ -257,7 +257,7 @@ def test_a_heavy_window_keeps_each_parents_rows_apart_and_counts_late_rows():
     from workers.windows import WindowState
     minute_us = 60_000_000
     spark = FlakySpark(failures=0)
-    stats = WorkerStats("p/heavy")
+    stats = WorkerCounters("p/heavy")
     dispatch = HeavyDispatch(spark, stats, lambda state, table: None, keep_alive=lambda: None, clock=ManualClock())
     state = ChannelState(7, windows=WindowState(minute_us, 0))
     a, b = (Input(Path(name), None, "ts", f"p/{name}") for name in ("a", "b"))

@@ -4,6 +4,7 @@ hand, SIGTERM and the one-line errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -29,6 +30,7 @@ from tests.waiting import wait_for
 from workers.sources import generate_rows, step_of
 from ramen.clocks import SYSTEM_CLOCK, ManualClock
 from workers.dispatch import heartbeating
+from workers.stats import WorkerCounters
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 30.0
@@ -484,7 +486,7 @@ def test_a_source_resumes_after_what_is_in_its_log_not_after_what_it_only_queued
     worker = rig.start("traffic")
     stats = wait_for(lambda: (s := rig.stats("traffic")) and s.get("tuples_out", 0) > 0 and s,
                      "rows generated and queued")
-    assert stats["live_event_time_us"] is None  # no recorder yet: nothing is in the log
+    assert stats.get("live_event_time_us") is None  # no recorder yet: nothing is in the log
     reader = rig.reader(paths.output_log(rig.site, rig.qualified("traffic")), TRAFFIC, join_position=0)
     reader.read_until(lambda: reader.rows >= 5000, "the back-fill, once a recorder reads")
     assert rig.stop(worker) == 0
@@ -611,8 +613,8 @@ def test_a_source_down_longer_than_its_backfill_resumes_backfill_ago_and_says_so
     rig.load(backfill="5s")
     rig.worker_key("traffic")
     hour_ago_us = time.time_ns() // 1000 - 3600 * SECOND_US
-    rig.admin.set(keyspace.function_key(rig.site, rig.qualified("traffic"), "stats"),
-                  {"live_event_time_us": hour_ago_us})
+    rig.admin.set(keyspace.function_key(rig.site, rig.qualified("traffic"), "stats"), dataclasses.replace(
+        WorkerCounters(rig.qualified("traffic")).record(0, 0), live_event_time_us=hour_ago_us).to_value())
     before_us = time.time_ns() // 1000
     worker = rig.start("traffic")
     reader = rig.reader(paths.output_log(rig.site, rig.qualified("traffic")), TRAFFIC, join_position=0)

@@ -47,3 +47,41 @@ past it is ignored, and the receiver asks again after its retry delay."""
 SEND_SETUP_RETRY_NS = 100_000_000
 """A receiver asks an unknown session for a SETUP (an SM with SEND_SETUP) at most this often, so a
 flood of DATA from a session it has no image of gives one SM, not one per datagram."""
+
+# -- the agents and their sockets (sender_agent.py, receiver_agent.py, sockets.py) ----------------
+
+SOCKET_RCVBUF_BYTES = 2 * 1024 * 1024
+"""SO_RCVBUF of every agent socket. Aeron's default is 128 KiB; a Python duty cycle is slower than
+the C one, so the kernel holds more of a burst while the agent is busy (Linux caps it at
+net.core.rmem_max, 4 MiB here; the kernel doubles what is asked for its bookkeeping)."""
+
+SOCKET_SNDBUF_BYTES = 2 * 1024 * 1024
+"""SO_SNDBUF of every agent socket (Aeron leaves the OS default, 208 KiB here): room for a duty
+cycle's bursts of every publication of a socket before sendto says EAGAIN."""
+
+PUBLICATION_CONNECTION_TIMEOUT_NS = 5_000_000_000
+"""A connected sender with no SM for this long is not connected any more (Aeron's
+publication connection timeout): its flow-control position is withdrawn, so the publication sees
+NOT_CONNECTED instead of being held back for ever by a receiver that went away."""
+
+RECEIVER_MAX_DATAGRAMS_PER_WORK = 64
+"""A receiver's do_work takes at most this many datagrams per socket, so one duty cycle stays
+bounded and SMs and NAKs go out between batches (64 is ~90 KB at MTU 1408, well under
+SOCKET_RCVBUF_BYTES, so what a batch leaves waits in the kernel, not dropped)."""
+
+SENDER_MAX_CONTROL_DATAGRAMS_PER_WORK = 64
+"""A sender's do_work reads at most this many control datagrams (SMs, NAKs) per socket."""
+
+IMAGE_READER_GRACE_NS = 10_000_000_000
+"""An ended image's log is closed and removed once no live reader is left on it, or this long after
+it ended at the latest (Aeron's image liveness timeout; a reader that stopped polling is dropped by
+then anyway, its heartbeat older than the subscriber liveness timeout, 5 s)."""
+
+IMAGE_READER_SCAN_NS = 10_000_000
+"""How often a receiver looks in the counters file for new readers of its images."""
+
+UNREAD_IMAGE_HOLD_NS = 5_000_000_000
+"""An image with no live reader holds its sender this long (a reader starting up has that long to
+join and read from the image's start), then its consumption follows what is rebuilt: nobody reads,
+so nothing holds the sender, whose own writer then drops rather than waits (the subscriber
+liveness timeout, SUBSCRIBER_LIVENESS_TIMEOUT_S)."""

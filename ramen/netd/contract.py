@@ -1,0 +1,71 @@
+"""The values of netd's keys, one typed definition each (ramen.key_value.KeyValue):
+
+    sites/<site>/net/endpoint          NetEndpoint   written by the site's netd while it runs
+    sites/<site>/net/sends/<name>      NetSend       written by whoever wires a stream across sites
+    sites/<site>/net/receives/<name>   NetReceive    written by whoever wires a stream across sites
+
+A stream between sites is one NetSend on the sending site, whose channel is the receiving site's
+endpoint with the stream's id, and one NetReceive of that stream id on the receiving site. The
+name is the wiring's (a function's qualified name, say); netd only logs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ramen.key_value import ContractError, KeyValue
+from ramen.transport.udp import channel as udp_channel
+
+__all__ = ["NetEndpoint", "NetReceive", "NetSend"]
+
+
+def _check_channel(key: str, text: str) -> udp_channel.UdpChannel:
+    try:
+        parsed = udp_channel.parse(text)
+    except udp_channel.ChannelError as e:
+        raise ContractError(f"{key}: {e}") from None
+    if parsed.endpoint is None:
+        raise ContractError(f"{key}: channel {text!r} has no endpoint to send to")
+    return parsed
+
+
+@dataclass(frozen=True)
+class NetEndpoint(KeyValue):
+    """Where a site's netd receives: its UDP endpoint, as a channel (`aeron:udp?endpoint=host:port`)
+    that a NetSend to this site extends with its stream's id; and the netd's pid, for `ramen stat`."""
+
+    KEY: ClassVar[str] = "sites/<site>/net/endpoint"
+    channel: str
+    pid: int
+
+    def _check(self, key: str) -> None:
+        _check_channel(key, self.channel)
+
+
+@dataclass(frozen=True)
+class NetSend(KeyValue):
+    """Send the log buffer at `log` (a path on this host, written by an ExclusivePublication) to
+    `channel`'s endpoint. The stream is the log's session and stream ids, so the receiving side's
+    NetReceive names the same stream id."""
+
+    KEY: ClassVar[str] = "sites/<site>/net/sends/<name>"
+    log: str
+    channel: str
+
+    def _check(self, key: str) -> None:
+        _check_channel(key, self.channel)
+
+    @property
+    def udp_channel(self) -> udp_channel.UdpChannel:
+        return udp_channel.parse(self.channel)
+
+
+@dataclass(frozen=True)
+class NetReceive(KeyValue):
+    """Receive stream `stream_id` at this site's endpoint and rebuild it as the log buffer at
+    `log` (a path on this host, read by ordinary local subscribers)."""
+
+    KEY: ClassVar[str] = "sites/<site>/net/receives/<name>"
+    stream_id: int
+    log: str

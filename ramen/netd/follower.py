@@ -1,0 +1,154 @@
+"""What netd is asked to do, from the confserver: the site's `net/sends/…` and `net/receives/…` keys
+kept applied to the sender and receiver agents.
+
+An agent beside the two of ramen.transport.udp: each do_work drains the watches, then, at once after
+a change or every LOG_CHECK_INTERVAL_S, reconciles. A send whose log does not exist yet (its writer
+has not started) is tried again at each check; so is one whose log was replaced (another inode: the
+writer restarted), which is sent anew from its new writer's position. A key whose value does not
+follow its contract is logged and counted, never applied.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from confserver.model import EventKind
+from ramen import keyspace
+from ramen.clocks import SYSTEM_CLOCK, Clock
+from ramen.key_value import ContractError
+from ramen.netd.contract import NetReceive, NetSend
+from ramen.netd.defaults import LOG_CHECK_INTERVAL_S
+from ramen.transport.errors import TransportError
+from ramen.transport.service_counters import Count, ServiceCounters
+from ramen.transport.udp.channel import UdpChannel
+
+log = logging.getLogger(__name__)
+
+
+class NetdCounters(ServiceCounters, service="netd"):
+    sends = Count("Local logs being sent (a NetSend applied).")
+    receives = Count("Streams being received (a NetReceive applied).")
+    bad_keys = Count("net/ keys whose value does not follow its contract (logged, not applied).")
+    send_failures = Count("NetSends that could not be applied when last tried (log missing or unreadable).")
+
+
+@dataclass
+class _Sending:
+    send: NetSend
+    handle: object
+    inode: int
+
+
+class KeyFollower:
+    """Applies the site's net/ keys to `sender` (a SenderAgent) and `receiver` (a ReceiverAgent
+    whose endpoint is `endpoint`)."""
+
+    def __init__(self, client, site: str, sender, receiver, endpoint: UdpChannel, counters: NetdCounters,
+                 *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
+        self.sender = sender
+        self.receiver = receiver
+        self.endpoint = endpoint
+        self.counters = counters
+        self._send_prefix = keyspace.net_sends_prefix(site) + "/"
+        self._receive_prefix = keyspace.net_receives_prefix(site) + "/"
+        self._watches = [client.watch(self._send_prefix + "**"), client.watch(self._receive_prefix + "**")]
+        self.wanted_sends: dict[str, NetSend] = {}
+        self.wanted_receives: dict[str, NetReceive] = {}
+        self.sending: dict[str, _Sending] = {}
+        self.receiving: dict[str, NetReceive] = {}
+        self._next_check_s = 0.0
+
+    def do_work(self) -> int:
+        work = 0
+        for watch in self._watches:
+            for event in watch.drain():
+                if event.kind != EventKind.SYNCED:
+                    work += self._on_event(event)
+        now = self._clock.seconds()
+        if work or now >= self._next_check_s:
+            work += self._reconcile()
+            self._next_check_s = now + LOG_CHECK_INTERVAL_S
+        return work
+
+    def _on_event(self, event) -> int:
+        key = event.key
+        deleted = event.kind == EventKind.DELETED or event.entry is None
+        if key.startswith(self._send_prefix):
+            name, kind, wanted = key[len(self._send_prefix):], NetSend, self.wanted_sends
+        elif key.startswith(self._receive_prefix):
+            name, kind, wanted = key[len(self._receive_prefix):], NetReceive, self.wanted_receives
+        else:
+            return 0
+        if deleted:
+            wanted.pop(name, None)
+            return 1
+        try:
+            wanted[name] = kind.from_value(event.entry.value, key)
+        except ContractError as e:
+            log.warning("%s; not applied", e)
+            self.counters.bad_keys += 1
+            wanted.pop(name, None)
+        return 1
+
+    def _reconcile(self) -> int:
+        changes = 0
+        for name, sending in list(self.sending.items()):
+            if self.wanted_sends.get(name) != sending.send or _inode(Path(sending.send.log)) != sending.inode \
+                    or self.sender.is_done(sending.handle):
+                self._stop_sending(name)
+                changes += 1
+        for name, receive in list(self.receiving.items()):
+            if self.wanted_receives.get(name) != receive:
+                self.receiver.remove_subscription(self.endpoint, receive.stream_id)
+                del self.receiving[name]
+                changes += 1
+        failures = 0
+        for name in sorted(self.wanted_sends.keys() - self.sending.keys()):
+            started = self._start_sending(name, self.wanted_sends[name])
+            changes += started
+            failures += not started
+        self.counters.send_failures = failures
+        for name in sorted(self.wanted_receives.keys() - self.receiving.keys()):
+            receive = self.wanted_receives[name]
+            self.receiver.add_subscription(self.endpoint, receive.stream_id, image_log=Path(receive.log))
+            self.receiving[name] = receive
+            log.info("receiving %s: stream %d at %s into %s", name, receive.stream_id, self.endpoint.format(),
+                     receive.log)
+            changes += 1
+        self.counters.sends = len(self.sending)
+        self.counters.receives = len(self.receiving)
+        return changes
+
+    def _start_sending(self, name: str, send: NetSend) -> bool:
+        path = Path(send.log)
+        inode = _inode(path)
+        if inode is None:
+            return False  # its writer has not created it yet: looked for again at the next check
+        try:
+            handle = self.sender.add_publication(path, send.udp_channel)
+        except (TransportError, OSError) as e:
+            log.debug("%s: cannot send %s yet: %s", name, path, e)
+            return False
+        self.sending[name] = _Sending(send, handle, inode)
+        log.info("sending %s: %s to %s", name, path, send.channel)
+        return True
+
+    def _stop_sending(self, name: str) -> None:
+        sending = self.sending.pop(name)
+        self.sender.remove_publication(sending.handle)
+        log.info("stopped sending %s (%s)", name, sending.send.log)
+
+    def close(self) -> None:
+        for watch in self._watches:
+            watch.close()
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,127 @@
+"""`ramen netd`: the network daemon of one site on one host, until SIGTERM/SIGINT.
+
+It binds its receive endpoint (`--listen`, loopback and a free port by default) and announces it in
+the ephemeral `sites/<site>/net/endpoint` key, then turns one duty cycle: the key follower
+(follower.py) applying the site's net/ keys, the sender agent sending local logs, the receiver
+agent rebuilding received streams as local logs. Its counters, and its agents', are in the site's
+counters file, where `ramen stat` shows them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import signal
+import sys
+import threading
+
+from ramen import keyspace, liveness, paths
+from ramen.cli import argtypes
+from ramen.listen import parse_listen
+from ramen.netd.contract import NetEndpoint
+from ramen.netd.defaults import CONFSERVER_IDENTITY, DEFAULT_LISTEN
+from ramen.netd.follower import KeyFollower, NetdCounters
+from ramen.transport.counters import CountersFile
+from ramen.transport.errors import TransportError
+from ramen.transport.idle import BackoffIdleStrategy
+from ramen.transport.udp.channel import Address, UdpChannel
+
+log = logging.getLogger(__name__)
+
+EXIT_REFUSED = 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--listen", metavar="HOST:PORT", default=DEFAULT_LISTEN,
+                        help="the UDP endpoint other sites send to (default %(default)s: loopback, a free port)")
+    parser.add_argument("--site", default=keyspace.default_site(), type=argtypes.site,
+                        help="the site whose net/ keys to follow (default %(default)s)")
+    parser.add_argument("--confserver", metavar="URL", help="default $RAMEN_CONFSERVER, else the local server")
+
+
+def serve(args: argparse.Namespace) -> int:
+    import confserver
+    from confserver.errors import ConfError
+    from ramen.transport.udp.receiver_agent import ReceiverAgent
+    from ramen.transport.udp.sender_agent import SenderAgent
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before anything is acquired: a stop must be clean
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        host, port = parse_listen(args.listen)
+    except ValueError as e:
+        print(f"ramen: netd: {e}", file=sys.stderr)
+        return EXIT_REFUSED
+    try:
+        client = confserver.connect(args.confserver, identity=CONFSERVER_IDENTITY,
+                                    connect_timeout_s=confserver.SERVICE_CONNECT_TIMEOUT_S)
+    except (ConfError, OSError) as e:
+        print(f"ramen: netd: cannot reach the confserver: {e}", file=sys.stderr)
+        return EXIT_REFUSED
+    try:
+        paths.ramen_dir().mkdir(parents=True, exist_ok=True)
+        counters = CountersFile.open(paths.counters_path())
+    except (TransportError, OSError) as e:
+        client.close()
+        print(f"ramen: netd: {e}", file=sys.stderr)
+        return EXIT_REFUSED
+    receiver = sender = follower = None
+    netd_counters = NetdCounters.allocate(counters, args.site)
+    try:
+        receiver = ReceiverAgent(paths.net_dir(args.site), counters, receiver_id=random.getrandbits(31))
+        try:
+            bound = receiver.bind(Address(host, port))
+        except OSError as e:
+            print(f"ramen: netd: cannot listen on {args.listen}: {e.strerror or e}", file=sys.stderr)
+            return EXIT_REFUSED
+        endpoint = UdpChannel(endpoint=bound)
+        sender = SenderAgent(counters)
+        follower = KeyFollower(client, args.site, sender, receiver, endpoint, netd_counters)
+        _announce(client, args.site, endpoint)
+        log.info("netd of site %s receiving at %s", args.site, endpoint.format())
+        run(stop, follower, sender, receiver)
+    finally:
+        for part in (follower, sender, receiver):
+            if part is not None:
+                part.close()
+        netd_counters.close()
+        counters.close()
+        client.close()
+    return 0
+
+
+def _announce(client, site: str, endpoint: UdpChannel) -> None:
+    """The endpoint key, ephemeral: it goes with this process's session."""
+    import confserver
+    key = keyspace.net_endpoint_key(site)
+    value = NetEndpoint(channel=endpoint.format(), pid=os.getpid()).to_value()
+    try:
+        client.create(key, value, ephemeral=True)
+    except confserver.KeyExists:  # left by the session of a netd killed: make it ours
+        client.discard(key)
+        client.create(key, value, ephemeral=True)
+
+
+def run(stop: threading.Event, follower: KeyFollower, sender, receiver,
+        idle: BackoffIdleStrategy | None = None) -> None:
+    idle = idle or BackoffIdleStrategy()
+    while not stop.is_set():
+        liveness.beat()  # for `ramen start`: this loop still turns
+        idle.idle(follower.do_work() + sender.do_work() + receiver.do_work())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ramen netd", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    parser.add_argument("--debug", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(logging.DEBUG if args.debug else logging.INFO)
+    return serve(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""The agents' UDP sockets, in one place: how they are opened, and what a send or a receive can say.
+
+Every socket is non-blocking (an agent never blocks in do_work), with the buffer sizes of
+defaults.py. A sender's socket is connected to its endpoint, as Aeron's unicast send channel is:
+it sends with send(), hears only its receiver, and learns from the kernel when nobody listens
+there (ICMP port unreachable comes back as ECONNREFUSED on its next send or receive). A receiver's
+socket is bound to its endpoint and answers every sender with sendto().
+
+Sends and receives return status codes (STYLE.md, section 2): what the network refuses is an
+expected outcome, counted by the agent, never an exception out of do_work.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+
+from ramen.transport.errors import TransportError
+from ramen.transport.udp.channel import Address
+from ramen.transport.udp.defaults import SOCKET_RCVBUF_BYTES, SOCKET_SNDBUF_BYTES
+
+log = logging.getLogger(__name__)
+
+DATAGRAM_MAX_BYTES = 65535
+"""A receive buffer this long holds any UDP datagram whole (a longer one cannot be sent), so a
+datagram longer than the MTU is seen at its length and refused, not cut to fit."""
+
+SENT = 1
+"""The whole datagram went to the kernel."""
+WOULD_BLOCK = 0
+"""EAGAIN/ENOBUFS, or fewer bytes than asked: the datagram was not sent; send it again later."""
+UNREACHABLE = -1
+"""ECONNREFUSED (an ICMP port unreachable from an earlier send) or a network that refuses the
+address: the datagram is lost, as on a lossy network; the protocol repairs or retries."""
+
+_RETRY_ERRNOS = frozenset((errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS))
+_UNREACHABLE_ERRNOS = frozenset((errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN,
+                                 errno.ENETDOWN, errno.EPERM, errno.EACCES, errno.EMSGSIZE))
+"""EPERM/EACCES: a firewall said no; EMSGSIZE: a datagram over the path's limit. None of them gets
+better by sending the same bytes again at once."""
+
+
+class SocketError(TransportError, OSError):
+    """A socket that cannot be opened (an address in use, a host that does not resolve): one line,
+    naming the socket. Also an OSError with the system's errno and strerror, so a caller that
+    handles socket errors handles it."""
+
+    def __init__(self, what: str, error: OSError | socket.gaierror) -> None:
+        strerror = error.strerror or str(error)
+        super().__init__(error.errno, strerror)
+        self.message = f"{what}: {strerror}"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _family_and_address(address: Address) -> tuple[int, tuple]:
+    try:
+        info = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_DGRAM)[0]
+    except socket.gaierror as error:
+        raise SocketError(str(address), error) from None
+    return info[0], info[4]
+
+
+def _new_socket(family: int) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    sock.setblocking(False)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_RCVBUF_BYTES)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_SNDBUF_BYTES)
+    return sock
+
+
+def open_send_socket(endpoint: Address, control: Address | None = None) -> socket.socket:
+    """A sender's socket: bound to `control` if given (else an ephemeral port on the interface the
+    kernel routes `endpoint` through) and connected to `endpoint`."""
+    family, remote = _family_and_address(endpoint)
+    sock = _new_socket(family)
+    try:
+        if control is not None:
+            sock.bind(_family_and_address(control)[1])
+        sock.connect(remote)
+    except OSError as error:
+        sock.close()
+        raise SocketError(f"sender socket to {endpoint}{f' from {control}' if control else ''}", error) from None
+    return sock
+
+
+def open_receive_socket(endpoint: Address) -> socket.socket:
+    """A receiver's socket, bound to `endpoint`."""
+    family, local = _family_and_address(endpoint)
+    sock = _new_socket(family)
+    try:
+        sock.bind(local)
+    except OSError as error:
+        sock.close()
+        raise SocketError(f"receiver socket on {endpoint}", error) from None
+    return sock
+
+
+def send(sock: socket.socket, datagram: bytes, address=None) -> int:
+    """Send one datagram (to `address`, or to the connected peer): SENT, WOULD_BLOCK or UNREACHABLE."""
+    try:
+        sent = sock.send(datagram) if address is None else sock.sendto(datagram, address)
+    except OSError as error:
+        if error.errno in _RETRY_ERRNOS:
+            return WOULD_BLOCK
+        if error.errno in _UNREACHABLE_ERRNOS:
+            return UNREACHABLE
+        raise
+    # UDP sends a datagram whole or not at all; a short count would be a kernel's novelty: retry.
+    return SENT if sent == len(datagram) else WOULD_BLOCK
+
+
+def receive(sock: socket.socket, buffer: bytearray) -> tuple[int, object]:
+    """One datagram into `buffer`: (its length, its sender's address); (0, None) when there is none
+    now, (UNREACHABLE, None) when the kernel reports an earlier send refused (nothing was read)."""
+    try:
+        return sock.recvfrom_into(buffer)
+    except OSError as error:
+        if error.errno in _RETRY_ERRNOS:
+            return 0, None
+        if error.errno in _UNREACHABLE_ERRNOS:
+            return UNREACHABLE, None
+        raise
+
+
+def local_address(sock: socket.socket) -> Address:
+    host, port = sock.getsockname()[:2]
+    return Address(host, port)
+
+
+__all__ = ["SENT", "WOULD_BLOCK", "UNREACHABLE", "SocketError", "open_send_socket", "open_receive_socket", "send",
+           "receive", "local_address"]

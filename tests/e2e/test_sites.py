@@ -1,0 +1,155 @@
+"""Two sites on this host, each a `ramen start` in its own directory, sharing the first one's
+confserver: a live chain across them, through the two netds (issue 23, section 4).
+
+The source runs on the edge only, its totals per 10 s on the core only: the core's worker reads the
+source's output as rebuilt by the core's netd from the edge's netd's UDP stream. Its rows must be
+those of the source's grid, window by window; a netd killed with SIGKILL is restarted by its `ramen
+start`, and the window it was killed in arrives whole; the receiving netd killed, the chain goes on
+from its new image."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from tests.e2e.site_calls import WINDOW_S, per_window
+from tests.e2e.test_start import _processes_with
+from tests.waiting import wait_for
+from workers.sources import generate_rows, rows_between, step_of
+
+RATE, HOSTS, SEED = 200, 5, 11
+PROGRAM = f"""
+[program]
+name = "x"
+
+[[function]]
+name = "traffic"
+site = "edge"
+source = {{ kind = "generator", rate = {RATE}, hosts = {HOSTS}, seed = {SEED}, backfill = "30s" }}
+schema = {{ ts = "timestamp[us]", host = "string", bytes = "int64" }}
+event_time = "ts"
+
+[[function]]
+name = "per_window"
+site = "core"
+from = ["traffic"]
+window = {{ every = "{WINDOW_S}s", lateness = "2s" }}
+engine = "python"
+call = "tests.e2e.site_calls:per_window"
+event_time = "start"
+archive = {{ retention = "1d" }}     # on the core: `ramen tail -n` reads the windows it closed there
+"""
+STARTUP_S = 60.0
+WINDOW_US = WINDOW_S * 1_000_000
+ROOT = Path(__file__).resolve().parents[2]
+TRAFFIC_SCHEMA = pa.schema([("ts", pa.timestamp("us")), ("host", pa.string()), ("bytes", pa.int64())])
+
+
+class Site:
+    def __init__(self, base: Path, name: str, env: dict) -> None:
+        self.base, self.name = base, name
+        self.env = dict(env, RAMEN_DIR=str(base), RAMEN_SITE=name, PYTHONPATH=str(ROOT))
+
+    def ramen(self, *args, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "ramen.cli.main", *map(str, args)], capture_output=True,
+                              text=True, env=self.env, timeout=timeout)
+
+    def start(self, *options) -> None:
+        started = self.ramen("start", "--daemon", "--dir", self.base, "--site", self.name, "--no-httpd", *options,
+                             timeout=STARTUP_S)
+        assert started.returncode == 0, started.stderr + started.stdout
+
+    def netd_pids(self) -> list[int]:
+        return [pid for pid, args in _processes_with(f"RAMEN_DIR={self.base}").items() if "ramen.netd.service" in args]
+
+    def windows(self) -> dict[int, pa.Table]:
+        """The totals the core's worker wrote, by window start, as `ramen tail` prints them."""
+        tailed = self.ramen("tail", "-n", 2 * HOSTS, "--format", "jsonl", "x/per_window", timeout=STARTUP_S)
+        assert tailed.returncode == 0, tailed.stderr
+        by_window: dict[int, list[dict]] = {}
+        for row in map(json.loads, tailed.stdout.splitlines()):
+            by_window.setdefault(_us(row["start"]), []).append(row)
+        return {start: pa.table({"host": [r["host"] for r in rows], "bytes": [r["bytes"] for r in rows]})
+                for start, rows in by_window.items()}
+
+
+def _us(text: str) -> int:
+    from datetime import datetime
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1_000_000)
+
+
+def expected_window(start_us: int) -> pa.Table:
+    step = step_of(RATE)
+    first, count = rows_between(start_us, start_us + WINDOW_US, step)
+    rows = pa.Table.from_batches([generate_rows(TRAFFIC_SCHEMA, "ts", seed=SEED, hosts=HOSTS, step_us=step,
+                                                first_index=first, count=count)])
+    return per_window(rows).select(["host", "bytes"])
+
+
+def windows_right(site: Site, after_us: int) -> list[int]:
+    """The windows starting after `after_us` that the core closed, each equal to the source grid's
+    totals (the stream's first window may be partial: the core joins the stream where it is)."""
+    right = []
+    for start, table in sorted(site.windows().items()):
+        if start > after_us:
+            expected = expected_window(start)
+            assert table.sort_by("host").equals(expected.sort_by("host")), (start, table, expected)
+            right.append(start)
+    return right
+
+
+@pytest.fixture
+def two_sites(tmp_path):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RAMEN_DIR", "RAMEN_CONFSERVER", "RAMEN_CONFSERVER_AUTH", "RAMEN_SITE")}
+    edge = Site(tmp_path / "edge", "edge", env)
+    edge.base.mkdir()
+    (edge.base / "x.toml").write_text(PROGRAM)
+    edge.start(edge.base / "x.toml")
+    url = (edge.base / "run" / "ready").read_text().strip()
+    core = Site(tmp_path / "core", "core", dict(env, RAMEN_CONFSERVER_AUTH=str(edge.base / "confserver" / "auth.json")))
+    try:
+        core.start("--confserver", url)
+        yield edge, core
+    finally:
+        for site in (core, edge):
+            stopped = site.ramen("stop", "--dir", site.base)
+            left = _processes_with(f"RAMEN_DIR={site.base}")
+            for pid in left:
+                os.kill(pid, signal.SIGKILL)
+            assert stopped.returncode == 0 and not left, (stopped.stderr, left)
+
+
+def test_a_live_chain_across_two_sites_and_a_netd_killed_on_the_way(two_sites):
+    edge, core = two_sites
+    assert len(edge.netd_pids()) == 1 and len(core.netd_pids()) == 1
+    joined_us = time.time_ns() // 1000  # the core joins the edge's stream about now
+    wait_for(lambda: windows_right(core, joined_us) or None, "a window of the edge's traffic, whole, on the core",
+             timeout_s=STARTUP_S)
+
+    (killed,) = edge.netd_pids()
+    kill_window_us = time.time_ns() // 1000 // WINDOW_US * WINDOW_US
+    os.kill(killed, signal.SIGKILL)
+    wait_for(lambda: [p for p in edge.netd_pids() if p != killed], "the edge's netd restarted", timeout_s=STARTUP_S)
+    # The window of the kill closes on the core whole and right: what the dead netd had not sent,
+    # the new one sent (the core's NAKs of the gap are answered from the edge's log).
+    wait_for(lambda: kill_window_us in windows_right(core, kill_window_us - 1) or None,
+             "the window of the kill, whole, on the core", timeout_s=STARTUP_S)
+
+    # The core's netd killed: the edge's stream to it is lost until the new one rebuilds it anew, at
+    # the same path; the core's worker reads the new image (it used to wait on the old file for
+    # ever), and a window that begins after the new netd came is whole and right.
+    (killed,) = core.netd_pids()
+    os.kill(killed, signal.SIGKILL)
+    wait_for(lambda: [p for p in core.netd_pids() if p != killed], "the core's netd restarted", timeout_s=STARTUP_S)
+    back_us = time.time_ns() // 1000
+    wait_for(lambda: windows_right(core, back_us) or None, "a window after the core's netd came back, whole",
+             timeout_s=STARTUP_S)

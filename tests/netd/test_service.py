@@ -1,0 +1,112 @@
+"""`ramen netd` as a process: it announces its endpoint, shows in `ramen stat`, carries a stream
+to another netd as the keys ask, stops cleanly on SIGTERM, and refuses a bad --listen in one line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import confserver
+from ramen import keyspace
+from ramen.netd.contract import NetEndpoint, NetReceive, NetSend
+from ramen.transport import (ADMIN_ACTION, CountersFile, ExclusivePublication, FragmentAssembler, Image, LogBuffer,
+                             LogBufferParams)
+from tests.waiting import wait_for
+
+STARTUP_S = 30.0
+STREAM = 99
+
+
+@pytest.fixture
+def admin(fresh_confserver):
+    with confserver.connect(fresh_confserver.url, identity="admin", auth_file=fresh_confserver.auth_file) as c:
+        yield c
+
+
+def env_of(fresh_confserver, ramen_dir) -> dict:
+    return dict(os.environ, RAMEN_CONFSERVER=fresh_confserver.url,
+                RAMEN_CONFSERVER_AUTH=str(fresh_confserver.auth_file), RAMEN_DIR=str(ramen_dir))
+
+
+def start(env: dict, site: str, *args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "ramen.cli.main", "netd", "--site", site, *args], env=env,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def stop(process: subprocess.Popen) -> str:
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(STARTUP_S) == 0
+    return process.stderr.read()
+
+
+def endpoint(admin, site: str) -> NetEndpoint | None:
+    entry = admin.get_or_none(keyspace.net_endpoint_key(site))
+    return None if entry is None else NetEndpoint.from_value(entry.value)
+
+
+def test_two_netds_carry_a_stream_between_their_sites_and_stop_cleanly(fresh_confserver, admin, tmp_path):
+    edge_dir, core_dir = tmp_path / "edge", tmp_path / "core"
+    edge = start(env_of(fresh_confserver, edge_dir), "edge")
+    core = start(env_of(fresh_confserver, core_dir), "core")
+    try:
+        announced = wait_for(lambda: endpoint(admin, "core"), "core's endpoint announced", timeout_s=STARTUP_S)
+        assert announced.pid == core.pid and announced.channel.startswith("aeron:udp?endpoint=127.0.0.1:")
+        wait_for(lambda: endpoint(admin, "edge"), "edge's endpoint announced", timeout_s=STARTUP_S)
+
+        out, received = edge_dir / "out.logbuffer", core_dir / "received" / "out.logbuffer"
+        counters = CountersFile.open(edge_dir / "counters.dat")
+        publication = ExclusivePublication(LogBuffer.create(out, LogBufferParams(
+            term_length=65536, session_id=1, stream_id=STREAM)), counters)
+        admin.create(f"{keyspace.net_receives_prefix('core')}/p/f",
+                     NetReceive(stream_id=STREAM, log=str(received)).to_value())
+        admin.create(f"{keyspace.net_sends_prefix('edge')}/p/f@core",
+                     NetSend(log=str(out), channel=announced.channel).to_value())
+        wait_for(received.exists, "the image on the core", timeout_s=STARTUP_S)
+        core_counters = CountersFile.open(core_dir / "counters.dat")
+        image = Image(LogBuffer.open(received), core_counters)
+        got: list[bytes] = []
+        assembler = FragmentAssembler(lambda b, o, n, h: got.append(bytes(b[o:o + n])))
+        messages = [b"n%05d" % i for i in range(5000)]
+        pending = list(messages)
+
+        def moved() -> bool:
+            while pending:
+                result = publication.offer(pending[0])
+                if result >= 0:
+                    pending.pop(0)
+                elif result != ADMIN_ACTION:
+                    break  # held by the network: read, then write again
+            image.poll(assembler.on_fragment, 1000)
+            return len(got) == len(messages)
+        wait_for(moved, "every message on the core", timeout_s=STARTUP_S, poll_s=0.001)
+        assert got == messages
+        stat = subprocess.run([sys.executable, "-m", "ramen.cli.main", "stat"], env=env_of(fresh_confserver, core_dir),
+                              capture_output=True, text=True, timeout=STARTUP_S)
+        assert stat.returncode == 0 and f"pid {core.pid}: netd core" in stat.stdout, stat.stdout
+        assert "netd core receives" in stat.stdout and "rcv-pos" in stat.stdout
+        image.close()
+        publication.close()
+    finally:
+        logs = [stop(edge), stop(core)]
+    assert endpoint(admin, "core") is None and endpoint(admin, "edge") is None
+    assert "netd of site core receiving at aeron:udp?endpoint=127.0.0.1:" in logs[1]
+    assert "Traceback" not in "".join(logs)
+
+
+def test_a_bad_or_taken_listen_address_is_one_line_and_exit_1(fresh_confserver, tmp_path):
+    env = env_of(fresh_confserver, tmp_path)
+    bad = start(env, "edge", "--listen", "nowhere")
+    assert bad.wait(STARTUP_S) == 1
+    assert bad.stderr.read().strip().splitlines() == ["ramen: netd: --listen 'nowhere': expected HOST:PORT"]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        busy = start(env, "edge", "--listen", f"127.0.0.1:{port}")
+        assert busy.wait(STARTUP_S) == 1
+        lines = busy.stderr.read().strip().splitlines()
+    assert lines[-1].startswith(f"ramen: netd: cannot listen on 127.0.0.1:{port}: ") and "Traceback" not in lines

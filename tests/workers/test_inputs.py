@@ -1,0 +1,74 @@
+"""A worker's input logs over real files: a log replaced at its path is read anew from its first
+frame (netd rebuilding a remote parent's stream after a restart), never waited on for ever."""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+
+from ramen.message import LIVE_CHANNEL
+from ramen.program.model import Function
+from ramen.transport import CountersFile, ExclusivePublication, LogBuffer, LogBufferParams
+from ramen.tuples import encode_tuples
+from workers.inputs import Inputs, first_frame_position
+
+SCHEMA = pa.schema([("n", pa.int64())])
+TERM = 65536
+PARENT = Function("p", "parent", SCHEMA)
+
+
+def write_log(path, values: list[int], *, term_id: int = 0, term_offset: int = 0, counters=None) -> None:
+    """A log at `path` (made aside and renamed there, as netd places an image) holding one message
+    per value, its stream starting at (term_id, term_offset)."""
+    aside = path.with_name(path.name + ".new")
+    log = LogBuffer.create(aside, LogBufferParams(term_length=TERM, session_id=3, stream_id=3, term_id=term_id,
+                                                  term_offset=term_offset))
+    publication = ExclusivePublication(log)
+    for value in values:
+        assert publication.offer(encode_tuples(pa.record_batch({"n": [value]}), None)) > 0
+    publication.close()
+    log.close()
+    os.replace(aside, path)
+
+
+def read_all(inputs: Inputs, now_s: float) -> list[int]:
+    inputs.look(now_s)
+    values = []
+    while True:
+        read, inbox = inputs.poll()
+        if not read:
+            return values
+        for _, message in inbox:
+            values += decode(message)
+
+
+def decode(message: bytes) -> list[int]:
+    from ramen.tuples import decode_tuples
+    return decode_tuples(message, SCHEMA).column("n").to_pylist()
+
+
+def test_the_first_frame_of_a_stream_that_starts_mid_term_and_of_an_empty_log(tmp_path):
+    path = tmp_path / "mid.logbuffer"
+    write_log(path, [1, 2], term_id=5, term_offset=4096)
+    with LogBuffer.open(path) as log:
+        assert first_frame_position(log) == 5 * TERM + 4096
+    write_log(path, [])  # nothing written: the tail
+    with LogBuffer.open(path) as log:
+        assert first_frame_position(log) == 0 == log.producer_position()
+
+
+def test_a_log_replaced_at_its_path_is_read_anew_from_its_first_frame(tmp_path):
+    counters = CountersFile.open(tmp_path / "counters.dat")
+    path = tmp_path / "parent.logbuffer"
+    write_log(path, [1, 2, 3])
+    inputs = Inputs("site", "p/child", counters)
+    inputs.use(path, PARENT, LIVE_CHANNEL)
+    # Joined at the producer position (a live parent): what follows is read.
+    assert read_all(inputs, 0.0) == []
+    first = inputs.found[path].image
+    write_log(path, [10, 11], term_id=2, term_offset=8192)  # netd's new image of the stream
+    inputs.look_now()
+    assert read_all(inputs, 1.0) == [10, 11]
+    assert inputs.found[path].image is not first and first.is_closed
+    counters.close()
