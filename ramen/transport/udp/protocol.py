@@ -410,12 +410,11 @@ def data_run(view: memoryview, segment_size: int | None = None) -> tuple[int, in
             return None
         return length, term_offset, session_id, stream_id, term_id, 1
     count = _run_strided(view, size, length, aligned, kind, term_offset, session_id, stream_id, term_id, segment_size)
-    if count is not None:
-        pass
-    elif size <= RUN_SCALAR_MAX_FRAMES * aligned:
-        count = _run_scalar(view, size, aligned, term_offset, session_id, stream_id, term_id, segment_size)
-    else:
-        count = _run_numpy(view, size, term_offset, session_id, stream_id, term_id, segment_size)
+    if count is None:  # frames of several lengths: the general checks
+        if size <= RUN_SCALAR_MAX_FRAMES * aligned:
+            count = _run_scalar(view, size, aligned, term_offset, session_id, stream_id, term_id, segment_size)
+        else:
+            count = _run_numpy(view, size, term_offset, session_id, stream_id, term_id, segment_size)
     return None if count is None else (length, term_offset, session_id, stream_id, term_id, count)
 
 
