@@ -29,7 +29,7 @@ from __future__ import annotations
 import errno
 import socket
 import struct
-from typing import Sequence
+from typing import Callable, Sequence
 
 SOL_UDP = getattr(socket, "SOL_UDP", 17)
 UDP_SEGMENT = getattr(socket, "UDP_SEGMENT", 103)
@@ -117,34 +117,54 @@ def open_socket(address: tuple[str, int], *, buffer_bytes: int | None = None, gr
 
 
 def send_datagrams(sock: socket.socket, datagrams: Sequence, address: tuple[str, int] | None = None, *,
-                   gso: bool = True) -> int:
+                   gso: bool = True, on_lost: Callable[[int], None] | None = None) -> int:
     """Send datagrams in order (bytes or memoryviews, each sent as one datagram); how many went.
 
     Runs of datagrams of one size (the last of a run may be shorter) go as one GSO send each, at
     most MAX_GSO_SEGMENTS datagrams and MAX_GSO_BYTES bytes; the others one sendto each. Fewer than
-    len(datagrams) means the socket's buffer is full: the caller sends the rest later. `address`:
-    None for a connected socket. `gso`: False forces the plain path."""
+    len(datagrams) means the socket's buffer is full (EAGAIN, ENOBUFS): the caller sends the rest
+    later. `address`: None for a connected socket. `gso`: False forces the plain path.
+    `on_lost(count)`: datagrams the network refused (LOST_ERRNOS: an ICMP unreachable reported by a
+    connected socket, a firewall) are counted as gone and reported there, as lost on the wire; without
+    it, the OSError is raised."""
     count = len(datagrams)
-    if gso and count > 1 and gso_supported():
-        return _send_gso(sock, datagrams, count, address)
-    return _send_plain(sock, datagrams, 0, count, address)
+    # Only a UDP socket segments: another datagram socket (AF_UNIX) would send the run as one.
+    if gso and count > 1 and sock.family in _UDP_FAMILIES and gso_supported():
+        return _send_gso(sock, datagrams, count, address, on_lost)
+    return _send_plain(sock, datagrams, 0, count, address, on_lost)
 
 
-def _send_plain(sock: socket.socket, datagrams: Sequence, first: int, stop: int, address) -> int:
+_UDP_FAMILIES = (socket.AF_INET, socket.AF_INET6)
+
+RETRY_ERRNOS = frozenset((errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS))
+"""The socket's buffer is full: send the same datagram again later."""
+LOST_ERRNOS = frozenset((errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN,
+                         errno.ENETDOWN, errno.EPERM, errno.EACCES, errno.EMSGSIZE))
+"""The network refused it (nobody listens, no route, a firewall, over the path's size): sending the
+same bytes again at once gets no better, so it counts as lost; the protocol repairs or retries."""
+
+
+def _send_plain(sock: socket.socket, datagrams: Sequence, first: int, stop: int, address,
+                on_lost: Callable[[int], None] | None = None) -> int:
     """sendto one a call, datagrams[first:stop]; the index reached (as a count from 0)."""
     send = sock.send if address is None else sock.sendto
     args = () if address is None else (address,)
     i = first
-    try:
-        while i < stop:
+    while i < stop:
+        try:
             send(datagrams[i], *args)
-            i += 1
-    except BlockingIOError:
-        pass
+        except OSError as error:
+            if error.errno in RETRY_ERRNOS:
+                break
+            if on_lost is None or error.errno not in LOST_ERRNOS:
+                raise
+            on_lost(1)
+        i += 1
     return i
 
 
-def _send_gso(sock: socket.socket, datagrams: Sequence, count: int, address) -> int:
+def _send_gso(sock: socket.socket, datagrams: Sequence, count: int, address,
+              on_lost: Callable[[int], None] | None = None) -> int:
     i = 0
     sendmsg = sock.sendmsg
     while i < count:
@@ -162,7 +182,7 @@ def _send_gso(sock: socket.socket, datagrams: Sequence, count: int, address) -> 
             if length < size:
                 break
         if j - i == 1:
-            if _send_plain(sock, datagrams, i, i + 1, address) == i:
+            if _send_plain(sock, datagrams, i, i + 1, address, on_lost) == i:
                 return i
             i += 1
             continue
@@ -171,14 +191,18 @@ def _send_gso(sock: socket.socket, datagrams: Sequence, count: int, address) -> 
                 sendmsg(datagrams[i:j], [(SOL_UDP, UDP_SEGMENT, _SEGMENT_SIZE.pack(size))])
             else:
                 sendmsg(datagrams[i:j], [(SOL_UDP, UDP_SEGMENT, _SEGMENT_SIZE.pack(size))], 0, address)
-        except BlockingIOError:
-            return i
         except OSError as error:
+            if error.errno in RETRY_ERRNOS:
+                return i
+            if on_lost is not None and error.errno in LOST_ERRNOS:
+                on_lost(j - i)  # the batch goes whole or not at all
+                i = j
+                continue
             # EIO/EINVAL: this socket's route cannot segment (no checksum offload, a tunnel): the
             # run goes the plain way, and so does everything after it on this call.
             if error.errno not in (errno.EIO, errno.EINVAL, errno.ENOPROTOOPT, errno.EOPNOTSUPP):
                 raise
-            return _send_plain(sock, datagrams, i, count, address)
+            return _send_plain(sock, datagrams, i, count, address, on_lost)
         i = j
     return i
 

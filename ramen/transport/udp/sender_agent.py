@@ -44,6 +44,7 @@ from ramen.transport.logbuffer import LogBuffer
 from ramen.transport.udp import protocol, sockets
 from ramen.transport.udp.agent_counters import CounterGroup, stream_key
 from ramen.transport.udp.channel import Address, ChannelError, UdpChannel
+from ramen.transport.udp.datagram_io import MAX_GSO_SEGMENTS
 from ramen.transport.udp.defaults import (PUBLICATION_CONNECTION_TIMEOUT_NS, PUBLICATION_LINGER_NS,
                                           SENDER_MAX_CONTROL_DATAGRAMS_PER_WORK)
 from ramen.transport.udp.protocol import NakFrame, RttMeasurement, StatusMessage, WireError, frames_of
@@ -159,7 +160,10 @@ class SenderAgent:
                 raise ChannelError(f"channel {channel}: session {stream[0]} stream {stream[1]} is sent there already")
             if endpoint is None:
                 endpoint = self._open_endpoint(channel.endpoint, channel.control)
-            sender = NetworkSender(log_buffer, clock=self._clock, term_window_length=term_window_length)
+            # Views of the log, sent in this duty cycle (GSO: up to 64 a system call); what the socket
+            # will not take now is copied into the endpoint's queue (_send).
+            sender = NetworkSender(log_buffer, clock=self._clock, term_window_length=term_window_length,
+                                   views=True, max_datagrams_per_work=MAX_GSO_SEGMENTS)
             suffix = f"{stream[0]} {stream[1]} {log_buffer.path.name} -> {channel.endpoint}"
             group = CounterGroup(self.counters, PUBLICATION_COUNTERS, suffix,
                                  key=stream_key(log_buffer.correlation_id, *stream),
@@ -224,19 +228,18 @@ class SenderAgent:
                 self._housekeeping(publication, now)
         return work
 
-    def _send(self, endpoint: _SendEndpoint, publication: NetworkPublication, datagrams: list[bytes]) -> int:
-        sent = 0
-        sock = endpoint.sock
-        for i, datagram in enumerate(datagrams):
-            status = sockets.send(sock, datagram)
-            if status == sockets.WOULD_BLOCK:
-                publication.counters["short-sends"].add(1)
-                endpoint.pending.extend((publication, later) for later in datagrams[i:])
-                break
-            if status == sockets.UNREACHABLE:
-                endpoint.counters["unreachable"].add(1)
-            sent += 1
-        return sent
+    def _send(self, endpoint: _SendEndpoint, publication: NetworkPublication, datagrams: list) -> int:
+        """Send this duty cycle's datagrams (views of the log: they must not outlive it, so what
+        the socket will not take now is queued as copies)."""
+        if not datagrams:
+            return 0
+        done, lost = sockets.send_many(endpoint.sock, datagrams)
+        if lost:
+            endpoint.counters["unreachable"].add(lost)
+        if done < len(datagrams):
+            publication.counters["short-sends"].add(1)
+            endpoint.pending.extend((publication, bytes(later)) for later in datagrams[done:])
+        return done
 
     def _flush(self, endpoint: _SendEndpoint) -> int:
         """Send what EAGAIN held back, in order, until the kernel refuses again."""

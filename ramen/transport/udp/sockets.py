@@ -12,19 +12,20 @@ expected outcome, counted by the agent, never an exception out of do_work.
 
 from __future__ import annotations
 
-import errno
 import logging
 import socket
 
 from ramen.transport.errors import TransportError
+from ramen.transport.udp import datagram_io
 from ramen.transport.udp.channel import Address
 from ramen.transport.udp.defaults import SOCKET_RCVBUF_BYTES, SOCKET_SNDBUF_BYTES
 
 log = logging.getLogger(__name__)
 
-DATAGRAM_MAX_BYTES = 65535
+DATAGRAM_MAX_BYTES = datagram_io.RECEIVE_SLOT_BYTES
 """A receive buffer this long holds any UDP datagram whole (a longer one cannot be sent), so a
-datagram longer than the MTU is seen at its length and refused, not cut to fit."""
+datagram longer than the MTU is seen at its length and refused, not cut to fit; and any batch of
+datagrams GRO coalesces (at most a UDP payload)."""
 
 SENT = 1
 """The whole datagram went to the kernel."""
@@ -34,11 +35,8 @@ UNREACHABLE = -1
 """ECONNREFUSED (an ICMP port unreachable from an earlier send) or a network that refuses the
 address: the datagram is lost, as on a lossy network; the protocol repairs or retries."""
 
-_RETRY_ERRNOS = frozenset((errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS))
-_UNREACHABLE_ERRNOS = frozenset((errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN,
-                                 errno.ENETDOWN, errno.EPERM, errno.EACCES, errno.EMSGSIZE))
-"""EPERM/EACCES: a firewall said no; EMSGSIZE: a datagram over the path's limit. None of them gets
-better by sending the same bytes again at once."""
+_RETRY_ERRNOS = datagram_io.RETRY_ERRNOS
+_UNREACHABLE_ERRNOS = datagram_io.LOST_ERRNOS
 
 
 class SocketError(TransportError, OSError):
@@ -87,7 +85,8 @@ def open_send_socket(endpoint: Address, control: Address | None = None) -> socke
 
 
 def open_receive_socket(endpoint: Address) -> socket.socket:
-    """A receiver's socket, bound to `endpoint`."""
+    """A receiver's socket, bound to `endpoint`, with coalesced receives where the kernel has them
+    (UDP GRO: receive_batch)."""
     family, local = _family_and_address(endpoint)
     sock = _new_socket(family)
     try:
@@ -95,6 +94,7 @@ def open_receive_socket(endpoint: Address) -> socket.socket:
     except OSError as error:
         sock.close()
         raise SocketError(f"receiver socket on {endpoint}", error) from None
+    datagram_io.enable_gro(sock)
     return sock
 
 
@@ -110,6 +110,34 @@ def send(sock: socket.socket, datagram: bytes, address=None) -> int:
         raise
     # UDP sends a datagram whole or not at all; a short count would be a kernel's novelty: retry.
     return SENT if sent == len(datagram) else WOULD_BLOCK
+
+
+def send_many(sock: socket.socket, datagrams) -> tuple[int, int]:
+    """Send datagrams in order to the connected peer, many a system call (UDP GSO) where the kernel
+    can: (how many are done, how many of those the network refused). Fewer done than given: the
+    socket's buffer is full; send the rest later."""
+    lost = [0]
+
+    def on_lost(count: int) -> None:
+        lost[0] += count
+    done = datagram_io.send_datagrams(sock, datagrams, on_lost=on_lost)
+    return done, lost[0]
+
+
+def receive_batch(sock: socket.socket, buffer: memoryview) -> tuple[int, int, object]:
+    """One receive into `buffer` (DATAGRAM_MAX_BYTES long): (length, segment size, sender's address),
+    the datagrams back to back in segment-size slices (several when GRO coalesced a sender's batch);
+    (0, 0, None) when there is none now, (UNREACHABLE, 0, None) when the kernel reports an earlier
+    send refused."""
+    try:
+        got = datagram_io.receive_segments(sock, buffer)
+    except OSError as error:
+        if error.errno in _RETRY_ERRNOS:
+            return 0, 0, None
+        if error.errno in _UNREACHABLE_ERRNOS:
+            return UNREACHABLE, 0, None
+        raise
+    return (0, 0, None) if got is None else got
 
 
 def receive(sock: socket.socket, buffer: bytearray) -> tuple[int, object]:
@@ -131,4 +159,4 @@ def local_address(sock: socket.socket) -> Address:
 
 
 __all__ = ["SENT", "WOULD_BLOCK", "UNREACHABLE", "SocketError", "open_send_socket", "open_receive_socket", "send",
-           "receive", "local_address"]
+           "send_many", "receive", "receive_batch", "local_address"]

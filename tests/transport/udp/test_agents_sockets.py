@@ -295,3 +295,49 @@ def test_images_of_a_subscription_go_to_its_image_log_and_a_restarted_senders_im
             publication.close()
             log_buffer.close()
         counters.close()
+
+
+def test_the_agents_send_and_receive_batches_of_datagrams_where_the_kernel_can(tmp_path):
+    """Straight from the sender agent to the receiver agent (no proxy, which forwards one datagram
+    at a time): GSO sends reach the GRO socket coalesced, and the stream is whole and in order."""
+    import pytest
+
+    from ramen.transport.udp import datagram_io
+    if not (datagram_io.gso_supported() and datagram_io.gro_supported()):
+        pytest.skip("this kernel has no UDP GSO or GRO: the agents send and receive one datagram a call")
+    clock = ManualClock()
+    counters = CountersFile.open(tmp_path / "counters.dat")
+    log_buffer, publication = _stream(tmp_path, counters, clock, "pub.logbuffer", 77)
+    images = []
+    receiver = ReceiverAgent(tmp_path / "images", counters, clock=clock, on_image=images.append)
+    endpoint = receiver.add_subscription(UdpChannel(endpoint=Address("127.0.0.1", 0)), 5)
+    sender = SenderAgent(counters, clock=clock)
+    sender.add_publication(log_buffer.path, UdpChannel(endpoint=endpoint))
+    expected = [b"%030d" % i for i in range(3000)]
+    got: list[bytes] = []
+    assembler = FragmentAssembler(lambda b, o, n, h: got.append(bytes(b[o:o + n])))
+    image = None
+    written = 0
+    try:
+        for _ in range(20_000):  # bounded: a stream that never completes fails, not hangs
+            clock.advance(50e-6)
+            while written < len(expected) and publication.offer(expected[written]) > 0:
+                written += 1
+            sender.do_work()
+            receiver.do_work()
+            if image is None and images:
+                image = Image(LogBuffer.open(images[0].log_path), counters, join_position=images[0].join_position,
+                              clock=clock)
+            if image is not None:
+                image.poll(assembler.on_fragment, 1000)
+            if len(got) == len(expected):
+                break
+        assert got == expected
+        assert receiver.coalesced_receives > 0
+    finally:
+        if image is not None:
+            image.close()
+        sender.close()
+        receiver.close()
+        publication.close()
+        counters.close()
