@@ -39,8 +39,11 @@ VM; --rounds, default 3). Every run checks that the reader counted every message
 * ``ipc``: the log buffer alone, writer and reader processes, as bench/transport.py measures it
   (offer_batch / block_poll, MTU 65568), in the same run for comparison.
 
-Lossy goodput (5% loss) and the round trip (p50/p99) need the sender and receiver agents (another
-branch of issue 23): their place is ``bench_lossy`` and ``bench_rtt`` below, which say so for now.
+* ``lossy``: 1000-byte messages at MTU 1408 through the agents (SenderAgent, ReceiverAgent, an
+  Image reading) and the fault tests' seeded LossyProxy, in one process on the system clock: the
+  messages read in order per second at 0% and at 5% loss (2.5% of the SMs and NAKs back).
+* ``rtt``: a 32-byte ping on one network publication, its echo on another, each side a process
+  driving its agents in a busy loop; p50 and p99 of 2000 round trips.
 
 Goals (issue 23): >= 300 MB/s for 64 KiB messages at MTU 1408, >= 1 GB/s at a 64 KiB MTU, and as
 many 32 B msgs/s in batches as possible (the IPC log does ~14-19 M). Rows with a goal say PASS or
@@ -114,9 +117,9 @@ WORKLOADS = (Workload("32 B, MTU 1408", 32, 1024, SMALL_MTU),
 GOAL_MB_S = {"64 KiB, MTU 1408": 300.0, "64 KiB, MTU 65504": 1000.0}
 
 
-def new_log(path: Path, mtu: int, session_id: int = SESSION_ID) -> LogBuffer:
+def new_log(path: Path, mtu: int, session_id: int = SESSION_ID, stream_id: int = STREAM_ID) -> LogBuffer:
     log = LogBuffer.create(path, LogBufferParams(term_length=TERM_LENGTH, mtu_length=mtu, session_id=session_id,
-                                                 stream_id=STREAM_ID))
+                                                 stream_id=stream_id))
     np.frombuffer(log.buffer, dtype=np.uint8)[:3 * TERM_LENGTH] = 0  # written through once, as a running log
     return log
 
@@ -444,15 +447,220 @@ def bench_ipc(ctx, directory: Path, work: Workload, duration_s: float) -> dict:
 
 # -- the table ----------------------------------------------------------------------------------
 
-def bench_lossy(*_args) -> dict | None:
-    """Goodput at 5% loss (issue 23's goal: >= 50% of lossless): needs the sender and receiver
-    agents and the lossy proxy of the fault tests (another branch of issue 23), not yet here."""
-    return None
+LOSSY_MESSAGE_BYTES = 1000
+LOSS_RATE = 0.05
+RTT_PINGS = 2000
+RTT_MESSAGE_BYTES = 32
 
 
-def bench_rtt(*_args) -> dict | None:
-    """p50/p99 round trip over the network publications (goal: p50 < 100 us): needs the agents too."""
-    return None
+class AgentLink:
+    """A publication sent by a SenderAgent to a ReceiverAgent on 127.0.0.1, through the fault tests'
+    seeded LossyProxy when `loss` is given, and a reader of the rebuilt image: everything driven by
+    cycle() in this process, on the system clock (the protocol's timers in real time)."""
+
+    def __init__(self, directory: Path, counters: CountersFile, name: str, stream_id: int, *,
+                 loss: float | None = None, seed: int = 1) -> None:
+        from ramen.transport.udp.channel import Address, UdpChannel
+        from ramen.transport.udp.receiver_agent import ReceiverAgent
+        from ramen.transport.udp.sender_agent import SenderAgent
+        self.log = new_log(directory / f"{name}.logbuffer", SMALL_MTU, session_id=stream_id, stream_id=stream_id)
+        self.publication = ExclusivePublication(self.log, counters)
+        self.images: list = []
+        self.receiver = ReceiverAgent(directory / f"{name}-images", counters, on_image=self.images.append)
+        endpoint = self.receiver.add_subscription(UdpChannel(endpoint=Address("127.0.0.1", 0)), stream_id)
+        self.proxy = None
+        if loss is not None:
+            from tests.transport.udp.lossy_proxy import Faults, LossyProxy
+            self.proxy = LossyProxy(endpoint, seed=seed, forward=Faults(loss=loss), backward=Faults(loss=loss / 2))
+            endpoint = self.proxy.address
+        self.sender = SenderAgent(counters)
+        self.sender.add_publication(self.log.path, UdpChannel(endpoint=endpoint, mtu=SMALL_MTU))
+        self.counters = counters
+        self.image = None
+
+    def cycle(self, on_fragment) -> int:
+        work = self.sender.do_work()
+        if self.proxy is not None:
+            work += self.proxy.do_work()
+        work += self.receiver.do_work()
+        if self.proxy is not None:
+            work += self.proxy.do_work()
+        if self.image is None and self.images:
+            info = self.images[0]
+            self.image = Image(LogBuffer.open(info.log_path), self.counters, join_position=info.join_position)
+        if self.image is not None:
+            work += self.image.poll(on_fragment, 256)
+        return work
+
+    def close(self) -> None:
+        if self.image is not None:
+            self.image.close()
+        self.sender.close()
+        self.receiver.close()
+        if self.proxy is not None:
+            self.proxy.close()
+        self.publication.close()
+
+
+def bench_lossy(directory: Path, duration_s: float) -> dict:
+    """Goodput of 1000-byte messages at MTU 1408 through the agents and the lossy proxy, at 0% and
+    at 5% loss (2.5% of the SMs and NAKs back), in one process: the messages read in order in
+    duration_s. Issue 23's goal: at 5% loss, at least half the lossless goodput."""
+    from ramen.transport.status import ADMIN_ACTION
+    rates = {}
+    for loss in (0.0, LOSS_RATE):
+        counters = CountersFile.open(directory / f"lossy-{loss}.counters")
+        link = AgentLink(directory, counters, f"lossy-{loss}", STREAM_ID, loss=loss, seed=7)
+        message = bytes(LOSSY_MESSAGE_BYTES)
+        read = [0]
+
+        def on_fragment(buffer, offset, length, header) -> None:
+            read[0] += 1
+        written = 0
+        try:
+            start = time.perf_counter()
+            end = start + duration_s
+            while time.perf_counter() < end:
+                for _ in range(64):
+                    result = link.publication.offer(message)
+                    if result == ADMIN_ACTION:
+                        continue
+                    if result < 0:
+                        break
+                    written += 1
+                link.cycle(on_fragment)
+            seconds = time.perf_counter() - start
+        finally:
+            link.close()
+            counters.close()
+        rates[loss] = read[0] / seconds
+        if read[0] > written:
+            raise Failed(f"read {read[0]} messages of {written} written")
+    return {"lossless": rates[0.0], "lossy": rates[LOSS_RATE]}
+
+
+def _rtt_side(directory: str, role: str, ready, go, result_queue) -> None:
+    """One side of the round trip, in its own process: the pinger sends RTT_PINGS pings one at a
+    time on stream 1 and waits for each echo on stream 2; the echoer sends back what it reads."""
+    from ramen.transport.status import ADMIN_ACTION
+    from ramen.transport.udp.channel import Address, UdpChannel
+    from ramen.transport.udp.receiver_agent import ReceiverAgent
+    from ramen.transport.udp.sender_agent import SenderAgent
+    base = Path(directory)
+    counters = CountersFile.open(base / f"rtt-{role}.counters")
+    out_stream, in_stream = (1, 2) if role == "pinger" else (2, 1)
+    log = new_log(base / f"rtt-{role}.logbuffer", SMALL_MTU, session_id=out_stream, stream_id=out_stream)
+    publication = ExclusivePublication(log, counters)
+    images: list = []
+    receiver = ReceiverAgent(base / f"rtt-{role}-images", counters, on_image=images.append)
+    pinger_port, echoer_port = ready(role, receiver.add_subscription(
+        UdpChannel(endpoint=Address("127.0.0.1", 0)), in_stream).port)
+    sender = SenderAgent(counters)
+    peer_port = echoer_port if role == "pinger" else pinger_port
+    sender.add_publication(log.path, UdpChannel(endpoint=Address("127.0.0.1", peer_port), mtu=SMALL_MTU))
+    got: list[bytes] = []
+    image = None
+    rtts: list[int] = []
+
+    def on_fragment(buffer, offset, length, header) -> None:
+        got.append(bytes(buffer[offset:offset + length]))
+
+    def offer(message: bytes) -> None:
+        while time.monotonic() < deadline:
+            result = publication.offer(message)
+            if result >= 0:
+                return
+            if result != ADMIN_ACTION:
+                cycle()
+        raise TimeoutError(f"{role}: never connected")
+
+    def cycle() -> None:
+        nonlocal image
+        sender.do_work()
+        receiver.do_work()
+        if image is None and images:
+            image = Image(LogBuffer.open(images[0].log_path), counters, join_position=images[0].join_position)
+        if image is not None:
+            image.poll(on_fragment, 16)
+
+    go.wait()
+    deadline = time.monotonic() + START_TIMEOUT_S + RTT_PINGS * 0.01
+    try:
+        if role == "pinger":
+            # The first ping connects both ways (SETUPs, the first SMs): it is not counted.
+            for i in range(RTT_PINGS + 1):
+                sent_ns = time.perf_counter_ns()
+                offer(b"%031d" % i)
+                while not got and time.monotonic() < deadline:
+                    cycle()
+                if not got:
+                    raise TimeoutError(f"no echo of ping {i}")
+                if i:
+                    rtts.append(time.perf_counter_ns() - sent_ns)
+                got.clear()
+            result_queue.put(rtts)
+        else:
+            echoed = 0
+            while echoed <= RTT_PINGS and time.monotonic() < deadline:
+                cycle()
+                for message in got:
+                    offer(message)
+                    echoed += 1
+                got.clear()
+            # Keep answering the protocol (SMs) until the pinger has its last echo.
+            end = time.monotonic() + 0.5
+            while time.monotonic() < end:
+                cycle()
+    finally:
+        if image is not None:
+            image.close()
+        sender.close()
+        receiver.close()
+        publication.close()
+        counters.close()
+
+
+def bench_rtt(ctx, directory: Path) -> dict:
+    """Round trip of a 32-byte message through two network publications (ping on one stream, echo
+    on another), each side its own process driving its agents in a busy loop: p50 and p99 in us.
+    Issue 23's goal: p50 < 100 us."""
+    manager = ctx.Manager()
+    ports = manager.dict()
+    go = ctx.Event()
+    results = ctx.Queue()
+    processes = [ctx.Process(target=_rtt_side, args=(str(directory), role, _PortExchange(ports, role), go, results))
+                 for role in ("pinger", "echoer")]
+    for process in processes:
+        process.start()
+    go.set()
+    try:
+        rtts = results.get(timeout=START_TIMEOUT_S + RTT_PINGS * 0.01 + RESULT_GRACE_S)
+    finally:
+        for process in processes:
+            process.join(RESULT_GRACE_S)
+            if process.is_alive():
+                process.kill()
+        manager.shutdown()
+    values = np.array(rtts, dtype=np.int64) / 1000
+    return {"p50_us": float(np.percentile(values, 50)), "p99_us": float(np.percentile(values, 99)),
+            "pings": len(values)}
+
+
+class _PortExchange:
+    """Each side says where it receives, then learns both ports: (the pinger's, the echoer's)."""
+
+    def __init__(self, ports, role: str) -> None:
+        self.ports = ports
+        self.role = role
+
+    def __call__(self, role: str, port: int) -> tuple[int, int]:
+        self.ports[role] = port
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while len(self.ports) < 2:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the other side never said where it receives")
+            time.sleep(0.001)
+        return (self.ports["pinger"], self.ports["echoer"])
 
 
 def main(argv=None) -> int:
@@ -461,8 +669,9 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="one round of 0.5 s runs")
     parser.add_argument("--seconds", type=float, default=None, help="length of each run (default 1)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds, the best reported (default 3)")
-    parser.add_argument("--only", default="core,core-gro,udp,ipc",
-                        help="comma-separated parts: core, core-gro, udp, ipc")
+    parser.add_argument("--only", default="core,core-gro,udp,ipc,lossy,rtt",
+                        help="comma-separated parts: core, core-gro, udp, ipc, lossy (goodput at 5%% loss through "
+                             "the agents), rtt (round trip through the agents)")
     parser.add_argument("--windows", default=",".join(map(str, UDP_WINDOWS)),
                         help="receiver windows (bytes, comma separated) of the udp rows; the core rows use "
                              "the first (default: Aeron's 131072, and 1048576)")
@@ -473,7 +682,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     duration_s = args.seconds if args.seconds is not None else (0.5 if args.quick else 1.0)
     rounds = max(1, args.rounds if args.rounds is not None else (1 if args.quick else 3))
-    parts = [p for p in ("core", "core-gro", "udp", "ipc") if p in args.only.split(",")]
+    parts = [p for p in ("core", "core-gro", "udp", "ipc") if p in args.only.split(",")]  # lossy, rtt: below
     windows = [int(w) for w in args.windows.split(",")]
     gso = not args.no_gso and datagram_io.gso_supported() and datagram_io.gro_supported()
     ctx = multiprocessing.get_context("fork")
@@ -533,8 +742,27 @@ def main(argv=None) -> int:
             f"{' B' if work.size < 1024 else ''}, MTU 65568"
         shown = "-" if part == "ipc" else f"{window // 1024} KiB"
         print(f"| {part} | {label} | {how[part]} | {shown} | {msgs:,.0f} | {mb:,.1f} | {verdict} |")
-    print("| udp | 64 KiB, 5% loss | goodput | | - | - | needs the agents (bench_lossy) |")
-    print("| udp | 32 B round trip | p50 / p99 | | - | - | needs the agents (bench_rtt) |")
+    if "lossy" in args.only.split(","):
+        log_progress("lossy: 1000 B messages through the agents and the lossy proxy, 0% and 5% loss")
+        lossy_dir = Path(tempfile.mkdtemp(prefix="ramen-bench-lossy-", dir=base))
+        try:
+            lossy = max((bench_lossy(lossy_dir, max(duration_s, 1.0)) for _ in range(rounds)),
+                        key=lambda r: r["lossy"] / r["lossless"])
+        finally:
+            shutil.rmtree(lossy_dir, ignore_errors=True)
+        ratio = lossy["lossy"] / lossy["lossless"]
+        print(f"| agents | 1000 B, MTU 1408, 5% loss | 1 process, agents + lossy proxy | 128 KiB | "
+              f"{lossy['lossy']:,.0f} (lossless {lossy['lossless']:,.0f}) | {lossy['lossy'] * 1000 / 1e6:,.1f} | "
+              f"{'PASS' if ratio >= 0.5 else 'MISS'} (goodput {ratio:.0%} of lossless, >= 50%) |")
+    if "rtt" in args.only.split(","):
+        log_progress(f"rtt: {RTT_PINGS} pings of 32 B through the agents, two processes")
+        rtt_dir = Path(tempfile.mkdtemp(prefix="ramen-bench-rtt-", dir=base))
+        try:
+            rtt = min((bench_rtt(ctx, rtt_dir) for _ in range(rounds)), key=lambda r: r["p50_us"])
+        finally:
+            shutil.rmtree(rtt_dir, ignore_errors=True)
+        print(f"| agents | 32 B round trip | 2 processes, agents, busy loop | 128 KiB | p50 {rtt['p50_us']:.0f} us | "
+              f"p99 {rtt['p99_us']:.0f} us | {'PASS' if rtt['p50_us'] < 100 else 'MISS'} (p50 < 100 us) |")
     for failure in failures:
         print(f"FAILED: {failure}")
     return 2 if failures else 0

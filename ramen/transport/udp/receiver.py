@@ -16,8 +16,10 @@ captures in aeron-vectors/udp show them:
 - SMs: the policy's rule (consumption moved past window / 4, or 200 ms passed). Like Aeron's
   next_sm_position, the position an SM reports moves only when the threshold was passed, so the SMs
   of an idle image repeat the last one (the captures' final SMs sit a little below the stream end).
-- NAKs: the first gap below rcv-hwm is NAKed after the unicast delay (100 us) and again every 10 ms
-  while it stays open; a different first gap starts over (Aeron's LossDetector tracks one gap).
+- NAKs: each of the first NAK_MAX_GAPS gaps below rcv-hwm is NAKed after the unicast delay (100 us)
+  and again after each retry delay (10 ms) while it stays open; a gap filled in part is a new one
+  (Aeron's LossDetector tracks the first gap only: at 5% loss, repairing a window's gaps one NAK
+  after another cost goodput).
 - End of stream: an EOS heartbeat (or DATA frame with the EOS flag) marks where the stream ends; once
   it is rebuilt and consumed, the SMs carry the EOS flag (the C receiver only from a later pass of its
   conductor: 0.26 s and 0.5 s after the first EOS heartbeat in the captures). An image with no frame
@@ -35,7 +37,6 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 from ramen.clocks import SYSTEM_CLOCK, Clock
@@ -44,7 +45,7 @@ from ramen.transport.frame import FRAME_ALIGNMENT, align
 from ramen.transport.logbuffer import LogBuffer, LogBufferParams
 from ramen.transport.position import compute_position
 from ramen.transport.udp import protocol
-from ramen.transport.udp.defaults import (IMAGE_LIVENESS_TIMEOUT_NS, NAK_RETRY_NS,
+from ramen.transport.udp.defaults import (IMAGE_LIVENESS_TIMEOUT_NS, NAK_MAX_GAPS, NAK_RETRY_NS,
                                           NAK_UNICAST_DELAY_NS, SEND_SETUP_RETRY_NS)
 from ramen.transport.udp.protocol import (DataFrame, NakFrame, SetupFrame, StatusMessage,
                                           WireError, frames_of)
@@ -71,17 +72,9 @@ GARBAGE_NOT_FOR_RECEIVER = "not-for-receiver"
 """A control frame a sender takes (SM, NAK, RTTM echo) sent to the receiver."""
 
 
-@dataclass
-class _PendingNak:
-    """The one gap being NAKed: where it starts and when its NAK is due."""
-    term_id: int
-    term_offset: int
-    due_ns: int
-
-
 class ReceiverImage:
     """One image a receiver rebuilds: the log, its rebuilder and SM policy, and the receiver's
-    per-image state (the gap being NAKed, liveness, end of stream)."""
+    per-image state (the gaps being NAKed, liveness, end of stream)."""
 
     def __init__(self, setup: SetupFrame, log_buffer: LogBuffer, *, clock: Clock, now_ns: int,
                  window_length: int | None = None) -> None:
@@ -95,7 +88,10 @@ class ReceiverImage:
         self.sm_position = join
         """Aeron's next_sm_position: what SMs report, moved only past the policy's threshold."""
         self.last_frame_ns = now_ns
-        self.pending_nak: _PendingNak | None = None
+        self.pending_naks: dict[tuple[int, int], int] = {}
+        self.stalled_sm_sent = False
+        """An SM went for a stall (NetworkReceiver's stalled_sm_ns) and no frame came since."""
+        """The gaps being NAKed, by where they start (termId, termOffset) -> when their NAK is due."""
         self.drained_at_eos_ns: int | None = None
         """When the rebuilt and consumed positions first stood at the end of stream."""
         self.is_sending_eos = False
@@ -145,7 +141,7 @@ class NetworkReceiver:
     def __init__(self, directory: Path, *, receiver_id: int, clock: Clock = SYSTEM_CLOCK,
                  nak_delay_ns: int = NAK_UNICAST_DELAY_NS, nak_retry_ns: int = NAK_RETRY_NS,
                  liveness_timeout_ns: int = IMAGE_LIVENESS_TIMEOUT_NS, receiver_window: int | None = None,
-                 pre_touch: bool = False) -> None:
+                 pre_touch: bool = False, stalled_sm_ns: int | None = None) -> None:
         """`directory`: where image log buffers are created (one file per image);
         `receiver_id`: a random id fixed for this receiver's life, sent in every SM;
         `receiver_window`: Aeron's rcv-wnd, the window each image's SMs grant (default
@@ -153,12 +149,16 @@ class NetworkReceiver:
         `pre_touch`: fault every page of an image's log in when it is made (Aeron's
         aeron.pre.touch.mapped.memory), so the first lap does not pay a page fault every few
         datagrams (measured under /dev/shm, on_datagram of 1408-byte datagrams into a fresh log of
-        16 MiB terms: 3.0 us each, 1.7 us pre-touched)."""
+        16 MiB terms: 3.0 us each, 1.7 us pre-touched).
+        `stalled_sm_ns`: an image that has read all it got, with no gap, and heard nothing since its
+        last SM this long ago, sends one more (once until a frame comes): a sender held at its
+        limit whose SM was lost goes on then, not 200 ms later (not Aeron's: None, its default)."""
         self.directory = Path(directory)
         self.receiver_id = receiver_id
         self._clock = clock
         self.nak_delay_ns = nak_delay_ns
         self.nak_retry_ns = nak_retry_ns
+        self.stalled_sm_ns = stalled_sm_ns
         self.liveness_timeout_ns = liveness_timeout_ns
         if receiver_window is not None and receiver_window < FRAME_ALIGNMENT:
             raise ValueError(f"receiver window {receiver_window} is less than a frame ({FRAME_ALIGNMENT} bytes)")
@@ -249,6 +249,7 @@ class NetworkReceiver:
         if image is None or image.rebuilder.insert_run(view, term_id, term_offset, first_length) != INSERTED:
             return False
         image.last_frame_ns = now
+        image.stalled_sm_sent = False
         image.runs_inserted += 1
         return True
 
@@ -319,6 +320,7 @@ class NetworkReceiver:
         elif status == OVER_RUN:
             image.frames_over_run += 1
         image.last_frame_ns = now
+        image.stalled_sm_sent = False
         if status == INSERTED and item.is_eos and not item.is_heartbeat \
                 and image.rebuilder.end_of_stream_position is None:
             # The rebuilder marks EOS from heartbeats; a DATA frame with EOS ends the stream at its end.
@@ -354,9 +356,7 @@ class NetworkReceiver:
                 ended.append(key)
                 continue
             self._check_drained(image, now)
-            nak = self._nak_due(image, now)
-            if nak is not None:
-                out.append(nak.encode())
+            out += [nak.encode() for nak in self._naks_due(image, now)]
             sm = self._sm_due(image, now)
             if sm is not None:
                 out.append(sm.encode())
@@ -367,24 +367,32 @@ class NetworkReceiver:
                      self.liveness_timeout_ns / 1e9, image.rebuilt_position)
         return out
 
-    def _nak_due(self, image: ReceiverImage, now: int) -> NakFrame | None:
-        """Aeron's LossDetector: one gap at a time, NAKed after the delay, again after each retry."""
-        gaps: list[Gap] = image.rebuilder.gaps(limit=1)
+    def _naks_due(self, image: ReceiverImage, now: int) -> list[NakFrame]:
+        """Aeron's LossDetector for each of the first NAK_MAX_GAPS gaps (Aeron's tracks the first
+        only): each NAKed after the delay, again after each retry; a gap that changed where it
+        starts (filled in part) is a new one."""
+        gaps: list[Gap] = image.rebuilder.gaps(limit=NAK_MAX_GAPS)
         if not gaps:
-            image.pending_nak = None
-            return None
-        gap = gaps[0]
-        pending = image.pending_nak
-        if pending is None or (pending.term_id, pending.term_offset) != (gap.term_id, gap.term_offset):
-            image.pending_nak = pending = _PendingNak(gap.term_id, gap.term_offset, now + self.nak_delay_ns)
-            image.loss_gaps += 1
-            self.loss_gaps += 1
-        if now < pending.due_ns:
-            return None
-        pending.due_ns = now + self.nak_retry_ns
-        image.naks_sent += 1
-        self.naks_sent += 1
-        return image.rebuilder.nak(gap)
+            image.pending_naks.clear()
+            return []
+        pending = image.pending_naks
+        kept: dict[tuple[int, int], int] = {}
+        naks = []
+        for gap in gaps:
+            key = (gap.term_id, gap.term_offset)
+            due = pending.get(key)
+            if due is None:
+                due = now + self.nak_delay_ns
+                image.loss_gaps += 1
+                self.loss_gaps += 1
+            if now >= due:
+                due = now + self.nak_retry_ns
+                naks.append(image.rebuilder.nak(gap))
+            kept[key] = due
+        image.pending_naks = kept
+        image.naks_sent += len(naks)
+        self.naks_sent += len(naks)
+        return naks
 
     @staticmethod
     def _check_drained(image: ReceiverImage, now: int) -> None:
@@ -401,7 +409,11 @@ class NetworkReceiver:
         consumed = rebuilder.consumer_position
         policy = image.policy
         if not policy.due(consumed):
-            return None
+            if self.stalled_sm_ns is None or image.stalled_sm_sent or now - policy.last_sent_ns <= self.stalled_sm_ns \
+                    or not consumed == rebuilder.rebuilt_position == rebuilder.hwm_position:
+                return None
+            image.stalled_sm_sent = True  # the sender may be held by an SM that was lost: one more
+            image.sm_position = consumed
         # The policy says due on progress or on timeout; only progress past its threshold moves the
         # position reported (Aeron's next_sm_position), a timeout repeats the last one.
         if policy.last_position is None or consumed > policy.last_position + policy.threshold:

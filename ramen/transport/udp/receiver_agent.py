@@ -51,7 +51,8 @@ from ramen.transport.position import index_by_term_count, int32
 from ramen.transport.udp import sockets
 from ramen.transport.udp.agent_counters import CounterGroup, stream_key
 from ramen.transport.udp.channel import Address, ChannelError, UdpChannel
-from ramen.transport.udp.defaults import IMAGE_READER_GRACE_NS, RECEIVER_MAX_DATAGRAMS_PER_WORK, UNREAD_IMAGE_HOLD_NS
+from ramen.transport.udp.defaults import (AGENT_NAK_RETRY_NS, AGENT_STALLED_SM_NS, IMAGE_READER_GRACE_NS,
+                                          RECEIVER_MAX_DATAGRAMS_PER_WORK, UNREAD_IMAGE_HOLD_NS)
 from ramen.transport.udp.receiver import NetworkReceiver, ReceiverImage
 
 log = logging.getLogger(__name__)
@@ -466,7 +467,8 @@ class ReceiverAgent:
                 # A receiver of this endpoint that died left them; their readers keep their mappings.
                 log.info("removing %s, left by a receiver of %s that stopped", stale, name)
                 stale.unlink(missing_ok=True)
-            receiver = NetworkReceiver(directory, receiver_id=self.receiver_id, clock=self._clock)
+            receiver = NetworkReceiver(directory, receiver_id=self.receiver_id, clock=self._clock,
+                                       nak_retry_ns=AGENT_NAK_RETRY_NS, stalled_sm_ns=AGENT_STALLED_SM_NS)
             group = CounterGroup(self.counters, ENDPOINT_COUNTERS, f"receiver {name}")
         except BaseException:
             sock.close()

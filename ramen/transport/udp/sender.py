@@ -60,7 +60,8 @@ class NetworkSender:
 
     def __init__(self, log_buffer: LogBuffer, *, clock: Clock = SYSTEM_CLOCK, term_window_length: int | None = None,
                  ttl: int = 0, views: bool = False,
-                 max_datagrams_per_work: int = SENDER_MAX_DATAGRAMS_PER_WORK) -> None:
+                 max_datagrams_per_work: int = SENDER_MAX_DATAGRAMS_PER_WORK,
+                 retransmit_linger_ns: int = RETRANSMIT_UNICAST_LINGER_NS) -> None:
         """`log_buffer`: the publication's log; the stream starts where its tail is now.
         `term_window_length`: how far the publication may run ahead of snd-pos (Aeron's
         publication term window, half a term by default).
@@ -70,6 +71,8 @@ class NetworkSender:
         releases them before the log is closed.
         `max_datagrams_per_work`: the DATA datagrams one do_work may send; an agent sending by UDP
         GSO may raise it to one GSO send's worth (datagram_io.MAX_GSO_SEGMENTS)."""
+        self.retransmit_linger_ns = retransmit_linger_ns
+        """NAKs of a range sent again are ignored this long (Aeron's 10 ms; netd's agents: 1 ms)."""
         self.log = log_buffer
         self._clock = clock
         self.term_length = log_buffer.term_length
@@ -365,7 +368,7 @@ class NetworkSender:
                 or nak.term_offset % frame.FRAME_ALIGNMENT:
             return
         # Aeron's unicast retransmit delay is 0 (RETRANSMIT_UNICAST_DELAY_NS): the resend is due now.
-        self._retransmits[key] = now + RETRANSMIT_UNICAST_LINGER_NS
+        self._retransmits[key] = now + self.retransmit_linger_ns
         self.retransmits += 1
         end = min(position + nak.length, self.sender_position, (position | self.mask) + 1)
         while position < end:

@@ -45,8 +45,8 @@ from ramen.transport.udp import protocol, sockets
 from ramen.transport.udp.agent_counters import CounterGroup, stream_key
 from ramen.transport.udp.channel import Address, ChannelError, UdpChannel
 from ramen.transport.udp.datagram_io import MAX_GSO_SEGMENTS
-from ramen.transport.udp.defaults import (PUBLICATION_CONNECTION_TIMEOUT_NS, PUBLICATION_LINGER_NS,
-                                          SENDER_MAX_CONTROL_DATAGRAMS_PER_WORK)
+from ramen.transport.udp.defaults import (AGENT_RETRANSMIT_LINGER_NS, PUBLICATION_CONNECTION_TIMEOUT_NS,
+                                          PUBLICATION_LINGER_NS, SENDER_MAX_CONTROL_DATAGRAMS_PER_WORK)
 from ramen.transport.udp.protocol import NakFrame, RttMeasurement, StatusMessage, WireError, frames_of
 from ramen.transport.udp.sender import NetworkSender
 
@@ -163,7 +163,8 @@ class SenderAgent:
             # Views of the log, sent in this duty cycle (GSO: up to 64 a system call); what the socket
             # will not take now is copied into the endpoint's queue (_send).
             sender = NetworkSender(log_buffer, clock=self._clock, term_window_length=term_window_length,
-                                   views=True, max_datagrams_per_work=MAX_GSO_SEGMENTS)
+                                   views=True, max_datagrams_per_work=MAX_GSO_SEGMENTS,
+                                   retransmit_linger_ns=AGENT_RETRANSMIT_LINGER_NS)
             suffix = f"{stream[0]} {stream[1]} {log_buffer.path.name} -> {channel.endpoint}"
             group = CounterGroup(self.counters, PUBLICATION_COUNTERS, suffix,
                                  key=stream_key(log_buffer.correlation_id, *stream),

@@ -21,9 +21,9 @@ FRAME = 96
 
 
 class Rig:
-    def __init__(self, tmp_path) -> None:
+    def __init__(self, tmp_path, **options) -> None:
         self.clock = ManualClock()
-        self.receiver = NetworkReceiver(tmp_path, receiver_id=RECEIVER_ID, clock=self.clock)
+        self.receiver = NetworkReceiver(tmp_path, receiver_id=RECEIVER_ID, clock=self.clock, **options)
         self.receiver.add_subscription(STREAM)
 
     def advance_ns(self, nanos: int) -> None:
@@ -114,7 +114,7 @@ def test_an_sm_goes_when_consumption_passes_a_quarter_window_else_every_200_ms_r
     assert rig.sms() == []
 
 
-def test_a_gap_is_naked_after_the_unicast_delay_and_again_every_10_ms_until_filled(rig):
+def test_a_gap_is_naked_after_the_unicast_delay_and_again_after_each_retry_delay_until_filled(rig):
     rig.setup()
     rig.sms()
     rig.data(0)
@@ -137,6 +137,54 @@ def test_a_gap_is_naked_after_the_unicast_delay_and_again_every_10_ms_until_fill
     rig.advance_ns(NAK_RETRY_NS * 3)
     assert [f for f in rig.work() if isinstance(f, NakFrame)] == []
     assert rig.receiver.naks_sent == 2
+
+
+def test_every_gap_below_the_hwm_is_naked_on_its_own_timers(rig):
+    rig.setup()
+    rig.sms()
+    for index in (0, 2, 4):
+        rig.data(index)  # gaps at 1 and 3
+    rig.work()
+    rig.advance_ns(NAK_UNICAST_DELAY_NS)
+    assert [f for f in rig.work() if isinstance(f, NakFrame)] == [NakFrame(SESSION, STREAM, 0, FRAME, FRAME),
+                                                                 NakFrame(SESSION, STREAM, 0, 3 * FRAME, FRAME)]
+    rig.data(1)  # the first repaired: the second's timer goes on
+    rig.advance_ns(NAK_RETRY_NS)
+    assert [f for f in rig.work() if isinstance(f, NakFrame)] == [NakFrame(SESSION, STREAM, 0, 3 * FRAME, FRAME)]
+    assert rig.receiver.loss_gaps == 2 and rig.receiver.naks_sent == 3
+
+
+def test_an_image_that_read_all_and_hears_nothing_repeats_its_sm_once_when_asked_to(tmp_path):
+    """A sender held at its limit by a lost SM would wait for the 200 ms timeout; with
+    stalled_sm_ns the drained image sends one more SM, then none until a frame comes."""
+    rig = Rig(tmp_path, stalled_sm_ns=1_000_000)
+    rig.setup()
+    rig.sms()
+    rig.data(0)
+    rig.consume(FRAME)
+    rig.advance_ns(1_000_000)
+    assert rig.sms() == []  # exactly the delay: not yet
+    rig.advance_ns(1)
+    assert [sm_position(sm) for sm in rig.sms()] == [FRAME]
+    rig.advance_ns(10_000_000)
+    assert rig.sms() == []  # once per stall
+    rig.data(1)  # a frame came, not yet read: no stall
+    rig.advance_ns(10_000_000)
+    assert rig.sms() == []
+    rig.consume(2 * FRAME)
+    rig.advance_ns(1_000_001)
+    assert [sm_position(sm) for sm in rig.sms()] == [2 * FRAME]
+
+
+def test_without_stalled_sm_ns_a_drained_image_waits_for_the_sm_timeout_as_aerons(rig):
+    rig.setup()
+    rig.sms()
+    rig.data(0)
+    rig.consume(FRAME)
+    rig.advance_ns(SM_TIMEOUT_NS)
+    assert rig.sms() == []
+    rig.advance_ns(1)
+    assert len(rig.sms()) == 1
 
 
 def test_a_gap_shown_only_by_a_heartbeat_is_naked(rig):

@@ -22,12 +22,12 @@ RECEIVER_ID = 1234
 class Rig:
     """A publication's log, its sender, and a ManualClock."""
 
-    def __init__(self, tmp_path) -> None:
+    def __init__(self, tmp_path, **options) -> None:
         self.log = LogBuffer.create(tmp_path / "pub.logbuffer", LogBufferParams(
             term_length=TERM_LENGTH, mtu_length=MTU, session_id=SESSION, stream_id=STREAM))
         self.publication = ExclusivePublication(self.log)
         self.clock = ManualClock()
-        self.sender = NetworkSender(self.log, clock=self.clock)
+        self.sender = NetworkSender(self.log, clock=self.clock, **options)
 
     def advance_ns(self, nanos: int) -> None:
         self.clock.advance(nanos / NANOS_PER_SECOND)
@@ -178,7 +178,9 @@ def test_publisher_limit_is_sender_position_plus_the_term_window_once_connected(
     assert rig.sender.publisher_limit == 4 * 1056 + TERM_LENGTH // 2
 
 
-def test_a_naked_range_goes_again_once_within_the_linger(rig):
+@pytest.mark.parametrize("linger_ns", [RETRANSMIT_UNICAST_LINGER_NS, 1_000_000], ids=["aeron", "agents"])
+def test_a_naked_range_goes_again_once_within_the_linger(tmp_path, linger_ns):
+    rig = Rig(tmp_path, retransmit_linger_ns=linger_ns)
     rig.work()
     rig.sm(0, 32768)
     rig.offer(100, 10)
@@ -188,7 +190,7 @@ def test_a_naked_range_goes_again_once_within_the_linger(rig):
     again = data_of(rig.work())
     assert [(f.term_offset, bytes(f.payload)) for f in again] == \
         [(f.term_offset, bytes(f.payload)) for f in data_of(first)[2:5]]
-    rig.advance_ns(RETRANSMIT_UNICAST_LINGER_NS - 1)
+    rig.advance_ns(linger_ns - 1)
     rig.sender.on_nak(nak)
     assert data_of(rig.work()) == []  # within the linger: ignored
     rig.advance_ns(1)
