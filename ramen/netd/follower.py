@@ -24,6 +24,8 @@ from ramen.netd.defaults import LOG_CHECK_INTERVAL_S
 from ramen.transport.errors import TransportError
 from ramen.transport.service_counters import Count, ServiceCounters
 from ramen.transport.udp.channel import UdpChannel
+from ramen.transport.udp.receiver_agent import ReceiverAgent
+from ramen.transport.udp.sender_agent import NetworkPublication, SenderAgent
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,7 @@ class NetdCounters(ServiceCounters, service="netd"):
 @dataclass
 class _Sending:
     send: NetSend
-    handle: object
+    publication: NetworkPublication
     inode: int
 
 
@@ -46,8 +48,8 @@ class KeyFollower:
     """Applies the site's net/ keys to `sender` (a SenderAgent) and `receiver` (a ReceiverAgent
     whose endpoint is `endpoint`)."""
 
-    def __init__(self, client, site: str, sender, receiver, endpoint: UdpChannel, counters: NetdCounters,
-                 *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, client, site: str, sender: SenderAgent, receiver: ReceiverAgent, endpoint: UdpChannel,
+                 counters: NetdCounters, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._clock = clock
         self.sender = sender
         self.receiver = receiver
@@ -61,6 +63,7 @@ class KeyFollower:
         self.sending: dict[str, _Sending] = {}
         self.receiving: dict[str, NetReceive] = {}
         self._next_check_s = 0.0
+        self._warned: set[str] = set()
 
     def do_work(self) -> int:
         work = 0
@@ -98,7 +101,7 @@ class KeyFollower:
         changes = 0
         for name, sending in list(self.sending.items()):
             if self.wanted_sends.get(name) != sending.send or _inode(Path(sending.send.log)) != sending.inode \
-                    or self.sender.is_done(sending.handle):
+                    or self.sender.is_done(sending.publication):
                 self._stop_sending(name)
                 changes += 1
         for name, receive in list(self.receiving.items()):
@@ -129,17 +132,19 @@ class KeyFollower:
         if inode is None:
             return False  # its writer has not created it yet: looked for again at the next check
         try:
-            handle = self.sender.add_publication(path, send.udp_channel)
+            publication = self.sender.add_publication(path, send.udp_channel)
         except (TransportError, OSError) as e:
-            log.debug("%s: cannot send %s yet: %s", name, path, e)
+            # Logged once a name (a log being created is not ready for a moment): tried again at each check.
+            (log.debug if name in self._warned else log.warning)("%s: cannot send %s: %s", name, path, e)
+            self._warned.add(name)
             return False
-        self.sending[name] = _Sending(send, handle, inode)
+        self.sending[name] = _Sending(send, publication, inode)
         log.info("sending %s: %s to %s", name, path, send.channel)
         return True
 
     def _stop_sending(self, name: str) -> None:
         sending = self.sending.pop(name)
-        self.sender.remove_publication(sending.handle)
+        self.sender.remove_publication(sending.publication)
         log.info("stopped sending %s (%s)", name, sending.send.log)
 
     def close(self) -> None:

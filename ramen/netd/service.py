@@ -27,6 +27,8 @@ from ramen.transport.counters import CountersFile
 from ramen.transport.errors import TransportError
 from ramen.transport.idle import BackoffIdleStrategy
 from ramen.transport.udp.channel import Address, UdpChannel
+from ramen.transport.udp.receiver_agent import ReceiverAgent
+from ramen.transport.udp.sender_agent import SenderAgent
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +46,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def serve(args: argparse.Namespace) -> int:
     import confserver
     from confserver.errors import ConfError
-    from ramen.transport.udp.receiver_agent import ReceiverAgent
-    from ramen.transport.udp.sender_agent import SenderAgent
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # before anything is acquired: a stop must be clean
@@ -105,7 +105,7 @@ def _announce(client, site: str, endpoint: UdpChannel) -> None:
         client.create(key, value, ephemeral=True)
 
 
-def run(stop: threading.Event, follower: KeyFollower, sender, receiver,
+def run(stop: threading.Event, follower: KeyFollower, sender: SenderAgent, receiver: ReceiverAgent,
         idle: BackoffIdleStrategy | None = None) -> None:
     idle = idle or BackoffIdleStrategy()
     while not stop.is_set():
