@@ -23,7 +23,6 @@ from ramen import keyspace, paths
 from ramen.netd.contract import NetReceive, NetSend
 from ramen.program import function_id
 from ramen.transport.position import int32
-from ramen.transport.udp import channel as udp_channel
 
 SEND_SITE_SEPARATOR = "@"
 
@@ -65,9 +64,8 @@ def net_keys(graph: nx.DiGraph, usage: Mapping[str, Usage], site: str,
                 for other in sites_running(graph, child, set(endpoints) - {site}):
                     if runs_on(graph, name, other):
                         continue  # the child reads its own site's copy
-                    channel = udp_channel.parse(endpoints[other])
                     keys[f"{keyspace.net_sends_prefix(site)}/{name}{SEND_SITE_SEPARATOR}{other}"] = NetSend(
-                        log=str(paths.output_log(site, name)), channel=channel.format()).to_value()
+                        log=str(paths.output_log(site, name)), channel=endpoints[other]).to_value()
     return keys
 
 
