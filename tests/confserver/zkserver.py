@@ -58,6 +58,8 @@ def four_letter_word(port: int, word: str, timeout_s: float = 1.0) -> str:
 class ZooKeeperServer:
     """A standalone ZooKeeper on 127.0.0.1; start() returns once it answers `ruok` with `imok`."""
 
+    main_class = MAIN_CLASS
+
     def __init__(self, base_dir: str | os.PathLike | None = None, tick_ms: int = TICK_MS):
         self._owns_dir = base_dir is None
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="ramen-zk-"))
@@ -91,26 +93,35 @@ class ZooKeeperServer:
     def start(self) -> ZooKeeperServer:
         if self.running:
             return self
-        self._write_config()
-        classpath = f"{ZOOKEEPER_JAR}:{SLF4J_JAR}"
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                ["java", "-Xmx256m", "-cp", classpath, MAIN_CLASS, str(self.config)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        self.spawn()
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"zookeeper exited with {self.process.returncode}: see {self.log}")
-            try:
-                # ruok answers before the database is loaded; srvr says when requests are served.
-                if (four_letter_word(self.port, "ruok") == "imok"
-                        and NOT_SERVING not in four_letter_word(self.port, "srvr")):
-                    return self
-            except OSError:
-                pass
+            if self.serving():
+                return self
             time.sleep(RUOK_POLL_S)
         self.kill()
         raise RuntimeError(f"zookeeper did not answer ruok within {START_TIMEOUT_S} s: see {self.log}")
+
+    def spawn(self) -> None:
+        """Start the JVM without waiting for it: an ensemble's members serve only once a quorum
+        of them runs, so they are spawned together and waited for together."""
+        self._write_config()
+        classpath = f"{ZOOKEEPER_JAR}:{SLF4J_JAR}"
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                ["java", "-Xmx256m", "-cp", classpath, self.main_class, str(self.config)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+
+    def serving(self) -> bool:
+        """Whether it answers requests now (False while it is down, starting or electing)."""
+        try:
+            # ruok answers before the database is loaded; srvr says when requests are served.
+            return (four_letter_word(self.port, "ruok") == "imok"
+                    and NOT_SERVING not in four_letter_word(self.port, "srvr"))
+        except OSError:
+            return False
 
     @property
     def running(self) -> bool:
