@@ -338,6 +338,22 @@ class ZkClient(ConfClient):
                 self._ensure(parent(key))
         raise Disconnected(f"zk: could not create {key}: the znodes above keep being removed")
 
+    def _drop_placeholder(self, key: str, stat: ZnodeStat) -> bool:
+        """Remove key's valueless znode if it has no children either: a watch started on the key
+        before it existed made it (TreeCache needs its root), and it holds nothing, but ZooKeeper
+        cannot turn it ephemeral. False if it stays (it has children, or this identity may not
+        delete it); True if it went, or changed meanwhile (look again). The watch follows the key's
+        new znode. Without children it is no key above others, so nothing is lost."""
+        if stat.numChildren:
+            return False
+        try:
+            self._wait(self._zk.delete_async(self._path(key), version=stat.version))
+        except (NoNodeError, BadVersionError, NotEmptyError):
+            pass
+        except NoAuthError:
+            return False
+        return True
+
     def _prune(self, key: str) -> None:
         """Remove valueless, childless znodes from key upwards, so a deleted subtree leaves no
         empty keys behind in children(). Best effort: stops at the first that is still needed."""
@@ -424,6 +440,8 @@ class ZkClient(ConfClient):
                 old, stat = got
                 if old:
                     raise KeyExists(f"key exists: {key}")
+                if ephemeral and self._drop_placeholder(key, stat):
+                    continue
                 if ephemeral:
                     raise BadRequest(f"create {key}: it exists as a key above others, and "
                                      "ZooKeeper cannot make an existing node ephemeral")
@@ -440,6 +458,8 @@ class ZkClient(ConfClient):
         data = _envelope(value, self.identity)
         with self._errors(auth.WRITE, key):
             for _ in range(MAX_RACE_RETRIES):
+                if ephemeral and (got := self._read(key)) is not None and not got[0]:
+                    self._drop_placeholder(key, got[1])  # else setting it would make it persistent
                 try:
                     return _entry(key, data, self._wait(self._zk.set_async(self._path(key), data)))
                 except NoNodeError:

@@ -433,6 +433,24 @@ def test_ephemeral_key_goes_with_a_closed_session(backend, ns):
         assert b.get(f"{ns}/p").value == 1
 
 
+def test_an_ephemeral_key_watched_before_it_exists_is_created_and_goes_with_its_session(backend, ns):
+    """What a replay client does (it watches its request's key, then creates it ephemeral) and a
+    supervisor's alive key meets (watched by others while it is down)."""
+    with backend.client() as watcher:
+        watch = watcher.watch(f"{ns}/req")
+        assert events_until_synced(watch) == []
+        alive_watch = watcher.watch(f"{ns}/alive")
+        assert events_until_synced(alive_watch) == []
+        with backend.client() as a:
+            assert a.create(f"{ns}/req", 1, ephemeral=True).ephemeral
+            assert a.set(f"{ns}/alive", 1, ephemeral=True).ephemeral
+            event = watch.next(EVENTUALLY_S)
+            assert (event.kind, event.key, event.entry.ephemeral) == (EventKind.CREATED, f"{ns}/req", True)
+        event = watch.next(EVENTUALLY_S)
+        assert (event.kind, event.key) == (EventKind.DELETED, f"{ns}/req")
+        assert watcher.get_or_none(f"{ns}/alive") is None
+
+
 def test_ephemeral_key_of_a_killed_client_goes_after_its_session_timeout(backend, ns):
     owner = spawn_client(backend, "ephemeral", f"{ns}/e")
     try:
