@@ -1,7 +1,8 @@
 """`ramen start` on a three-server ZooKeeper ensemble (`--confserver zk://a,b,c/ramen`, with an auth
 file), whose leader is killed (SIGKILL) while a live source runs: the worker keeps running (same
 pid, its instance key, which is ephemeral, still there), its output keeps growing, and a replay of
-a past range afterwards succeeds. Run under `flock /tmp/ramen-e2e.lock`, as every e2e test.
+a past range afterwards succeeds; so does a replay during which the next leader is killed. Run under
+`flock /tmp/ramen-e2e.lock`, as every e2e test.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from confserver import auth
+import confserver
+from confserver import EventKind, auth
+from ramen import keyspace
 from tests.confserver.zkensemble import ZooKeeperEnsemble
 from tests.confserver.zkserver import missing_prerequisite
 from tests.waiting import wait_for
@@ -105,6 +108,27 @@ def test_a_site_on_an_ensemble_keeps_its_worker_and_replays_when_the_leader_dies
                        "--until", f"{until_us / 1e6:.6f}", "--format", "jsonl", SOURCE)
         assert replay.returncode == 0, replay.stderr
         assert len(replay.stdout.splitlines()) == 10 * RATE
+
+        # The killed server back, then the new leader killed while a replay is under way: once
+        # its request is written, during the supervisor's merge delay.
+        ensemble.heal()
+        since_us, until_us = now_us - 110 * SECOND_US, now_us - 50 * SECOND_US
+        with confserver.connect(url, identity="admin",
+                                auth_file=base / "confserver" / auth.AUTH_FILE_NAME) as client:
+            requests = client.watch(keyspace.REPLAYS)
+            replaying = subprocess.Popen(
+                [sys.executable, "-m", "ramen.cli.main", "replay", "--since", f"{since_us / 1e6:.6f}",
+                 "--until", f"{until_us / 1e6:.6f}", "--format", "jsonl", SOURCE],
+                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                wait_for(lambda: any(e.kind is EventKind.CREATED for e in requests.drain()),
+                         "the replay's request", timeout_s=COMMAND_S)
+                ensemble.kill(ensemble.leader())
+                out, err = replaying.communicate(timeout=COMMAND_S)
+            finally:
+                replaying.kill()
+        assert replaying.returncode == 0, err
+        assert len(out.splitlines()) == 60 * RATE
         # Every service and worker moved to another server within its session (confserver/zk.py
         # logs a lost session): none had to start over.
         expired = [p.name for p in (base / "logs").rglob("*.log") if SESSION_LOST_LOG in p.read_text()]
