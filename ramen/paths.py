@@ -24,6 +24,8 @@ CONFSERVER_ADDRESS_FILE_NAME = "address"
 removed when it stops: how a command finds the confserver of the instance its --dir names."""
 READY_FILE_NAME = "ready"
 """The confserver URL, written by `ramen start` into DIR/run once it is ready, removed when it stops."""
+SITE_FILE_NAME = "site"
+"""The site `ramen start` runs, in DIR/run while it runs."""
 
 
 def confserver_dir() -> Path:
@@ -59,6 +61,15 @@ def write_atomically(path: Path, text: str) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     temporary.write_text(text)
     os.replace(temporary, path)
+
+
+def instance_site() -> str | None:
+    """The site the instance of this directory runs (`ramen start --site`, kept in run/site while
+    it runs), so that a command given its --dir serves that site without --site; None if none runs."""
+    try:
+        return keyspace.check_site((ramen_dir() / "run" / SITE_FILE_NAME).read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def counters_path() -> Path:

@@ -7,9 +7,10 @@ dependency on it (DESIGN.md: the CLI reaches services through the confserver cli
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 
-from ramen import keyspace
+from ramen import keyspace, paths
 from ramen.cli import argtypes
 from ramen.cli.errors import UserError
 
@@ -30,8 +31,10 @@ def add_arguments(parser, identity: str, *, site: bool = False) -> None:
     parser.set_defaults(default_identity=identity)
     parser.add_argument("--token", help="authenticate with this token instead ($RAMEN_CONFSERVER_TOKEN)")
     if site:
-        parser.add_argument("--site", default=keyspace.default_site(), type=argtypes.site,
-                            help=f"the site (default ${keyspace.SITE_ENV}, else {keyspace.DEFAULT_SITE})")
+        parser.add_argument("--site", default=os.environ.get(keyspace.SITE_ENV) or paths.instance_site()
+                            or keyspace.DEFAULT_SITE, type=argtypes.site,
+                            help=f"the site (default ${keyspace.SITE_ENV}, else the site the instance of --dir "
+                                 f"runs, else {keyspace.DEFAULT_SITE})")
 
 
 @contextlib.contextmanager

@@ -116,6 +116,7 @@ def run_start(args) -> int:
     token = secrets.token_hex(8)
     os.environ[INSTANCE_ENV] = token  # before any child starts: all of them, and theirs, carry it
     (run_dir / INSTANCE_FILE).write_text(f"{token}\n")
+    (run_dir / paths.SITE_FILE_NAME).write_text(f"{args.site}\n")
     logs = base / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, RAMEN_SITE=args.site)
@@ -185,6 +186,7 @@ def run_start(args) -> int:
         pid_lock.release()
         (run_dir / READY_FILE).unlink(missing_ok=True)
         (run_dir / INSTANCE_FILE).unlink(missing_ok=True)
+        (run_dir / paths.SITE_FILE_NAME).unlink(missing_ok=True)
     print("ramen: stopped", file=sys.stderr)
     return 0
 

@@ -131,6 +131,16 @@ def two_sites(tmp_path):
 def test_a_live_chain_across_two_sites_and_a_netd_killed_on_the_way(two_sites):
     edge, core = two_sites
     assert len(edge.netd_pids()) == 1 and len(core.netd_pids()) == 1
+    # A command given the core's --dir serves the core's site, without --site or $RAMEN_SITE.
+    env = {k: v for k, v in core.env.items() if k != "RAMEN_SITE"}
+
+    def functions_ps_shows() -> list[str]:
+        ps = subprocess.run([sys.executable, "-m", "ramen.cli.main", "--dir", core.base, "ps", "--json"], env=env,
+                            capture_output=True, text=True, timeout=STARTUP_S)
+        assert ps.returncode == 0, ps.stderr
+        return [json.loads(line)["function"] for line in ps.stdout.splitlines()]
+    wait_for(lambda: functions_ps_shows() == ["x/per_window"], "ramen --dir CORE ps showing the core's worker",
+             timeout_s=STARTUP_S)
     joined_us = time.time_ns() // 1000  # the core joins the edge's stream about now
     wait_for(lambda: windows_right(core, joined_us) or None, "a window of the edge's traffic, whole, on the core",
              timeout_s=STARTUP_S)
