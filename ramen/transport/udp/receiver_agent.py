@@ -119,7 +119,8 @@ class _ReceiveEndpoint:
     sources: dict[tuple[int, int], tuple] = field(default_factory=dict)
     """(session, stream) -> the address its datagrams last came from: where replies go."""
     pending: deque = field(default_factory=lambda: deque(maxlen=_PENDING_REPLIES_MAX))
-    """(datagram, address) the kernel refused with EAGAIN: sent first next cycle."""
+    """(datagram, address, this endpoint's counters) the kernel refused with EAGAIN: sent first
+    next cycle (sockets.send_queued)."""
     image_logs: dict[int, Path] = field(default_factory=dict)
     """stream id -> where its images go (add_subscription's image_log)."""
     kept: bool = False
@@ -237,7 +238,7 @@ class ReceiverAgent:
         work = 0
         for endpoint in list(self._endpoints.values()):
             if endpoint.pending:
-                work += self._flush(endpoint)
+                work += sockets.send_queued(endpoint.sock, endpoint.pending, endpoint.counters)
             work += self._read(endpoint, now)
             self._track_images(endpoint, now)
             receiver = endpoint.receiver
@@ -287,29 +288,14 @@ class ReceiverAgent:
             if address is None:
                 continue  # a session whose sender never reached this socket: nowhere to answer
             if endpoint.pending:
-                endpoint.pending.append((datagram, address))
+                endpoint.pending.append((datagram, address, endpoint.counters))
                 continue
             status = sockets.send(endpoint.sock, datagram, address)
             if status == sockets.WOULD_BLOCK:
                 endpoint.counters["short-sends"].add(1)
-                endpoint.pending.append((datagram, address))
+                endpoint.pending.append((datagram, address, endpoint.counters))
             elif status == sockets.UNREACHABLE:
                 endpoint.counters["unreachable"].add(1)
-
-    def _flush(self, endpoint: _ReceiveEndpoint) -> int:
-        pending = endpoint.pending
-        sent = 0
-        while pending:
-            datagram, address = pending[0]
-            status = sockets.send(endpoint.sock, datagram, address)
-            if status == sockets.WOULD_BLOCK:
-                endpoint.counters["short-sends"].add(1)
-                break
-            if status == sockets.UNREACHABLE:
-                endpoint.counters["unreachable"].add(1)
-            pending.popleft()
-            sent += 1
-        return sent
 
     # -- images ---------------------------------------------------------------------------------
 

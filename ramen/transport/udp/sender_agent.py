@@ -121,7 +121,8 @@ class _SendEndpoint:
     counters: CounterGroup
     publications: dict[tuple[int, int], NetworkPublication] = field(default_factory=dict)
     pending: deque = field(default_factory=deque)
-    """(publication, datagram) the kernel refused with EAGAIN, in order: sent first next cycle."""
+    """(datagram, None: the connected peer, the publication's counters) the kernel refused with
+    EAGAIN, in order: sent first next cycle (sockets.send_queued)."""
 
 
 class SenderAgent:
@@ -188,7 +189,7 @@ class SenderAgent:
         endpoint = publication.endpoint
         endpoint.publications.pop((publication.session_id, publication.stream_id), None)
         if endpoint.pending:
-            endpoint.pending = deque(item for item in endpoint.pending if item[0] is not publication)
+            endpoint.pending = deque(item for item in endpoint.pending if item[2] is not publication.counters)
         self._withdraw_position(publication)
         publication.counters.close()
         publication.log.close()
@@ -222,7 +223,7 @@ class SenderAgent:
         for endpoint in list(self._endpoints.values()):
             work += self._read_control(endpoint, now)
             if endpoint.pending:
-                work += self._flush(endpoint)
+                work += sockets.send_queued(endpoint.sock, endpoint.pending, endpoint.counters)
             for publication in list(endpoint.publications.values()):
                 if not endpoint.pending:
                     work += self._send(endpoint, publication, publication.sender.do_work(now))
@@ -239,24 +240,8 @@ class SenderAgent:
             endpoint.counters["unreachable"].add(lost)
         if done < len(datagrams):
             publication.counters["short-sends"].add(1)
-            endpoint.pending.extend((publication, bytes(later)) for later in datagrams[done:])
+            endpoint.pending.extend((bytes(later), None, publication.counters) for later in datagrams[done:])
         return done
-
-    def _flush(self, endpoint: _SendEndpoint) -> int:
-        """Send what EAGAIN held back, in order, until the kernel refuses again."""
-        pending = endpoint.pending
-        sent = 0
-        while pending:
-            publication, datagram = pending[0]
-            status = sockets.send(endpoint.sock, datagram)
-            if status == sockets.WOULD_BLOCK:
-                publication.counters["short-sends"].add(1)
-                break
-            if status == sockets.UNREACHABLE:
-                endpoint.counters["unreachable"].add(1)
-            pending.popleft()
-            sent += 1
-        return sent
 
     def _read_control(self, endpoint: _SendEndpoint, now: int) -> int:
         buffer, view = self._buffer, self._view

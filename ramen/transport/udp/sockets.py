@@ -112,6 +112,25 @@ def send(sock: socket.socket, datagram: bytes, address=None) -> int:
     return SENT if sent == len(datagram) else WOULD_BLOCK
 
 
+def send_queued(sock: socket.socket, pending, counters) -> int:
+    """Send what EAGAIN held back, in order, until the kernel refuses again; how many are done.
+    `pending` holds (datagram, address, group): the address None for a connected socket's peer,
+    a refusal counted as `group`'s short send (whose datagram waited); a datagram the network
+    refused is counted as `counters`' unreachable and gone, as lost on the wire."""
+    done = 0
+    while pending:
+        datagram, address, group = pending[0]
+        status = send(sock, datagram, address)
+        if status == WOULD_BLOCK:
+            group["short-sends"].add(1)
+            break
+        if status == UNREACHABLE:
+            counters["unreachable"].add(1)
+        pending.popleft()
+        done += 1
+    return done
+
+
 def send_many(sock: socket.socket, datagrams) -> tuple[int, int]:
     """Send datagrams in order to the connected peer, many a system call (UDP GSO) where the kernel
     can: (how many are done, how many of those the network refused). Fewer done than given: the
@@ -159,4 +178,4 @@ def local_address(sock: socket.socket) -> Address:
 
 
 __all__ = ["SENT", "WOULD_BLOCK", "UNREACHABLE", "SocketError", "open_send_socket", "open_receive_socket", "send",
-           "send_many", "receive", "receive_batch", "local_address"]
+           "send_many", "send_queued", "receive", "receive_batch", "local_address"]
