@@ -47,21 +47,12 @@ class EnsembleMember(ZooKeeperServer):
         self.peers: list[EnsembleMember] = []
 
     def _write_config(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        super()._write_config()
         (self.data_dir / "myid").write_text(f"{self.myid}\n")
-        self.config.write_text("\n".join([
-            f"tickTime={self.tick_ms}",
-            f"initLimit={INIT_LIMIT_TICKS}",
-            f"syncLimit={SYNC_LIMIT_TICKS}",
-            f"dataDir={self.data_dir}",
-            f"clientPort={self.port}",
-            "clientPortAddress=127.0.0.1",
-            "admin.enableServer=false",
-            "4lw.commands.whitelist=ruok,srvr,stat,mntr",
-            "maxClientCnxns=0",  # every test client connects from 127.0.0.1; the default caps at 60
-            *(f"server.{p.myid}=127.0.0.1:{p.quorum_port}:{p.election_port}" for p in self.peers),
-            "",
-        ]))
+
+    def _config_lines(self) -> list[str]:
+        return [*super()._config_lines(), f"initLimit={INIT_LIMIT_TICKS}", f"syncLimit={SYNC_LIMIT_TICKS}",
+                *(f"server.{p.myid}=127.0.0.1:{p.quorum_port}:{p.election_port}" for p in self.peers)]
 
     def mode(self) -> str | None:
         """'leader' or 'follower' while it serves; None while it is down, starting or electing."""

@@ -79,7 +79,10 @@ class ZooKeeperServer:
 
     def _write_config(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.config.write_text("\n".join([
+        self.config.write_text("\n".join([*self._config_lines(), ""]))
+
+    def _config_lines(self) -> list[str]:
+        return [
             f"tickTime={self.tick_ms}",
             f"dataDir={self.data_dir}",
             f"clientPort={self.port}",
@@ -87,8 +90,7 @@ class ZooKeeperServer:
             "admin.enableServer=false",
             "4lw.commands.whitelist=ruok,srvr,stat,mntr",
             "maxClientCnxns=0",  # every test client connects from 127.0.0.1; the default caps at 60
-            "",
-        ]))
+        ]
 
     def start(self) -> ZooKeeperServer:
         if self.running:
