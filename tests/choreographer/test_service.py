@@ -68,6 +68,14 @@ def replay_of_top(site: str = SITE) -> dict:
                          timeout_s=300.0, no_merge=False, site=site).to_value()
 
 
+def synced_worker_watch(admin):
+    """A watch of the site's worker keys, past the keys that exist: its next event is a change."""
+    watch = admin.watch(keyspace.worker_pattern(SITE))
+    while watch.next(EVENTUALLY_S).kind is not confserver.EventKind.SYNCED:
+        pass
+    return watch
+
+
 def next_write_is_the_marker(admin, watch) -> None:
     """Load a program of one function: the choreographer acts on events in order, so when the next
     worker key written is the marker's, nothing was written before it (no waiting for silence)."""
@@ -103,9 +111,7 @@ def test_a_replay_marks_its_paths_used_and_its_deletion_unmarks_them(admin, chor
 def test_a_replay_another_site_serves_marks_nothing_here(admin, choreographer):
     load(admin, "net", NET)
     wait_for(lambda: len(workers(admin)) == 4)
-    watch = admin.watch(keyspace.worker_pattern(SITE))
-    while watch.next(EVENTUALLY_S).kind is not confserver.EventKind.SYNCED:
-        pass
+    watch = synced_worker_watch(admin)
     admin.set(keyspace.replay_key(6), replay_of_top(site="elsewhere"))
     next_write_is_the_marker(admin, watch)
     assert used(admin) == {"net/traffic"}
@@ -135,9 +141,7 @@ def test_a_tail_marks_its_chain_live_until_it_ends(admin, choreographer):
 def test_nothing_is_written_when_nothing_changed(admin, choreographer):
     load(admin, "net", NET)
     wait_for(lambda: len(workers(admin)) == 4)
-    watch = admin.watch(keyspace.worker_pattern(SITE))
-    while watch.next(EVENTUALLY_S).kind is not confserver.EventKind.SYNCED:
-        pass
+    watch = synced_worker_watch(admin)
     writes, recomputes = choreographer.counters.writes, choreographer.counters.recomputes
     load(admin, "net", NET)  # the same program again
     load(admin, "unrelated", [("x", True, [])])  # one new key, nothing else changes
@@ -187,9 +191,7 @@ def test_a_restarted_choreographer_leaves_the_worker_keys_as_they_are(fresh_conf
     load(admin, "net", NET)
     load(admin, "more", [("x", False, []), ("y", True, ["more/x"])])
     wait_for(lambda: len(workers(admin)) == 6)
-    watch = admin.watch(keyspace.worker_pattern(SITE))
-    while watch.next(EVENTUALLY_S).kind is not confserver.EventKind.SYNCED:
-        pass
+    watch = synced_worker_watch(admin)
     with confserver.connect(fresh_confserver.url, identity="choreographer",
                             auth_file=fresh_confserver.auth_file) as client:
         restarted = Choreographer(client, SITE)
