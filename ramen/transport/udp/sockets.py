@@ -35,8 +35,6 @@ UNREACHABLE = -1
 """ECONNREFUSED (an ICMP port unreachable from an earlier send) or a network that refuses the
 address: the datagram is lost, as on a lossy network; the protocol repairs or retries."""
 
-_RETRY_ERRNOS = datagram_io.RETRY_ERRNOS
-_UNREACHABLE_ERRNOS = datagram_io.LOST_ERRNOS
 
 
 class SocketError(TransportError, OSError):
@@ -103,11 +101,7 @@ def send(sock: socket.socket, datagram: bytes, address=None) -> int:
     try:
         sent = sock.send(datagram) if address is None else sock.sendto(datagram, address)
     except OSError as error:
-        if error.errno in _RETRY_ERRNOS:
-            return WOULD_BLOCK
-        if error.errno in _UNREACHABLE_ERRNOS:
-            return UNREACHABLE
-        raise
+        return _failed(error)
     # UDP sends a datagram whole or not at all; a short count would be a kernel's novelty: retry.
     return SENT if sent == len(datagram) else WOULD_BLOCK
 
@@ -151,11 +145,7 @@ def receive_batch(sock: socket.socket, buffer: memoryview) -> tuple[int, int, ob
     try:
         got = datagram_io.receive_segments(sock, buffer)
     except OSError as error:
-        if error.errno in _RETRY_ERRNOS:
-            return 0, 0, None
-        if error.errno in _UNREACHABLE_ERRNOS:
-            return UNREACHABLE, 0, None
-        raise
+        return _failed(error), 0, None
     return (0, 0, None) if got is None else got
 
 
@@ -165,11 +155,17 @@ def receive(sock: socket.socket, buffer: bytearray) -> tuple[int, object]:
     try:
         return sock.recvfrom_into(buffer)
     except OSError as error:
-        if error.errno in _RETRY_ERRNOS:
-            return 0, None
-        if error.errno in _UNREACHABLE_ERRNOS:
-            return UNREACHABLE, None
-        raise
+        return _failed(error), None
+
+
+def _failed(error: OSError) -> int:
+    """What a send or receive that raised says: WOULD_BLOCK (nothing moved: again later, 0 as a
+    receive's length) or UNREACHABLE (datagram_io.LOST_ERRNOS); any other error is raised."""
+    if error.errno in datagram_io.RETRY_ERRNOS:
+        return WOULD_BLOCK
+    if error.errno in datagram_io.LOST_ERRNOS:
+        return UNREACHABLE
+    raise error
 
 
 def local_address(sock: socket.socket) -> Address:
