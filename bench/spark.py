@@ -14,8 +14,15 @@ starts), waits for the archive to cover the hour, then measures:
   same SQL `.toArrow()`, on the same Spark server, a few times (the first may warm the JVM up);
 - the per_minute worker's Spark jobs and their time (what `ramen ps --json` shows).
 
-Run: `.venv/bin/python bench/spark.py [--runs N] [--json]` (about 4-6 minutes on 2 cores).
-Goal printed beside the figures: the replay within 2x the Parquet batch query (medians).
+With `--cluster`, the same again on a Spark standalone cluster started from pyspark's jars (a
+master, one 3 GiB worker, a Connect server with the default 1 GiB driver: tests/spark/standalone.py)
+with `ramen start --spark sc://... --spark-staging DIR`, the Parquet query on that cluster, one
+replay with no staging store (rows over Spark Connect in chunks), and the Connect driver's peak RSS.
+
+Run: `.venv/bin/python bench/spark.py [--runs N] [--cluster] [--json]` (about 4-6 minutes on 2 cores,
+twice that with --cluster).
+Goals printed beside the figures: the replay within 2x the Parquet batch query (medians); with
+--cluster, the cluster's replay within 1.5x the local one and 2x the cluster's Parquet query.
 """
 
 from __future__ import annotations
@@ -45,8 +52,10 @@ from ramen.archive.coverage import archive_coverage  # noqa: E402
 from ramen.cli.ps import collect  # noqa: E402
 from ramen.program import Program  # noqa: E402
 from ramen.replay.client import Replay  # noqa: E402
+from ramen.spark.contract import SparkServer  # noqa: E402
 from ramen.spark.defaults import CONNECT_SERVER_CLASS  # noqa: E402
 from ramen.spark.session import connect  # noqa: E402
+from tests.spark.standalone import StandaloneCluster  # noqa: E402
 from workers.defaults import SPARK_JOB_ROWS  # noqa: E402
 
 PROGRAM_NAME = "bench"
@@ -88,38 +97,87 @@ STATS_WAIT_S = 5.0
 STATS_POLL_S = 0.1
 STOP_GRACE_S = 10.0
 GOAL_PARQUET_FACTOR = 2.0
+GOAL_CLUSTER_FACTOR = 1.5
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS,
                         help="timed runs of the replay and of the Parquet query (default %(default)s)")
+    parser.add_argument("--cluster", action="store_true",
+                        help="also on a Spark standalone cluster with a staging directory (started here)")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    report = {"local": run_bench(args.runs)}
+    if args.cluster:
+        with tempfile.TemporaryDirectory(prefix="ramen-bench-cluster-") as tmp:
+            progress("starting a Spark standalone cluster (master, one worker, Connect with a 1 GiB driver)")
+            with StandaloneCluster(Path(tmp)) as cluster:
+                report["cluster"] = run_bench(args.runs, cluster)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print_report(report["local"])
+    if "cluster" in report:
+        print()
+        print_cluster_report(report["local"], report["cluster"])
+    return 0
+
+
+def run_bench(runs: int, cluster: StandaloneCluster | None = None) -> dict:
+    """`ramen start` of the bench's program on its local Spark, or on `cluster` with a staging
+    directory, and the figures."""
     with tempfile.TemporaryDirectory(prefix="ramen-bench-spark-") as tmp:
         base = Path(tmp)
         program = base / "bench-spark.toml"
         program.write_text(PROGRAM)
         env = dict(os.environ, RAMEN_DIR=str(base), PYTHONPATH=str(ROOT))
         env.pop("RAMEN_CONFSERVER", None)
-        env.pop("RAMEN_SPARK_REMOTE", None)  # this bench measures the local server ramen starts
+        env.pop("RAMEN_SPARK_REMOTE", None)
         os.environ["RAMEN_DIR"] = str(base)
         ramen = [sys.executable, "-m", "ramen.cli.main"]
-        progress("starting ramen (and its Spark) and back-filling an hour of traffic")
-        subprocess.run([*ramen, "start", "--daemon", "--dir", str(base), str(program)], env=env, check=True)
+        spark = ["--spark", cluster.remote, "--spark-staging", str(base / "staging")] if cluster else []
+        progress(f"starting ramen ({'on the cluster' if cluster else 'and its Spark'}) and back-filling an hour")
+        subprocess.run([*ramen, "start", "--daemon", "--dir", str(base), *spark, str(program)], env=env, check=True)
         spark_pids: list[int] = []
         try:
-            report = measure(base, args.runs, spark_pids)
+            report = measure(base, runs, spark_pids if cluster is None else [])
+            result = report.pop("result")
+            if cluster is not None:
+                report["chunks_seconds"], report["chunks_same"] = replay_without_staging(base, cluster, report,
+                                                                                         result)
+                report["driver_peak_rss_mb"] = peak_rss_mb(cluster.processes["connect"].pid)
         finally:
             subprocess.run([*ramen, "stop", "--dir", str(base)], env=env, check=False)
             kill_leftovers(spark_pids)
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return 0
-    print_report(report)
-    return 0
+    return report
+
+
+def replay_without_staging(base: Path, cluster: StandaloneCluster, report: dict,
+                           result: pa.Table) -> tuple[float, str]:
+    """One replay with the `spark/server` key naming no staging store, as `ramen start --spark`
+    without --spark-staging writes it: rows go over Spark Connect in chunks."""
+    url = (base / "run" / "ready").read_text().strip()
+    with confserver.connect(url, identity="admin", auth_file=base / "confserver" / "auth.json") as client:
+        client.set(keyspace.SPARK_SERVER, SparkServer(cluster.remote).to_value())
+        programs = {e.key.split("/", 1)[1]: Program.from_dict(e.value) for e in client.glob("programs/*")}
+        progress("replaying the heavy aggregate on the cluster without a staging store")
+        seconds, table = heavy_replay(client, programs, report["since_us"], report["until_us"], SparkJobs(client))
+    progress(f"  {seconds:.1f} s, {table.num_rows:,} rows out")
+    return seconds, same_totals(table, result)
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """The process's peak resident set (VmHWM), in MiB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
 
 
 def measure(base: Path, runs: int, spark_pids: list[int]) -> dict:
@@ -165,7 +223,7 @@ def measure(base: Path, runs: int, spark_pids: list[int]) -> dict:
             "export_seconds": export_s, "spark_job_rows": SPARK_JOB_ROWS,
             "replay_seconds": [seconds for seconds, _ in replays], "replay_rows": replay_table.num_rows,
             "parquet_seconds": queries, "parquet_rows": query_table.num_rows,
-            "same_result": same_totals(replay_table, query_table),
+            "same_result": same_totals(replay_table, query_table), "result": replay_table,
             "spark_jobs": spark_jobs, "spark_s": spark_s,
             "ps": {k: worker.get(k) for k in ("pid", "spark_jobs", "spark_s", "cpu_s")},
             "load_before": load_before, "load_after": os.getloadavg()}
@@ -228,9 +286,9 @@ def wait_spark(client) -> str:
     started = time.monotonic()
     while True:
         entry = client.get_or_none(keyspace.SPARK_SERVER)
-        if entry is not None and isinstance(entry.value, dict) and entry.value.get("remote"):
+        if entry is not None:
             progress(f"Spark ready after {time.monotonic() - started:.0f} s")
-            return entry.value["remote"]
+            return SparkServer.from_value(entry.value).remote
         if time.monotonic() - started > SPARK_TIMEOUT_S:
             raise SystemExit(f"no {keyspace.SPARK_SERVER} key after {SPARK_TIMEOUT_S:g} s: see the spark log")
         time.sleep(1)
@@ -361,6 +419,25 @@ def print_report(r: dict) -> None:
     factor = replay_med / query_med
     print(f"goal: heavy replay <= {GOAL_PARQUET_FACTOR:g}x the Parquet batch query: {factor:.2f}x "
           f"{'pass' if factor <= GOAL_PARQUET_FACTOR else 'MISS'}")
+
+
+def print_cluster_report(local: dict, cluster: dict) -> None:
+    local_med = statistics.median(local["replay_seconds"])
+    cluster_med = statistics.median(cluster["replay_seconds"])
+    query_med = statistics.median(cluster["parquet_seconds"])
+    tuples = cluster["source_tuples"]
+    print(f"cluster: {tuples:,} tuples; replays {', '.join(f'{s:.1f}' for s in cluster['replay_seconds'])} s "
+          f"(median {cluster_med:.1f} s, {tuples / cluster_med:,.0f} source rows/s, staging directory); "
+          f"Parquet query median {query_med:.1f} s; same result: {cluster['same_result']}")
+    print(f"cluster without staging (chunks over Spark Connect): {cluster['chunks_seconds']:.1f} s, "
+          f"same result: {cluster['chunks_same']}")
+    rss = cluster.get("driver_peak_rss_mb")
+    print(f"Connect driver peak RSS: {f'{rss:,.0f} MiB' if rss is not None else 'unknown'} (default 1 GiB heap)")
+    to_local, to_query = cluster_med / local_med, cluster_med / query_med
+    print(f"goal: cluster replay <= {GOAL_CLUSTER_FACTOR:g}x the local one: {to_local:.2f}x "
+          f"{'pass' if to_local <= GOAL_CLUSTER_FACTOR else 'MISS'}")
+    print(f"goal: cluster replay <= {GOAL_PARQUET_FACTOR:g}x the cluster's Parquet query: {to_query:.2f}x "
+          f"{'pass' if to_query <= GOAL_PARQUET_FACTOR else 'MISS'}")
 
 
 if __name__ == "__main__":

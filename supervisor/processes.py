@@ -121,7 +121,11 @@ class Child:
         return max(0.0, (end - self.started_us) / 1e6)
 
     def describe_exit(self) -> str:
-        return describe_exit(self.returncode)
+        """How it ended, with the one-line error it printed last if it failed: a replay through a
+        worker that failed then says why (the Spark job that stalled, the callable that raised)."""
+        described = describe_exit(self.returncode)
+        reason = last_error(self.log_path) if self.returncode and self.log_path is not None else None
+        return f"{described}: {reason}" if reason else described
 
 
 def _leads_its_group(pid: int) -> bool:
@@ -129,6 +133,28 @@ def _leads_its_group(pid: int) -> bool:
         return os.getpgid(pid) == pid
     except ProcessLookupError:
         return False
+
+
+ERROR_PREFIX = "ramen: "
+"""How every ramen process starts its one-line error on stderr."""
+LOG_TAIL_BYTES = 8192
+
+
+def last_error(log_path: Path) -> str | None:
+    """The last one-line error in a child's log, without its `ramen: worker NAME: ` tag."""
+    try:
+        with open(log_path, "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+            tail = log.read().decode(errors="replace")
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()):
+        if line.startswith(ERROR_PREFIX):
+            line = line[len(ERROR_PREFIX):]
+            if line.startswith("worker ") and ": " in line:
+                line = line.split(": ", 1)[1]
+            return line.strip() or None
+    return None
 
 
 def describe_exit(returncode: int | None) -> str:

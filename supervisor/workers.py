@@ -259,7 +259,7 @@ class WorkerSupervision:
                             {"function": name, "log": str(log_path), "spare_log": str(child.log_path)})
             self._spare = None
             state.spare_id, state.child = spare_id, child
-            child.name = f"worker {name}"
+            child.name, child.log_path = f"worker {name}", log_path  # it writes there from now on
             log.info("worker %s: spare %d (pid %d), log %s", name, spare_id, child.pid, log_path)
         else:
             if spare is not None:

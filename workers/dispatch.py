@@ -204,7 +204,7 @@ class HeavyDispatch:
             return False
         jobs_before, job_s_before = self.executor.jobs, self.executor.job_s
         try:
-            table = heartbeating(lambda: self.executor.run(gathered), self.keep_alive)
+            table = heartbeating(lambda: self.executor.run(gathered), self._heartbeat)
         except SparkUnavailable as e:
             delay = SPARK_RETRY_S[min(state.retries, len(SPARK_RETRY_S) - 1)]
             state.retries += 1
@@ -220,6 +220,10 @@ class HeavyDispatch:
         state.gathered, state.retries, state.retry_at = None, 0, 0.0
         self.emit(state, table)
         return True
+
+    def _heartbeat(self) -> None:
+        self.keep_alive()
+        self.executor.check_progress()
 
     def retry(self, states: Iterable[ChannelState]) -> list[ChannelState]:
         """The channels whose job waited for Spark to come back and has now run."""

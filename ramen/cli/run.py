@@ -81,14 +81,15 @@ def check_spark_sql(client, program) -> None:
 
 
 def _spark_remote(client) -> str:
+    from ramen.spark.contract import SparkServer
     from ramen.spark.defaults import READY_TIMEOUT_S
     from ramen.spark.session import configured_remote
     deadline = time.monotonic() + READY_TIMEOUT_S
     asked = False
     while True:
         entry = client.get_or_none(keyspace.SPARK_SERVER)
-        if entry is not None and isinstance(entry.value, dict) and entry.value.get("remote"):
-            return entry.value["remote"]
+        if entry is not None:
+            return SparkServer.from_value(entry.value).remote
         if configured_remote():
             return configured_remote()
         if not asked:

@@ -1,7 +1,8 @@
 """What `ramen start` does about Spark: point the deployment at one, starting the local one on demand.
 
 - `--spark sc://host:port` (or $RAMEN_SPARK_REMOTE): that endpoint goes in the `spark/server` key;
-  nothing is started here.
+  nothing is started here. `--spark-staging` names the staging store it shares with the workers
+  (checked writable first); without one, rows reach it over Spark Connect.
 - otherwise a local Spark Connect server starts the first time a program needs it: a program
   given to `ramen start` has a Spark function, or `ramen run` asked (the `spark/wanted` key). Its
   key is written once it accepts connections; if it dies, `ramen start` restarts it on the same
@@ -15,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ramen import keyspace
+from ramen.spark.contract import SparkServer
+from ramen.spark.staging import StagingError, StagingStore
 from ramen.spark.server import (accepts, java_missing, free_port, remote_url, server_command, server_env,
                                 wait_ready)
 
@@ -39,9 +42,17 @@ def programs_need_spark(files: list[str]) -> bool:
 class SparkService:
     """The deployment's Spark as `ramen start` sees it; `service` is the local server, if started."""
 
-    def __init__(self, client, base: Path, remote: str | None, make_service,
+    def __init__(self, client, base: Path, remote: str | None, make_service, *, staging: str | None = None,
                  cancelled: Callable[[], bool] = lambda: False) -> None:
-        """`cancelled`: whether `ramen start` was asked to stop (a wait for Spark then ends at once)."""
+        """`staging`: the store shared with Spark (a local server's default: DIR/spark/staging);
+        `cancelled`: whether `ramen start` was asked to stop (a wait for Spark then ends at once)."""
+        from ramen.cli.errors import UserError
+        if staging:
+            try:
+                StagingStore(staging).check()
+            except StagingError as e:
+                raise UserError(str(e)) from None
+        self.staging = staging
         self.client = client
         self.cancelled = cancelled
         self.base = base
@@ -87,11 +98,11 @@ class SparkService:
             print(f"ramen: Spark Connect ready at {remote_url(self.port)}", file=sys.stderr, flush=True)
 
     def _announce(self, remote: str, *, local: bool) -> None:
-        staging = None
-        if local:
-            staging = self.base / "spark" / "staging"
-            staging.mkdir(parents=True, exist_ok=True)
-        self.client.set(keyspace.SPARK_SERVER, {"remote": remote, "local": local,
-                                                "staging": str(staging) if staging else None})
+        staging = self.staging
+        if local and not staging:
+            directory = self.base / "spark" / "staging"
+            directory.mkdir(parents=True, exist_ok=True)
+            staging = str(directory)
+        self.client.set(keyspace.SPARK_SERVER, SparkServer(remote, local, staging).to_value())
         self.client.discard(keyspace.SPARK_WANTED)
         self.announced = True

@@ -31,7 +31,7 @@ from ramen.cli.errors import UserError
 from ramen.locks import FileLock, LockHeld, holders
 from ramen.netd.defaults import DEFAULT_LISTEN as NETD_DEFAULT_LISTEN
 from ramen.processes import INSTANCE_ENV, command_line, instance_processes, running, stop_processes
-from ramen.spark.session import configured_remote
+from ramen.spark.session import configured_remote, configured_staging
 
 DEFAULT_LISTEN = "127.0.0.1:0"
 """A free port: instances side by side on one host never collide (each writes where it listens)."""
@@ -85,6 +85,10 @@ def add_parser(sub) -> None:
     start.add_argument("--spark", metavar="sc://HOST:PORT", default=configured_remote(),
                        help="run heavy functions on this Spark Connect endpoint (default $RAMEN_SPARK_REMOTE; "
                             "without it, a local one starts when a program needs Spark)")
+    start.add_argument("--spark-staging", metavar="DIR|URI", default=configured_staging(),
+                       help="where heavy workers write rows as Parquet for Spark to read: a directory at the same "
+                            "path on every Spark node, or an hdfs:// or s3a:// URI the cluster reads (default "
+                            "$RAMEN_SPARK_STAGING; without it, rows go to a remote Spark over Spark Connect)")
     start.set_defaults(run=run_start)
     stop = sub.add_parser("stop",
                           description="Stop the services started by `ramen start --daemon`.")
@@ -156,7 +160,8 @@ def run_start(args) -> int:
             return service
 
         with conf.connected(_user_args()) as client:
-            spark = SparkService(client, base, args.spark, start_service, cancelled=lambda: bool(stopping))
+            spark = SparkService(client, base, args.spark, start_service, staging=args.spark_staging,
+                                 cancelled=lambda: bool(stopping))
             if programs_need_spark(args.programs):
                 spark.start_local(wait=True)
             _load_programs(client, args.programs)
@@ -344,7 +349,9 @@ def _daemonize(args, base: Path, run_dir: Path) -> int:
     argv = [sys.executable, "-m", "ramen.cli.main", "start", "--dir", str(base), "--site", args.site,
             "--listen", args.listen,
             *(["--confserver", args.confserver] if args.confserver else []),
-            *(["--spark", args.spark] if args.spark else []), *([] if args.httpd else ["--no-httpd"]),
+            *(["--spark", args.spark] if args.spark else []),
+            *(["--spark-staging", args.spark_staging] if args.spark_staging else []),
+            *([] if args.httpd else ["--no-httpd"]),
             *(["--httpd-listen", args.httpd_listen] if args.httpd_listen else []),
             *(["--httpd-auth", str(_absolute(args.httpd_auth))] if args.httpd_auth else []),
             *({True: ["--netd"], False: ["--no-netd"], None: []}[args.netd]), "--netd-listen", args.netd_listen,

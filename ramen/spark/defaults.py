@@ -2,6 +2,8 @@
 
 SPARK_REMOTE_ENV = "RAMEN_SPARK_REMOTE"
 """An existing Spark Connect endpoint (sc://host:port): ramen then starts no Spark of its own."""
+SPARK_STAGING_ENV = "RAMEN_SPARK_STAGING"
+"""The staging store shared with that Spark (ramen/spark/staging.py)."""
 
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 LOCAL_HOST = "127.0.0.1"
@@ -21,3 +23,19 @@ SERVER_CONF = {
 READY_TIMEOUT_S = 120.0
 """How long a cold local server may take to accept connections (measured: 10-12 s on 2 cores)."""
 READY_POLL_S = 0.25
+
+UPLOAD_CHUNK_BYTES = 8 * 1024 * 1024
+"""Arrow bytes per chunk of rows sent over Spark Connect without a staging store (upload.py):
+about 250 k rows of (ts, host, bytes), each a task of about 7 MiB, which Spark's default 1 GiB
+driver takes one at a time."""
+PLAN_CACHE_CONF = "spark.connect.session.planCache.enabled"
+
+STALL_S = 60.0
+"""A Spark job whose progress (tasks started or done, bytes read) has not moved for this long is
+interrupted and fails: no executor is left to run it, or the driver is broken (an
+OutOfMemoryError in its scheduler leaves every job waiting for ever)."""
+STALL_ENV = "RAMEN_SPARK_STALL_S"
+"""Overrides STALL_S (seconds), for a cluster whose jobs may queue behind others for longer."""
+PROBE_TIMEOUT_S = 1.0
+"""How long a TCP connect to the Connect server may take to count as reachable."""
+DEFAULT_CONNECT_PORT = 15002

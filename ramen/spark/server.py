@@ -40,10 +40,16 @@ def remote_url(port: int) -> str:
     return f"sc://{LOCAL_HOST}:{port}"
 
 
-def server_command(port: int, *, driver_memory: str = DRIVER_MEMORY) -> list[str]:
+def server_command(port: int, *, driver_memory: str | None = DRIVER_MEMORY, master: str | None = None) -> list[str]:
+    """spark-submit of the Connect server; `master` (spark://...) runs its jobs on a cluster, and
+    driver_memory None leaves Spark's default."""
     home = spark_home()
     command = [str(home / "bin" / "spark-submit"), "--class", CONNECT_SERVER_CLASS, "--name", "ramen-spark",
-               "--driver-memory", driver_memory, "--conf", f"spark.connect.grpc.binding.port={port}"]
+               "--conf", f"spark.connect.grpc.binding.port={port}"]
+    if driver_memory is not None:
+        command += ["--driver-memory", driver_memory]
+    if master is not None:
+        command += ["--master", master]
     for key, value in SERVER_CONF.items():
         command += ["--conf", f"{key}={value}"]
     return command + ["spark-internal"]

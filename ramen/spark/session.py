@@ -9,15 +9,21 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import warnings
+from urllib.parse import urlparse
 
-from ramen.spark.defaults import SPARK_REMOTE_ENV
+from ramen.spark.defaults import DEFAULT_CONNECT_PORT, PROBE_TIMEOUT_S, SPARK_REMOTE_ENV, SPARK_STAGING_ENV
 
 log = logging.getLogger(__name__)
 
 UNAVAILABLE_CODES = ("UNAVAILABLE", "CANCELLED", "DEADLINE_EXCEEDED", "UNKNOWN", "INTERNAL")
 """gRPC statuses of a server that is gone or restarting (a killed server can end a call with any
-of them); Spark's own errors carry an error class instead."""
+of them); Spark's own errors carry an error class instead. All but UNAVAILABLE are also how a
+server that is up reports a broken driver ("Java heap space", "Application error processing
+RPC"): those count as unavailable only if the server no longer accepts connections."""
+UNREACHABLE_CODE = "UNAVAILABLE"
+OUT_OF_MEMORY = ("OutOfMemoryError", "Java heap space", "GC overhead limit exceeded")
 PYSPARK_QUERY_LOGGER = "SQLQueryContextLogger"
 """pyspark logs every failed query's JVM stack there; our errors say what matters in one line."""
 CLIENT_RETRIES = 4
@@ -50,7 +56,10 @@ def connect(remote: str):
         raise SparkUnavailable(f"{remote}: {one_line(e)}") from None
 
 
-def is_unavailable(error: BaseException) -> bool:
+def is_unavailable(error: BaseException, remote: str | None = None) -> bool:
+    """Whether the error says the server is not there (retry later) rather than that Spark failed
+    (report it). With `remote`, an ambiguous status counts as unavailable only if the server does
+    not accept connections now: a reachable server that fails will fail again."""
     import grpc
     from pyspark.errors import PySparkException
     from pyspark.errors.exceptions.connect import SparkConnectGrpcException
@@ -62,9 +71,31 @@ def is_unavailable(error: BaseException) -> bool:
             return True
         if isinstance(error, SparkConnectGrpcException) and not error_class:
             text = str(error)
-            return any(f"StatusCode.{code}" in text for code in UNAVAILABLE_CODES) \
-                or "failed to connect" in text.lower()
+            if f"StatusCode.{UNREACHABLE_CODE}" in text or "failed to connect" in text.lower():
+                return True
+            if any(f"StatusCode.{code}" in text for code in UNAVAILABLE_CODES):
+                return remote is None or not reachable(remote)
     return False
+
+
+def reachable(remote: str) -> bool:
+    """Whether the Connect server at sc://host:port accepts a TCP connection now."""
+    address = urlparse(remote.replace("sc://", "http://", 1))
+    try:
+        with socket.create_connection((address.hostname or "localhost", address.port or DEFAULT_CONNECT_PORT),
+                                      timeout=PROBE_TIMEOUT_S):
+            return True
+    except OSError:
+        return False
+
+
+def spark_reason(error: BaseException) -> str:
+    """one_line, saying so when the cause is a JVM out of memory (whose message says only "Java
+    heap space")."""
+    line = one_line(error)
+    if any(mark in str(error) for mark in OUT_OF_MEMORY):
+        return f"Spark ran out of memory ({line}); give its driver or executors more, or a staging store"
+    return line
 
 
 def one_line(error: BaseException) -> str:
@@ -82,3 +113,7 @@ def one_line(error: BaseException) -> str:
 
 def configured_remote() -> str | None:
     return os.environ.get(SPARK_REMOTE_ENV) or None
+
+
+def configured_staging() -> str | None:
+    return os.environ.get(SPARK_STAGING_ENV) or None

@@ -221,7 +221,10 @@ class FlakySpark:
         self.job_s = 0.0
 
     def gathered(self) -> Gathered:
-        return Gathered(None, writer=None)
+        return Gathered(None, "job", writer=None)
+
+    def check_progress(self) -> None:
+        pass
 
     def run(self, gathered: Gathered) -> pa.Table:
         self.calls += 1
