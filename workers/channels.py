@@ -63,6 +63,7 @@ class ChannelState:
     """Every END_OF_REPLAY is in: the channel ends once its gathered rows have run."""
     retry_at: float = 0.0
     retries: int = 0
+    unreachable_since: float | None = None
     summariser: Summariser | None = None
     """A summarised replay's target: its recipients get the buckets of its rows, not the rows."""
 

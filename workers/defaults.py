@@ -72,6 +72,11 @@ SPARK_RETRY_S = (0.5, 1.0, 2.0, 5.0)
 """Waits between attempts at a job while Spark is unreachable (restarting, say); the last repeats.
 The job's rows are kept until it succeeds: nothing is lost or computed twice."""
 
+SPARK_REPLAY_UNREACHABLE_S = 120.0
+"""How long a replay channel's job waits for an unreachable Spark before its worker fails, naming
+why: long enough for `ramen start` to restart a local server (10-20 s cold), short of a replay's
+300 s timeout, which would say only that it timed out. A live channel waits for Spark for ever."""
+
 SPARK_HEARTBEAT_S = 0.5
 """While a Spark job runs, the worker heartbeats its inputs this often (their writers drop a reader
 silent for 5 s)."""

@@ -23,9 +23,9 @@ from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.message import LIVE_CHANNEL, event_time_bounds
 from ramen.spark.session import SparkUnavailable
 from workers.channels import ChannelState
-from workers.compute import PythonRunner
+from workers.compute import ComputeError, PythonRunner
 from workers.compute_thread import ComputeThread
-from workers.defaults import SPARK_HEARTBEAT_S, SPARK_RETRY_S
+from workers.defaults import SPARK_HEARTBEAT_S, SPARK_REPLAY_UNREACHABLE_S, SPARK_RETRY_S
 from workers.heavy import SparkExecutor
 from workers.inputs import Input
 from workers.stats import WorkerCounters
@@ -206,6 +206,11 @@ class HeavyDispatch:
         try:
             table = heartbeating(lambda: self.executor.run(gathered), self._heartbeat)
         except SparkUnavailable as e:
+            if state.unreachable_since is None:
+                state.unreachable_since = now
+            elif state.channel != LIVE_CHANNEL and now - state.unreachable_since > SPARK_REPLAY_UNREACHABLE_S:
+                raise ComputeError(f"{self.name}: Spark unreachable for {now - state.unreachable_since:.0f} s during "
+                                   f"a replay ({e})") from None
             delay = SPARK_RETRY_S[min(state.retries, len(SPARK_RETRY_S) - 1)]
             state.retries += 1
             state.retry_at = now + delay
@@ -217,7 +222,7 @@ class HeavyDispatch:
         log.info("%s: channel %d: one Spark job over %d rows (gathered over %.2f s) gave %d", self.name,
                  state.channel, gathered.rows, self.clock.seconds() - gathered.created_s, table.num_rows)
         gathered.discard()
-        state.gathered, state.retries, state.retry_at = None, 0, 0.0
+        state.gathered, state.retries, state.retry_at, state.unreachable_since = None, 0, 0.0, None
         self.emit(state, table)
         return True
 

@@ -30,7 +30,7 @@ about 250 k rows of (ts, host, bytes), each a task of about 7 MiB, which Spark's
 driver takes one at a time."""
 PLAN_CACHE_CONF = "spark.connect.session.planCache.enabled"
 
-STALL_S = 60.0
+STALL_S = 30.0
 """A Spark job whose progress (tasks started or done, bytes read) has not moved for this long is
 interrupted and fails: no executor is left to run it, or the driver is broken (an
 OutOfMemoryError in its scheduler leaves every job waiting for ever)."""

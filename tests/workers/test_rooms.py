@@ -8,16 +8,18 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pyarrow as pa
+import pytest
 
 from ramen import keyspace
 from ramen.clocks import ManualClock
-from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, decode_header
+from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, LIVE_CHANNEL, decode_header
 from ramen.replay import summary
 from ramen.replay.contract import Summary, WorkerReplay
 from ramen.spark.session import SparkUnavailable
 from ramen.tuples import decode_tuples, encode_tuples
 from workers.channels import Channels, ChannelState
-from workers.defaults import SPARK_RETRY_S
+from workers.compute import ComputeError
+from workers.defaults import SPARK_REPLAY_UNREACHABLE_S, SPARK_RETRY_S
 from workers.dispatch import HeavyDispatch
 from workers.heavy import Gathered
 from workers.inputs import Input
@@ -254,6 +256,26 @@ def test_a_heavy_replay_keeps_its_rows_while_spark_is_gone_and_retries_when_the_
     assert dispatch.retry([state]) == [state] and spark.calls == 3
     assert [(channel, table.column("rows").to_pylist()) for channel, table in emitted] == [(7, [3])]
     assert state.gathered is None and state.retries == 0 and stats.get("spark jobs") == 1
+
+
+def test_a_heavy_replay_fails_naming_spark_once_it_was_unreachable_for_the_bound_but_live_waits():
+    clock, spark = ManualClock(), FlakySpark(failures=10_000)
+    dispatch = HeavyDispatch(spark, WorkerCounters("p/heavy"), lambda state, table: None, keep_alive=lambda: None,
+                             clock=clock)
+    found = Input(Path("log"), SCHEMA, None, "p/parent")
+    replay, live = ChannelState(7), ChannelState(LIVE_CHANNEL)
+    for state in (replay, live):
+        dispatch.process(state, [(found, pa.record_batch({"n": [1, 2, 3]}))], [(found, b"")])
+    replay.ending = True
+    assert dispatch.end(replay) is False
+    while clock.seconds() - replay.unreachable_since <= SPARK_REPLAY_UNREACHABLE_S:
+        dispatch.retry([live])
+        assert dispatch.retry([replay]) == []
+        clock.advance(SPARK_RETRY_S[-1])
+    with pytest.raises(ComputeError, match=r"p/heavy: Spark unreachable for 12\d s during a replay \(connection "
+                                           r"refused\)"):
+        dispatch.retry([replay])
+    assert dispatch.retry([live]) == [] and live.gathered.rows == 3  # live keeps its rows and waits
 
 
 def test_a_heavy_window_keeps_each_parents_rows_apart_and_counts_late_rows():
