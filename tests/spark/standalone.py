@@ -10,8 +10,11 @@ every wait is bounded. The worker can be killed (a lost executor) and the cluste
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -107,16 +110,12 @@ class StandaloneCluster:
             time.sleep(POLL_S)
 
     def kill(self, name: str) -> None:
-        """SIGKILL one process (with the executors a worker started, as when its host goes)."""
-        import os
-        import signal
+        """SIGKILL one process and its group: a worker with the executors it started, as when its
+        host goes."""
         process = self.processes.get(name)
         if process is not None and process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-        if name == "worker":
-            subprocess.run(["pkill", "-9", "-f", f"CoarseGrainedExecutorBackend.*{self.master_port}|"
-                            f"spark.driver.port.*{self.base_dir}"], check=False)
 
     def close(self) -> None:
         for name in reversed(list(self.processes)):
@@ -127,7 +126,8 @@ class StandaloneCluster:
                     process.wait(20)
                 except subprocess.TimeoutExpired:
                     self.kill(name)
-        self.kill("worker")
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)  # what it started (a worker's executors)
         if self._owns_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
 
