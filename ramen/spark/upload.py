@@ -14,10 +14,13 @@ frames are dropped.
 from __future__ import annotations
 
 import contextlib
+import logging
 
 import pyarrow as pa
 
 from ramen.spark.defaults import PLAN_CACHE_CONF, UPLOAD_CHUNK_BYTES
+
+log = logging.getLogger(__name__)
 
 
 def chunk_rows(table: pa.Table, chunk_bytes: int = UPLOAD_CHUNK_BYTES) -> int:
@@ -32,7 +35,10 @@ def upload(spark, table: pa.Table, schema, chunk_bytes: int = UPLOAD_CHUNK_BYTES
     rows = chunk_rows(table, chunk_bytes)
     if table.num_rows <= rows:
         return spark.createDataFrame(table, schema=schema)
-    spark.conf.set(PLAN_CACHE_CONF, "false")  # else the session keeps every chunk's relation
+    try:
+        spark.conf.set(PLAN_CACHE_CONF, "false")  # else the session keeps every chunk's relation
+    except Exception as e:  # noqa: BLE001 - a server without that setting (Spark < 4) has no such cache
+        log.debug("cannot turn Spark Connect's plan cache off: %s", e)
     frame = None
     with _active(spark):
         for offset in range(0, table.num_rows, rows):
@@ -44,9 +50,10 @@ def upload(spark, table: pa.Table, schema, chunk_bytes: int = UPLOAD_CHUNK_BYTES
 @contextlib.contextmanager
 def _active(spark):
     """pyspark (4.3) binds a checkpoint's result to `SparkSession.active()`, not to the session that
-    made it: in a thread of its own that is the process's first session, which after a reconnect
-    is a dead one, and the job then fails with DATAFRAME_NOT_FOUND. So `spark` is made this
-    thread's active session for the while."""
+    made it: that is the first session created in the thread, else the process's first one. A
+    worker runs each job in a thread of its own and reconnects after a Spark restart, so it is
+    often another, dead, session, and the job failed with DATAFRAME_NOT_FOUND. So `spark` is made
+    this thread's active session for the while."""
     local = type(spark)._active_session
     saved = getattr(local, "session", None)
     local.session = spark
