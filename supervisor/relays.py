@@ -229,6 +229,11 @@ class Relays:
         relay = self.relays.pop(channel, None)
         if relay is None:
             return
+        if not relay.closed and relay.parts and self._abandoned(relay):
+            self._close(relay)
+            self._delete_results(channel)
+            log.info("replay %d: its client went before the end of the result", channel)
+            return
         if not relay.closed:
             self._pump(relay, budget=1 << 62)
         if not relay.ended and not relay.failed:
@@ -237,6 +242,14 @@ class Relays:
                             ResultEnd(relay.parts, relay.rows,
                                       error=f"replay {channel} was torn down before it finished").to_value())
         self.leftovers[channel] = created_us + round((timeout_s + defaults.RELAY_KEEP_GRACE_S) * 1e6)
+
+    def _abandoned(self, relay: Relay) -> bool:
+        """Whether the client deleted the result before its end (`--limit`, `| head`): relaying
+        the rest of the log (up to a term window of the target's) would be for nobody."""
+        try:
+            return self.client.get_or_none(keyspace.replay_result_part_key(relay.channel, 0)) is None
+        except confserver.ConfError:
+            return False
 
     def _close(self, relay: Relay) -> None:
         """Stop reading the log and remove it (a target still writing to it writes to a file gone)."""

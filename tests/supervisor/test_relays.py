@@ -178,6 +178,26 @@ def test_the_end_read_at_teardown_is_relayed_whole(supervisor_client, counters):
     assert [b.equals(r) for b, r in zip(decode(parts), result)] == [True] * 3
 
 
+def test_a_client_that_deleted_the_result_before_its_end_gets_no_more_of_it(supervisor_client, anonymous,
+                                                                              counters):
+    """`--limit`: the client withdraws its request and deletes the result keys; what the target
+    wrote meanwhile is not relayed (nobody would read it) and the log goes."""
+    relays, _ = make_relays(supervisor_client)
+    path = relays.open(CHANNEL)
+    publication = ExclusivePublication(LogBuffer.open(path), counters)
+    assert publication.offer(encode_tuples(batches(1, 100)[0], None, channel=CHANNEL)) > 0
+    relays.do_work(0.0)
+    assert len(read_parts(supervisor_client)[0]) == 1
+    anonymous.delete_tree(keyspace.replay_results_key(CHANNEL))
+    assert publication.offer(encode_tuples(batches(1, 100)[0], None, channel=CHANNEL)) > 0
+    publication.close(end_of_stream=False)
+
+    relays.finish(CHANNEL, created_us=0, timeout_s=TIMEOUT_S)
+
+    assert supervisor_client.glob(f"{keyspace.replay_results_key(CHANNEL)}/*") == []
+    assert not paths.recipient_log(CHANNEL).exists()
+
+
 def test_results_nobody_requested_are_found_and_deleted_later(supervisor_client):
     clock = ManualClock()
     supervisor_client.set(keyspace.replay_result_end_key(41), ResultEnd(0, 0).to_value())
