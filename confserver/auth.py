@@ -64,6 +64,9 @@ _CHOREOGRAPHER_ONLY = ("choreographer",)
 DEFAULT_RULES = (
     Rule(""),  # every key: anyone reads, any authenticated client writes
     Rule("replays", write=(ANYONE,), delete=(ANYONE,)),
+    # A relayed replay's result: the supervisor writes it, its client (any identity, from any host) reads
+    # and deletes it once read.
+    Rule("replay-results", write=("supervisor",), delete=(ANYONE,)),
     Rule("sites/*/workers/*/*/worker", write=_CHOREOGRAPHER_ONLY, delete=_CHOREOGRAPHER_ONLY),
 )
 

@@ -2,6 +2,9 @@
 
     programs/<prog>                                   a loaded program (Program.to_dict())
     replays/<channel>                                 a replay request (channel: a sequence number)
+    replay-results/<channel>/<n>, .../end             a relayed replay's result (the supervisor's;
+                                                      not under replays/<channel>, an ephemeral key,
+                                                      which in ZooKeeper can have no children)
     tails/<id>                                        a live tail of a function's output (ramen.tails.TailRequest)
     sites/<site>/workers/<prog>/<func>/worker         what the choreographer wants of that worker
     sites/<site>/workers/<prog>/<func>/instance       the running process (ephemeral, the supervisor's)
@@ -34,6 +37,7 @@ import re
 
 PROGRAMS = "programs"
 REPLAYS = "replays"
+REPLAY_RESULTS = "replay-results"
 TAILS = "tails"
 SITES = "sites"
 REPLAY_CHANNEL_SEQUENCE = "sequences/replay_channel"
@@ -68,6 +72,19 @@ def program_key(name: str) -> str:
 
 def replay_key(channel: int) -> str:
     return f"{REPLAYS}/{channel}"
+
+
+def replay_results_key(channel: int) -> str:
+    """The root of a relayed replay's result keys (delete_tree it to remove them all)."""
+    return f"{REPLAY_RESULTS}/{channel}"
+
+
+def replay_result_part_key(channel: int, part: int) -> str:
+    return f"{replay_results_key(channel)}/{part}"
+
+
+def replay_result_end_key(channel: int) -> str:
+    return f"{replay_results_key(channel)}/end"
 
 
 def workers_prefix(site: str) -> str:

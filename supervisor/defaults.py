@@ -40,3 +40,16 @@ LAZY_LINGER_S = 10.0
 """A worker no longer used (a lazy function after its last replay) runs this long before it is
 stopped: a dashboard refreshing every few seconds keeps its lazy workers, instead of stopping them
 and starting them again, a core for half a second each time."""
+
+RELAY_MAX_BYTES = 16 * 1024 * 1024
+"""The most a replay's result relayed through the confserver may weigh (base64, as stored): past
+it the relay stops and the replay fails, pointing at a replay from a host of the site. Every byte
+goes through the confserver's journal and its watchers: a bigger result belongs in a log buffer."""
+RELAY_MAX_BYTES_ENV = "RAMEN_RELAY_MAX_BYTES"
+"""Overrides RELAY_MAX_BYTES (bytes) in the supervisor's environment."""
+RELAY_POLL_BYTES = 1024 * 1024
+"""A relay reads at most about this much of its log per duty cycle, so that one big result does
+not hold up the supervisor's other work (at 20 cycles a second, 20 MiB/s)."""
+RELAY_KEEP_GRACE_S = 10.0
+"""A relayed result nobody deleted goes this long after its request's timeout (by then its client
+gave up): a margin for clocks of other hosts."""

@@ -12,6 +12,9 @@ When `replays/<channel>` is deleted, the workers' keys of that channel go, and a
 whose channels is alive any more is stopped, its key and log removed. A replayer that fails, or a
 worker on a launched replay's path that dies, sets `error` on the replays concerned; a replay
 older than its `timeout_s` is deleted.
+
+A request with `relay` gets its result log from us (supervisor/relays.py), created before it is
+wired and read by our Relays agent, which writes the result to the confserver.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from ramen.replay.plan import ReplayPlan
 from supervisor import defaults, wiring
 from supervisor.counters import SupervisorCounters
 from supervisor.processes import Child, adopt, spawn
+from supervisor.relays import Relays, max_bytes_from_env
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +101,8 @@ class ReplaySupervision:
         self._last_busy = -defaults.QUIET_AFTER_REPLAYS_S
         """Clock seconds when a replay was last under way."""
         self._next_timeout_check = 0.0
+        self.relays = Relays(client, site, fail=self.set_error, max_bytes=max_bytes_from_env(self.env), clock=clock)
+        """Reads the result logs of relayed requests (their own agent of the duty cycle)."""
 
     # -- inputs --------------------------------------------------------------------------------
 
@@ -138,6 +144,8 @@ class ReplaySupervision:
             return  # another site's supervisor serves it
         request = self.requests.get(channel)
         if request is not None:
+            if spec is not None and spec.relay and request.spec is not None:
+                spec = dataclasses.replace(spec, recipient=request.spec.recipient)  # our log, as wired
             request.spec = spec or request.spec
             request.failed = request.failed or spec is None or bool(spec.error)
             return
@@ -145,6 +153,14 @@ class ReplaySupervision:
         self.requests[channel] = request
         if existing and any(channel in r.channels for r in self.replayers.values()):
             request.launched = True  # launched by an earlier supervisor
+        if spec is not None and spec.relay:
+            if request.launched:  # its relay died with that supervisor, and the result read so far with it
+                # its log, left by the dead one, is removed at teardown
+                request.spec = dataclasses.replace(spec, recipient=str(paths.recipient_log(channel)))
+                self.set_error(channel, f"the supervisor of site {self.site} restarted during replay {channel}, "
+                                        f"whose result it relayed through the confserver")
+                return
+            request.spec = spec = dataclasses.replace(spec, recipient=self.relays.open(channel))
         if spec is None:
             request.launched = True
             self.set_error(channel, f"replay {channel} cannot be wired: {problem}")
@@ -181,6 +197,7 @@ class ReplaySupervision:
             channel = entry.key.rpartition("/")[2]
             if not channel.isdigit() or int(channel) not in self.requests:
                 self.client.discard(entry.key)
+        self.relays.found(set(self.requests))
 
     def on_worker_death(self, name: str, description: str) -> None:
         """A worker that should run ended: every launched replay through it fails."""
@@ -323,6 +340,8 @@ class ReplaySupervision:
                 replayer.retiring = True
         if request is not None:
             self.counters.teardowns += 1
+            if request.spec is not None and request.spec.relay:
+                self.relays.finish(channel, request.spec.created_us, request.spec.timeout_s)
             self._remove_result_log(request)
             log.info("replay %d torn down", channel)
 
@@ -394,6 +413,7 @@ class ReplaySupervision:
             time.sleep(defaults.POLL_INTERVAL_S)
         if warm is not None:
             warm.drop_unused_log()
+        self.relays.close()
 
 
 

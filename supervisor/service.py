@@ -111,6 +111,7 @@ class Supervisor:
         now = self.clock.seconds()
         work += self.workers.do_work(now)
         work += self.replays.do_work(now)
+        work += self.replays.relays.do_work(now)
         if now >= self._next_stats:
             self._next_stats = now + defaults.STATS_INTERVAL_S
             self.write_stats(now)

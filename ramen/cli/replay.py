@@ -64,6 +64,9 @@ def add_parser(sub) -> None:
                         help="no merge window: neither wait for nor merge with concurrent replays (for measurements)")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="give up after S seconds (default 300)")
+    parser.add_argument("--via-confserver", action="store_true",
+                        help="receive the result through the confserver, not a log on this host (for a host with "
+                             "no worker of the site; results up to 16 MiB)")
     conf.add_arguments(parser, IDENTITY, site=True)
     parser.set_defaults(run=run)
 
@@ -87,7 +90,7 @@ def run(args) -> int:
         fields = rows.check_fields(args.fields, schema) if schema is not None else []
         filters = [rows.parse_where(w, schema) for w in args.where] if schema is not None else []
         options = dict(site=args.site, timeout_s=args.timeout or DEFAULT_REPLAY_TIMEOUT_S, no_merge=args.no_merge,
-                       strict=args.strict)
+                       strict=args.strict, relay=args.via_confserver)
         try:
             replay = _plan(client, programs, args.target, since_us, until_us, to_newest=until_us >= now_us,
                            whole_windows=args.whole_windows, **options)

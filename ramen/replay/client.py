@@ -4,11 +4,17 @@
 recipient log buffer and subscribe to it, write `replays/<channel>` (ephemeral, so it goes if this
 client dies), then read Arrow batches until the target's END_OF_REPLAY. The confserver client is
 passed in (ramen does not import the confserver package); it only needs next_sequence, create,
-glob, discard and watch.
+glob, discard, delete_tree and watch.
+
+With `relay`, no log: the serving site's supervisor reads the target's result from a log of its own
+and writes it to `replay-results/<channel>/...` (ramen/replay/contract.py, ResultPart), which this
+client watches, so that it may run on a host that cannot map the site's files.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import os
 import time
@@ -24,7 +30,8 @@ from ramen.archive.errors import ArchiveError
 from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, decode_header
 from ramen.program import Program
 from ramen.replay import summary as summaries
-from ramen.replay.contract import DEFAULT_REPLAY_TIMEOUT_S, ContractError, ReplayRequest, Summary
+from ramen.replay.contract import (DEFAULT_REPLAY_TIMEOUT_S, RESULT_MESSAGE_LENGTH, ContractError, ReplayRequest,
+                                   ResultEnd, ResultPart, Summary)
 from ramen.replay.plan import ReplayGapError, ReplayPlan, plan_replay
 from ramen.transport import BackoffIdleStrategy, CountersFile, FragmentAssembler, Image, LogBuffer, LogBufferParams
 from ramen.transport.defaults import IPC_MTU_LENGTH
@@ -47,6 +54,15 @@ milliseconds apart, and the core a waiting reader spins on is one the target nee
 costs 20-40 µs of CPU on this machine's VMs (a sleep's own cost), so 20 readers in one process
 waking every 50 µs to 2 ms took 0.4-0.46 s of CPU a replay; at 1-5 ms, 0.22-0.34 s, and the 20
 replays took 1.0-1.2 s where one takes 0.95 s (1.15-1.24 s before)."""
+RELAY_WAIT_S = 0.05
+"""A relayed replay's client waits this long for a result key before it looks at the request, its
+supervisor and its timeout again (the keys themselves wake it at once)."""
+
+
+def recipient_params(channel: int) -> LogBufferParams:
+    """The log buffer a replay's result is written to: the client's own, or a relaying supervisor's."""
+    return LogBufferParams(term_length=RECIPIENT_TERM_LENGTH, mtu_length=IPC_MTU_LENGTH,
+                           session_id=channel, stream_id=channel)
 
 
 class ReplayFailed(Exception):
@@ -112,16 +128,18 @@ class Replay:
     def __init__(self, client, programs: dict[str, Program], target: str, since_us: int, until_us: int, *,
                  site: str = keyspace.DEFAULT_SITE, timeout_s: float = DEFAULT_REPLAY_TIMEOUT_S,
                  no_merge: bool = False, strict: bool = True, summary: Summary | None = None,
-                 clock: Clock = SYSTEM_CLOCK):
+                 relay: bool = False, clock: Clock = SYSTEM_CLOCK):
         """`strict` False: replay what the archives cover of the range (plan_replay's leniency);
         `plan.uncovered` names what they do not. `summary`: the result is the target's buckets
-        (ramen/replay/summary.py), not its rows; SummaryError if the target cannot have them."""
+        (ramen/replay/summary.py), not its rows; SummaryError if the target cannot have them.
+        `relay`: the result comes through the confserver, not a log of this host."""
         self.client = client
         self.clock = clock
         self._supervisor: SupervisorPresence | None = None
         self.site = site
         self.timeout_s = timeout_s
         self.no_merge = no_merge
+        self.relay = relay
         _check_site(target, programs, site, target)
         try:
             coverage = archive_coverage(paths.archive_dir(site))
@@ -144,20 +162,29 @@ class Replay:
         self._watch = None
         self._batches: list[pa.RecordBatch] = []
         self._ended = False
+        self._results = None
+        """relay: the watch of replay-results/<channel>/*."""
+        self._parts: dict[int, ResultPart] = {}
+        self._next_part = 0
+        self._end: ResultEnd | None = None
+        self._stream = bytearray()
+        """relay: the result's bytes received and not yet decoded (a message's beginning)."""
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Take a channel, subscribe to the recipient log, then ask (so nothing can be missed)."""
+        """Take a channel, subscribe to the recipient log (relay: watch the result keys), then ask
+        (so nothing can be missed)."""
         self.channel = self.client.next_sequence(keyspace.REPLAY_CHANNEL_SEQUENCE)
-        recipient = paths.recipient_log(self.channel)
-        recipient.parent.mkdir(parents=True, exist_ok=True)
-        params = LogBufferParams(term_length=RECIPIENT_TERM_LENGTH, mtu_length=IPC_MTU_LENGTH,
-                                 session_id=self.channel, stream_id=self.channel)
-        self._log = LogBuffer.create(recipient, params)
-        self._counters = CountersFile.open(paths.counters_path())
-        self._image = Image(self._log, self._counters, name=f"replay {self.channel} client")
-        self._assembler = FragmentAssembler(self._on_message, hand_over=True)
+        if self.relay:
+            self._results = self.client.watch(f"{keyspace.replay_results_key(self.channel)}/*")
+        else:
+            recipient = paths.recipient_log(self.channel)
+            recipient.parent.mkdir(parents=True, exist_ok=True)
+            self._log = LogBuffer.create(recipient, recipient_params(self.channel))
+            self._counters = CountersFile.open(paths.counters_path())
+            self._image = Image(self._log, self._counters, name=f"replay {self.channel} client")
+            self._assembler = FragmentAssembler(self._on_message, hand_over=True)
         key = keyspace.replay_key(self.channel)
         self._supervisor = SupervisorPresence(self.client, self.site, clock=self.clock)
         self._watch = self.client.watch(key)
@@ -165,13 +192,17 @@ class Replay:
         log.info("replay %d of %s requested", self.channel, self.plan.target)
 
     def request(self) -> dict:
+        recipient = "" if self.relay else str(paths.recipient_log(self.channel))
         return ReplayRequest(self.plan.target, self.plan.since_us, self.plan.until_us, self.plan,
-                             str(paths.recipient_log(self.channel)), created_us=time.time_ns() // 1000,
+                             recipient, created_us=time.time_ns() // 1000,
                              timeout_s=self.timeout_s, no_merge=self.no_merge, pid=os.getpid(),
-                             summary=self.summary, site=self.site).to_value()
+                             summary=self.summary, site=self.site, relay=self.relay).to_value()
 
     def batches(self, on_progress: Callable[[ReplayProgress], None] | None = None) -> Iterator[pa.RecordBatch]:
         """The result's batches as they arrive, until the target's END_OF_REPLAY."""
+        if self.relay:
+            yield from self._relayed_batches(on_progress)
+            return
         idle = BackoffIdleStrategy(max_spins=0, max_yields=0, min_park_s=IDLE_MIN_PARK_S, max_park_s=IDLE_MAX_PARK_S)
         deadline = time.monotonic() + self.timeout_s
         while not self._ended:
@@ -190,6 +221,65 @@ class Replay:
             idle.idle(work)
         yield from self._batches
         self._batches = []
+
+    def _relayed_batches(self, on_progress: Callable[[ReplayProgress], None] | None) -> Iterator[pa.RecordBatch]:
+        """The result's batches from replay-results/<channel>/<n> in part order, until `end`."""
+        deadline = time.monotonic() + self.timeout_s
+        while not self._ended:
+            event = self._results.next(RELAY_WAIT_S)
+            events = ([event] if event is not None else []) + self._results.drain()
+            for event in events:
+                self._on_result_key(event)
+            while self._next_part in self._parts:
+                self._take_part(self._parts.pop(self._next_part))
+                self._next_part += 1
+            if self._end is not None:
+                if self._end.error:
+                    raise ReplayFailed(self._end.error)
+                if self._next_part == self._end.parts:
+                    self._ended = True
+            if self._batches:
+                out, self._batches = self._batches, []
+                yield from out
+                if on_progress is not None:
+                    on_progress(self.progress)
+            if not events and not self._ended:
+                self._check_request()
+                self._supervisor.check()
+                if time.monotonic() > deadline:
+                    raise ReplayFailed(f"replay {self.channel} of {self.plan.target} did not finish "
+                                       f"within {self.timeout_s:g} s")
+        if self._stream:
+            raise ReplayFailed(f"replay {self.channel}: the relayed result ends inside a message "
+                               f"({len(self._stream)} bytes left over)")
+
+    def _on_result_key(self, event) -> None:
+        if event.entry is None or event.kind.value not in ("existing", "created", "updated"):
+            return
+        name = event.key.rpartition("/")[2]
+        try:
+            if name == "end":
+                self._end = ResultEnd.from_value(event.entry.value, event.key)
+            elif name.isdigit():
+                self._parts[int(name)] = ResultPart.from_value(event.entry.value, event.key)
+        except ContractError as e:
+            raise ReplayFailed(str(e)) from None
+
+    def _take_part(self, part: ResultPart) -> None:
+        """Append a part's bytes to the stream and decode every message now whole."""
+        try:
+            self._stream += base64.b64decode(part.data, validate=True)
+        except binascii.Error as e:
+            raise ReplayFailed(f"replay {self.channel}: a relayed part is not base64: {e}") from None
+        size = RESULT_MESSAGE_LENGTH.size
+        offset = 0
+        while len(self._stream) - offset >= size:
+            (length,) = RESULT_MESSAGE_LENGTH.unpack_from(self._stream, offset)
+            if len(self._stream) - offset - size < length:
+                break
+            self._on_message(bytes(self._stream[offset + size:offset + size + length]), 0, length, None)
+            offset += size + length
+        del self._stream[:offset]
 
     def _on_message(self, message, offset: int, length: int, header) -> None:
         """A whole message of its own (the assembler hands it over): the batch can keep it."""
@@ -216,17 +306,20 @@ class Replay:
                     raise ReplayFailed(str(e)) from None
                 if error:
                     raise ReplayFailed(error)
-            if event.kind.value == "deleted":
+            if event.kind.value == "deleted" and not self.relay:
                 # The target deletes the key after writing END_OF_REPLAY: read what is left first.
+                # (Relayed, the supervisor then writes the end key, with an error if there was no end.)
                 self._image.poll(self._assembler.on_fragment, 1 << 30)
                 if not self._ended:
                     raise ReplayFailed(f"replay {self.channel} of {self.plan.target} was torn down "
                                        "before it finished")
 
     def close(self) -> None:
-        """Withdraw the request (if still there) and remove the recipient log."""
+        """Withdraw the request (if still there) and remove the recipient log (relay: the result keys)."""
         if self._watch is not None:
             self._watch.close()
+        if self._results is not None:
+            self._results.close()
         if self._supervisor is not None:
             self._supervisor.close()
         if self.channel is not None:
@@ -235,6 +328,12 @@ class Replay:
                 self.client.discard(key)
             except Exception as e:  # noqa: BLE001 - cleanup must not hide the result or the real error
                 log.warning("could not delete %s: %s", key, e)
+            if self.relay:
+                results = keyspace.replay_results_key(self.channel)
+                try:
+                    self.client.delete_tree(results)
+                except Exception as e:  # noqa: BLE001 - as above; the supervisor deletes them after the timeout
+                    log.warning("could not delete %s: %s", results, e)
         if self._image is not None:
             self._image.close()
         if self._log is not None:

@@ -8,6 +8,8 @@ a value that does not follow its contract raises ContractError naming the key an
     sites/<site>/workers/<prog>/<func>/replays/<channel>   WorkerReplay (the supervisor)
     sites/<site>/replayers/<id>                            ReplayerAssignment (the supervisor)
     sites/<site>/replayers/<id>/stats                      ReplayerStats (the replayer)
+    replay-results/<channel>/<n>                           ResultPart (the supervisor, relaying)
+    replay-results/<channel>/end                           ResultEnd (the supervisor, relaying)
 
 Values are JSON-shaped: tuples are written as lists, a plan as its JSON string, the stats'
 per-channel rows with the channel as a string key.
@@ -16,6 +18,7 @@ per-channel rows with the channel as a string key.
 from __future__ import annotations
 
 import dataclasses
+import struct
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -23,8 +26,8 @@ from ramen import keyspace
 from ramen.key_value import ContractError, KeyValue
 from ramen.replay.plan import ReplayPlan
 
-__all__ = ["ChannelRange", "ContractError", "ReplayRequest", "ReplayerAssignment", "ReplayerStats", "Rider", "Summary",
-           "WorkerReplay", "error_of", "with_error"]
+__all__ = ["ChannelRange", "ContractError", "RELAY_PART_BYTES", "ReplayRequest", "ReplayerAssignment", "ReplayerStats",
+           "ResultEnd", "ResultPart", "Rider", "Summary", "WorkerReplay", "error_of", "with_error"]
 
 
 # -- replays/<channel> ----------------------------------------------------------------------------
@@ -76,10 +79,16 @@ class ReplayRequest(KeyValue):
     site: str = keyspace.DEFAULT_SITE
     """The site that serves it (the client's): its choreographer marks the functions, its
     supervisor wires them, its archives answer. Other sites sharing the confserver leave it alone."""
+    relay: bool = False
+    """The result comes through the confserver (`replay-results/<channel>/...`, written by the
+    site's supervisor from a log of its own), not through `recipient`, which is then empty: for a
+    client on a host that cannot map the serving site's files."""
 
     def _check(self, key: str) -> None:
         if self.until_us <= self.since_us:
             raise ContractError(f"{key}: empty range [{self.since_us}, {self.until_us})")
+        if self.relay and self.recipient:
+            raise ContractError(f"{key}: a relayed replay names no recipient, not {self.recipient!r}")
 
 
 def error_of(value: Any) -> str | None:
@@ -95,6 +104,45 @@ def with_error(value: Any, message: str) -> dict:
         return dataclasses.replace(ReplayRequest.from_value(value), error=message).to_value()
     except ContractError:
         return dict(value, error=message) if isinstance(value, dict) else {"request": value, "error": message}
+
+
+# -- replay-results/<channel>/... ----------------------------------------------------------------
+
+RELAY_PART_BYTES = 256 * 1024
+"""The most base64 characters in one ResultPart's `data`: well under the confserver's value limit
+(512 KiB), and a key write per quarter MiB keeps the confserver's journal writes few."""
+
+
+RESULT_MESSAGE_LENGTH = struct.Struct("<I")
+"""The length that precedes each message in a relayed result's byte stream (see ResultPart)."""
+
+
+@dataclass(frozen=True)
+class ResultPart(KeyValue):
+    """replay-results/<channel>/<n>: part n (0, 1, ...) of a relayed replay's result.
+
+    The result is one byte stream, each TUPLES message of the channel (ramen/message.py,
+    ramen/tuples.py: header and Arrow IPC record batch, as the target wrote it) preceded by its
+    length (u32, little endian); `data` is base64 of the next at most RELAY_PART_BYTES * 3 / 4
+    bytes of that stream. A message may go on in the next part: the reader concatenates the parts in
+    order. Raw messages, not an Arrow IPC stream, so that the relay decodes nothing (it does not
+    know the target's schema) and the client decodes them as it decodes its own log's."""
+
+    KEY: ClassVar[str] = "replay-results/<channel>/<n>"
+    rows: int
+    """Rows of the messages that begin in this part."""
+    data: str
+
+
+@dataclass(frozen=True)
+class ResultEnd(KeyValue):
+    """replay-results/<channel>/end: the result is whole in parts 0..parts-1 (the target's
+    END_OF_REPLAY came), or, with `error`, will never be (torn down before its end)."""
+
+    KEY: ClassVar[str] = "replay-results/<channel>/end"
+    parts: int
+    rows: int
+    error: str | None = None
 
 
 # -- sites/<site>/workers/<prog>/<func>/replays/<channel> ---------------------------------------------
