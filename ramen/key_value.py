@@ -86,9 +86,11 @@ def _from_json(key: str, name: str, hint: Any, raw: Any) -> Any:
         if not isinstance(raw, (list, tuple)):
             raise _wrong(key, name, raw, "a list")
         return tuple(_from_json(key, f"{name}[{i}]", args[0], item) for i, item in enumerate(raw))
-    if origin is dict:  # channel -> count, channels written as strings (JSON keys)
+    if origin is dict:  # channel -> count (channels written as strings: JSON keys), or name -> X
         if not isinstance(raw, dict):
             raise _wrong(key, name, raw, "a mapping")
+        if args[0] is str:
+            return {k: _from_json(key, f"{name}[{k}]", args[1], v) for k, v in raw.items()}
         try:
             return {int(k): _from_json(key, f"{name}[{k}]", args[1], v) for k, v in raw.items()}
         except ValueError:

@@ -18,6 +18,7 @@
     sites/<site>/spares/<id>                           the function a spare worker is to run (supervisor)
     sites/<site>/supervisor/stats                      the supervisor's counters, and its spare processes
     sites/<site>/supervisor/alive                      the running supervisor (ephemeral: ramen.liveness.SupervisorAlive)
+    sites/<site>/archive/coverage                      what the site's archive can replay, per function (archiver)
     sites/<site>/net/endpoint                          where the site's netd receives streams (ephemeral, netd's)
     sites/<site>/net/sends/<name>                      a local log netd is to send over UDP
     sites/<site>/net/receives/<name>                   a stream netd is to receive, and where its image goes
@@ -135,6 +136,10 @@ def supervisor_alive_key(site: str) -> str:
 
 def spare_key(site: str, spare_id: int) -> str:
     return f"{SITES}/{site}/spares/{spare_id}"
+
+
+def archive_coverage_key(site: str) -> str:
+    return f"{SITES}/{site}/archive/coverage"
 
 
 def net_endpoint_key(site: str) -> str:

@@ -36,9 +36,11 @@ import confserver
 from confserver.errors import ConfError
 from confserver.model import EventKind
 from ramen import keyspace, liveness, paths
+from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.archive import checksum as checksums
 from ramen.archive.catalog import Catalog, RecordingDescriptor, RecordingState
-from ramen.archive.coverage import function_channel
+from ramen.archive.coverage import archive_coverage, function_channel
+from ramen.archive.coverage_key import COVERAGE_PUBLISH_S, ArchiveCoverage
 from ramen.archive.errors import ArchiveError
 from ramen.archive.markfile import UPDATE_INTERVAL_MS, ArchiveMarkFile
 from ramen.archive.recorder import Recorder, continued_recording, log_id_of, oldest_kept_position
@@ -259,14 +261,53 @@ def _inode(path: Path) -> int | None:
         return None
 
 
+class CoveragePublisher:
+    """Follow mode: keeps `sites/<site>/archive/coverage` (ramen/archive/coverage_key.py) equal to
+    what the archive directory can replay, for replay clients that cannot read its files."""
+
+    def __init__(self, archive_dir: Path, client, site: str, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.archive_dir = archive_dir
+        self.client = client
+        self.key = keyspace.archive_coverage_key(site)
+        self.clock = clock
+        self._published: dict | None = None
+        self._next_s = 0.0
+
+    def do_work(self) -> int:
+        now = self.clock.seconds()
+        if now < self._next_s:
+            return 0
+        self._next_s = now + COVERAGE_PUBLISH_S
+        try:
+            coverage = ArchiveCoverage.of(archive_coverage(self.archive_dir), self.clock.epoch_us())
+        except ArchiveError as e:  # a damaged catalog: replays say so when they plan; keep the last
+            log.warning("%s: cannot read the archive's coverage to publish it: %s", self.archive_dir, e)
+            return 0
+        if coverage.functions == self._published:
+            return 0
+        self.client.set(self.key, coverage.to_value())
+        self._published = coverage.functions
+        return 1
+
+    def close(self) -> None:
+        """Publish what the recordings, now stopped, cover: the last second's changes included."""
+        self._next_s = 0.0
+        try:
+            self.do_work()
+        except (ConfError, OSError) as e:
+            log.warning("could not publish the archive's last coverage: %s", e)
+
+
 def run(archiver: Archiver, stop: threading.Event, idle: BackoffIdleStrategy | None = None,
-        follower: FunctionFollower | None = None) -> None:
+        follower: FunctionFollower | None = None, publisher: CoveragePublisher | None = None) -> None:
     idle = idle or BackoffIdleStrategy()
     while not stop.is_set():
         liveness.beat()  # for `ramen start`: this loop still turns
         work = archiver.do_work()
         if follower is not None:
             work += follower.do_work()
+        if publisher is not None:
+            work += publisher.do_work()
         idle.idle(work)
 
 
@@ -322,17 +363,20 @@ def serve(args) -> int:
             client.close()
         print(f"ramen: archiver: {e}", file=sys.stderr)
         return EXIT_REFUSED
-    follower = None
+    follower = publisher = None
     log.info("archiver of %s recording %d log(s)%s", args.dir, len(args.record),
              f", following site {args.follow_site}" if args.follow_site else "")
     try:
         if client is not None:
             follower = FunctionFollower(archiver, client, args.follow_site)
-        run(archiver, stop, follower=follower)
+            publisher = CoveragePublisher(archiver.archive_dir, client, args.follow_site)
+        run(archiver, stop, follower=follower, publisher=publisher)
     finally:
         if follower is not None:
             follower.close()
         archiver.close()
+        if publisher is not None:
+            publisher.close()
         if client is not None:
             client.close()
     return 0

@@ -26,6 +26,7 @@ import pyarrow as pa
 from ramen import keyspace, paths
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.archive.coverage import archive_coverage
+from ramen.archive.coverage_key import ArchiveCoverage
 from ramen.archive.errors import ArchiveError
 from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, decode_header
 from ramen.program import Program
@@ -122,6 +123,26 @@ def _check_site(name: str, programs: dict[str, Program], site: str, target: str)
                            f"(replays across sites are not supported yet)")
 
 
+def _local_coverage(site: str) -> dict:
+    try:
+        return archive_coverage(paths.archive_dir(site))
+    except ArchiveError as e:  # a damaged catalog: nothing can be planned from it
+        raise ReplayFailed(str(e)) from None
+
+
+def published_coverage(client, site: str) -> dict:
+    """What the site's archiver says its archive covers (ramen/archive/coverage_key.py): a relayed
+    replay's client may run where the archive's files are not."""
+    key = keyspace.archive_coverage_key(site)
+    entry = client.get_or_none(key)
+    if entry is None:
+        raise ReplayFailed(f"site {site} publishes no archive coverage ({key}): is its archiver running?")
+    try:
+        return ArchiveCoverage.from_value(entry.value, key).intervals()
+    except ContractError as e:
+        raise ReplayFailed(str(e)) from None
+
+
 class Replay:
     """One replay of `target` over [since_us, until_us), from request to result."""
 
@@ -141,10 +162,7 @@ class Replay:
         self.no_merge = no_merge
         self.relay = relay
         _check_site(target, programs, site, target)
-        try:
-            coverage = archive_coverage(paths.archive_dir(site))
-        except ArchiveError as e:  # a damaged catalog: nothing can be planned from it
-            raise ReplayFailed(str(e)) from None
+        coverage = published_coverage(client, site) if relay else _local_coverage(site)
         self.plan: ReplayPlan = plan_replay(target, since_us, until_us, programs, coverage, strict=strict)
         for name in self.plan.functions:
             _check_site(name, programs, site, target)

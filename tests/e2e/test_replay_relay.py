@@ -64,3 +64,22 @@ def test_a_result_over_the_bound_fails_in_one_line(stack):
     assert "Traceback" not in result.stderr
     assert no_result_keys_left(stack)
     wait_for(lambda: list((stack.base / "replays").glob("*")) == [], "the relay's log removed")
+
+
+def test_a_client_on_a_host_without_the_sites_files_gets_the_result_through_the_confserver(stack, tmp_path):
+    """Another host: its own empty RAMEN_DIR, the site's confserver. The plan comes from the
+    coverage the site's archiver publishes, the result from the relay."""
+    since, _ = minute_range(7, 3)
+    until = since + 10 * 1_000_000
+    local = replay(stack, "e2e/traffic", since, until)
+    elsewhere = dict(stack.env, RAMEN_DIR=str(tmp_path / "elsewhere"),
+                     RAMEN_CONFSERVER=(stack.base / "run" / "ready").read_text().strip(),
+                     RAMEN_CONFSERVER_AUTH=str(stack.base / "confserver" / "auth.json"))
+    remote = Stack(tmp_path / "elsewhere")
+    remote.env = elsewhere
+    relayed = replay(remote, "e2e/traffic", since, until, "--via-confserver")
+    assert local.returncode == 0 and relayed.returncode == 0, local.stderr + relayed.stderr
+    assert relayed.stdout == local.stdout and len(relayed.stdout.splitlines()) > 1
+    assert not list((tmp_path / "elsewhere").rglob("*.logbuffer"))  # nothing mapped here
+    without = replay(remote, "e2e/traffic", since, until)
+    assert without.returncode != 0 and len(without.stderr.strip().splitlines()) == 1, without.stderr

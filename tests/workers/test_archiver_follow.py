@@ -22,6 +22,7 @@ import confserver
 from ramen import keyspace, paths
 from ramen.archive.catalog import NULL_POSITION, Catalog
 from ramen.archive.coverage import Interval, archive_coverage, function_channel
+from ramen.archive.coverage_key import ArchiveCoverage
 from ramen.archive.recorder import RECORDING_POSITION_TYPE_ID
 from ramen.program import loads
 from ramen.times import format_range
@@ -316,6 +317,15 @@ def test_the_recordings_cover_every_published_event_time(follow_run):
                                  coverage):
         times = pa.Table.from_batches(batches).column("ts").cast(pa.int64()).to_numpy()
         assert (interval.since_us, interval.until_us) == (times.min(), times.max() + 1)
+
+
+def test_the_archiver_publishes_what_its_archive_covers_for_clients_without_its_files(follow_run):
+    state, _ = follow_run
+    with confserver.connect(state.server.url, identity="admin", auth_file=state.server.auth_file) as client:
+        entry = client.get(keyspace.archive_coverage_key(state.site))
+    published = ArchiveCoverage.from_value(entry.value)
+    assert published.intervals() == archive_coverage(state.archive_dir)  # as of its stop
+    assert state.source in published.functions
 
 
 def test_follow_mode_without_a_confserver_is_a_one_line_error(tmp_path):
