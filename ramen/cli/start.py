@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ramen import keyspace, paths
@@ -76,8 +77,8 @@ def add_parser(sub) -> None:
                        help="httpd's credentials (`bearer TOKEN` or `basic USER PASSWORD` lines): required for a "
                             "--httpd-listen beyond this host")
     start.add_argument("--netd", dest="netd", action="store_true", default=None,
-                       help="start netd, which sends and receives streams between sites (default: when --site "
-                            "names a site other than the default one)")
+                       help="start netd, which sends and receives streams between sites (default: at once when "
+                            "--site names a site other than the default one, else once a stream crosses sites)")
     start.add_argument("--no-netd", dest="netd", action="store_false", help="do not start netd")
     start.add_argument("--netd-listen", metavar="HOST:PORT", default=NETD_DEFAULT_LISTEN,
                        help="where netd receives streams from other sites (default %(default)s: a free port, "
@@ -144,13 +145,9 @@ def run_start(args) -> int:
                 ("archiver", ["workers.archiver", "--dir", str(paths.archive_dir(args.site)),
                               "--counters", str(paths.counters_path()), "--follow-site", args.site],
                  ARCHIVER_STUCK_AFTER_S),
-                *([("netd", ["ramen.netd.service", "--site", args.site, "--listen", args.netd_listen],
-                     HEARTBEAT_STUCK_AFTER_S)] if _wants_netd(args) else []),
+                *([_netd_argv(args)] if _wants_netd(args) else []),
                 ("supervisor", ["supervisor.service", "--site", args.site], HEARTBEAT_STUCK_AFTER_S)):
-            service = Service(name, argv, log_path=logs / f"{name}.log",
-                              heartbeat_path=run_dir / f"{name}{HEARTBEAT_SUFFIX}", stuck_after_s=stuck_after_s)
-            service.start(env)
-            services.append(service)
+            _start_heartbeating(name, argv, stuck_after_s, run_dir, logs, env, services)
         httpd = _start_httpd(args, env, logs, services) if args.httpd else None
 
         def start_service(name: str, command: list[str], service_env: dict, log_name: str) -> Service:
@@ -171,11 +168,13 @@ def run_start(args) -> int:
                   file=sys.stderr, flush=True)
             if page:
                 print(f"ramen: dashboards at {page}", file=sys.stderr, flush=True)
-            spark_turns = _SparkTurns(spark, services[0] if prober else None).start()
+            netd = None if args.netd is not None or _wants_netd(args) else _NetdOnDemand(
+                client, args.site, lambda: _start_heartbeating(*_netd_argv(args), run_dir, logs, env, services))
+            turns = _Turns(spark, netd, services[0] if prober else None).start()
             try:
-                _keep_running(Keeper(services, env), stopping, spark_turns)
+                _keep_running(Keeper(services, env), stopping, turns)
             finally:
-                spark_turns.close()
+                turns.close()
     except KeyboardInterrupt:
         pass
     finally:
@@ -197,9 +196,46 @@ def run_start(args) -> int:
 
 
 def _wants_netd(args) -> bool:
-    """netd runs where streams may cross sites: asked for, or the site was named (a deployment of
-    several sites). A lone default site has nobody to exchange streams with."""
+    """netd from the start: asked for, or the site was named (a deployment of several sites);
+    else (the default site) on demand, see _NetdOnDemand."""
     return args.netd if args.netd is not None else args.site != keyspace.DEFAULT_SITE
+
+
+def _netd_argv(args) -> tuple[str, list[str], float]:
+    return "netd", ["ramen.netd.service", "--site", args.site, "--listen", args.netd_listen], HEARTBEAT_STUCK_AFTER_S
+
+
+def _start_heartbeating(name: str, argv: list[str], stuck_after_s: float, run_dir: Path, logs: Path, env: dict,
+                        services: list[Service]) -> Service:
+    """A service the keeper restarts if it dies or its heartbeat stops."""
+    service = Service(name, argv, log_path=logs / f"{name}.log", heartbeat_path=run_dir / f"{name}{HEARTBEAT_SUFFIX}",
+                      stuck_after_s=stuck_after_s)
+    service.start(env)
+    services.append(service)
+    return service
+
+
+class _NetdOnDemand:
+    """netd, started the first time the site has a stream to send to or receive from another site
+    (the choreographer writes those keys): a site that shares no stream runs no netd, one that does
+    never waits for someone to have said --netd. --netd and --no-netd decide at start instead."""
+
+    def __init__(self, client, site: str, start: Callable[[], Service]) -> None:
+        self.client = client
+        self.site = site
+        self.start = start
+        self.started = False
+
+    def poll(self) -> None:
+        """Its keys are named after a function: sites/<site>/net/sends/<prog>/<func>@<site>."""
+        if self.started:
+            return
+        if any(self.client.glob(f"{prefix}/*/*") for prefix in (keyspace.net_sends_prefix(self.site),
+                                                                keyspace.net_receives_prefix(self.site))):
+            self.start()
+            self.started = True
+            print(f"ramen: starting netd: site {self.site} exchanges streams with another site", file=sys.stderr,
+                  flush=True)
 
 
 def _start_confserver(base: Path, env: dict, logs: Path, services: list[Service], listen: str) -> str:
@@ -301,27 +337,29 @@ def _load_programs(client, files: list[str]) -> None:
         print(f"ramen: {outcome} {program.name} ({len(program.functions)} functions)", file=sys.stderr)
 
 
-def _keep_running(keeper: Keeper, stopping: list, spark_turns: _SparkTurns) -> None:
+def _keep_running(keeper: Keeper, stopping: list, turns: _Turns) -> None:
     """Keep the services running, and kill and restart the stuck, until asked to stop."""
     while not stopping:
-        if spark_turns.error is not None:
-            raise spark_turns.error
+        if turns.error is not None:
+            raise turns.error
         keeper.do_work(time.monotonic())
         time.sleep(POLL_INTERVAL_S)
 
 
-class _SparkTurns:
-    """Spark's turns (start it when wanted, announce it once up) on a thread of their own: they call
-    the confserver, and a call to a stuck one would hold up the keeper that is to kill it."""
+class _Turns:
+    """Spark's turns (start it when wanted, announce it once up) and netd's (start it when wanted)
+    on a thread of their own: they call the confserver, and a call to a stuck one would hold up the
+    keeper that is to kill it."""
 
-    def __init__(self, spark: SparkService, confserver: Service | None):
+    def __init__(self, spark: SparkService, netd: _NetdOnDemand | None, confserver: Service | None):
         self.spark = spark
+        self.netd = netd
         self.confserver = confserver
         self.error: UserError | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="spark-turns", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="turns", daemon=True)
 
-    def start(self) -> _SparkTurns:
+    def start(self) -> _Turns:
         self._thread.start()
         return self
 
@@ -333,8 +371,10 @@ class _SparkTurns:
                 continue
             try:
                 self.spark.poll()
+                if self.netd is not None:
+                    self.netd.poll()
             except ConfError as e:  # the confserver went away meanwhile: next turn
-                print(f"ramen: spark: {e}; trying again", file=sys.stderr, flush=True)
+                print(f"ramen: {e}; trying again", file=sys.stderr, flush=True)
             except UserError as e:  # Spark is wanted but cannot start: `ramen start` ends with it
                 self.error = e
                 return

@@ -1,8 +1,9 @@
 """Two sites on this host, each a `ramen start` in its own directory, sharing the first one's
 confserver: a live chain across them, through the two netds (issue 23, section 4).
 
-The source runs on the edge only, its totals per 10 s on the core only: the core's worker reads the
-source's output as rebuilt by the core's netd from the edge's netd's UDP stream. Its rows must be
+The edge is the default site, whose `ramen start` runs no netd until the choreographer gives it a
+stream to send. The source runs on the edge only, its totals per 10 s on the core only: the core's
+worker reads the source's output as rebuilt by the core's netd from the edge's netd's UDP stream. Its rows must be
 those of the source's grid, window by window; a netd killed with SIGKILL is restarted by its `ramen
 start`, and the window it was killed in arrives whole; the receiving netd killed, the chain goes on
 from its new image."""
@@ -32,7 +33,7 @@ name = "x"
 
 [[function]]
 name = "traffic"
-site = "edge"
+site = "local"
 source = {{ kind = "generator", rate = {RATE}, hosts = {HOSTS}, seed = {SEED}, backfill = "30s" }}
 schema = {{ ts = "timestamp[us]", host = "string", bytes = "int64" }}
 event_time = "ts"
@@ -110,7 +111,7 @@ def windows_right(site: Site, after_us: int) -> list[int]:
 def two_sites(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if k not in ("RAMEN_DIR", "RAMEN_CONFSERVER", "RAMEN_CONFSERVER_AUTH", "RAMEN_SITE")}
-    edge = Site(tmp_path / "edge", "edge", env)
+    edge = Site(tmp_path / "edge", "local", env)
     edge.base.mkdir()
     (edge.base / "x.toml").write_text(PROGRAM)
     edge.start(edge.base / "x.toml")
@@ -130,7 +131,8 @@ def two_sites(tmp_path):
 
 def test_a_live_chain_across_two_sites_and_a_netd_killed_on_the_way(two_sites):
     edge, core = two_sites
-    assert len(edge.netd_pids()) == 1 and len(core.netd_pids()) == 1
+    assert len(core.netd_pids()) == 1
+    wait_for(lambda: len(edge.netd_pids()) == 1, "the edge's netd, started on demand", timeout_s=STARTUP_S)
     # A command given the core's --dir serves the core's site, without --site or $RAMEN_SITE.
     env = {k: v for k, v in core.env.items() if k != "RAMEN_SITE"}
 
@@ -141,7 +143,12 @@ def test_a_live_chain_across_two_sites_and_a_netd_killed_on_the_way(two_sites):
         return [json.loads(line)["function"] for line in ps.stdout.splitlines()]
     wait_for(lambda: functions_ps_shows() == ["x/per_window"], "ramen --dir CORE ps showing the core's worker",
              timeout_s=STARTUP_S)
-    joined_us = time.time_ns() // 1000  # the core joins the edge's stream about now
+    # The core joins the edge's stream where it is when the edge's netd (started on demand) sets it
+    # up, which rebuilds it in the core's received log: windows after that are whole.
+    received = core.base / "sites" / core.name / "received" / "x" / "traffic.logbuffer"
+    wait_for(lambda: received.exists() and received.stat().st_size > 0, "the core's image of the edge's stream",
+             timeout_s=STARTUP_S)
+    joined_us = time.time_ns() // 1000
     wait_for(lambda: windows_right(core, joined_us) or None, "a window of the edge's traffic, whole, on the core",
              timeout_s=STARTUP_S)
 
