@@ -120,7 +120,7 @@ def _check_site(name: str, programs: dict[str, Program], site: str, target: str)
     placed = programs[program].function(function).site
     if placed not in (None, site):
         raise ReplayFailed(f"{name} runs on site {placed}, not {site}: replay {target} with --site {placed} "
-                           f"(replays across sites are not supported yet)")
+                           f"--via-confserver (a replay's functions must all run on one site)")
 
 
 def _local_coverage(site: str) -> dict:
