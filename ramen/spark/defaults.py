@@ -7,6 +7,8 @@ SPARK_STAGING_ENV = "RAMEN_SPARK_STAGING"
 
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 LOCAL_HOST = "127.0.0.1"
+SESSION_TIME_ZONE_CONF = "spark.sql.session.timeZone"
+UTC = "UTC"
 DRIVER_MEMORY = "4g"
 """The local server's heap: Spark's own default (1 GiB) runs out on a replay of 10 M tuples."""
 
@@ -14,7 +16,7 @@ SERVER_CONF = {
     "spark.connect.grpc.binding.address": LOCAL_HOST,
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    "spark.sql.session.timeZone": "UTC",
+    SESSION_TIME_ZONE_CONF: UTC,
     # Results of one job come back as Arrow in one piece; the default 4 MiB message cap is too small.
     "spark.connect.grpc.maxInboundMessageSize": str(256 * 1024 * 1024),
 }

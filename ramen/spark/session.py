@@ -13,7 +13,8 @@ import socket
 import warnings
 from urllib.parse import urlparse
 
-from ramen.spark.defaults import DEFAULT_CONNECT_PORT, PROBE_TIMEOUT_S, SPARK_REMOTE_ENV, SPARK_STAGING_ENV
+from ramen.spark.defaults import (DEFAULT_CONNECT_PORT, PROBE_TIMEOUT_S, SESSION_TIME_ZONE_CONF, SPARK_REMOTE_ENV,
+                                  SPARK_STAGING_ENV, UTC)
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,8 @@ def connect(remote: str):
     try:
         session = SparkSession.builder.remote(remote).create()
         session.client.set_retry_policies([DefaultPolicy(max_retries=CLIENT_RETRIES, max_backoff=CLIENT_MAX_BACKOFF_MS)])
+        # Event times are UTC everywhere in ramen, whatever a cluster's Connect server defaults to.
+        session.conf.set(SESSION_TIME_ZONE_CONF, UTC)
         return session
     except Exception as e:  # noqa: BLE001 - a bad URL is the user's; anything else means not there
         raise SparkUnavailable(f"{remote}: {one_line(e)}") from None
