@@ -36,9 +36,10 @@ from ramen import keyspace
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.key_value import ContractError
 from ramen.program.model import Function
+from ramen.spark import contract
 from ramen.spark.contract import SparkServer
 from ramen.spark.frames import for_spark, utc_schema, view_name
-from ramen.spark.session import SparkUnavailable, configured_remote, connect, is_unavailable, spark_reason
+from ramen.spark.session import SparkUnavailable, connect, is_unavailable, spark_reason
 from ramen.spark.staging import StagingError, StagingStore
 from ramen.spark.upload import upload
 from ramen.spark.watch import JobWatch
@@ -49,17 +50,14 @@ log = logging.getLogger(__name__)
 
 
 def find_server(client: ConfClient) -> SparkServer:
-    """Where Spark is: the confserver's `spark/server` key, else $RAMEN_SPARK_REMOTE."""
-    entry = client.get_or_none(keyspace.SPARK_SERVER)
-    if entry is not None:
-        try:
-            return SparkServer.from_value(entry.value)
-        except ContractError as e:
-            raise ComputeError(str(e)) from None
-    remote = configured_remote()
-    if remote:
-        return SparkServer(remote)
-    raise SparkUnavailable(f"no Spark yet (no {keyspace.SPARK_SERVER} key, no $RAMEN_SPARK_REMOTE)")
+    """Where Spark is (ramen/spark/contract.py); SparkUnavailable while nobody said yet."""
+    try:
+        server = contract.find_server(client)
+    except ContractError as e:
+        raise ComputeError(str(e)) from None
+    if server is None:
+        raise SparkUnavailable(f"no Spark yet (no {keyspace.SPARK_SERVER} key, no $RAMEN_SPARK_REMOTE)")
+    return server
 
 
 class Gathered:

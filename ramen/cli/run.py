@@ -81,17 +81,14 @@ def check_spark_sql(client, program) -> None:
 
 
 def _spark_remote(client) -> str:
-    from ramen.spark.contract import SparkServer
+    from ramen.spark.contract import find_server
     from ramen.spark.defaults import READY_TIMEOUT_S
-    from ramen.spark.session import configured_remote
     deadline = time.monotonic() + READY_TIMEOUT_S
     asked = False
     while True:
-        entry = client.get_or_none(keyspace.SPARK_SERVER)
-        if entry is not None:
-            return SparkServer.from_value(entry.value).remote
-        if configured_remote():
-            return configured_remote()
+        server = find_server(client)
+        if server is not None:
+            return server.remote
         if not asked:
             client.set(keyspace.SPARK_WANTED, {"by": "ramen run", "since_us": time.time_ns() // 1000})
             print("ramen: waiting for Spark to start (ramen start starts it; a cold start takes 10-20 s)",

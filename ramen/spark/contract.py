@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from ramen import keyspace
 from ramen.key_value import KeyValue
+from ramen.spark.session import configured_remote
 
 
 @dataclass(frozen=True)
@@ -20,3 +21,13 @@ class SparkServer(KeyValue):
     remote: str
     local: bool = False
     staging: str | None = None
+
+
+def find_server(client) -> SparkServer | None:
+    """Where Spark is: the confserver's `spark/server` key, else $RAMEN_SPARK_REMOTE, else None.
+    ContractError if the key does not follow its contract."""
+    entry = client.get_or_none(keyspace.SPARK_SERVER)
+    if entry is not None:
+        return SparkServer.from_value(entry.value)
+    remote = configured_remote()
+    return SparkServer(remote) if remote else None

@@ -5,6 +5,7 @@ against the same computation done here with pyarrow over the raw tuples.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -119,11 +120,18 @@ def wait_for_backfill(base: Path, source: str) -> None:
     """Until the archive under `base` covers the back-filled range of `source` but its last minute."""
     now_us = time.time_ns() // 1000
     want_since, want_until = now_us - (BACKFILL_MIN - 1) * MINUTE_US, now_us - MINUTE_US
-    os.environ["RAMEN_DIR"], saved = str(base), os.environ.get("RAMEN_DIR")
-    try:
+    with ramen_dir(base):
         wait_for(lambda: any(i.since_us <= want_since and i.until_us >= want_until
                              for i in archive_coverage(paths.archive_dir("local")).get(source, [])),
                  "the archive covering the back-filled range", timeout_s=STARTUP_S)
+
+
+@contextlib.contextmanager
+def ramen_dir(base: Path):
+    """RAMEN_DIR naming a stack's directory, for what reads its files in this process."""
+    os.environ["RAMEN_DIR"], saved = str(base), os.environ.get("RAMEN_DIR")
+    try:
+        yield
     finally:
         os.environ.pop("RAMEN_DIR") if saved is None else os.environ.__setitem__("RAMEN_DIR", saved)
 

@@ -13,8 +13,6 @@ ramen against one: `ramen start --spark sc://... --spark-staging DIR`.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
 
 import numpy as np
@@ -29,7 +27,7 @@ from ramen.spark.frames import for_spark
 from ramen.spark.session import connect
 from ramen.spark.upload import upload
 from tests.e2e.test_heavy import SQL, sorted_rows
-from tests.e2e.test_replay import MINUTE_US, STARTUP_S, Stack, per_minute_by_pyarrow
+from tests.e2e.test_replay import MINUTE_US, STARTUP_S, Stack, per_minute_by_pyarrow, ramen_dir
 from tests.spark.standalone import StandaloneCluster
 from tests.waiting import wait_for
 
@@ -84,16 +82,6 @@ def stack(tmp_path_factory, cluster):
         yield stack
     finally:
         stack.stop()
-
-
-@contextlib.contextmanager
-def ramen_dir(base):
-    """RAMEN_DIR naming the stack's directory, for what reads its archive in this process."""
-    os.environ["RAMEN_DIR"], saved = str(base), os.environ.get("RAMEN_DIR")
-    try:
-        yield
-    finally:
-        os.environ.pop("RAMEN_DIR") if saved is None else os.environ.__setitem__("RAMEN_DIR", saved)
 
 
 def wait_for_hour(base) -> None:
