@@ -102,8 +102,8 @@ class StandaloneCluster:
                 workers = [w for w in self.master_state().get("workers", []) if w.get("state") == "ALIVE"]
                 if len(workers) >= alive:
                     return
-            except OSError:
-                pass  # the master's UI is not up yet
+            except (OSError, ValueError):
+                pass  # the master's UI is not up yet, or still answers with its HTML page
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{alive} Spark worker(s) not registered within {CLUSTER_TIMEOUT_S:g} s: "
                                    f"see {self.base_dir}")
