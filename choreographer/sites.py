@@ -46,20 +46,21 @@ def stream_id(qualified_name: str) -> int:
 def net_keys(graph: nx.DiGraph, usage: Mapping[str, Usage], site: str,
              endpoints: Mapping[str, str]) -> dict[str, dict]:
     """The net/ keys of `site` and their values: a receive of every parent, running elsewhere, of
-    a used function running here; a send of every used function running here to each other site
-    with an endpoint (`endpoints`: site -> its endpoint channel) where a used child of it runs and
-    it does not."""
+    a live function running here; a send of every live function running here to each other site
+    with an endpoint (`endpoints`: site -> its endpoint channel) where a live child of it runs and
+    it does not. Live, not only used: a replay reads archives, through replayers (whose streams
+    across sites the supervisors wire), never the live streams."""
     keys: dict[str, dict] = {}
     for name in graph:
         if not runs_on(graph, name, site):
             continue
-        if usage[name].is_used:
+        if usage[name].live:
             for parent in graph.predecessors(name):
                 if not runs_on(graph, parent, site):
                     keys[f"{keyspace.net_receives_prefix(site)}/{parent}"] = NetReceive(
                         stream_id=stream_id(parent), log=str(paths.received_log(site, parent))).to_value()
             for child in graph.successors(name):
-                if not usage[child].is_used:
+                if not usage[child].live:
                     continue
                 for other in sites_running(graph, child, set(endpoints) - {site}):
                     if runs_on(graph, name, other):

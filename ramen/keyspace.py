@@ -15,6 +15,8 @@
                                                       how this worker takes part in a replay (supervisor)
     sites/<site>/replayers/<id>                        what a replayer reads and for which channels
     sites/<site>/replayers/<id>/stats                  its bytes read, messages, rows, per channel
+    sites/<site>/lent-replayers/<id>                   a replayer another site's replay needs from this
+                                                      site's archive (ephemeral, that site's supervisor's)
     sites/<site>/spares/<id>                           the function a spare worker is to run (supervisor)
     sites/<site>/supervisor/stats                      the supervisor's counters, and its spare processes
     sites/<site>/supervisor/alive                      the running supervisor (ephemeral: ramen.liveness.SupervisorAlive)
@@ -124,6 +126,14 @@ def replayer_key(site: str, replayer_id: int) -> str:
 
 def replayer_stats_key(site: str, replayer_id: int) -> str:
     return f"{replayer_key(site, replayer_id)}/stats"
+
+
+def lent_replayers_prefix(site: str) -> str:
+    return f"{SITES}/{site}/lent-replayers"
+
+
+def lent_replayer_key(site: str, replayer_id: int) -> str:
+    return f"{lent_replayers_prefix(site)}/{replayer_id}"
 
 
 def supervisor_stats_key(site: str) -> str:

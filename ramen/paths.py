@@ -132,6 +132,15 @@ def replayer_logs_dir(site: str) -> Path:
     return site_dir(site) / "replayers"
 
 
+def received_replayer_log(site: str, replayer_id: int) -> Path:
+    """The log of another site's replayer (one lent to a replay of this site), rebuilt here by netd."""
+    return received_replayer_logs_dir(site) / f"{replayer_id}.logbuffer"
+
+
+def received_replayer_logs_dir(site: str) -> Path:
+    return site_dir(site) / "received" / "replayers"
+
+
 def recipient_log(channel: int) -> Path:
     """Where the target of replay `channel` writes its result, for the client that asked."""
     return recipient_logs_dir() / f"{channel}{LOG_SUFFIX}"

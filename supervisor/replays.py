@@ -15,6 +15,13 @@ older than its `timeout_s` is deleted.
 
 A request with `relay` gets its result log from us (supervisor/relays.py), created before it is
 wired and read by our Relays agent, which writes the result to the confserver.
+
+Across sites (ReplayRequest.source_sites), a source archived on another site is replayed there:
+we lend nothing but ask (wiring.Lent: an ephemeral `sites/<other>/lent-replayers/<id>` and our
+netd's receive of its stream), and that site's supervisor, in this same class, runs the replayer
+with its netd's send to ours as its one reader (`sites/<site>/net/sends/replayer-<id>`, written
+once our netd's endpoint is known). It fails the replays a lent replayer fails, and stops it when
+the key goes: the replay is over, or its supervisor is gone.
 """
 
 from __future__ import annotations
@@ -31,8 +38,9 @@ import confserver
 from confserver import ConfClient
 from ramen import keyspace, paths
 from ramen.clocks import SYSTEM_CLOCK, Clock
-from ramen.replay.contract import (DEFAULT_REPLAY_TIMEOUT_S, ContractError, ReplayerAssignment, ReplayerStats,
-                                   ReplayRequest, error_of, with_error)
+from ramen.netd.contract import NetEndpoint, NetSend, replayer_stream_name
+from ramen.replay.contract import (DEFAULT_REPLAY_TIMEOUT_S, ChannelRange, ContractError, LentReplayer,
+                                   ReplayerAssignment, ReplayerStats, ReplayRequest, error_of, with_error)
 from ramen.replay.plan import ReplayPlan
 from supervisor import defaults, wiring
 from supervisor.counters import SupervisorCounters
@@ -73,6 +81,10 @@ class Replayer:
     child: Child | None = None
     retiring: bool = False
     """None of its channels is alive: stop it, then remove its key and log."""
+    borrowed: wiring.Lent | None = None
+    """Run by another site for our replays (no process of ours): our keys and log of its stream."""
+    lent_to: str | None = None
+    """Run for that site's replays: it lives while their key (LentReplayer) does, whatever ours do."""
 
 
 class ReplaySupervision:
@@ -103,6 +115,11 @@ class ReplaySupervision:
         self._next_timeout_check = 0.0
         self.relays = Relays(client, site, fail=self.set_error, max_bytes=max_bytes_from_env(self.env), clock=clock)
         """Reads the result logs of relayed requests (their own agent of the duty cycle)."""
+        self._unsent: dict[int, str] = {}
+        """Lent replayers whose NetSend waits for the borrowing site's netd endpoint: id -> that site."""
+        self._next_send_s = 0.0
+        self._lent_keys: set[int] = set()
+        """The ids of our site's lent-replayers/ keys, as their watch told."""
 
     # -- inputs --------------------------------------------------------------------------------
 
@@ -117,7 +134,9 @@ class ReplaySupervision:
                 continue
             replayer_id = assignment.id
             channels = {c.channel for c in assignment.channels} | set(assignment.riders)
-            replayer = Replayer(replayer_id, assignment.source, channels)
+            replayer = Replayer(replayer_id, assignment.source, channels, lent_to=assignment.sent_to)
+            if assignment.sent_to is not None:
+                self._unsent[replayer_id] = assignment.sent_to  # written again, unless its lender's key went
             replayer.child = adopt(f"replayer {replayer_id} of {replayer.source}", assignment.pid or 0,
                                    assignment.started_us or 0, expect_args=("--id", str(replayer_id)),
                                    clock=self.clock)
@@ -153,6 +172,14 @@ class ReplaySupervision:
         self.requests[channel] = request
         if existing and any(channel in r.channels for r in self.replayers.values()):
             request.launched = True  # launched by an earlier supervisor
+        if existing and spec is not None and spec.source_sites and \
+                self.client.glob(keyspace.function_key(self.site, "*/*", f"replays/{channel}")):
+            # Launched by an earlier supervisor (its workers' keys are there): the lent replayers'
+            # keys were ephemeral to it, and went with it.
+            request.launched = True
+            self.set_error(channel, f"the supervisor of site {self.site} restarted during replay {channel}, which "
+                                    f"read the archive of site {', '.join(sorted(set(spec.source_sites.values())))}")
+            return
         if spec is not None and spec.relay:
             if request.launched:  # its relay died with that supervisor, and the result read so far with it
                 # its log, left by the dead one, is removed at teardown
@@ -169,6 +196,65 @@ class ReplaySupervision:
                  spec.until_us, len(spec.plan.sources), " (adopted)" if request.launched else "")
         if not request.launched:
             self._ensure_warm()
+
+    def on_lent(self, replayer_id: int, value: dict | None) -> None:
+        """Our `lent-replayers/<id>` key was created (value) or deleted (None): run the replayer
+        another site's replay asks of our archive, or stop it."""
+        if value is None:
+            self._lent_keys.discard(replayer_id)
+            self._unsent.pop(replayer_id, None)
+            if (replayer := self.replayers.get(replayer_id)) is not None and replayer.lent_to is not None:
+                replayer.retiring = True
+            return
+        self._lent_keys.add(replayer_id)
+        if replayer_id in self.replayers:
+            return  # adopted: ours already
+        key = keyspace.lent_replayer_key(self.site, replayer_id)
+        try:
+            lent = LentReplayer.from_value(value, key)
+        except ContractError as e:
+            log.error("%s; not served", e)
+            for channel in _channels_of(value):
+                self.set_error(channel, f"site {self.site} cannot replay {key}: {e}")
+            return
+        assignment = ReplayerAssignment(replayer_id, lent.source, str(paths.replayer_log(self.site, replayer_id)),
+                                        str(paths.archive_dir(self.site)), lent.channels, sent_to=lent.to_site)
+        group = wiring.Group(lent.source, tuple(c.channel for c in lent.channels))
+        self._spawn(assignment, group)
+        self.replayers[replayer_id].lent_to = lent.to_site
+        self._unsent[replayer_id] = lent.to_site
+        self._next_send_s = 0.0
+
+    def lent_synced(self) -> None:
+        """Every lent-replayers/ key is known: a lent replayer adopted without its key is over."""
+        for replayer in self.replayers.values():
+            if replayer.lent_to is not None and replayer.id not in self._lent_keys:
+                replayer.retiring = True
+                self._unsent.pop(replayer.id, None)
+
+    def _send_lent(self, now: float) -> int:
+        """Have our netd send each new lent replayer's log to its borrower's netd, once that one's
+        endpoint is known (started on demand, it may come a moment after the request)."""
+        if not self._unsent or now < self._next_send_s:
+            return 0
+        self._next_send_s = now + defaults.LENT_SEND_RETRY_S
+        sent = 0
+        for replayer_id, site in list(self._unsent.items()):
+            key = keyspace.net_endpoint_key(site)
+            try:
+                entry = self.client.get_or_none(key)
+                if entry is None:
+                    continue
+                endpoint = NetEndpoint.from_value(entry.value, key)
+            except ContractError as e:
+                log.error("replayer %d: %s", replayer_id, e)
+                continue
+            send = NetSend(log=str(paths.replayer_log(self.site, replayer_id)), channel=endpoint.channel)
+            self.client.set(_send_key(self.site, replayer_id), send.to_value())
+            del self._unsent[replayer_id]
+            log.info("replayer %d: its log goes to site %s at %s", replayer_id, site, endpoint.channel)
+            sent += 1
+        return sent
 
     @property
     def warm(self) -> Child | None:
@@ -191,7 +277,7 @@ class ReplaySupervision:
     def synced(self) -> None:
         """Every existing replay is known: clean what belongs to replays that ended meanwhile."""
         for replayer in self.replayers.values():
-            if not replayer.channels & set(self.requests):
+            if replayer.lent_to is None and not replayer.channels & set(self.requests):
                 replayer.retiring = True
         for entry in self.client.glob(keyspace.function_key(self.site, "*/*", "replays/*")):
             channel = entry.key.rpartition("/")[2]
@@ -236,6 +322,7 @@ class ReplaySupervision:
             work += 1
         for replayer in list(self.replayers.values()):
             work += self._step(replayer, now)
+        work += self._send_lent(now)
         if now >= self._next_timeout_check:
             self._next_timeout_check = now + 1.0
             work += self._expire(now)
@@ -246,12 +333,12 @@ class ReplaySupervision:
         served = wiring.batch_of(specs, allow_merge=self.merge)
         ids = []
         warm_children: dict[int, Child] = {}
-        for _ in served.groups:
-            if self._warm is not None and not self._warm[1].poll():
+        for group in served.groups:
+            if group.site(specs) is None and self._warm is not None and not self._warm[1].poll():
                 replayer_id, warm_children[replayer_id] = self._warm
+                self._warm = None
             else:
                 replayer_id = self.client.next_sequence(defaults.REPLAYER_SEQUENCE)
-            self._warm = None
             ids.append(replayer_id)
         wired = wiring.wire(self.site, specs, served, ids)
         for key, value in wired.workers.items():
@@ -260,8 +347,22 @@ class ReplaySupervision:
             request.launched = True
             request.leader = wired.riders.get(request.channel)
             self.counters.replays_wired += 1
-        for (replayer_id, assignment), group in zip(wired.replayers.items(), served.groups):
-            self._spawn(assignment, group, warm_children.get(replayer_id))
+        for replayer_id, group in zip(ids, served.groups):
+            if replayer_id in wired.lent:
+                self._borrow(wired.lent[replayer_id], group)
+            else:
+                self._spawn(wired.replayers[replayer_id], group, warm_children.get(replayer_id))
+
+    def _borrow(self, lent: wiring.Lent, group: wiring.Group) -> None:
+        """Ask another site for a group's replayer: our netd's receive first (it starts our netd,
+        whose endpoint that site's supervisor waits for), then that site's key, ephemeral to us."""
+        lent_key, receive_key = lent.keys(self.site)
+        self.client.set(receive_key, lent.receive.to_value())
+        self.client.set(lent_key, lent.replayer.to_value(), ephemeral=True)
+        self.replayers[lent.replayer.id] = Replayer(lent.replayer.id, group.source, {*group.channels, *group.riders},
+                                                    borrowed=lent)
+        log.info("replayer %d of %s lent by site %s: channels %s", lent.replayer.id, group.source, lent.site,
+                 ", ".join(map(str, group.channels)))
 
     def _spawn(self, assignment: ReplayerAssignment, group: wiring.Group, child: Child | None = None) -> None:
         """Give a group its replayer: the warm one (its key wakes it up) or a new process."""
@@ -296,9 +397,11 @@ class ReplaySupervision:
                 self.counters.replayer_failures += 1
                 how = child.describe_exit() if child.returncode is not None else "before the end of its range"
                 description = f"replayer {replayer.id} of {replayer.source} died ({how})"
+                if replayer.lent_to is not None:
+                    description = f"site {self.site}'s {description}"
                 log.error("%s", description)
                 for channel in sorted(replayer.channels):
-                    if channel in self.requests:
+                    if channel in self.requests or replayer.lent_to is not None:
                         self.set_error(channel, description)
             else:
                 log.info("replayer %d of %s ended (%s)", replayer.id, replayer.source, child.describe_exit())
@@ -317,14 +420,18 @@ class ReplaySupervision:
 
     def _remove(self, replayer: Replayer) -> None:
         del self.replayers[replayer.id]
+        if replayer.borrowed is not None:
+            keys, log_path = replayer.borrowed.keys(self.site), paths.received_replayer_log(self.site, replayer.id)
+        else:
+            keys, log_path = (keyspace.replayer_key(self.site, replayer.id),), paths.replayer_log(self.site, replayer.id)
+            if replayer.lent_to is not None:
+                keys += (_send_key(self.site, replayer.id),)
         try:
-            self.client.delete_tree(keyspace.replayer_key(self.site, replayer.id))
+            for key in keys:
+                self.client.delete_tree(key)
         except confserver.ConfError as e:
             log.error("replayer %d: cannot delete its keys: %s", replayer.id, e)
-        try:
-            os.unlink(paths.replayer_log(self.site, replayer.id))
-        except FileNotFoundError:
-            pass
+        log_path.unlink(missing_ok=True)
         log.info("replayer %d of %s removed", replayer.id, replayer.source)
 
     def teardown(self, channel: int) -> None:
@@ -336,7 +443,7 @@ class ReplaySupervision:
             # The target ends leader and riders together; a leader gone alone took their data with it.
             self.set_error(rider.channel, f"replay {rider.channel} rode with replay {channel}, which ended first")
         for replayer in self.replayers.values():
-            if channel in replayer.channels and not replayer.channels & set(self.requests):
+            if replayer.lent_to is None and channel in replayer.channels and not replayer.channels & set(self.requests):
                 replayer.retiring = True
         if request is not None:
             self.counters.teardowns += 1
@@ -398,6 +505,11 @@ class ReplaySupervision:
         for channel, request in self.requests.items():
             if request.launched:
                 self.set_error(channel, f"the supervisor of site {self.site} stopped during the replay")
+        for replayer in self.replayers.values():
+            if replayer.lent_to is not None:
+                for channel in sorted(replayer.channels):
+                    self.set_error(channel, f"the supervisor of site {self.site}, which replayed {replayer.source} "
+                                            f"for it, stopped during the replay")
         children = [r.child for r in self.replayers.values() if r.child is not None]
         warm = self.warm
         self._warm = None
@@ -415,6 +527,18 @@ class ReplaySupervision:
             warm.drop_unused_log()
         self.relays.close()
 
+
+
+def _send_key(site: str, replayer_id: int) -> str:
+    return f"{keyspace.net_sends_prefix(site)}/{replayer_stream_name(replayer_id)}"
+
+
+def _channels_of(value) -> list[int]:
+    """The channels of a lent-replayers/ value that does not follow its contract, as far as they can be read."""
+    try:
+        return [ChannelRange.from_value(c).channel for c in value["channels"]]
+    except (ContractError, KeyError, TypeError):
+        return []
 
 
 __all__ = ["ReplaySupervision", "Request"]

@@ -1,8 +1,8 @@
 """The supervisor of one site: runs the worker processes the choreographer asks for, and the
 replayers of replays (see docs/runtime.md, "Who does what, for one replay").
 
-It is an agent: the watches of `sites/<site>/workers/*/*/worker` and `replays/*` push their events
-into one queue; `do_work()` applies them, then looks at its children (ended? past their grace?),
+It is an agent: the watches of `sites/<site>/workers/*/*/worker`, `replays/*` and
+`sites/<site>/lent-replayers/*` (other sites' replays of our archive) push their events into one queue; `do_work()` applies them, then looks at its children (ended? past their grace?),
 launches replays whose merge delay has passed, expires old replays, and writes
 `sites/<site>/supervisor/stats` every second.
 
@@ -48,7 +48,7 @@ IDENTITY = "supervisor"
 SHUTDOWN_TIMEOUT_S = 10.0
 #: After a confserver error the duty cycle waits this long before trying again.
 ERROR_PAUSE_S = 0.5
-_WORKERS, _REPLAYS = "workers", "replays"
+_WORKERS, _REPLAYS, _LENT = "workers", "replays", "lent"
 
 
 class Supervisor:
@@ -87,6 +87,7 @@ class Supervisor:
         self._watches = [
             client.watch(keyspace.worker_pattern(site), lambda event: self.events.put((_WORKERS, event))),
             client.watch(keyspace.REPLAYS, lambda event: self.events.put((_REPLAYS, event))),
+            client.watch(f"{keyspace.lent_replayers_prefix(site)}/*", lambda event: self.events.put((_LENT, event))),
         ]
 
     def _on_worker_death(self, name: str, description: str) -> None:
@@ -123,6 +124,13 @@ class Supervisor:
                 return
             value = None if event.kind is EventKind.DELETED else event.entry.value
             self.workers.on_worker_key(keyspace.qualified_name_of(event.key), value)
+            return
+        if source == _LENT:
+            replayer_id = event.key.rpartition("/")[2]
+            if event.kind is EventKind.SYNCED:
+                self.replays.lent_synced()
+            elif replayer_id.isdigit():
+                self.replays.on_lent(int(replayer_id), None if event.kind is EventKind.DELETED else event.entry.value)
             return
         if event.kind is EventKind.SYNCED:
             self.replays.synced()

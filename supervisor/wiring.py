@@ -17,6 +17,10 @@ goes and writes what this returns.
   gets a replayer of its own.
 - Every worker on a request's paths (ReplayPlan.workers) gets its `…/replays/<channel>` value; a
   source's children read its replayer's log directly, with no hop through the source's worker.
+- A source archived on another site (ReplayRequest.source_sites) is replayed there: its group is
+  lent to that site (a LentReplayer key there, whose supervisor runs the replayer and has its netd
+  send the log to ours), and our netd rebuilds the stream (a NetReceive holding it for all its
+  readers), which the source's children read as they would the replayer's log.
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ramen import keyspace, paths
-from ramen.replay.contract import ChannelRange, ReplayerAssignment, ReplayRequest, Rider, WorkerReplay
+from ramen.netd.contract import NetReceive, replayer_stream_name
+from ramen.replay.contract import (ChannelRange, LentReplayer, ReplayerAssignment, ReplayRequest, Rider,
+                                   WorkerReplay)
 from ramen.replay.plan import ReplayPlan
 
-__all__ = ["Batch", "Group", "Wiring", "ancestry", "batch_of", "collapse_identical", "goes_through", "merge",
+__all__ = ["Batch", "Group", "Lent", "Wiring", "ancestry", "batch_of", "collapse_identical", "goes_through", "merge",
            "own_sources", "replayer_assignment", "wire", "worker_replays"]
 
 
@@ -43,6 +49,27 @@ class Group:
     """Sorted: requests that need the replayer without it writing their channel (identical ones riding
     on its channels, and those going on from their targets' output): it lives, and fails them, as theirs."""
 
+    def site(self, requests: Mapping[int, ReplayRequest]) -> str | None:
+        """The other site whose archive the source is replayed from; None: ours."""
+        return requests[self.channels[0]].source_sites.get(self.source)
+
+
+@dataclass(frozen=True)
+class Lent:
+    """A group replayed on another site for us: the keys that ask that site for it, and ours for
+    its stream."""
+
+    site: str
+    replayer: LentReplayer
+    """At `sites/<site>/lent-replayers/<id>`."""
+    receive: NetReceive
+    """At `sites/<our site>/net/receives/replayer-<id>`."""
+
+    def keys(self, our_site: str) -> tuple[str, str]:
+        """The lent replayer's key (on the other site), and the receive's (on ours)."""
+        return (keyspace.lent_replayer_key(self.site, self.replayer.id),
+                f"{keyspace.net_receives_prefix(our_site)}/{replayer_stream_name(self.replayer.id)}")
+
 
 @dataclass(frozen=True)
 class Wiring:
@@ -51,9 +78,11 @@ class Wiring:
     workers: dict[str, WorkerReplay]
     """By key: `sites/<site>/workers/<prog>/<func>/replays/<channel>`."""
     replayers: dict[int, ReplayerAssignment]
-    """By replayer id, in the order of the groups."""
+    """By replayer id, in the order of the groups: those of our archive."""
     riders: dict[int, int]
     """Rider channel -> the channel it rides on."""
+    lent: dict[int, Lent] = field(default_factory=dict)
+    """By replayer id: those of other sites' archives."""
 
 
 def collapse_identical(requests: Mapping[int, ReplayRequest], *, allow: bool = True) -> dict[int, list[int]]:
@@ -201,8 +230,8 @@ def worker_replays(site: str, channel: int, request: ReplayRequest, replayer_of:
         if name in covered:
             continue
         parents = (name,) if name in plan.sources else plan.inputs_of(name)
-        inputs = tuple(str(paths.replayer_log(site, replayer_of[parent]) if parent in plan.sources
-                           else paths.replay_output_log(site, parent)) for parent in parents)
+        inputs = tuple(str(_replayer_log(site, replayer_of[parent], parent in request.source_sites)
+                           if parent in plan.sources else paths.replay_output_log(site, parent)) for parent in parents)
         target = name == plan.target
         tags = tuple(tag_of.get(parent, channel) if parent in plan.sources else channel for parent in parents)
         values[name] = WorkerReplay(channel, request.since_us, request.until_us, inputs, expect_eor=len(inputs),
@@ -212,6 +241,11 @@ def worker_replays(site: str, channel: int, request: ReplayRequest, replayer_of:
                                     also=tuple(riders) if target else (),
                                     summary=request.summary if target else None)
     return values
+
+
+def _replayer_log(site: str, replayer_id: int, lent: bool):
+    """Where our workers read a replayer's log: its own, or, lent by another site, as our netd rebuilds it."""
+    return paths.received_replayer_log(site, replayer_id) if lent else paths.replayer_log(site, replayer_id)
 
 
 def replayer_assignment(site: str, replayer_id: int, group: Group,
@@ -236,11 +270,18 @@ def wire(site: str, requests: Mapping[int, ReplayRequest], batch: Batch, replaye
     """The values that launch `batch` (batch_of `requests`), its groups served by `replayer_ids`.
     The keys of the workers computing for another leader (`via`) come first, so that each such
     worker knows of them before the leader's own key, and before any of its data."""
-    replayers = {replayer_id: replayer_assignment(site, replayer_id, group, requests)
-                 for replayer_id, group in zip(replayer_ids, batch.groups, strict=True)}
+    assignments = {replayer_id: replayer_assignment(site, replayer_id, group, requests)
+                   for replayer_id, group in zip(replayer_ids, batch.groups, strict=True)}
+    lent = {}
+    for replayer_id, group in zip(replayer_ids, batch.groups):
+        if (other := group.site(requests)) is not None:
+            assignment = assignments[replayer_id]
+            lent[replayer_id] = Lent(other, LentReplayer(replayer_id, group.source, assignment.channels, site),
+                                     NetReceive(stream_id=replayer_id, readers=assignment.readers,
+                                                log=str(paths.received_replayer_log(site, replayer_id))))
     replayer_of: dict[int, dict[str, int]] = {leader: {} for leader in batch.leaders}
     tag_of: dict[int, dict[str, int]] = {leader: {} for leader in batch.leaders}
-    for replayer_id, assignment in replayers.items():
+    for replayer_id, assignment in assignments.items():
         for c in assignment.channels:
             replayer_of[c.channel][assignment.source] = replayer_id
             tag_of[c.channel][assignment.source] = c.tagged
@@ -251,5 +292,5 @@ def wire(site: str, requests: Mapping[int, ReplayRequest], batch: Batch, replaye
         for name, value in worker_replays(site, leader, requests[leader], replayer_of[leader], also, via,
                                           _covered(requests, via), tag_of[leader]).items():
             (via_keys if value.via is not None else workers)[keyspace.worker_replay_key(site, name, leader)] = value
-    return Wiring({**via_keys, **workers}, replayers,
-                  {rider: leader for leader, riders in batch.leaders.items() for rider in riders})
+    return Wiring({**via_keys, **workers}, {i: a for i, a in assignments.items() if i not in lent},
+                  {rider: leader for leader, riders in batch.leaders.items() for rider in riders}, lent)

@@ -5,9 +5,12 @@ A log that does not exist yet is looked for again later: soon while a replay wai
 replayer creates it within milliseconds), less often for a live parent that may not run for a long
 while. Logs are joined at their producer position when first found: the supervisor writes the
 replay keys before it spawns the replayers, and a replayer (like any publication) writes nothing
-until a reader is connected. A log replaced at its path (another file: netd rebuilding a remote
-parent's stream anew after a restart, a log recreated) is read anew, from its first frame: the old
-file would never be written again, and its reader would wait for ever.
+until a reader is connected. Another site's replayer's log, as netd rebuilds it here, is joined
+at its first frame instead: netd holds the stream there until all its readers came (NetReceive.readers),
+but it may have received a window of it before them. A log replaced at its path (another file: netd
+rebuilding a remote parent's stream anew after a restart, a log recreated) is read anew, from its
+first frame: the old file would never be written again, and its reader would wait for ever. For a
+replay that is a failure (`lost`): what the old file had not given is not in the new one.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ class Input:
     """The parent whose rows this log carries (this function itself for a pass-through source)."""
     shared: bool = False
     """A replayer's log: it carries the replay channels of every worker that reads it."""
+    received: bool = False
+    """Another site's replayer's log, rebuilt here by netd: read from its first frame."""
     users: set = field(default_factory=set)
     tagged: dict[int, set[int]] = field(default_factory=dict)
     """Tag -> the channels whose rows come tagged with it here (WorkerReplay.tags)."""
@@ -71,14 +76,18 @@ class Inputs:
         self._images: dict[int, Input] = {}
         self.next_look_s = 0.0
         """When to look for the logs not found yet (the clock's seconds)."""
+        self.lost: list[tuple[Path, set[int]]] = []
+        """Logs replaced while replay channels read them, and those channels: the worker fails them."""
 
     def use(self, path: Path, function: Function, user, tag: int | None = None) -> None:
         """`user` reads the log at `path`, which carries `function`'s rows (a replay channel's
         tagged with `tag`, when another channel's tag carries them)."""
         found = self.found.get(path)
         if found is None:
+            received = path.parent == paths.received_replayer_logs_dir(self.site)
             found = self.found[path] = Input(path, function.schema, function.event_time, function.qualified_name,
-                                             shared=path.parent == paths.replayer_logs_dir(self.site))
+                                             shared=received or path.parent == paths.replayer_logs_dir(self.site),
+                                             received=received)
         found.users.add(user)
         if tag is not None and tag != user:
             found.tagged.setdefault(tag, set()).add(user)
@@ -124,6 +133,8 @@ class Inputs:
                             found.path, found.image.position)
                 self._close_image(found)
                 found.replaced = True
+                if replays := found.users - {LIVE_CHANNEL}:
+                    self.lost.append((found.path, set(replays)))
             if found.image is not None:
                 continue
             try:
@@ -135,7 +146,8 @@ class Inputs:
                     wait_s = REPLAY_LOG_WAIT_INTERVAL_S
                 continue
             found.image = Image(found.log, self.counters, name=f"{self.qualified_name} <- {found.path.name}",
-                                join_position=first_frame_position(found.log) if found.replaced else None)
+                                join_position=first_frame_position(found.log)
+                                if found.replaced or found.received else None)
             found.assembler = BlockAssembler()
             self._images[id(found.image)] = found
             self.subscription.add_image(found.image)

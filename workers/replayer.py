@@ -284,6 +284,9 @@ class Replayer:
             if self._not_connected_since is None:
                 self._not_connected_since = now
             elif now - self._not_connected_since > SUBSCRIBER_WAIT_TIMEOUT_S:
+                if self.spec.sent_to is not None:
+                    raise ReplayerError(f"site {self.spec.sent_to} stopped receiving {self.publication.log.path} "
+                                        f"for {SUBSCRIBER_WAIT_TIMEOUT_S:g} s (is a site's netd down?)")
                 raise ReplayerError(f"no reader of {self.publication.log.path} for {SUBSCRIBER_WAIT_TIMEOUT_S:g} s")
             return 0
         raise ReplayerError(f"cannot write to {self.publication.log.path} (status {result})")

@@ -28,7 +28,8 @@ from ramen.archive.time_index import TimeIndex, index_path
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.memory import freeze_startup_objects, retain_freed_memory
 from ramen.program import Program, ProgramError, split_qualified
-from ramen.replay.contract import ContractError, ReplayerAssignment, error_of, with_error
+from ramen.replay.contract import ContractError, ReplayerAssignment
+from ramen.replay.fail import fail_replay
 from ramen.transport.counters import CountersFile, CountersFileError
 from ramen.transport.service_counters import allocate_service_counter
 from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH
@@ -146,18 +147,21 @@ def open_readers(spec: ReplayerAssignment, counters: CountersFile) -> list[Recor
     return readers
 
 
-def open_output(path: Path, counters: CountersFile,
-                aligned_with: RecordingReader | None = None) -> tuple[ExclusivePublication, bool]:
+def open_output(path: Path, counters: CountersFile, aligned_with: RecordingReader | None = None, *,
+                stream_id: int = 0) -> tuple[ExclusivePublication, bool]:
     """The replayer's log, and whether it lines up with `aligned_with`'s recording (positions,
     terms and term ids alike, starting where the reader does: `replay_log_params`), so that its
     range can be replayed in place. Created so when asked; a log already there (a replayer that
     restarted) is opened as it is, and does not. Nothing is cleaned behind its readers: a replay's
-    log is never resumed by a restarted writer (replay_publication.py)."""
+    log is never resumed by a restarted writer (replay_publication.py). `stream_id`: the log's
+    stream and session ids (ReplayerAssignment.stream_id)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if aligned_with is not None:
-        params = replay_log_params(aligned_with.descriptor, aligned_with.position, session_id=0, stream_id=0)
+        params = replay_log_params(aligned_with.descriptor, aligned_with.position, session_id=stream_id,
+                                   stream_id=stream_id)
     else:
-        params = LogBufferParams(term_length=IPC_TERM_LENGTH, mtu_length=IPC_MTU_LENGTH)
+        params = LogBufferParams(term_length=IPC_TERM_LENGTH, mtu_length=IPC_MTU_LENGTH, session_id=stream_id,
+                                 stream_id=stream_id)
     try:
         log_buffer = LogBuffer.create(path, params)
         aligned = aligned_with is not None
@@ -177,16 +181,20 @@ def in_place_candidate(spec: ReplayerAssignment, readers: list[RecordingReader])
 
 
 def wait_for_reader(publication: ExclusivePublication, stop: threading.Event, readers: int = 1, *,
-                    clock: Clock = SYSTEM_CLOCK, idle=None) -> None:
+                    sent_to: str | None = None, clock: Clock = SYSTEM_CLOCK, idle=None) -> None:
     """Until `readers` subscribers read the log: each joins where the log is, so one that came
-    after the first message would miss the replay's start. `idle`: an idle strategy (a test's
-    moves its clock)."""
+    after the first message would miss the replay's start. `sent_to`: the site whose replay the
+    log is sent to (its one reader is this site's netd), for the error. `idle`: an idle strategy
+    (a test's moves its clock)."""
     deadline = clock.seconds() + SUBSCRIBER_WAIT_TIMEOUT_S
     idle = idle or BackoffIdleStrategy()
     while (count := publication.subscriber_count) < readers:
         if stop.is_set():
             return
         if clock.seconds() > deadline:
+            if sent_to is not None:
+                raise ReplayerError(f"site {sent_to} did not start receiving {publication.log.path} within "
+                                    f"{SUBSCRIBER_WAIT_TIMEOUT_S:g} s (are both sites' netds running?)")
             raise ReplayerError(f"{count} of the {readers} expected readers subscribed to {publication.log.path} "
                                 f"within {SUBSCRIBER_WAIT_TIMEOUT_S:g} s")
         idle.idle(0)
@@ -215,16 +223,8 @@ def report_failure(client, spec: ReplayerAssignment, message: str) -> None:
     """Put the replayer's one-line error into each replay it serves, unless one is there already:
     the client prints it and exits at once, and the supervisor keeps this first error when it sees
     the replayer exit."""
-    from confserver.errors import ConfError
     for c in spec.channels:
-        key = keyspace.replay_key(c.channel)
-        try:
-            entry = client.get_or_none(key)
-            if entry is None or error_of(entry.value):
-                continue
-            client.update(key, with_error(entry.value, message), version=entry.version)
-        except ConfError as e:  # gone or changed meanwhile: the supervisor reports the exit anyway
-            log.warning("replayer %d: cannot set the error of %s: %s", spec.id, key, e)
+        fail_replay(client, c.channel, message)
 
 
 def _replay(client, site: str, replayer_id: int, spec: ReplayerAssignment,
@@ -240,12 +240,12 @@ def _replay(client, site: str, replayer_id: int, spec: ReplayerAssignment,
     bytes_counter = allocate_service_counter(counters, "replayer", "bytes_read", str(replayer_id))
     # Not freed at exit: the figure stays readable by `ramen stat` (and reclaimed once the file fills).
     candidate = in_place_candidate(spec, readers)
-    publication, aligned = open_output(Path(spec.log), counters, candidate)
+    publication, aligned = open_output(Path(spec.log), counters, candidate, stream_id=spec.stream_id)
     replayer = Replayer(spec, function.schema, function.event_time, readers, publication, bytes_counter)
     if aligned:
         replayer.attach_in_place(candidate, spec.archive_dir)
     try:
-        wait_for_reader(publication, stop, spec.readers)
+        wait_for_reader(publication, stop, spec.readers, sent_to=spec.sent_to)
         idle = BackoffIdleStrategy(max_spins=IDLE_MAX_SPINS, max_yields=IDLE_MAX_YIELDS,
                                    max_park_s=IDLE_MAX_PARK_S)
         next_stats_s = clock.seconds() + STATS_INTERVAL_S

@@ -44,6 +44,7 @@ from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, LIVE_CHANNEL, decode_
 from ramen.program.errors import ProgramError
 from ramen.program.model import ENGINE_SPARK, Function, Program, function_id, split_qualified
 from ramen.replay.contract import ContractError, WorkerReplay
+from ramen.replay.fail import fail_replay
 from ramen.transport import BackoffIdleStrategy, CountersFile, TransportError
 from ramen.tuples import decode_tuples, resumed, with_channel
 from ramen.worker_keys import WorkerSpec, WorkerStats
@@ -351,6 +352,8 @@ class Worker:
         work = self._conf_events()
         now = self.clock.seconds()
         self.inputs.look(now)
+        if self.inputs.lost:
+            self._fail_lost()
         dispatch = self.dispatch
         if dispatch is not None:
             work += self._emit_computed(dispatch.completed())
@@ -371,6 +374,17 @@ class Worker:
             self._next_stats_s = now + STATS_INTERVAL_S
             self.write_stats()
         return work
+
+    def _fail_lost(self) -> None:
+        """Replays whose input log was replaced under them (netd rebuilt a stream anew): what the old
+        one had not given is gone, and a result without it would be short. They fail, naming it."""
+        for path, channels in self.inputs.lost:
+            for channel in sorted(channels):
+                message = f"{self.qualified_name}: its input {path} was rebuilt anew during replay {channel} " \
+                          f"(a netd restarted?): its rows since are lost to the replay"
+                if fail_replay(self.client, channel, message):
+                    log.error("%s", message)
+        self.inputs.lost.clear()
 
     def write_stats(self) -> None:
         record = self.stats.record(self.inputs.position, self.outputs.live.publication.position,

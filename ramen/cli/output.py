@@ -160,6 +160,9 @@ class RowWriter:
         """Write what is held back (a first page, a row group, a stream's end) and flush."""
         self.sink.flush()
 
+    def abandon(self) -> None:
+        """The rows will never be whole (the replay failed): write no end that would make them look so."""
+
 
 class CsvWriter(RowWriter):
     def __init__(self, sink: BinaryIO, schema: pa.Schema, *, header: bool = False, zone: str | None = None) -> None:
@@ -277,6 +280,9 @@ class ParquetWriter(RowWriter):
         self._flush_group()
         self._parquet.close()
         super().close()
+
+    def abandon(self) -> None:
+        self._parquet.is_open = False  # pyarrow's writer would write its footer when collected
 
 
 class ArrowStreamWriter(RowWriter):

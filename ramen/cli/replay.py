@@ -111,6 +111,7 @@ def run(args) -> int:
                     writer.close()
                 except ReplayFailed as e:
                     failed = True
+                    writer.abandon()
                     raise UserError(str(e)) from None
                 except BrokenPipeError:
                     # The reader went away (`| head`): leaving `with replay` withdraws the request.

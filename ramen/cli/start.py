@@ -227,11 +227,13 @@ class _NetdOnDemand:
         self.started = False
 
     def poll(self) -> None:
-        """Its keys are named after a function: sites/<site>/net/sends/<prog>/<func>@<site>."""
+        """Its keys are named after a function (sites/<site>/net/sends/<prog>/<func>@<site>, the
+        choreographer's) or a replayer (…/replayer-<id>, a supervisor's)."""
         if self.started:
             return
-        if any(self.client.glob(f"{prefix}/*/*") for prefix in (keyspace.net_sends_prefix(self.site),
-                                                                keyspace.net_receives_prefix(self.site))):
+        if any(self.client.glob(pattern) for prefix in (keyspace.net_sends_prefix(self.site),
+                                                        keyspace.net_receives_prefix(self.site))
+               for pattern in (f"{prefix}/*", f"{prefix}/*/*")):
             self.start()
             self.started = True
             print(f"ramen: starting netd: site {self.site} exchanges streams with another site", file=sys.stderr,

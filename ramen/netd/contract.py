@@ -6,7 +6,9 @@
 
 A stream between sites is one NetSend on the sending site, whose channel is the receiving site's
 endpoint with the stream's id, and one NetReceive of that stream id on the receiving site. The
-name is the wiring's (a function's qualified name, say); netd only logs it.
+name is the wiring's: a function's qualified name for a live stream (the choreographers'), and
+`replayer-<id>` for a replayer's log lent to another site's replay (the supervisors':
+replayer_stream_name); netd only logs it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,13 @@ from typing import ClassVar
 from ramen.key_value import ContractError, KeyValue
 from ramen.transport.udp import channel as udp_channel
 
-__all__ = ["NetEndpoint", "NetReceive", "NetSend"]
+__all__ = ["NetEndpoint", "NetReceive", "NetSend", "replayer_stream_name"]
+
+
+def replayer_stream_name(replayer_id: int) -> str:
+    """The net/ key name of a replayer's stream, on both sites: one segment, so never taken for a
+    choreographer's (`<prog>/<func>...`)."""
+    return f"replayer-{replayer_id}"
 
 
 def _check_channel(key: str, text: str) -> udp_channel.UdpChannel:
@@ -69,3 +77,7 @@ class NetReceive(KeyValue):
     KEY: ClassVar[str] = "sites/<site>/net/receives/<name>"
     stream_id: int
     log: str
+    readers: int = 0
+    """Local readers the stream waits for (its image's consumption held where it joined) before it
+    goes on: a replayer's log, whose every reader must see its first message. 0: a live stream,
+    which readers join where it is."""

@@ -117,7 +117,8 @@ class KeyFollower:
         self.counters.send_failures = failures
         for name in sorted(self.wanted_receives.keys() - self.receiving.keys()):
             receive = self.wanted_receives[name]
-            self.receiver.add_subscription(self.endpoint, receive.stream_id, image_log=Path(receive.log))
+            self.receiver.add_subscription(self.endpoint, receive.stream_id, image_log=Path(receive.log),
+                                           hold_for_readers=receive.readers)
             self.receiving[name] = receive
             log.info("receiving %s: stream %d at %s into %s", name, receive.stream_id, self.endpoint.format(),
                      receive.log)

@@ -112,15 +112,38 @@ class ReplayProgress:
     first_row_s: float | None = None
 
 
-def _check_site(name: str, programs: dict[str, Program], site: str, target: str) -> None:
-    """ReplayFailed unless function `name` runs on `site`: the site's archives and workers answer."""
+def _placed(name: str, programs: dict[str, Program]) -> str | None:
+    """The site function `name` is placed on; None: every site (or an unknown function, which
+    plan_replay names)."""
     program, _, function = name.partition("/")
     if program not in programs or function not in programs[program]:
-        return  # plan_replay names what is unknown
-    placed = programs[program].function(function).site
+        return None
+    return programs[program].function(function).site
+
+
+def _check_site(name: str, programs: dict[str, Program], site: str, target: str) -> None:
+    """ReplayFailed unless function `name` runs on `site`: the site's workers compute it."""
+    placed = _placed(name, programs)
     if placed not in (None, site):
         raise ReplayFailed(f"{name} runs on site {placed}, not {site}: replay {target} with --site {placed} "
-                           f"--via-confserver (a replay's functions must all run on one site)")
+                           f"--via-confserver (a replay computes on one site; only its sources may be "
+                           f"archived on others)")
+
+
+def _coverage(client, programs: dict[str, Program], site: str, relay: bool) -> dict:
+    """What the archives can replay, per function: the site's own (its files, or, relayed, what its
+    archiver publishes), and for each function placed on another site, what that site's archiver
+    publishes (a site that publishes none covers nothing)."""
+    coverage = dict(published_coverage(client, site) if relay else _local_coverage(site))
+    others = {placed for program in programs.values() for f in program if (placed := f.site) not in (None, site)}
+    for other in sorted(others):
+        try:
+            theirs = published_coverage(client, other)
+        except ReplayFailed as e:
+            log.info("%s", e)
+            continue
+        coverage.update({name: intervals for name, intervals in theirs.items() if _placed(name, programs) == other})
+    return coverage
 
 
 def _local_coverage(site: str) -> dict:
@@ -156,16 +179,19 @@ class Replay:
         `relay`: the result comes through the confserver, not a log of this host."""
         self.client = client
         self.clock = clock
-        self._supervisor: SupervisorPresence | None = None
+        self._supervisors: list[SupervisorPresence] = []
         self.site = site
         self.timeout_s = timeout_s
         self.no_merge = no_merge
         self.relay = relay
         _check_site(target, programs, site, target)
-        coverage = published_coverage(client, site) if relay else _local_coverage(site)
-        self.plan: ReplayPlan = plan_replay(target, since_us, until_us, programs, coverage, strict=strict)
-        for name in self.plan.functions:
+        self.plan: ReplayPlan = plan_replay(target, since_us, until_us, programs,
+                                            _coverage(client, programs, site, relay), strict=strict)
+        for name in self.plan.workers:
             _check_site(name, programs, site, target)
+        self.source_sites = {name: placed for name in self.plan.sources
+                             if (placed := _placed(name, programs)) not in (None, site)}
+        """Sources archived on other sites, whose supervisors replay them for us (ReplayRequest.source_sites)."""
         program, _, function = target.partition("/")
         self.function = programs[program].function(function)
         self.summary = summary
@@ -204,7 +230,8 @@ class Replay:
             self._image = Image(self._log, self._counters, name=f"replay {self.channel} client")
             self._assembler = FragmentAssembler(self._on_message, hand_over=True)
         key = keyspace.replay_key(self.channel)
-        self._supervisor = SupervisorPresence(self.client, self.site, clock=self.clock)
+        self._supervisors = [SupervisorPresence(self.client, site, clock=self.clock)
+                             for site in sorted({self.site, *self.source_sites.values()})]
         self._watch = self.client.watch(key)
         self.client.create(key, self.request(), ephemeral=True)
         log.info("replay %d of %s requested", self.channel, self.plan.target)
@@ -214,7 +241,8 @@ class Replay:
         return ReplayRequest(self.plan.target, self.plan.since_us, self.plan.until_us, self.plan,
                              recipient, created_us=time.time_ns() // 1000,
                              timeout_s=self.timeout_s, no_merge=self.no_merge, pid=os.getpid(),
-                             summary=self.summary, site=self.site, relay=self.relay).to_value()
+                             summary=self.summary, site=self.site, relay=self.relay,
+                             source_sites=self.source_sites).to_value()
 
     def batches(self, on_progress: Callable[[ReplayProgress], None] | None = None) -> Iterator[pa.RecordBatch]:
         """The result's batches as they arrive, until the target's END_OF_REPLAY."""
@@ -232,7 +260,7 @@ class Replay:
                     on_progress(self.progress)
             if work == 0:
                 self._check_request()
-                self._supervisor.check()
+                self._check_supervisors()
                 if time.monotonic() > deadline:
                     raise ReplayFailed(f"replay {self.channel} of {self.plan.target} did not finish "
                                        f"within {self.timeout_s:g} s")
@@ -263,7 +291,7 @@ class Replay:
                     on_progress(self.progress)
             if not events and not self._ended:
                 self._check_request()
-                self._supervisor.check()
+                self._check_supervisors()
                 if time.monotonic() > deadline:
                     raise ReplayFailed(f"replay {self.channel} of {self.plan.target} did not finish "
                                        f"within {self.timeout_s:g} s")
@@ -332,14 +360,19 @@ class Replay:
                     raise ReplayFailed(f"replay {self.channel} of {self.plan.target} was torn down "
                                        "before it finished")
 
+    def _check_supervisors(self) -> None:
+        """ReplayFailed once the site's supervisor, or that of a site replaying a source for it, is gone."""
+        for supervisor in self._supervisors:
+            supervisor.check()
+
     def close(self) -> None:
         """Withdraw the request (if still there) and remove the recipient log (relay: the result keys)."""
         if self._watch is not None:
             self._watch.close()
         if self._results is not None:
             self._results.close()
-        if self._supervisor is not None:
-            self._supervisor.close()
+        for supervisor in self._supervisors:
+            supervisor.close()
         if self.channel is not None:
             key = keyspace.replay_key(self.channel)
             try:

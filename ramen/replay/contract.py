@@ -8,6 +8,7 @@ a value that does not follow its contract raises ContractError naming the key an
     sites/<site>/workers/<prog>/<func>/replays/<channel>   WorkerReplay (the supervisor)
     sites/<site>/replayers/<id>                            ReplayerAssignment (the supervisor)
     sites/<site>/replayers/<id>/stats                      ReplayerStats (the replayer)
+    sites/<site>/lent-replayers/<id>                       LentReplayer (another site's supervisor)
     replay-results/<channel>/<n>                           ResultPart (the supervisor, relaying)
     replay-results/<channel>/end                           ResultEnd (the supervisor, relaying)
 
@@ -19,14 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ramen import keyspace
 from ramen.key_value import ContractError, KeyValue
 from ramen.replay.plan import ReplayPlan
 
-__all__ = ["ChannelRange", "ContractError", "RELAY_PART_BYTES", "ReplayRequest", "ReplayerAssignment", "ReplayerStats",
+__all__ = ["ChannelRange", "ContractError", "LentReplayer", "RELAY_PART_BYTES", "ReplayRequest", "ReplayerAssignment", "ReplayerStats",
            "ResultEnd", "ResultPart", "Rider", "Summary", "WorkerReplay", "error_of", "with_error"]
 
 
@@ -83,12 +84,19 @@ class ReplayRequest(KeyValue):
     """The result comes through the confserver (`replay-results/<channel>/...`, written by the
     site's supervisor from a log of its own), not through `recipient`, which is then empty: for a
     client on a host that cannot map the serving site's files."""
+    source_sites: dict[str, str] = field(default_factory=dict)
+    """Sources archived on another site, by name: that site's supervisor runs their replayers
+    (LentReplayer) and its netd sends their logs to this site's, which rebuilds them for our workers."""
 
     def _check(self, key: str) -> None:
         if self.until_us <= self.since_us:
             raise ContractError(f"{key}: empty range [{self.since_us}, {self.until_us})")
         if self.relay and self.recipient:
             raise ContractError(f"{key}: a relayed replay names no recipient, not {self.recipient!r}")
+        if strays := set(self.source_sites) - set(self.plan.sources):
+            raise ContractError(f"{key}: source_sites names {', '.join(sorted(strays))}, not sources of its plan")
+        if self.site in self.source_sites.values():
+            raise ContractError(f"{key}: source_sites names the replay's own site {self.site}")
 
 
 def error_of(value: Any) -> str | None:
@@ -238,10 +246,19 @@ class ReplayerAssignment(KeyValue):
     pid: int | None = None
     started_us: int | None = None
     """The process serving it, once spawned: what a restarted supervisor adopts."""
+    sent_to: str | None = None
+    """Lent to a replay of that site (LentReplayer): its one reader is this site's netd, which
+    sends the log there; the log's stream and session ids are then the replayer's id, so that
+    the streams sent to one endpoint are told apart."""
 
     def _check(self, key: str) -> None:
         if not self.channels:
             raise ContractError(f"{key}: no channels")
+
+    @property
+    def stream_id(self) -> int:
+        """The log's stream (and session) id."""
+        return self.id if self.sent_to is not None else 0
 
     @property
     def since_us(self) -> int:
@@ -250,6 +267,25 @@ class ReplayerAssignment(KeyValue):
     @property
     def until_us(self) -> int:
         return max(c.until_us for c in self.channels)
+
+
+@dataclass(frozen=True)
+class LentReplayer(KeyValue):
+    """sites/<site>/lent-replayers/<id>: a replayer that a replay served by site `to_site` needs
+    from this site's archive. Written by that site's supervisor, ephemeral (it goes with that
+    supervisor), which also has its netd receive stream `id` into its workers' input; this site's
+    supervisor runs the replayer (`sites/<site>/replayers/<id>`, `sent_to`) and has its own netd
+    send the log there, until the key is deleted."""
+
+    KEY: ClassVar[str] = "sites/<site>/lent-replayers/<id>"
+    id: int
+    source: str
+    channels: tuple[ChannelRange, ...]
+    to_site: str
+
+    def _check(self, key: str) -> None:
+        if not self.channels:
+            raise ContractError(f"{key}: no channels")
 
 
 @dataclass(frozen=True)

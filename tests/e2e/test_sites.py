@@ -1,12 +1,17 @@
 """Two sites on this host, each a `ramen start` in its own directory, sharing the first one's
-confserver: a live chain across them, through the two netds (issue 23, section 4).
+confserver: a live chain across them, through the two netds, and replays across them (issue 23,
+section 4).
 
 The edge is the default site, whose `ramen start` runs no netd until the choreographer gives it a
 stream to send. The source runs on the edge only, its totals per 10 s on the core only: the core's
 worker reads the source's output as rebuilt by the core's netd from the edge's netd's UDP stream. Its rows must be
 those of the source's grid, window by window; a netd killed with SIGKILL is restarted by its `ramen
 start`, and the window it was killed in arrives whole; the receiving netd killed, the chain goes on
-from its new image."""
+from its new image.
+
+The source is archived on the edge; a lazy function of it runs on the core, archived nowhere: its
+replay, asked on the core, is computed there from the edge's archive, which the edge's replayer
+reads and its netd sends to the core's."""
 
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from tests.waiting import wait_for
 from workers.sources import generate_rows, rows_between, step_of
 
 RATE, HOSTS, SEED = 200, 5, 11
+BACKFILL_S = 600
 PROGRAM = f"""
 [program]
 name = "x"
@@ -34,9 +40,20 @@ name = "x"
 [[function]]
 name = "traffic"
 site = "local"
-source = {{ kind = "generator", rate = {RATE}, hosts = {HOSTS}, seed = {SEED}, backfill = "30s" }}
+source = {{ kind = "generator", rate = {RATE}, hosts = {HOSTS}, seed = {SEED}, backfill = "{BACKFILL_S}s" }}
 schema = {{ ts = "timestamp[us]", host = "string", bytes = "int64" }}
 event_time = "ts"
+archive = {{ retention = "1d" }}     # on the edge: the core's replays of on_demand read it there
+
+[[function]]
+name = "on_demand"
+site = "core"
+lazy = true
+from = ["traffic"]
+window = {{ every = "{WINDOW_S}s", lateness = "2s" }}
+engine = "python"
+call = "tests.e2e.site_calls:per_window"
+event_time = "start"
 
 [[function]]
 name = "per_window"
@@ -49,6 +66,9 @@ event_time = "start"
 archive = {{ retention = "1d" }}     # on the core: `ramen tail -n` reads the windows it closed there
 """
 STARTUP_S = 60.0
+REPLAYED_WINDOWS = 30
+REPLAY_ENDS_WITHIN_S = 90.0
+"""A replay a netd's death fails ends within the replayer's 30 s wait for a reader, and more."""
 WINDOW_US = WINDOW_S * 1_000_000
 ROOT = Path(__file__).resolve().parents[2]
 TRAFFIC_SCHEMA = pa.schema([("ts", pa.timestamp("us")), ("host", pa.string()), ("bytes", pa.int64())])
@@ -184,3 +204,86 @@ def test_a_live_chain_across_two_sites_and_a_netd_killed_on_the_way(two_sites):
     back_us = time.time_ns() // 1000
     wait_for(lambda: windows_right(core, back_us) or None, "a window after the core's netd came back, whole",
              timeout_s=STARTUP_S)
+
+
+def replay(site: Site, since_us: int, until_us: int, target: str, output: Path, *options) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "ramen.cli.main", "replay", "--strict", "--since",
+                             f"{since_us / 1e6:.6f}", "--until", f"{until_us / 1e6:.6f}", "--format", "parquet",
+                             "--output", output, *options, target], env=site.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def finished(process: subprocess.Popen, timeout_s: float = REPLAY_ENDS_WITHIN_S) -> tuple[int, str]:
+    """The replay's exit status and error output; it must end, one way or the other, in time."""
+    try:
+        _, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise AssertionError(f"the replay did not end within {timeout_s:g} s: {process.communicate()[1]}")
+    return process.returncode, stderr
+
+
+def expected_windows(since_us: int, until_us: int) -> pa.Table:
+    starts = range(since_us, until_us, WINDOW_US)
+    tables = [expected_window(start).add_column(0, "start", pa.array([start] * HOSTS, pa.timestamp("us")))
+              for start in starts]
+    return pa.concat_tables(tables).sort_by([("start", "ascending"), ("host", "ascending")])
+
+
+def windows_of(path: Path) -> pa.Table:
+    import pyarrow.parquet as pq
+    table = pq.read_table(path).select(["start", "host", "bytes"])
+    return table.cast(pa.schema([("start", pa.timestamp("us")), ("host", pa.string()), ("bytes", pa.int64())])) \
+        .sort_by([("start", "ascending"), ("host", "ascending")])
+
+
+def test_a_replay_on_the_core_computed_from_the_edges_archive_and_netds_killed_during_replays(two_sites, tmp_path):
+    edge, core = two_sites
+    # Whole windows of the edge's back-filled traffic, which its archive holds from the start.
+    since_us = (time.time_ns() // 1000 - (BACKFILL_S - 2 * WINDOW_S) * 1_000_000) // WINDOW_US * WINDOW_US
+    until_us = since_us + REPLAYED_WINDOWS * WINDOW_US
+    expected = expected_windows(since_us, until_us)
+
+    def replay_on_the_core():
+        code, stderr = finished(replay(core, since_us, until_us, "x/on_demand", tmp_path / "core.parquet"))
+        assert code == 0 or "publishes no archive coverage" in stderr, stderr
+        return code == 0 or None
+    wait_for(replay_on_the_core, "the edge's archiver publishing its coverage", timeout_s=STARTUP_S)
+    assert windows_of(tmp_path / "core.parquet").equals(expected)
+    # The same computed from a local replay of the source, on the edge.
+    code, stderr = finished(replay(edge, since_us, until_us, "x/traffic", tmp_path / "edge.parquet"))
+    assert code == 0, stderr
+    import pyarrow.parquet as pq
+    local = per_window(pq.read_table(tmp_path / "edge.parquet"))
+    assert windows_of(tmp_path / "core.parquet").equals(local.sort_by([("start", "ascending"), ("host", "ascending")]))
+
+    # A netd killed with SIGKILL during a cross-site replay: a result equal to the first, or one
+    # line naming the problem; never a hang, never a short result with exit 0.
+    for site in (edge, core):
+        (killed,) = site.netd_pids()
+        process = replay(core, since_us, until_us, "x/on_demand", tmp_path / f"kill-{site.name}.parquet")
+        wait_for(lambda: any(path.name.endswith(".logbuffer") for path in (edge.base / "sites").glob("*/replayers/*"))
+                 or process.poll() is not None or None, "the edge's replayer", timeout_s=STARTUP_S)
+        os.kill(killed, signal.SIGKILL)
+        code, stderr = finished(process)
+        if code == 0:
+            assert windows_of(tmp_path / f"kill-{site.name}.parquet").equals(expected)
+        else:
+            lines = stderr.strip().splitlines()
+            assert len(lines) == 1 and "Traceback" not in stderr and lines[0].startswith("ramen:"), stderr
+        wait_for(lambda: [p for p in site.netd_pids() if p != killed], f"{site.name}'s netd restarted",
+                 timeout_s=STARTUP_S)
+    # And after them, a replay as the first.
+    code, stderr = finished(replay(core, since_us, until_us, "x/on_demand", tmp_path / "again.parquet"))
+    assert code == 0, stderr
+    assert windows_of(tmp_path / "again.parquet").equals(expected)
+
+    # Torn down on both sides: the lent replayers' keys, their streams' and their logs.
+    def left_over() -> list[str]:
+        listed = edge.ramen("confclient", "list", "sites/**", timeout=STARTUP_S)
+        assert listed.returncode == 0, listed.stderr
+        keys = [line for line in listed.stdout.splitlines() if "lent-replayers" in line or "replayer-" in line]
+        logs = [str(p) for base in (edge.base, core.base) for p in base.glob("sites/*/*replayers/*.logbuffer")]
+        logs += [str(p) for p in core.base.glob("sites/*/received/replayers/*")]
+        return keys + logs
+    wait_for(lambda: not left_over(), "the cross-site replays' keys and logs gone", timeout_s=STARTUP_S)

@@ -105,6 +105,9 @@ class _AgentImage:
     """The rebuilt position last published as the log's tail (_publish_tail)."""
     unread_since_ns: int | None = None
     """Since when the image has had no live reader (None: it has one)."""
+    held_for: int = 0
+    """Readers the image waits for before its consumption moves (add_subscription's hold_for_readers):
+    0 once they all came."""
 
 
 @dataclass(eq=False)
@@ -123,6 +126,8 @@ class _ReceiveEndpoint:
     next cycle (sockets.send_queued)."""
     image_logs: dict[int, Path] = field(default_factory=dict)
     """stream id -> where its images go (add_subscription's image_log)."""
+    holds: dict[int, int] = field(default_factory=dict)
+    """stream id -> the readers its images wait for (add_subscription's hold_for_readers)."""
     kept: bool = False
     """Opened by bind(): stays open without subscriptions, until the agent closes."""
     setups_seen: int = 0
@@ -164,13 +169,18 @@ class ReceiverAgent:
         endpoint.kept = True
         return endpoint.address
 
-    def add_subscription(self, channel: UdpChannel, stream_id: int, *, image_log: Path | None = None) -> Address:
+    def add_subscription(self, channel: UdpChannel, stream_id: int, *, image_log: Path | None = None,
+                         hold_for_readers: int = 0) -> Address:
         """Receive stream_id on the channel's endpoint; returns the address bound, by which the
         endpoint is known from now on (an endpoint with port 0 gets a new socket and port each
         time, unless bound first). `image_log`: the path where the stream's images are rebuilt
         (each new image replaces the file there, atomically; an ended one's file is removed only
-        while it is still the one there); without it, under the agent's directory. ChannelError
-        for a channel without an endpoint, SocketError if the endpoint cannot be bound."""
+        while it is still the one there); without it, under the agent's directory.
+        `hold_for_readers`: an image's consumption stays where it joined until that many readers
+        read it, however long they take (a replayer's stream, whose readers must all see its first
+        message: they join at the image's first frame); by default it holds UNREAD_IMAGE_HOLD_NS at
+        most. ChannelError for a channel without an endpoint, SocketError if the endpoint cannot be
+        bound."""
         if channel.endpoint is None:
             raise ChannelError(f"channel {channel}: a subscription needs endpoint=")
         endpoint = self._endpoints.get(channel.endpoint)
@@ -179,6 +189,8 @@ class ReceiverAgent:
         endpoint.streams[stream_id] += 1
         if image_log is not None:
             endpoint.image_logs[stream_id] = Path(image_log)
+        if hold_for_readers:
+            endpoint.holds[stream_id] = hold_for_readers
         endpoint.receiver.add_subscription(stream_id)
         return endpoint.address
 
@@ -193,6 +205,7 @@ class ReceiverAgent:
             return
         del endpoint.streams[stream_id]
         endpoint.image_logs.pop(stream_id, None)
+        endpoint.holds.pop(stream_id, None)
         now = self._clock.nanos()
         endpoint.receiver.remove_subscription(stream_id)
         self._reply(endpoint, endpoint.receiver.do_work(now))
@@ -330,7 +343,8 @@ class ReceiverAgent:
             readers = FlowControl(log_buffer, self.counters, self._clock, _NoCleaning(),
                                   liveness_timeout_s=SUBSCRIBER_LIVENESS_TIMEOUT_S, limit_counter=InMemoryCounter(),
                                   dropped_counter=InMemoryCounter())
-        agent_image = _AgentImage(image, info, group, readers, os.stat(log_path).st_ino)
+        agent_image = _AgentImage(image, info, group, readers, os.stat(log_path).st_ino,
+                                  held_for=endpoint.holds.get(key[1], 0) if readers is not None else 0)
         endpoint.images[key] = agent_image
         log.info("image of session %d stream %d from %s at %d: %s", key[0], key[1], source_address,
                  info.join_position, log_path)
@@ -361,6 +375,10 @@ class ReceiverAgent:
         readers = image.readers
         readers.update()
         rebuilder = image.image.rebuilder
+        if image.held_for:
+            if readers.subscriber_count < image.held_for:
+                return
+            image.held_for = 0
         if not readers.connected:
             if image.unread_since_ns is None:
                 image.unread_since_ns = now

@@ -1,0 +1,27 @@
+"""Failing a replay from a process on its path (a replayer, a worker): its `error`, set once."""
+
+from __future__ import annotations
+
+import logging
+
+from ramen import keyspace
+from ramen.replay.contract import error_of, with_error
+
+log = logging.getLogger(__name__)
+
+
+def fail_replay(client, channel: int, message: str) -> bool:
+    """Put `message` into replays/<channel> unless an error is there already (the first one
+    stays): its client prints it and exits at once. Whether it was written; a key gone or changed
+    meanwhile is left (whoever changed it will say)."""
+    from confserver.errors import ConfError
+    key = keyspace.replay_key(channel)
+    try:
+        entry = client.get_or_none(key)
+        if entry is None or error_of(entry.value):
+            return False
+        client.update(key, with_error(entry.value, message), version=entry.version)
+        return True
+    except ConfError as e:
+        log.warning("cannot set the error of %s: %s", key, e)
+        return False
