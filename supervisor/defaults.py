@@ -23,8 +23,6 @@ STATS_INTERVAL_S = 1.0
 #: Hands out replayer ids (never 0, never repeated), for every site sharing the confserver: a lent
 #: replayer's id is also its stream's, told apart from the others sent to one netd.
 REPLAYER_SEQUENCE = "sequences/replayer"
-#: How often a lent replayer's send waits for the borrowing site's netd endpoint to be known.
-LENT_SEND_RETRY_S = 0.1
 
 WARM_REPLAYER_WAIT_S = 600.0
 """A warm replayer is started ahead, while no replay runs (or, at the latest, when one is asked, so

@@ -115,9 +115,10 @@ class ReplaySupervision:
         self._next_timeout_check = 0.0
         self.relays = Relays(client, site, fail=self.set_error, max_bytes=max_bytes_from_env(self.env), clock=clock)
         """Reads the result logs of relayed requests (their own agent of the duty cycle)."""
-        self._unsent: dict[int, str] = {}
-        """Lent replayers whose NetSend waits for the borrowing site's netd endpoint: id -> that site."""
-        self._next_send_s = 0.0
+        self.endpoints: dict[str, str] = {}
+        """Each site's netd endpoint channel (sites/<site>/net/endpoint), where lent replayers' logs go."""
+        self._sent: dict[int, str] = {}
+        """Lent replayer id -> the endpoint its NetSend names."""
         self._lent_keys: set[int] = set()
         """The ids of our site's lent-replayers/ keys, as their watch told."""
 
@@ -135,8 +136,6 @@ class ReplaySupervision:
             replayer_id = assignment.id
             channels = {c.channel for c in assignment.channels} | set(assignment.riders)
             replayer = Replayer(replayer_id, assignment.source, channels, lent_to=assignment.sent_to)
-            if assignment.sent_to is not None:
-                self._unsent[replayer_id] = assignment.sent_to  # written again, unless its lender's key went
             replayer.child = adopt(f"replayer {replayer_id} of {replayer.source}", assignment.pid or 0,
                                    assignment.started_us or 0, expect_args=("--id", str(replayer_id)),
                                    clock=self.clock)
@@ -202,7 +201,6 @@ class ReplaySupervision:
         another site's replay asks of our archive, or stop it."""
         if value is None:
             self._lent_keys.discard(replayer_id)
-            self._unsent.pop(replayer_id, None)
             if (replayer := self.replayers.get(replayer_id)) is not None and replayer.lent_to is not None:
                 replayer.retiring = True
             return
@@ -222,37 +220,38 @@ class ReplaySupervision:
         group = wiring.Group(lent.source, tuple(c.channel for c in lent.channels))
         self._spawn(assignment, group)
         self.replayers[replayer_id].lent_to = lent.to_site
-        self._unsent[replayer_id] = lent.to_site
-        self._next_send_s = 0.0
 
     def lent_synced(self) -> None:
         """Every lent-replayers/ key is known: a lent replayer adopted without its key is over."""
         for replayer in self.replayers.values():
             if replayer.lent_to is not None and replayer.id not in self._lent_keys:
                 replayer.retiring = True
-                self._unsent.pop(replayer.id, None)
 
-    def _send_lent(self, now: float) -> int:
-        """Have our netd send each new lent replayer's log to its borrower's netd, once that one's
-        endpoint is known (started on demand, it may come a moment after the request)."""
-        if not self._unsent or now < self._next_send_s:
-            return 0
-        self._next_send_s = now + defaults.LENT_SEND_RETRY_S
-        sent = 0
-        for replayer_id, site in list(self._unsent.items()):
-            key = keyspace.net_endpoint_key(site)
+    def on_endpoint(self, site: str, value: dict | None) -> None:
+        """A site's netd endpoint key was written (value) or deleted (None)."""
+        self.endpoints.pop(site, None)
+        if value is not None:
             try:
-                entry = self.client.get_or_none(key)
-                if entry is None:
-                    continue
-                endpoint = NetEndpoint.from_value(entry.value, key)
+                self.endpoints[site] = NetEndpoint.from_value(value, keyspace.net_endpoint_key(site)).channel
             except ContractError as e:
-                log.error("replayer %d: %s", replayer_id, e)
+                log.error("%s; no lent replayer's log is sent there", e)
+
+    def _send_lent(self) -> int:
+        """Have our netd send each lent replayer's log to its borrower's netd, where that one is now:
+        started on demand, it may come a moment after the request, and a restarted one listens
+        elsewhere (a replayer that has not written yet is then sent whole, one that has fails the
+        replay there: its workers see their input rebuilt anew)."""
+        sent = 0
+        for replayer in self.replayers.values():
+            if replayer.lent_to is None or replayer.retiring:
                 continue
-            send = NetSend(log=str(paths.replayer_log(self.site, replayer_id)), channel=endpoint.channel)
-            self.client.set(_send_key(self.site, replayer_id), send.to_value())
-            del self._unsent[replayer_id]
-            log.info("replayer %d: its log goes to site %s at %s", replayer_id, site, endpoint.channel)
+            channel = self.endpoints.get(replayer.lent_to)
+            if channel is None or self._sent.get(replayer.id) == channel:
+                continue
+            send = NetSend(log=str(paths.replayer_log(self.site, replayer.id)), channel=channel)
+            self.client.set(_send_key(self.site, replayer.id), send.to_value())
+            self._sent[replayer.id] = channel
+            log.info("replayer %d: its log goes to site %s at %s", replayer.id, replayer.lent_to, channel)
             sent += 1
         return sent
 
@@ -322,7 +321,7 @@ class ReplaySupervision:
             work += 1
         for replayer in list(self.replayers.values()):
             work += self._step(replayer, now)
-        work += self._send_lent(now)
+        work += self._send_lent()
         if now >= self._next_timeout_check:
             self._next_timeout_check = now + 1.0
             work += self._expire(now)
@@ -420,6 +419,7 @@ class ReplaySupervision:
 
     def _remove(self, replayer: Replayer) -> None:
         del self.replayers[replayer.id]
+        self._sent.pop(replayer.id, None)
         if replayer.borrowed is not None:
             keys, log_path = replayer.borrowed.keys(self.site), paths.received_replayer_log(self.site, replayer.id)
         else:

@@ -2,7 +2,8 @@
 replayers of replays (see docs/runtime.md, "Who does what, for one replay").
 
 It is an agent: the watches of `sites/<site>/workers/*/*/worker`, `replays/*` and
-`sites/<site>/lent-replayers/*` (other sites' replays of our archive) push their events into one queue; `do_work()` applies them, then looks at its children (ended? past their grace?),
+`sites/<site>/lent-replayers/*` (other sites' replays of our archive) and `sites/*/net/endpoint`
+(where their logs go) push their events into one queue; `do_work()` applies them, then looks at its children (ended? past their grace?),
 launches replays whose merge delay has passed, expires old replays, and writes
 `sites/<site>/supervisor/stats` every second.
 
@@ -48,7 +49,7 @@ IDENTITY = "supervisor"
 SHUTDOWN_TIMEOUT_S = 10.0
 #: After a confserver error the duty cycle waits this long before trying again.
 ERROR_PAUSE_S = 0.5
-_WORKERS, _REPLAYS, _LENT = "workers", "replays", "lent"
+_WORKERS, _REPLAYS, _LENT, _ENDPOINTS = "workers", "replays", "lent", "endpoints"
 
 
 class Supervisor:
@@ -88,6 +89,7 @@ class Supervisor:
             client.watch(keyspace.worker_pattern(site), lambda event: self.events.put((_WORKERS, event))),
             client.watch(keyspace.REPLAYS, lambda event: self.events.put((_REPLAYS, event))),
             client.watch(f"{keyspace.lent_replayers_prefix(site)}/*", lambda event: self.events.put((_LENT, event))),
+            client.watch(keyspace.net_endpoint_key("*"), lambda event: self.events.put((_ENDPOINTS, event))),
         ]
 
     def _on_worker_death(self, name: str, description: str) -> None:
@@ -124,6 +126,11 @@ class Supervisor:
                 return
             value = None if event.kind is EventKind.DELETED else event.entry.value
             self.workers.on_worker_key(keyspace.qualified_name_of(event.key), value)
+            return
+        if source == _ENDPOINTS:
+            if event.kind is not EventKind.SYNCED:
+                self.replays.on_endpoint(event.key.split("/")[1],
+                                         None if event.kind is EventKind.DELETED else event.entry.value)
             return
         if source == _LENT:
             replayer_id = event.key.rpartition("/")[2]

@@ -10,7 +10,9 @@ at its first frame instead: netd holds the stream there until all its readers ca
 but it may have received a window of it before them. A log replaced at its path (another file: netd
 rebuilding a remote parent's stream anew after a restart, a log recreated) is read anew, from its
 first frame: the old file would never be written again, and its reader would wait for ever. For a
-replay that is a failure (`lost`): what the old file had not given is not in the new one.
+replay whose rows had begun in the old file that is a failure (`lost`): the new one, a stream
+joined where its sender was then, misses what the old one had not received. So is another site's
+replayer's log that ends before the END_OF_REPLAY of a channel read from it: its sender went away.
 """
 
 from __future__ import annotations
@@ -54,6 +56,10 @@ class Input:
     assembler: BlockAssembler | None = None
     replaced: bool = False
     """The file it read was replaced: the new one is read from its first frame."""
+    joined_at: int = 0
+    """Where its image joined the log: a replaced log that had frames past it had rows for us."""
+    ended: set[int] = field(default_factory=set)
+    """The replay channels whose END_OF_REPLAY came through it."""
 
     def channels_of(self, tag: int) -> tuple[int, ...]:
         """The channels whose rows a message tagged `tag` carries here: its own, and those whose
@@ -76,8 +82,9 @@ class Inputs:
         self._images: dict[int, Input] = {}
         self.next_look_s = 0.0
         """When to look for the logs not found yet (the clock's seconds)."""
-        self.lost: list[tuple[Path, set[int]]] = []
-        """Logs replaced while replay channels read them, and those channels: the worker fails them."""
+        self.lost: list[tuple[Path, set[int], str]] = []
+        """Logs replaced or ended while replay channels read them, those channels and what happened: the
+        worker fails them."""
 
     def use(self, path: Path, function: Function, user, tag: int | None = None) -> None:
         """`user` reads the log at `path`, which carries `function`'s rows (a replay channel's
@@ -131,11 +138,18 @@ class Inputs:
                 log.warning("%s: %s was replaced (its writer started anew, or netd rebuilt it): reading the new "
                             "one from its first frame, at position %d of the old one", self.qualified_name,
                             found.path, found.image.position)
+                had_frames = found.log.producer_position() > found.joined_at
                 self._close_image(found)
                 found.replaced = True
-                if replays := found.users - {LIVE_CHANNEL}:
-                    self.lost.append((found.path, set(replays)))
+                if (replays := found.users - {LIVE_CHANNEL}) and had_frames:
+                    self.lost.append((found.path, replays, "was rebuilt anew (a netd restarted?): what the old one "
+                                                           "had not received is lost to the replay"))
             if found.image is not None:
+                if found.received and found.image.is_end_of_stream and \
+                        (cut := found.users - {LIVE_CHANNEL} - found.ended):
+                    self.lost.append((found.path, cut, "ended before the replay did (another site's netd sending "
+                                                       "it went away?)"))
+                    found.ended |= cut
                 continue
             try:
                 found.log = LogBuffer.open(found.path) if found.path.exists() else None
@@ -149,6 +163,7 @@ class Inputs:
                                 join_position=first_frame_position(found.log)
                                 if found.replaced or found.received else None)
             found.assembler = BlockAssembler()
+            found.joined_at = found.image.position
             self._images[id(found.image)] = found
             self.subscription.add_image(found.image)
             log.info("%s reads %s from position %d", self.qualified_name, found.path, found.image.position)

@@ -257,6 +257,7 @@ class Worker:
                 if run:
                     self._process(*run_key, run)
                     run = []
+                found.ended.add(header.channel)
                 self._on_end_of_replay(header.channel, header.source, found.shared)
         if run:
             self._process(*run_key, run)
@@ -376,12 +377,11 @@ class Worker:
         return work
 
     def _fail_lost(self) -> None:
-        """Replays whose input log was replaced under them (netd rebuilt a stream anew): what the old
-        one had not given is gone, and a result without it would be short. They fail, naming it."""
-        for path, channels in self.inputs.lost:
+        """Replays whose input log was replaced under them, or ended before them (inputs.lost): a result
+        without what they missed would be short. They fail, naming it."""
+        for path, channels, what in self.inputs.lost:
             for channel in sorted(channels):
-                message = f"{self.qualified_name}: its input {path} was rebuilt anew during replay {channel} " \
-                          f"(a netd restarted?): its rows since are lost to the replay"
+                message = f"{self.qualified_name}: during replay {channel}, its input {path} {what}"
                 if fail_replay(self.client, channel, message):
                     log.error("%s", message)
         self.inputs.lost.clear()

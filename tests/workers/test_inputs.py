@@ -72,3 +72,45 @@ def test_a_log_replaced_at_its_path_is_read_anew_from_its_first_frame(tmp_path):
     assert read_all(inputs, 1.0) == [10, 11]
     assert inputs.found[path].image is not first and first.is_closed
     counters.close()
+
+
+def test_another_sites_replayer_log_is_read_from_its_first_frame_and_a_local_one_where_it_is(tmp_path, monkeypatch):
+    """netd may have received a window of a lent replayer's stream before its readers came (it holds
+    the rest for them): they start at its first frame. A local replayer writes nothing before them."""
+    from ramen import paths
+    monkeypatch.setenv("RAMEN_DIR", str(tmp_path))
+    counters = CountersFile.open(tmp_path / "counters.dat")
+    received, local = paths.received_replayer_log("site", 7), paths.replayer_log("site", 8)
+    for path in (received, local):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_log(path, [1, 2, 3], term_id=4, term_offset=1024)
+    inputs = Inputs("site", "p/child", counters)
+    inputs.use(received, PARENT, 5)
+    inputs.use(local, PARENT, 5)
+    assert read_all(inputs, 0.0) == [1, 2, 3]
+    assert inputs.found[received].shared and inputs.found[local].shared
+    # Its stream ended (these logs are closed) with no END_OF_REPLAY of channel 5: its sender went away.
+    inputs.look_now()
+    read_all(inputs, 1.0)
+    assert [(path, channels) for path, channels, _ in inputs.lost] == [(received, {5})]
+    counters.close()
+
+
+def test_a_replay_input_rebuilt_anew_after_its_rows_began_is_lost_and_before_them_is_read_whole(tmp_path):
+    counters = CountersFile.open(tmp_path / "counters.dat")
+    began, empty = tmp_path / "began.logbuffer", tmp_path / "empty.logbuffer"
+    write_log(began, [1, 2, 3], term_id=1)
+    write_log(empty, [], term_id=1)
+    inputs = Inputs("site", "p/child", counters)
+    inputs.use(began, PARENT, 5)
+    inputs.use(began, PARENT, LIVE_CHANNEL)
+    inputs.use(empty, PARENT, 6)
+    inputs.found[began].received = True  # joined at its first frame, as another site's replayer's log
+    assert read_all(inputs, 0.0) == [1, 2, 3]
+    write_log(began, [10], term_id=2)
+    write_log(empty, [20, 21], term_id=2)
+    inputs.look_now()
+    assert sorted(read_all(inputs, 1.0)) == [10, 20, 21]
+    # Replay 5 had rows from the old file, and misses what it had not received; replay 6 had none.
+    assert [(path, channels) for path, channels, _ in inputs.lost] == [(began, {5})]
+    counters.close()

@@ -20,6 +20,11 @@ Its rules are Aeron's NetworkPublication's, as the captures in aeron-vectors/udp
   (Aeron's unicast retransmit delay 0), then ignores NAKs of the same range for the linger (10 ms).
 - A heartbeat (a 0-length DATA frame at snd-pos) when nothing was sent for 100 ms, with the EOS
   flag once the publication closed and everything was sent; an RTTM request is echoed at once.
+- Beyond Aeron: a sender started on a log mid-stream (netd restarted, its sends added again where
+  the logs' tails are) whose first SM tells of a receiver behind snd-pos, by at most a term (an
+  image the previous sender built), goes back to that receiver's position and sends on from there:
+  the receiver loses nothing that the log still holds. Aeron's new sender would have a new
+  session, and the receiver a new image, with the gap lost.
 
 Speed: first transmissions are found many frames at a time (frame_walk.walk) and cut into datagrams
 by bisection, not scanned frame by frame; with views=True they are memoryviews of the log (no copy)
@@ -96,6 +101,8 @@ class NetworkSender:
         """No window before the first SM: nothing is sent that no receiver asked for."""
         self.is_connected = False
         """An SM came (Aeron's hasInitialConnection); before it, offers see NOT_CONNECTED."""
+        self.resumed_from: int | None = None
+        """The position the first SM took snd-pos back to, if it did (a receiver that kept its image)."""
         self._send_setup = True
         # Aeron starts both timers one timeout in the past: the first SETUP goes at once, and so
         # does the first heartbeat once connected with nothing to send.
@@ -349,6 +356,10 @@ class NetworkSender:
             return
         position = compute_position(sm.consumption_term_id, sm.consumption_term_offset, self.bits,
                                     self.initial_term_id)
+        if not self.is_connected and self.sender_position - self.term_length <= position < self.sender_position \
+                and not position % frame.FRAME_ALIGNMENT:
+            self.sender_position = self.sender_limit = position  # resumed where the receiver is
+            self.resumed_from = position
         self.sender_limit = max(self.sender_limit, position + sm.receiver_window)
         self.is_connected = True
         self._send_setup = False

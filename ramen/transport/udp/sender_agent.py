@@ -280,7 +280,12 @@ class SenderAgent:
         endpoint.counters.add_counter(f"garbage {kind}").add(1)
 
     def _on_status(self, publication: NetworkPublication, sm: StatusMessage, now: int) -> None:
-        publication.sender.on_status(sm)
+        sender = publication.sender
+        connected = sender.is_connected
+        sender.on_status(sm)
+        if not connected and sender.resumed_from is not None:
+            log.info("%s: its receiver at %s has the stream up to %d: sent on from there", publication.log.path.name,
+                     publication.channel.endpoint, sender.resumed_from)
         publication.last_sm_ns = now
         if sm.is_eos:
             publication.eos_sm_received = True

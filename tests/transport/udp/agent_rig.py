@@ -58,7 +58,7 @@ class Reader:
 
 class Rig:
     def __init__(self, tmp_path: Path, *, seed: int = 1, forward: Faults = Faults(), backward: Faults = Faults(),
-                 count: int = 200, term_length: int = TERM_LENGTH, mtu: int = MTU) -> None:
+                 count: int = 200, term_length: int = TERM_LENGTH, mtu: int = MTU, hold_for_readers: int = 0) -> None:
         self.tmp_path = tmp_path
         self.clock = ManualClock()
         self.counters = CountersFile.open(tmp_path / "counters.dat")
@@ -70,7 +70,8 @@ class Rig:
         self.readers: list[Reader] = []
         self.ended: list[ImageInfo] = []
         self.receiver = self.new_receiver()
-        self.endpoint = self.receiver.add_subscription(UdpChannel(endpoint=Address("127.0.0.1", 0)), STREAM_ID)
+        self.endpoint = self.receiver.add_subscription(UdpChannel(endpoint=Address("127.0.0.1", 0)), STREAM_ID,
+                                                       hold_for_readers=hold_for_readers)
         self.proxy = LossyProxy(self.endpoint, seed=seed, forward=forward, backward=backward)
         self.sender = SenderAgent(self.counters, clock=self.clock)
         self.network_publication = self.sender.add_publication(

@@ -120,6 +120,33 @@ def test_an_image_nobody_reads_holds_its_sender_for_a_while_then_never_holds_it(
         rig.close()
 
 
+def test_an_image_held_for_its_readers_waits_for_them_all_however_long_and_each_reads_it_whole(tmp_path):
+    """A replayer's stream (NetReceive.readers): a window of it may come before its readers, the
+    rest waits for them all, past the hold of an image nobody reads; each reads from the image's start."""
+    rig = UnreadRig(tmp_path, seed=7, count=600, hold_for_readers=2)
+    try:
+        rig.run_until(lambda: rig.offer_results and rig.offer_results[-1] == BACK_PRESSURED, 100_000)
+        for _ in range(2000):
+            rig.tick()
+        held_at = rig.written
+        assert held_at < len(rig.expected)
+        for _ in range(3):  # three times the hold of an image nobody reads
+            rig.clock.advance(UNREAD_IMAGE_HOLD_NS / 1e9)
+            for _ in range(20):
+                rig.tick()
+        assert rig.written == held_at and rig.counter("snd-pos") <= WINDOW
+        (info,) = rig.images_seen
+        rig.readers.append(Reader(info, rig.counters, rig.clock))
+        for _ in range(200):  # one reader of the two: still held
+            rig.tick()
+        assert rig.written == held_at and rig.counter("snd-pos") <= WINDOW
+        rig.readers.append(Reader(info, rig.counters, rig.clock))
+        rig.run_until(lambda: all(len(r.got) == len(rig.expected) for r in rig.readers), 200_000)
+        assert [r.got for r in rig.readers] == [rig.expected, rig.expected]
+    finally:
+        rig.close()
+
+
 def test_a_receiver_that_restarts_rejoins_at_the_senders_position_and_the_stream_goes_on(tmp_path):
     rig = Rig(tmp_path, seed=5, count=400)
     setups = []

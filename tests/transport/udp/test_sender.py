@@ -7,7 +7,7 @@ import pytest
 
 from ramen.clocks import NANOS_PER_SECOND, ManualClock
 from ramen.transport import ExclusivePublication, LogBuffer, LogBufferParams
-from ramen.transport.frame import HEADER_LENGTH
+from ramen.transport.frame import HEADER_LENGTH, align
 from ramen.transport.udp.defaults import HEARTBEAT_IDLE_NS, RETRANSMIT_UNICAST_LINGER_NS, SETUP_RETRY_NS
 from ramen.transport.udp.protocol import (SM_SEND_SETUP_FLAG, RTTM_REPLY_FLAG, DataFrame, NakFrame, RttMeasurement,
                                           SetupFrame, StatusMessage, frames_of)
@@ -298,3 +298,30 @@ def test_a_writer_held_to_pub_lmt_by_a_slow_receiver_loses_nothing(tmp_path):
     # Aeron's rule lets the last message start just below the limit: at most one message beyond it.
     assert max_ahead <= TERM_LENGTH // 2 + 8192 + 6 * HEADER_LENGTH < TERM_LENGTH
     assert rebuild.OVER_RUN not in statuses and statuses.count(rebuild.DUPLICATE) == 0
+
+
+def test_a_sender_started_mid_stream_goes_back_to_where_its_first_sms_receiver_is_within_a_term(tmp_path):
+    """netd restarted: its send starts at the log's tail, the receiver kept the image the previous
+    sender built and says (its first SM) where it is: the stream goes on from there, nothing lost."""
+    behind = Rig(tmp_path)
+    behind.offer(1000, 40)  # written and (by the previous sender) partly sent
+    behind.sender = NetworkSender(behind.log, clock=behind.clock)
+    tail = behind.log.producer_position()
+    assert behind.sender.sender_position == tail
+    receiver_at = 10 * align(1000 + HEADER_LENGTH)
+    behind.sm(receiver_at, window=TERM_LENGTH // 2)
+    assert behind.sender.resumed_from == receiver_at and behind.sender.sender_position == receiver_at
+    sent = data_of(behind.work())
+    assert (sent[0].term_offset, len(sent)) == (receiver_at, 30)
+    assert behind.sender.sender_position == tail
+
+    # Later SMs behind snd-pos are ordinary (data in flight), and a first SM more than a term
+    # behind is beyond what the log can send again: the sender stays where it is.
+    behind.sm(receiver_at, window=TERM_LENGTH // 2)
+    assert behind.sender.sender_position == tail
+    (tmp_path / "far").mkdir()
+    far = Rig(tmp_path / "far")
+    far.offer(1000, 100)  # more than a term (65536)
+    far.sender = NetworkSender(far.log, clock=far.clock)
+    far.sm(0, window=TERM_LENGTH // 2)
+    assert far.sender.resumed_from is None and far.sender.sender_position == far.log.producer_position()
