@@ -20,6 +20,11 @@ MAX_DEFUNCT_RUNS = 10
 POLL_INTERVAL_S = 0.05
 #: How often `sites/<site>/supervisor/stats` is written.
 STATS_INTERVAL_S = 1.0
+LENT_REPLAYER_WINDOW_BYTES = 2 * 1024 * 1024
+"""The receiver window of another site's replayer's stream (NetReceive.window; at most half its log's
+term): a replay is a bulk transfer, sent a window per round trip of the two netds. At Aeron's 128 KiB
+an hour of the demo traffic replayed across sites took 4.2x the local replay, at 2 MiB 1.7-2.0x
+(bench/cross_site.py)."""
 #: Hands out replayer ids (never 0, never repeated), for every site sharing the confserver: a lent
 #: replayer's id is also its stream's, told apart from the others sent to one netd.
 REPLAYER_SEQUENCE = "sequences/replayer"

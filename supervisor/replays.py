@@ -85,6 +85,8 @@ class Replayer:
     """Run by another site for our replays (no process of ours): our keys and log of its stream."""
     lent_to: str | None = None
     """Run for that site's replays: it lives while their key (LentReplayer) does, whatever ours do."""
+    lent_id: int | None = None
+    """Lent: the LentReplayer's id, its log's stream id (ours may differ: a warm replayer's)."""
 
 
 class ReplaySupervision:
@@ -135,7 +137,8 @@ class ReplaySupervision:
                 continue
             replayer_id = assignment.id
             channels = {c.channel for c in assignment.channels} | set(assignment.riders)
-            replayer = Replayer(replayer_id, assignment.source, channels, lent_to=assignment.sent_to)
+            replayer = Replayer(replayer_id, assignment.source, channels, lent_to=assignment.sent_to,
+                                lent_id=assignment.stream_id or None)
             replayer.child = adopt(f"replayer {replayer_id} of {replayer.source}", assignment.pid or 0,
                                    assignment.started_us or 0, expect_args=("--id", str(replayer_id)),
                                    clock=self.clock)
@@ -201,11 +204,11 @@ class ReplaySupervision:
         another site's replay asks of our archive, or stop it."""
         if value is None:
             self._lent_keys.discard(replayer_id)
-            if (replayer := self.replayers.get(replayer_id)) is not None and replayer.lent_to is not None:
+            if (replayer := self._lent(replayer_id)) is not None:
                 replayer.retiring = True
             return
         self._lent_keys.add(replayer_id)
-        if replayer_id in self.replayers:
+        if self._lent(replayer_id) is not None:
             return  # adopted: ours already
         key = keyspace.lent_replayer_key(self.site, replayer_id)
         try:
@@ -215,16 +218,24 @@ class ReplaySupervision:
             for channel in _channels_of(value):
                 self.set_error(channel, f"site {self.site} cannot replay {key}: {e}")
             return
-        assignment = ReplayerAssignment(replayer_id, lent.source, str(paths.replayer_log(self.site, replayer_id)),
-                                        str(paths.archive_dir(self.site)), lent.channels, sent_to=lent.to_site)
-        group = wiring.Group(lent.source, tuple(c.channel for c in lent.channels))
-        self._spawn(assignment, group)
-        self.replayers[replayer_id].lent_to = lent.to_site
+        # The warm replayer if there is one: the other site's replay then waits for no process start.
+        ours, child = (self._warm if self._warm is not None and not self._warm[1].poll() else (replayer_id, None))
+        if child is not None:
+            self._warm = None
+        assignment = ReplayerAssignment(ours, lent.source, str(paths.replayer_log(self.site, ours)),
+                                        str(paths.archive_dir(self.site)), lent.channels, sent_to=lent.to_site,
+                                        stream_id=replayer_id)
+        self._spawn(assignment, wiring.Group(lent.source, tuple(c.channel for c in lent.channels)), child)
+        self.replayers[ours].lent_to, self.replayers[ours].lent_id = lent.to_site, replayer_id
+
+    def _lent(self, lent_id: int) -> Replayer | None:
+        """Our replayer serving LentReplayer `lent_id`."""
+        return next((r for r in self.replayers.values() if r.lent_id == lent_id), None)
 
     def lent_synced(self) -> None:
         """Every lent-replayers/ key is known: a lent replayer adopted without its key is over."""
         for replayer in self.replayers.values():
-            if replayer.lent_to is not None and replayer.id not in self._lent_keys:
+            if replayer.lent_id is not None and replayer.lent_id not in self._lent_keys:
                 replayer.retiring = True
 
     def on_endpoint(self, site: str, value: dict | None) -> None:
@@ -249,7 +260,7 @@ class ReplaySupervision:
             if channel is None or self._sent.get(replayer.id) == channel:
                 continue
             send = NetSend(log=str(paths.replayer_log(self.site, replayer.id)), channel=channel)
-            self.client.set(_send_key(self.site, replayer.id), send.to_value())
+            self.client.set(_send_key(self.site, replayer.lent_id), send.to_value())
             self._sent[replayer.id] = channel
             log.info("replayer %d: its log goes to site %s at %s", replayer.id, replayer.lent_to, channel)
             sent += 1
@@ -424,8 +435,8 @@ class ReplaySupervision:
             keys, log_path = replayer.borrowed.keys(self.site), paths.received_replayer_log(self.site, replayer.id)
         else:
             keys, log_path = (keyspace.replayer_key(self.site, replayer.id),), paths.replayer_log(self.site, replayer.id)
-            if replayer.lent_to is not None:
-                keys += (_send_key(self.site, replayer.id),)
+            if replayer.lent_id is not None:
+                keys += (_send_key(self.site, replayer.lent_id),)
         try:
             for key in keys:
                 self.client.delete_tree(key)

@@ -33,6 +33,7 @@ from ramen.netd.contract import NetReceive, replayer_stream_name
 from ramen.replay.contract import (ChannelRange, LentReplayer, ReplayerAssignment, ReplayRequest, Rider,
                                    WorkerReplay)
 from ramen.replay.plan import ReplayPlan
+from supervisor.defaults import LENT_REPLAYER_WINDOW_BYTES
 
 __all__ = ["Batch", "Group", "Lent", "Wiring", "ancestry", "batch_of", "collapse_identical", "goes_through", "merge",
            "own_sources", "replayer_assignment", "wire", "worker_replays"]
@@ -278,7 +279,8 @@ def wire(site: str, requests: Mapping[int, ReplayRequest], batch: Batch, replaye
             assignment = assignments[replayer_id]
             lent[replayer_id] = Lent(other, LentReplayer(replayer_id, group.source, assignment.channels, site),
                                      NetReceive(stream_id=replayer_id, readers=assignment.readers,
-                                                log=str(paths.received_replayer_log(site, replayer_id))))
+                                                log=str(paths.received_replayer_log(site, replayer_id)),
+                                                window=LENT_REPLAYER_WINDOW_BYTES))
     replayer_of: dict[int, dict[str, int]] = {leader: {} for leader in batch.leaders}
     tag_of: dict[int, dict[str, int]] = {leader: {} for leader in batch.leaders}
     for replayer_id, assignment in assignments.items():

@@ -81,3 +81,6 @@ class NetReceive(KeyValue):
     """Local readers the stream waits for (its image's consumption held where it joined) before it
     goes on: a replayer's log, whose every reader must see its first message. 0: a live stream,
     which readers join where it is."""
+    window: int = 0
+    """The stream's receiver window in bytes (Aeron's rcv-wnd, capped at half the log's term):
+    how far its sender may run ahead of the slowest reader. 0: Aeron's default, 128 KiB."""

@@ -118,7 +118,7 @@ class KeyFollower:
         for name in sorted(self.wanted_receives.keys() - self.receiving.keys()):
             receive = self.wanted_receives[name]
             self.receiver.add_subscription(self.endpoint, receive.stream_id, image_log=Path(receive.log),
-                                           hold_for_readers=receive.readers)
+                                           hold_for_readers=receive.readers, window=receive.window or None)
             self.receiving[name] = receive
             log.info("receiving %s: stream %d at %s into %s", name, receive.stream_id, self.endpoint.format(),
                      receive.log)

@@ -248,17 +248,16 @@ class ReplayerAssignment(KeyValue):
     """The process serving it, once spawned: what a restarted supervisor adopts."""
     sent_to: str | None = None
     """Lent to a replay of that site (LentReplayer): its one reader is this site's netd, which
-    sends the log there; the log's stream and session ids are then the replayer's id, so that
-    the streams sent to one endpoint are told apart."""
+    sends the log there."""
+    stream_id: int = 0
+    """The log's stream (and session) id: lent, the LentReplayer's id, which the borrowing site's
+    netd receives (the streams sent to one endpoint are told apart by it)."""
 
     def _check(self, key: str) -> None:
         if not self.channels:
             raise ContractError(f"{key}: no channels")
-
-    @property
-    def stream_id(self) -> int:
-        """The log's stream (and session) id."""
-        return self.id if self.sent_to is not None else 0
+        if (self.sent_to is None) != (self.stream_id == 0):
+            raise ContractError(f"{key}: a lent replayer has a stream id, and only a lent one")
 
     @property
     def since_us(self) -> int:

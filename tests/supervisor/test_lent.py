@@ -8,6 +8,7 @@ from __future__ import annotations
 from ramen import keyspace, paths
 from ramen.netd.contract import NetEndpoint, NetReceive, NetSend
 from ramen.replay.contract import ChannelRange, LentReplayer, ReplayerAssignment, WorkerReplay
+from supervisor.defaults import LENT_REPLAYER_WINDOW_BYTES
 from tests.supervisor.conftest import SITE, pid_alive, value_of, wait_for
 from tests.supervisor.test_replays import DIAMOND, request_replay, worker_replay
 
@@ -32,7 +33,7 @@ def test_a_source_archived_on_another_site_is_borrowed_from_it_and_given_back_at
     # Our netd receives its stream where both children of the source read it, held for the two of them.
     received = str(paths.received_replayer_log(SITE, replayer_id))
     receive = NetReceive.from_value(value_of(admin, net_key("receives", SITE, replayer_id)))
-    assert receive == NetReceive(stream_id=replayer_id, log=received, readers=2)
+    assert receive == NetReceive(stream_id=replayer_id, log=received, readers=2, window=LENT_REPLAYER_WINDOW_BYTES)
     for child in ("p/a", "p/b"):
         assert WorkerReplay.from_value(worker_replay(admin, child, channel)).inputs == (received,)
     # No replayer of ours: nothing spawned, no replayer key on our site.
@@ -82,3 +83,22 @@ def test_a_lent_replayer_that_dies_fails_the_other_sites_replay(admin, start_sup
                  LentReplayer(replayer_id, "p/src", (ChannelRange(channel, 0, 100),), OTHER).to_value())
     error = wait_for(lambda: value_of(admin, keyspace.replay_key(channel)).get("error"), what="the replay's error")
     assert error.startswith(f"site {SITE}'s replayer {replayer_id} of p/src died (exit 1")
+
+
+def test_the_warm_replayer_serves_a_lent_replayer_under_its_own_id_with_the_lenders_stream_id(admin, start_supervisor):
+    supervisor = start_supervisor(spares=True)
+    warm = wait_for(lambda: supervisor.replays.warm, what="the warm replayer")
+    warm_id = int(warm.popen.args[warm.popen.args.index("--id") + 1])
+    channel = request_replay(admin, site=OTHER)
+    lent_id = admin.next_sequence("sequences/replayer")
+    admin.create(keyspace.lent_replayer_key(SITE, lent_id),
+                 LentReplayer(lent_id, "p/src", (ChannelRange(channel, 0, 100),), OTHER).to_value())
+    assignment = wait_for(lambda: (v := value_of(admin, keyspace.replayer_key(SITE, warm_id))) and "pid" in v
+                          and ReplayerAssignment.from_value(v), what="the warm replayer's key")
+    assert (assignment.pid, assignment.stream_id, assignment.sent_to) == (warm.pid, lent_id, OTHER)
+    admin.set(keyspace.net_endpoint_key(OTHER), NetEndpoint(channel="aeron:udp?endpoint=127.0.0.1:40003", pid=1).to_value())
+    send = wait_for(lambda: value_of(admin, net_key("sends", SITE, lent_id)), what="the send, named after the lent id")
+    assert send["log"] == str(paths.replayer_log(SITE, warm_id))
+    admin.delete(keyspace.lent_replayer_key(SITE, lent_id))
+    wait_for(lambda: value_of(admin, keyspace.replayer_key(SITE, warm_id)) is None
+             and value_of(admin, net_key("sends", SITE, lent_id)) is None, what="the lent replayer removed")

@@ -174,6 +174,8 @@ class NetworkReceiver:
         """The EOS SMs of images whose subscription was removed, sent by the next do_work."""
         self._log_count = 0
         self.stream_ids: set[int] = set()
+        self.windows: dict[int, int] = {}
+        """stream id -> its own receiver window (add_subscription's), instead of `receiver_window`."""
         """The streams subscribed to: only their SETUPs make images (Aeron's receive endpoint)."""
         self.naks_sent = 0
         self.loss_gaps = 0
@@ -184,15 +186,21 @@ class NetworkReceiver:
         self.images_ended = 0
         self.garbage: Counter[str] = Counter()
 
-    def add_subscription(self, stream_id: int) -> None:
-        """A subscriber wants stream_id: from now on its SETUPs make images."""
+    def add_subscription(self, stream_id: int, *, window: int | None = None) -> None:
+        """A subscriber wants stream_id: from now on its SETUPs make images. `window`: the stream's
+        own rcv-wnd (capped at half a term), for a bulk stream that a round trip's 128 KiB would slow."""
+        if window is not None and window < FRAME_ALIGNMENT:
+            raise ValueError(f"receiver window {window} is less than a frame ({FRAME_ALIGNMENT} bytes)")
         self.stream_ids.add(stream_id)
+        if window is not None:
+            self.windows[stream_id] = window
 
     def remove_subscription(self, stream_id: int) -> None:
         """The last subscriber of stream_id left: its images end, each telling its sender with one
         SM with the EOS flag (the rejoin capture: one EOS SM when the subscriber closed), and its
         frames are ignored from now on."""
         self.stream_ids.discard(stream_id)
+        self.windows.pop(stream_id, None)
         for key in [key for key in self.images if key[1] == stream_id]:
             image = self.images[key]
             self._closing.append(image.rebuilder.status_message(image.sm_position, self.receiver_id,
@@ -286,7 +294,8 @@ class NetworkReceiver:
                 term_length=setup.term_length, mtu_length=setup.mtu, initial_term_id=setup.initial_term_id,
                 session_id=setup.session_id, stream_id=setup.stream_id, term_id=setup.active_term_id,
                 term_offset=setup.term_offset), pre_touch=self.pre_touch)
-            window = None if self.receiver_window is None else min(self.receiver_window, setup.term_length // 2)
+            window = self.windows.get(setup.stream_id, self.receiver_window)
+            window = None if window is None else min(window, setup.term_length // 2)
             image = ReceiverImage(setup, log_buffer, clock=self._clock, now_ns=now, window_length=window)
         except (ValueError, TransportError) as error:  # a term length, MTU or position no log can have
             self.garbage[GARBAGE_BAD_SETUP] += 1

@@ -170,7 +170,7 @@ class ReceiverAgent:
         return endpoint.address
 
     def add_subscription(self, channel: UdpChannel, stream_id: int, *, image_log: Path | None = None,
-                         hold_for_readers: int = 0) -> Address:
+                         hold_for_readers: int = 0, window: int | None = None) -> Address:
         """Receive stream_id on the channel's endpoint; returns the address bound, by which the
         endpoint is known from now on (an endpoint with port 0 gets a new socket and port each
         time, unless bound first). `image_log`: the path where the stream's images are rebuilt
@@ -179,8 +179,8 @@ class ReceiverAgent:
         `hold_for_readers`: an image's consumption stays where it joined until that many readers
         read it, however long they take (a replayer's stream, whose readers must all see its first
         message: they join at the image's first frame); by default it holds UNREAD_IMAGE_HOLD_NS at
-        most. ChannelError for a channel without an endpoint, SocketError if the endpoint cannot be
-        bound."""
+        most. `window`: the stream's receiver window (NetworkReceiver.add_subscription). ChannelError
+        for a channel without an endpoint, SocketError if the endpoint cannot be bound."""
         if channel.endpoint is None:
             raise ChannelError(f"channel {channel}: a subscription needs endpoint=")
         endpoint = self._endpoints.get(channel.endpoint)
@@ -191,7 +191,7 @@ class ReceiverAgent:
             endpoint.image_logs[stream_id] = Path(image_log)
         if hold_for_readers:
             endpoint.holds[stream_id] = hold_for_readers
-        endpoint.receiver.add_subscription(stream_id)
+        endpoint.receiver.add_subscription(stream_id, window=window)
         return endpoint.address
 
     def remove_subscription(self, channel: UdpChannel, stream_id: int) -> None:

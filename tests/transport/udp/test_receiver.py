@@ -302,3 +302,17 @@ def test_a_frame_past_the_consumer_position_plus_the_window_is_counted_and_dropp
     rig.data(340)  # ends at 32736: within
     assert rig.image.frames_over_run == 1 and rig.image.hwm_position == 341 * FRAME
     assert rig.receiver.garbage == {}
+
+
+def test_a_stream_subscribed_with_its_own_window_grants_it_capped_at_half_a_term(rig):
+    """A replayer's stream across sites (NetReceive.window) gets a window of its own (a bulk transfer:
+    more than Aeron's 128 KiB a round trip); the other streams keep the default."""
+    bulk, capped = STREAM + 1, STREAM + 2
+    rig.receiver.add_subscription(bulk, window=TERM_LENGTH // 8)
+    rig.receiver.add_subscription(capped, window=8 * TERM_LENGTH)
+    for stream in (STREAM, bulk, capped):
+        rig.setup(stream=stream)
+    windows = {sm.stream_id: sm.receiver_window for sm in rig.sms()}
+    assert windows == {STREAM: WINDOW, bulk: TERM_LENGTH // 8, capped: TERM_LENGTH // 2}
+    with pytest.raises(ValueError, match="less than a frame"):
+        rig.receiver.add_subscription(STREAM + 3, window=16)
