@@ -17,11 +17,12 @@ A request with `relay` gets its result log from us (supervisor/relays.py), creat
 wired and read by our Relays agent, which writes the result to the confserver.
 
 Across sites (ReplayRequest.source_sites), a source archived on another site is replayed there:
-we lend nothing but ask (wiring.Lent: an ephemeral `sites/<other>/lent-replayers/<id>` and our
-netd's receive of its stream), and that site's supervisor, in this same class, runs the replayer
-with its netd's send to ours as its one reader (`sites/<site>/net/sends/replayer-<id>`, written
-once our netd's endpoint is known). It fails the replays a lent replayer fails, and stops it when
-the key goes: the replay is over, or its supervisor is gone.
+we borrow its replayer (wiring.Lent: an ephemeral `sites/<other>/lent-replayers/<id>`, and our
+netd's receive of its stream), and that site's supervisor, this same class there, lends it: runs
+it (its warm replayer if it has one) with its netd's send to ours as its one reader
+(`sites/<site>/net/sends/replayer-<id>`, to wherever our netd's endpoint is). The lender fails the
+replays its lent replayer fails, and stops it when the key goes: the replay is over, or its
+borrower is gone.
 """
 
 from __future__ import annotations
