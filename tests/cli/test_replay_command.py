@@ -70,7 +70,7 @@ def test_a_function_placed_on_another_site(ramen, tmp_path):
     assert ramen("run", placed).returncode == 0
     line = one_line_error(ramen("replay", "--since", "-1h", "edge/traffic"))
     assert line == ("ramen: replay: edge/traffic runs on site edge, not local: replay edge/traffic with --site edge "
-                    "--via-confserver (a replay's functions must all run on one site)")
+                    "--via-confserver (a replay computes on one site; only its sources may be archived on others)")
 
 
 def test_an_unknown_field(ramen):
