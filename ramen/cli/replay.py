@@ -85,7 +85,7 @@ def run(args) -> int:
     with conf.connected(args) as client:
         programs = conf.loaded_programs(client)
         if args.explain:
-            return _explain(programs, args.target, since_us, until_us, args)
+            return _explain(client, programs, args.target, since_us, until_us, args)
         schema = rows.schema_of(programs, args.target)
         fields = rows.check_fields(args.fields, schema) if schema is not None else []
         filters = [rows.parse_where(w, schema) for w in args.where] if schema is not None else []
@@ -148,20 +148,20 @@ def _stream(batches: Iterable[pa.RecordBatch], filters: list[rows.Filter], reord
     return True
 
 
-def _explain(programs, target: str, since_us: int, until_us: int, args) -> int:
+def _explain(client, programs, target: str, since_us: int, until_us: int, args) -> int:
     """`--explain`: the plan, as lines or (with --json) one JSON object, and no replay."""
     import json
 
     from ramen import paths
-    from ramen.archive.coverage import archive_coverage
     from ramen.archive.errors import ArchiveError
+    from ramen.replay.client import ReplayFailed, replay_coverage, source_sites
     from ramen.replay.explain import explain
     from ramen.replay.plan import ReplayPlanError
-    archive_dir = paths.archive_dir(args.site)
     try:
-        found = explain(target, since_us, until_us, programs, archive_coverage(archive_dir), archive_dir,
-                        strict=args.strict)
-    except (ReplayPlanError, ArchiveError) as e:
+        found = explain(target, since_us, until_us, programs, replay_coverage(client, programs, args.site),
+                        paths.archive_dir(args.site), strict=args.strict,
+                        source_sites=lambda plan: source_sites(plan, programs, args.site))
+    except (ReplayPlanError, ArchiveError, ReplayFailed) as e:
         raise UserError(str(e)) from None
     text = json.dumps(found.to_dict(), indent=2) if args.json else "\n".join(found.lines())
     if args.output is None:

@@ -130,7 +130,7 @@ def _check_site(name: str, programs: dict[str, Program], site: str, target: str)
                            f"archived on others)")
 
 
-def _coverage(client, programs: dict[str, Program], site: str, relay: bool) -> dict:
+def replay_coverage(client, programs: dict[str, Program], site: str, *, relay: bool = False) -> dict:
     """What the archives can replay, per function: the site's own (its files, or, relayed, what its
     archiver publishes), and for each function placed on another site, what that site's archiver
     publishes (a site that publishes none covers nothing)."""
@@ -144,6 +144,11 @@ def _coverage(client, programs: dict[str, Program], site: str, relay: bool) -> d
             continue
         coverage.update({name: intervals for name, intervals in theirs.items() if _placed(name, programs) == other})
     return coverage
+
+
+def source_sites(plan: ReplayPlan, programs: dict[str, Program], site: str) -> dict[str, str]:
+    """The plan's sources placed on sites other than `site`, by name: replayed there."""
+    return {name: placed for name in plan.sources if (placed := _placed(name, programs)) not in (None, site)}
 
 
 def _local_coverage(site: str) -> dict:
@@ -186,11 +191,10 @@ class Replay:
         self.relay = relay
         _check_site(target, programs, site, target)
         self.plan: ReplayPlan = plan_replay(target, since_us, until_us, programs,
-                                            _coverage(client, programs, site, relay), strict=strict)
+                                            replay_coverage(client, programs, site, relay=relay), strict=strict)
         for name in self.plan.workers:
             _check_site(name, programs, site, target)
-        self.source_sites = {name: placed for name in self.plan.sources
-                             if (placed := _placed(name, programs)) not in (None, site)}
+        self.source_sites = source_sites(self.plan, programs, site)
         """Sources archived on other sites, whose supervisors replay them for us (ReplayRequest.source_sites)."""
         program, _, function = target.partition("/")
         self.function = programs[program].function(function)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ramen.archive.coverage import RecordingRange, recordings_for
 from ramen.program import Program
@@ -23,6 +23,8 @@ class SourceReads:
     """One source of the plan, and what of its archive its replayer would read."""
     function: str
     recordings: tuple[RecordingRange, ...]
+    site: str | None = None
+    """Archived on that other site, whose replayer reads it there (its recordings are not ours to list)."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class Explanation:
             "target": self.target,
             "requested": _range(self.since_us, self.until_us),
             "covered": None if plan is None else _range(plan.since_us, plan.until_us),
-            "sources": [{"function": s.function,
+            "sources": [{"function": s.function, "site": s.site,
                          "recordings": [{"recording_id": r.recording_id, "start_position": r.start_position,
                                          "stop_position": r.stop_position} for r in s.recordings]}
                         for s in self.sources],
@@ -70,6 +72,9 @@ class Explanation:
         if self.problem is not None:
             out.append(f"note       {self.problem}")
         for source in self.sources:
+            if source.site is not None:
+                out.append(f"source     {source.function}: archived on site {source.site}, read by its replayer there")
+                continue
             out.append(f"source     {source.function}: {len(source.recordings)} recording(s)")
             for r in source.recordings:
                 stop = "live (followed)" if r.stop_position is None else r.stop_position
@@ -84,13 +89,17 @@ class Explanation:
 
 def explain(target: str, since_us: int, until_us: int, programs: Mapping[str, Program],
             coverage: Mapping[str, Sequence[IntervalLike]], archive_dir: str | os.PathLike, *,
-            strict: bool = False) -> Explanation:
-    """What a replay of `target` over [since_us, until_us) would read and run."""
+            strict: bool = False, source_sites: Callable[[ReplayPlan], Mapping[str, str]] = lambda plan: {}
+            ) -> Explanation:
+    """What a replay of `target` over [since_us, until_us) would read and run. `coverage`: every
+    site's that the replay may read; `source_sites(plan)`: its sources archived on other sites."""
     try:
         plan = plan_replay(target, since_us, until_us, programs, coverage, strict=strict)
     except ReplayGapError as e:
         return Explanation(target, since_us, until_us, None, (), str(e))
-    sources = tuple(SourceReads(name, tuple(recordings_for(archive_dir, name, plan.since_us, plan.until_us)))
+    elsewhere = source_sites(plan)
+    sources = tuple(SourceReads(name, (), elsewhere[name]) if name in elsewhere else
+                    SourceReads(name, tuple(recordings_for(archive_dir, name, plan.since_us, plan.until_us)))
                     for name in plan.sources)
     return Explanation(target, since_us, until_us, plan, sources, uncovered_warning(plan))
 

@@ -110,3 +110,14 @@ def test_a_site_that_publishes_no_coverage_covers_nothing(client):
     client.delete(keyspace.archive_coverage_key("edge"))
     with pytest.raises(ReplayGapError, match="x/src"):
         Replay(client, programs(), "x/doubled", 100, 200, site="core")
+
+
+def test_explain_names_the_site_of_a_source_archived_elsewhere(client):
+    from ramen import paths
+    from ramen.replay.client import replay_coverage, source_sites
+    from ramen.replay.explain import explain
+    found = explain("x/doubled", 100, 200, programs(), replay_coverage(client, programs(), "core"),
+                    paths.archive_dir("core"), source_sites=lambda plan: source_sites(plan, programs(), "core"))
+    assert found.to_dict()["sources"] == [{"function": "x/src", "site": "edge", "recordings": []}]
+    assert "source     x/src: archived on site edge, read by its replayer there" in found.lines()
+    assert found.functions == ("x/doubled",)
