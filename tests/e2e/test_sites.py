@@ -24,11 +24,14 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from ramen.transport import LogBuffer, TransportError
 from tests.e2e.site_calls import WINDOW_S, per_window
 from tests.e2e.test_start import _processes_with
 from tests.waiting import wait_for
+from workers.inputs import first_frame_position
 from workers.sources import generate_rows, rows_between, step_of
 
 RATE, HOSTS, SEED = 200, 5, 11
@@ -235,8 +238,6 @@ def finished(process: subprocess.Popen, timeout_s: float = REPLAY_ENDS_WITHIN_S)
 
 def streaming(core: Site) -> bool:
     """Whether a lent replayer's stream is coming in on the core (frames in its rebuilt log)."""
-    from ramen.transport import LogBuffer, TransportError
-    from workers.inputs import first_frame_position
     for path in core.base.glob("sites/*/received/replayers/*.logbuffer"):
         try:
             with LogBuffer.open(path) as log:
@@ -255,7 +256,6 @@ def expected_windows(since_us: int, until_us: int) -> pa.Table:
 
 
 def windows_of(path: Path) -> pa.Table:
-    import pyarrow.parquet as pq
     table = pq.read_table(path).select(["start", "host", "bytes"])
     return table.cast(pa.schema([("start", pa.timestamp("us")), ("host", pa.string()), ("bytes", pa.int64())])) \
         .sort_by([("start", "ascending"), ("host", "ascending")])
@@ -277,7 +277,6 @@ def test_a_replay_on_the_core_computed_from_the_edges_archive_and_netds_killed_d
     # The same computed from a local replay of the source, on the edge.
     code, stderr = finished(replay(edge, since_us, until_us, "x/traffic", tmp_path / "edge.parquet"))
     assert code == 0, stderr
-    import pyarrow.parquet as pq
     local = per_window(pq.read_table(tmp_path / "edge.parquet"))
     assert windows_of(tmp_path / "core.parquet").equals(local.sort_by([("start", "ascending"), ("host", "ascending")]))
 
