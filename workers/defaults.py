@@ -29,6 +29,11 @@ LOG_WAIT_INTERVAL_S = 0.05
 """How often a worker looks for a live input's log buffer that does not exist yet (its parent may
 not run for a long while)."""
 
+RECEIVED_STALL_S = 30.0
+"""A replay's input rebuilt from another site's replayer (workers/inputs.py) that brings nothing new
+this long, all it holds read, fails the replay: a replayer reads its archive in milliseconds a
+megabyte, so the stream between the two netds is stuck."""
+
 REPLAY_LOG_WAIT_INTERVAL_S = 0.001
 """The same for a replay's input log: its replayer creates it within milliseconds of the replay
 key, and every millisecond waited is one the whole replay waits (a stat() costs microseconds).

@@ -12,7 +12,9 @@ rebuilding a remote parent's stream anew after a restart, a log recreated) is re
 first frame: the old file would never be written again, and its reader would wait for ever. For a
 replay whose rows had begun in the old file that is a failure (`lost`): the new one, a stream
 joined where its sender was then, misses what the old one had not received. So is another site's
-replayer's log that ends before the END_OF_REPLAY of a channel read from it: its sender went away.
+replayer's log that ends before the END_OF_REPLAY of a channel read from it (its sender went
+away), or that brings nothing new for RECEIVED_STALL_S while we have read all it holds (its stream
+stalled between the two netds): a clear error rather than a replay that waits for its timeout.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from ramen.program.model import Function
 from ramen.transport import BlockAssembler, CountersFile, Image, LogBuffer, LogBufferError, Subscription
 from ramen.transport.frame import FRAME_ALIGNMENT
 from ramen.transport.position import index_by_term_count
-from workers.defaults import LOG_WAIT_INTERVAL_S, POLL_BLOCK_LENGTH, REPLAY_LOG_WAIT_INTERVAL_S
+from workers.defaults import LOG_WAIT_INTERVAL_S, POLL_BLOCK_LENGTH, RECEIVED_STALL_S, REPLAY_LOG_WAIT_INTERVAL_S
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,8 @@ class Input:
     """Where its image joined the log: a replaced log that had frames past it had rows for us."""
     ended: set[int] = field(default_factory=set)
     """The replay channels whose END_OF_REPLAY came through it."""
+    progress: tuple[int, float] = (-1, 0.0)
+    """(position, clock seconds when it was last seen to move) of a received log's image."""
 
     def channels_of(self, tag: int) -> tuple[int, ...]:
         """The channels whose rows a message tagged `tag` carries here: its own, and those whose
@@ -127,11 +131,11 @@ class Inputs:
     def look(self, now_s: float) -> None:
         """Open the logs that have appeared, when it is time to look (`now_s`: the clock's seconds)."""
         if now_s >= self.next_look_s:
-            self.next_look_s = now_s + self.open_waiting()
+            self.next_look_s = now_s + self.open_waiting(now_s)
 
-    def open_waiting(self) -> float:
+    def open_waiting(self, now_s: float | None = None) -> float:
         """Open the input logs that have appeared; returns when to look again (seconds from now):
-        soon while a replay waits for one."""
+        soon while a replay waits for one. `now_s`: the clock's seconds, to tell a stalled stream."""
         wait_s = LOG_WAIT_INTERVAL_S
         for found in self.found.values():
             if found.image is not None and _inode(found.path) not in (None, found.log.inode):
@@ -145,11 +149,8 @@ class Inputs:
                     self.lost.append((found.path, replays, "was rebuilt anew (a netd restarted?): what the old one "
                                                            "had not received is lost to the replay"))
             if found.image is not None:
-                if found.received and found.image.is_end_of_stream and \
-                        (cut := found.users - {LIVE_CHANNEL} - found.ended):
-                    self.lost.append((found.path, cut, "ended before the replay did (another site's netd sending "
-                                                       "it went away?)"))
-                    found.ended |= cut
+                if found.received and (waiting := found.users - {LIVE_CHANNEL} - found.ended):
+                    self._check_received(found, waiting, now_s)
                 continue
             try:
                 found.log = LogBuffer.open(found.path) if found.path.exists() else None
@@ -168,6 +169,23 @@ class Inputs:
             self.subscription.add_image(found.image)
             log.info("%s reads %s from position %d", self.qualified_name, found.path, found.image.position)
         return wait_s
+
+    def _check_received(self, found: Input, waiting: set[int], now_s: float | None) -> None:
+        """Another site's replayer's log that replay channels still wait on: ended, or stalled?"""
+        position = found.image.position
+        if found.image.is_end_of_stream:
+            problem = "ended before the replay did (another site's netd sending it went away?)"
+        elif now_s is None:
+            return
+        elif position != found.progress[0] or found.log.producer_position() > position:
+            found.progress = (position, now_s)  # moving, or holding what we have not read yet
+            return
+        elif now_s - found.progress[1] > RECEIVED_STALL_S:
+            problem = f"brought nothing for {RECEIVED_STALL_S:g} s (its stream stalled between the two sites' netds)"
+        else:
+            return
+        self.lost.append((found.path, waiting, problem))
+        found.ended |= waiting
 
     def poll(self) -> tuple[int, list[tuple[Input, bytes]]]:
         """One block of committed frames from each image: how many images gave one, and their

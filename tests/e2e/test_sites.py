@@ -36,38 +36,17 @@ from workers.sources import generate_rows, rows_between, step_of
 
 RATE, HOSTS, SEED = 200, 5, 11
 BACKFILL_S = 600
-PROGRAM = f"""
-[program]
-name = "x"
-
+"""The replays' program: the edge's archive holds ten minutes from the start."""
+TRAFFIC = """
 [[function]]
 name = "traffic"
 site = "local"
-source = {{ kind = "generator", rate = {RATE}, hosts = {HOSTS}, seed = {SEED}, backfill = "{BACKFILL_S}s" }}
+source = {{ kind = "generator", rate = %d, hosts = %d, seed = %d, backfill = "{backfill}" }}
 schema = {{ ts = "timestamp[us]", host = "string", bytes = "int64" }}
 event_time = "ts"
-archive = {{ retention = "1d" }}     # on the edge: the core's replays of on_demand read it there
-
-[[function]]
-name = "on_demand"
-site = "core"
-lazy = true
-from = ["traffic"]
-window = {{ every = "{WINDOW_S}s", lateness = "2s" }}
-engine = "python"
-call = "tests.e2e.site_calls:per_window"
-event_time = "start"
-
-[[function]]
-name = "slowly"                    # on_demand, 0.1 ms a row: a replay of seconds, for a netd to die in
-site = "core"
-lazy = true
-from = ["traffic"]
-window = {{ every = "{WINDOW_S}s", lateness = "2s" }}
-engine = "python"
-call = "tests.e2e.site_calls:slowly"
-event_time = "start"
-
+{archive}
+""" % (RATE, HOSTS, SEED)
+PER_WINDOW = f"""
 [[function]]
 name = "per_window"
 site = "core"
@@ -78,6 +57,22 @@ call = "tests.e2e.site_calls:per_window"
 event_time = "start"
 archive = {{ retention = "1d" }}     # on the core: `ramen tail -n` reads the windows it closed there
 """
+LAZY_ON_THE_CORE = "".join(f"""
+[[function]]
+name = "{name}"
+site = "core"
+lazy = true
+from = ["traffic"]
+window = {{ every = "{WINDOW_S}s", lateness = "2s" }}
+engine = "python"
+call = "tests.e2e.site_calls:{call}"
+event_time = "start"
+""" for name, call in (("on_demand", "per_window"), ("slowly", "slowly")))  # slowly: 0.1 ms a row, for a netd to die in
+LIVE_PROGRAM = '[program]\nname = "x"\n' + TRAFFIC.format(backfill="30s", archive="") + PER_WINDOW
+"""The live chain's: the source archived nowhere, so `ramen tail -n` on the core reads its own archive."""
+REPLAY_PROGRAM = '[program]\nname = "x"\n' + TRAFFIC.format(
+    backfill=f"{BACKFILL_S}s", archive='archive = { retention = "1d" }') + PER_WINDOW + LAZY_ON_THE_CORE
+"""The replays': the source archived on the edge, lazy functions of it on the core."""
 STARTUP_S = 60.0
 REPLAYED_WINDOWS = 30
 REPLAY_ENDS_WITHIN_S = 90.0
@@ -141,12 +136,13 @@ def windows_right(site: Site, after_us: int) -> list[int]:
 
 
 @pytest.fixture
-def two_sites(tmp_path):
+def two_sites(tmp_path, request):
+    """The edge and the core, running LIVE_PROGRAM or the program given as the fixture's param."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("RAMEN_DIR", "RAMEN_CONFSERVER", "RAMEN_CONFSERVER_AUTH", "RAMEN_SITE")}
     edge = Site(tmp_path / "edge", "local", env)
     edge.base.mkdir()
-    (edge.base / "x.toml").write_text(PROGRAM)
+    (edge.base / "x.toml").write_text(getattr(request, "param", LIVE_PROGRAM))
     edge.start(edge.base / "x.toml")
     url = (edge.base / "run" / "ready").read_text().strip()
     core = Site(tmp_path / "core", "core", dict(env, RAMEN_CONFSERVER_AUTH=str(edge.base / "confserver" / "auth.json")))
@@ -261,6 +257,7 @@ def windows_of(path: Path) -> pa.Table:
         .sort_by([("start", "ascending"), ("host", "ascending")])
 
 
+@pytest.mark.parametrize("two_sites", [REPLAY_PROGRAM], indirect=True)
 def test_a_replay_on_the_core_computed_from_the_edges_archive_and_netds_killed_during_replays(two_sites, tmp_path):
     edge, core = two_sites
     # Whole windows of the edge's back-filled traffic, which its archive holds from the start.

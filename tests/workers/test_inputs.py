@@ -114,3 +114,34 @@ def test_a_replay_input_rebuilt_anew_after_its_rows_began_is_lost_and_before_the
     # Replay 5 had rows from the old file, and misses what it had not received; replay 6 had none.
     assert [(path, channels) for path, channels, _ in inputs.lost] == [(began, {5})]
     counters.close()
+
+
+def test_a_received_replayer_log_that_brings_nothing_new_for_the_stall_time_fails_its_replays(tmp_path, monkeypatch):
+    from ramen import paths
+    from workers.defaults import RECEIVED_STALL_S
+    monkeypatch.setenv("RAMEN_DIR", str(tmp_path))
+    counters = CountersFile.open(tmp_path / "counters.dat")
+    path = paths.received_replayer_log("site", 9)
+    path.parent.mkdir(parents=True)
+    log = LogBuffer.create(path, LogBufferParams(term_length=TERM, session_id=9, stream_id=9))
+    publication = ExclusivePublication(log)  # netd's image, still open: no end of stream
+    publication.offer(encode_tuples(pa.record_batch({"n": [1]}), None))
+    inputs = Inputs("site", "p/child", counters)
+    inputs.use(path, PARENT, 5)
+    assert read_all(inputs, 0.0) == [1]
+
+    def look(now_s: float) -> list:
+        inputs.look_now()
+        inputs.look(now_s)
+        return [(p, channels) for p, channels, _ in inputs.lost]
+    assert look(1.0) == [] and look(1.0 + RECEIVED_STALL_S) == []
+    publication.offer(encode_tuples(pa.record_batch({"n": [2]}), None))  # more came: the stall starts again
+    assert look(1.0 + RECEIVED_STALL_S + 1) == []
+    assert read_all(inputs, 2.0 + RECEIVED_STALL_S) == [2]
+    assert look(3.0 + RECEIVED_STALL_S) == []  # the next look sees where the reader got to
+    assert look(3.0 + 2 * RECEIVED_STALL_S) == []
+    assert look(3.1 + 2 * RECEIVED_STALL_S) == [(path, {5})]
+    assert "brought nothing for" in inputs.lost[0][2]
+    publication.close()
+    log.close()
+    counters.close()
