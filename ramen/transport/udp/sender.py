@@ -195,9 +195,9 @@ class NetworkSender:
         `views` as memoryviews of the term; moves snd-pos past them; returns how many. The frames
         are found by frame_walk.walk (one numpy pass where there are many, frame by frame where
         few), which stops at the first length not yet committed (a batch's block holds minus its
-        length until its commit) and at a frame of another term id (the lap before). A PAD, sent
-        header-only at the end of its datagram, is left to _scan: the run stops before the datagram
-        that would take it.
+        length until its commit) and at a frame of another term id (the lap before). A PAD (at a
+        term's end, or in mid-term in a replayer's log), sent header-only at the end of its
+        datagram, is left to _scan: the run stops before the datagram that would take it.
 
         Why views hold until the next do_work: the writer may write up to pub-lmt, snd-pos plus the
         term window (at most half a term), and zeroes a partition when it enters it (or two terms
@@ -216,8 +216,11 @@ class NetworkSender:
         if not len(found):
             return 0
         _, ends, _, types, _ = found.columns()
-        if types[-1] == HDR_TYPE_PAD:
-            del ends[-1]
+        if HDR_TYPE_PAD in types:
+            # The run stops before a PAD wherever it lies: a replayer's log pads the messages out of
+            # its range in mid-term (Aeron's logs, only a term's end), and a PAD in the middle of a
+            # datagram makes the whole datagram garbage to the receiver.
+            del ends[types.index(HDR_TYPE_PAD):]
             if not ends:
                 return 0
         last = ends[-1]

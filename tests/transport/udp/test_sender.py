@@ -325,3 +325,22 @@ def test_a_sender_started_mid_stream_goes_back_to_where_its_first_sms_receiver_i
     far.sender = NetworkSender(far.log, clock=far.clock)
     far.sm(0, window=TERM_LENGTH // 2)
     assert far.sender.resumed_from is None and far.sender.sender_position == far.log.producer_position()
+
+
+def test_a_pad_in_mid_term_ends_its_datagram_header_only_and_every_datagram_is_frames(tmp_path):
+    """A replayer's log pads the messages out of its range where they lie (workers/replayer.py), not
+    only at a term's end as Aeron's: the run of frames before it stops there (a clean-clone CI run
+    caught a cross-site replay whose every datagram over such a PAD the receiver took for garbage)."""
+    from ramen.archive.reader import pad
+    rig = Rig(tmp_path)
+    rig.offer(1000, 30)  # unfragmented frames at MTU 1408, within a window
+    aligned = align(1000 + HEADER_LENGTH)
+    start, end = 10 * aligned, 13 * aligned
+    rig.log.terms[0][start:start + 4] = pad(rig.log.terms[0], start, end).to_bytes(4, "little")
+    rig.sm(0, window=TERM_LENGTH // 2)
+    sent = rig.work()  # frames_of raises WireError for a datagram that is not frames
+    pads = [f for frames in sent for f in frames if isinstance(f, DataFrame) and f.is_pad]
+    assert [(p.term_offset, p.frame_length) for p in pads] == [(start, end - start)]
+    assert all(not (isinstance(f, DataFrame) and f.is_pad) or f is frames[-1] for frames in sent for f in frames)
+    assert sum(f.frame_length for f in data_of(sent) if not f.is_pad) == 27 * (1000 + HEADER_LENGTH)
+    assert rig.sender.sender_position == rig.log.producer_position()
