@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
-import signal
 import statistics
 import sys
 import tempfile
@@ -29,8 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.test_sites import Site  # noqa: E402
-from tests.e2e.test_start import _processes_with  # noqa: E402
+from tests.e2e.test_sites import Site, started_sites  # noqa: E402
 
 RATE = 3000
 PROGRAM = """
@@ -70,24 +67,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="timed runs of each (default %(default)s)")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="run in DIR and keep it (logs), not in a temporary one")
     args = parser.parse_args()
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RAMEN_DIR", "RAMEN_CONFSERVER", "RAMEN_CONFSERVER_AUTH", "RAMEN_SITE")}
     with (contextlib.nullcontext(str(args.keep)) if args.keep else tempfile.TemporaryDirectory(prefix="ramen-bench-sites-")) as tmp:
-        edge = Site(Path(tmp) / "edge", "local", env)
-        edge.base.mkdir()
-        (edge.base / "demo.toml").write_text(PROGRAM)
-        core = Site(Path(tmp) / "core", "core",
-                    dict(env, RAMEN_CONFSERVER_AUTH=str(edge.base / "confserver" / "auth.json")))
         print("starting two sites and back-filling an hour of demo/traffic on the edge", file=sys.stderr)
-        try:
-            edge.start(edge.base / "demo.toml")
-            core.start("--confserver", (edge.base / "run" / "ready").read_text().strip())
+        with started_sites(Path(tmp), PROGRAM) as (edge, core):
             return measure(edge, core, args.runs)
-        finally:
-            for site in (core, edge):
-                site.ramen("stop", "--dir", site.base)
-                for pid in _processes_with(f"RAMEN_DIR={site.base}"):
-                    os.kill(pid, signal.SIGKILL)
 
 
 def settle(*sites: Site) -> None:

@@ -41,7 +41,8 @@ from ramen import keyspace, paths
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.netd.contract import NetEndpoint, NetSend, replayer_stream_name
 from ramen.replay.contract import (DEFAULT_REPLAY_TIMEOUT_S, ChannelRange, ContractError, LentReplayer,
-                                   ReplayerAssignment, ReplayerStats, ReplayRequest, error_of, with_error)
+                                   ReplayerAssignment, ReplayerStats, ReplayRequest)
+from ramen.replay.fail import fail_replay
 from ramen.replay.plan import ReplayPlan
 from supervisor import defaults, wiring
 from supervisor.counters import SupervisorCounters
@@ -499,14 +500,8 @@ class ReplaySupervision:
             if request.failed:
                 return
             request.failed = True
-        key = keyspace.replay_key(channel)
-        try:
-            entry = self.client.get(key)
-            if error_of(entry.value):
-                return  # the first error stays
-            self.client.update(key, with_error(entry.value, message), version=entry.version)
-        except (confserver.NoSuchKey, confserver.VersionMismatch):
-            return  # gone, or changed under us (the next fault will say again)
+        if not fail_replay(self.client, channel, message):
+            return  # gone, changed under us (the next fault will say again), or failed already
         self.counters.replay_errors += 1
         log.error("replay %d failed: %s", channel, message)
 

@@ -223,8 +223,12 @@ def report_failure(client, spec: ReplayerAssignment, message: str) -> None:
     """Put the replayer's one-line error into each replay it serves, unless one is there already:
     the client prints it and exits at once, and the supervisor keeps this first error when it sees
     the replayer exit."""
+    from confserver.errors import ConfError
     for c in spec.channels:
-        fail_replay(client, c.channel, message)
+        try:
+            fail_replay(client, c.channel, message)
+        except ConfError as e:
+            log.warning("cannot fail replay %d (%s): %s", c.channel, message, e)
 
 
 def _replay(client, site: str, replayer_id: int, spec: ReplayerAssignment,

@@ -382,8 +382,11 @@ class Worker:
         for path, channels, what in self.inputs.lost:
             for channel in sorted(channels):
                 message = f"{self.qualified_name}: during replay {channel}, its input {path} {what}"
-                if fail_replay(self.client, channel, message):
-                    log.error("%s", message)
+                try:
+                    if fail_replay(self.client, channel, message):
+                        log.error("%s", message)
+                except ConfError as e:
+                    log.warning("cannot fail replay %d (%s): %s", channel, message, e)
         self.inputs.lost.clear()
 
     def write_stats(self) -> None:

@@ -1,20 +1,18 @@
-"""Failing a replay from a process on its path (a replayer, a worker): its `error`, set once."""
+"""Failing a replay from any process on its path (a supervisor, a replayer, a worker): its `error`,
+set once."""
 
 from __future__ import annotations
-
-import logging
 
 from ramen import keyspace
 from ramen.replay.contract import error_of, with_error
 
-log = logging.getLogger(__name__)
-
 
 def fail_replay(client, channel: int, message: str) -> bool:
     """Put `message` into replays/<channel> unless an error is there already (the first one
-    stays): its client prints it and exits at once. Whether it was written; a key gone or changed
-    meanwhile is left (whoever changed it will say)."""
-    from confserver.errors import ConfError
+    stays): its client prints it and exits at once. Whether it was written: a key gone or changed
+    meanwhile is left (whoever changed it will say). Any other confserver error (a lost
+    connection) is the caller's: a supervisor's loop reconnects, a dying process logs it."""
+    from confserver.errors import NoSuchKey, VersionMismatch
     key = keyspace.replay_key(channel)
     try:
         entry = client.get_or_none(key)
@@ -22,6 +20,5 @@ def fail_replay(client, channel: int, message: str) -> bool:
             return False
         client.update(key, with_error(entry.value, message), version=entry.version)
         return True
-    except ConfError as e:
-        log.warning("cannot set the error of %s: %s", key, e)
+    except (NoSuchKey, VersionMismatch):
         return False

@@ -15,6 +15,7 @@ reads and its netd sends to the core's."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -135,19 +137,19 @@ def windows_right(site: Site, after_us: int) -> list[int]:
     return right
 
 
-@pytest.fixture
-def two_sites(tmp_path, request):
-    """The edge and the core, running LIVE_PROGRAM or the program given as the fixture's param."""
+@contextlib.contextmanager
+def started_sites(base: Path, program: str) -> Iterator[tuple[Site, Site]]:
+    """The edge (running `program`) and the core, sharing the edge's confserver, each a `ramen
+    start --daemon` in its own directory under `base`; stopped at the end, and nothing left running."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("RAMEN_DIR", "RAMEN_CONFSERVER", "RAMEN_CONFSERVER_AUTH", "RAMEN_SITE")}
-    edge = Site(tmp_path / "edge", "local", env)
-    edge.base.mkdir()
-    (edge.base / "x.toml").write_text(getattr(request, "param", LIVE_PROGRAM))
-    edge.start(edge.base / "x.toml")
-    url = (edge.base / "run" / "ready").read_text().strip()
-    core = Site(tmp_path / "core", "core", dict(env, RAMEN_CONFSERVER_AUTH=str(edge.base / "confserver" / "auth.json")))
+    edge = Site(base / "edge", "local", env)
+    edge.base.mkdir(parents=True)
+    (edge.base / "x.toml").write_text(program)
+    core = Site(base / "core", "core", dict(env, RAMEN_CONFSERVER_AUTH=str(edge.base / "confserver" / "auth.json")))
     try:
-        core.start("--confserver", url)
+        edge.start(edge.base / "x.toml")
+        core.start("--confserver", (edge.base / "run" / "ready").read_text().strip())
         yield edge, core
     finally:
         for site in (core, edge):
@@ -156,6 +158,13 @@ def two_sites(tmp_path, request):
             for pid in left:
                 os.kill(pid, signal.SIGKILL)
             assert stopped.returncode == 0 and not left, (stopped.stderr, left)
+
+
+@pytest.fixture
+def two_sites(tmp_path, request):
+    """The edge and the core, running LIVE_PROGRAM or the program given as the fixture's param."""
+    with started_sites(tmp_path, getattr(request, "param", LIVE_PROGRAM)) as sites:
+        yield sites
 
 
 def test_a_live_chain_across_two_sites_and_a_netd_killed_on_the_way(two_sites):
