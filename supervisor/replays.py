@@ -306,12 +306,16 @@ class ReplaySupervision:
     # -- duty cycle ----------------------------------------------------------------------------
 
     def busy(self) -> bool:
-        """Replays are under way, or ended less than QUIET_AFTER_REPLAYS_S ago: start-ups wait."""
-        return bool(self.requests) or self.clock.seconds() - self._last_busy < defaults.QUIET_AFTER_REPLAYS_S
+        """Replays are under way (ours, or another site's with our replayers), or ended less than
+        QUIET_AFTER_REPLAYS_S ago: start-ups wait."""
+        return self._replaying() or self.clock.seconds() - self._last_busy < defaults.QUIET_AFTER_REPLAYS_S
+
+    def _replaying(self) -> bool:
+        return bool(self.requests) or any(r.lent_to is not None for r in self.replayers.values())
 
     def do_work(self, now: float) -> int:
         work = 0
-        if self.requests:
+        if self._replaying():
             self._last_busy = now
         if self._warm is not None and self._warm[1].poll():
             self._warm[1].drop_unused_log()  # it gave up waiting (or died): another one

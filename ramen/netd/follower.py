@@ -3,9 +3,10 @@ kept applied to the sender and receiver agents.
 
 An agent beside the two of ramen.transport.udp: each do_work drains the watches, then, at once after
 a change or every LOG_CHECK_INTERVAL_S, reconciles. A send whose log does not exist yet (its writer
-has not started) is tried again at each check; so is one whose log was replaced (another inode: the
-writer restarted), which is sent anew from its new writer's position. A key whose value does not
-follow its contract is logged and counted, never applied.
+has not started) is tried again at each check, and at first every NEW_LOG_CHECK_INTERVAL_S; so is
+one whose log was replaced (another inode: the writer restarted), which is sent anew from its new
+writer's position. A log sent to its end of stream is not sent again while its key stays. A key
+whose value does not follow its contract is logged and counted, never applied.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ramen import keyspace
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.key_value import ContractError
 from ramen.netd.contract import NetReceive, NetSend
-from ramen.netd.defaults import LOG_CHECK_INTERVAL_S
+from ramen.netd.defaults import LOG_CHECK_INTERVAL_S, NEW_LOG_CHECK_INTERVAL_S, NEW_LOG_WAIT_S
 from ramen.transport.errors import TransportError
 from ramen.transport.service_counters import Count, ServiceCounters
 from ramen.transport.udp.channel import UdpChannel
@@ -44,6 +45,29 @@ class _Sending:
     inode: int
 
 
+@dataclass
+class _Ended:
+    """A log sent to its end of stream, held open: its inode, which tells it from a new log at the
+    same path, cannot be reused meanwhile."""
+    inode: int
+    fd: int
+
+    @classmethod
+    def held(cls, path: Path, inode: int) -> "_Ended | None":
+        """None if the log is no longer at `path`: whatever is there later is a new log."""
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        if os.fstat(fd).st_ino != inode:
+            os.close(fd)
+            return None
+        return cls(inode, fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 class KeyFollower:
     """Applies the site's net/ keys to `sender` (a SenderAgent) and `receiver` (a ReceiverAgent
     whose endpoint is `endpoint`)."""
@@ -63,7 +87,11 @@ class KeyFollower:
         self.sending: dict[str, _Sending] = {}
         self.receiving: dict[str, NetReceive] = {}
         self._next_check_s = 0.0
+        self._waiting_since: dict[str, float] = {}
+        """Sends not started yet: since when."""
         self._warned: set[str] = set()
+        self._ended: dict[str, _Ended] = {}
+        """Sends whose log was sent to its end of stream."""
 
     def do_work(self) -> int:
         work = 0
@@ -73,8 +101,9 @@ class KeyFollower:
                     work += self._on_event(event)
         now = self._clock.seconds()
         if work or now >= self._next_check_s:
-            work += self._reconcile()
-            self._next_check_s = now + LOG_CHECK_INTERVAL_S
+            work += self._reconcile(now)
+            new = any(now - since < NEW_LOG_WAIT_S for since in self._waiting_since.values())
+            self._next_check_s = now + (NEW_LOG_CHECK_INTERVAL_S if new else LOG_CHECK_INTERVAL_S)
         return work
 
     def _on_event(self, event) -> int:
@@ -86,6 +115,10 @@ class KeyFollower:
             name, kind, wanted = key[len(self._receive_prefix):], NetReceive, self.wanted_receives
         else:
             return 0
+        if kind is NetSend:
+            self._forget_ended(name)
+            self._waiting_since.pop(name, None)
+            self._warned.discard(name)
         if deleted:
             wanted.pop(name, None)
             return 1
@@ -97,9 +130,12 @@ class KeyFollower:
             wanted.pop(name, None)
         return 1
 
-    def _reconcile(self) -> int:
+    def _reconcile(self, now: float) -> int:
         changes = 0
         for name, sending in list(self.sending.items()):
+            if self.sender.is_done(sending.publication) and self.wanted_sends.get(name) == sending.send \
+                    and (ended := _Ended.held(Path(sending.send.log), sending.inode)) is not None:
+                self._ended[name] = ended
             if self.wanted_sends.get(name) != sending.send or _inode(Path(sending.send.log)) != sending.inode \
                     or self.sender.is_done(sending.publication):
                 self._stop_sending(name)
@@ -109,12 +145,17 @@ class KeyFollower:
                 self.receiver.remove_subscription(self.endpoint, receive.stream_id)
                 del self.receiving[name]
                 changes += 1
-        failures = 0
         for name in sorted(self.wanted_sends.keys() - self.sending.keys()):
-            started = self._start_sending(name, self.wanted_sends[name])
-            changes += started
-            failures += not started
-        self.counters.send_failures = failures
+            if name in self._ended:
+                if _inode(Path(self.wanted_sends[name].log)) == self._ended[name].inode:
+                    continue  # sent to its end already
+                self._forget_ended(name)
+            if self._start_sending(name, self.wanted_sends[name], now):
+                self._waiting_since.pop(name, None)
+                changes += 1
+            else:
+                self._waiting_since.setdefault(name, now)
+        self.counters.send_failures = len(self._waiting_since)
         for name in sorted(self.wanted_receives.keys() - self.receiving.keys()):
             receive = self.wanted_receives[name]
             self.receiver.add_subscription(self.endpoint, receive.stream_id, image_log=Path(receive.log),
@@ -127,17 +168,20 @@ class KeyFollower:
         self.counters.receives = len(self.receiving)
         return changes
 
-    def _start_sending(self, name: str, send: NetSend) -> bool:
+    def _start_sending(self, name: str, send: NetSend, now: float) -> bool:
+        """Whether it started; if not, it is tried again at the next check."""
         path = Path(send.log)
         inode = _inode(path)
         if inode is None:
-            return False  # its writer has not created it yet: looked for again at the next check
+            return False  # its writer has not created it yet
         try:
             publication = self.sender.add_publication(path, send.udp_channel)
         except (TransportError, OSError) as e:
-            # Logged once a name (a log being created is not ready for a moment): tried again at each check.
-            (log.debug if name in self._warned else log.warning)("%s: cannot send %s: %s", name, path, e)
-            self._warned.add(name)
+            # A log being created is not whole for a moment: warned of once, if it still is not after a while.
+            late = now - self._waiting_since.get(name, now) >= NEW_LOG_WAIT_S and name not in self._warned
+            (log.warning if late else log.debug)("%s: cannot send %s: %s", name, path, e)
+            if late:
+                self._warned.add(name)
             return False
         self.sending[name] = _Sending(send, publication, inode)
         log.info("sending %s: %s to %s", name, path, send.channel)
@@ -148,9 +192,15 @@ class KeyFollower:
         self.sender.remove_publication(sending.publication)
         log.info("stopped sending %s (%s)", name, sending.send.log)
 
+    def _forget_ended(self, name: str) -> None:
+        if (ended := self._ended.pop(name, None)) is not None:
+            ended.close()
+
     def close(self) -> None:
         for watch in self._watches:
             watch.close()
+        for name in list(self._ended):
+            self._forget_ended(name)
 
 
 def _inode(path: Path) -> int | None:

@@ -11,7 +11,7 @@ import confserver
 from ramen import keyspace
 from ramen.clocks import ManualClock
 from ramen.netd.contract import NetReceive, NetSend
-from ramen.netd.defaults import LOG_CHECK_INTERVAL_S
+from ramen.netd.defaults import LOG_CHECK_INTERVAL_S, NEW_LOG_CHECK_INTERVAL_S, NEW_LOG_WAIT_S
 from ramen.netd.follower import KeyFollower, NetdCounters
 from ramen.transport import (ADMIN_ACTION, CountersFile, ExclusivePublication, FragmentAssembler, Image, LogBuffer,
                              LogBufferParams)
@@ -155,3 +155,58 @@ def test_a_key_that_does_not_follow_its_contract_is_counted_and_not_applied(site
     sites.client.create(f"{keyspace.net_receives_prefix('core')}/p/bad", {"stream": 3})
     sites.until(lambda: sites.edge_counters.bad_keys == 1 and sites.core_counters.bad_keys == 1, "both counted")
     assert sites.edge_counters.sends == 0 and sites.core_counters.receives == 0
+
+
+def test_a_new_sends_log_is_looked_for_often_at_first_then_every_check(sites):
+    """A replayer lent to another site creates its log once told to: that site's replay waits for
+    it, so netd looks for a new send's log every NEW_LOG_CHECK_INTERVAL_S for NEW_LOG_WAIT_S."""
+    sites.client.create(f"{keyspace.net_receives_prefix('core')}/p/f",
+                        NetReceive(stream_id=STREAM, log=str(sites.received)).to_value())
+    send_key = f"{keyspace.net_sends_prefix('edge')}/p/f@core"
+    sites.client.create(send_key, NetSend(log=str(sites.out), channel=sites.endpoint.format()).to_value())
+    _until_seen(sites, lambda: sites.edge_counters.send_failures == 1)
+    sites.write_log()
+    sites.clock.advance(NEW_LOG_CHECK_INTERVAL_S)
+    sites.edge.do_work()
+    assert sites.edge_counters.sends == 1
+
+    # Another send, whose log stays missing past NEW_LOG_WAIT_S: then looked for every LOG_CHECK_INTERVAL_S.
+    other = sites.out.with_name("other.logbuffer")
+    sites.client.create(f"{send_key}-2", NetSend(log=str(other), channel=sites.endpoint.format()).to_value())
+    _until_seen(sites, lambda: sites.edge_counters.send_failures == 1)
+    sites.clock.advance(NEW_LOG_WAIT_S)
+    sites.edge.do_work()
+    LogBuffer.create(other, LogBufferParams(term_length=65536, session_id=6, stream_id=STREAM)).close()
+    sites.clock.advance(NEW_LOG_CHECK_INTERVAL_S)
+    sites.edge.do_work()
+    assert sites.edge_counters.sends == 1 and sites.edge_counters.send_failures == 1
+    sites.clock.advance(LOG_CHECK_INTERVAL_S)
+    sites.edge.do_work()
+    assert sites.edge_counters.sends == 2 and sites.edge_counters.send_failures == 0
+
+
+def test_a_log_sent_to_its_end_is_not_sent_again_while_its_key_stays(sites):
+    sites.client.create(f"{keyspace.net_receives_prefix('core')}/p/f",
+                        NetReceive(stream_id=STREAM, log=str(sites.received)).to_value())
+    sites.write_log()
+    sites.client.create(f"{keyspace.net_sends_prefix('edge')}/p/f@core",
+                        NetSend(log=str(sites.out), channel=sites.endpoint.format()).to_value())
+    sites.until(lambda: sites.image is not None, "the image")
+    sites.send([b"only"])
+    sites.until(lambda: sites.got == [b"only"], "the message")
+    sites.publication.close()  # its end of stream
+    sites.until(lambda: sites.edge_counters.sends == 0, "the send ended")
+    for _ in range(10):  # each cycle a check
+        sites.cycle()
+        assert not sites.sender.publications and sites.edge_counters.send_failures == 0
+    sites.write_log()  # a new writer: its new log is sent
+    sites.until(lambda: sites.edge_counters.sends == 1, "the new log sent")
+
+
+def _until_seen(sites, condition) -> None:
+    """Drive the edge's follower, its clock still, until its watch brought the key and it acted."""
+    for _ in range(MAX_CYCLES):
+        sites.edge.do_work()
+        if condition():
+            return
+    raise AssertionError("the key never seen")

@@ -6,10 +6,12 @@ the other site's; its replayers are tests/supervisor/fake_process.py."""
 from __future__ import annotations
 
 from ramen import keyspace, paths
+from ramen.clocks import ManualClock
 from ramen.netd.contract import NetEndpoint, NetReceive, NetSend
 from ramen.replay.contract import ChannelRange, LentReplayer, ReplayerAssignment, WorkerReplay
+from supervisor import defaults
 from supervisor.defaults import LENT_REPLAYER_WINDOW_BYTES
-from tests.supervisor.conftest import SITE, pid_alive, value_of, wait_for
+from tests.supervisor.conftest import SITE, drive, pid_alive, value_of, wait_for
 from tests.supervisor.test_replays import DIAMOND, request_replay, worker_replay
 
 OTHER = "edge"
@@ -102,3 +104,27 @@ def test_the_warm_replayer_serves_a_lent_replayer_under_its_own_id_with_the_lend
     admin.delete(keyspace.lent_replayer_key(SITE, lent_id))
     wait_for(lambda: value_of(admin, keyspace.replayer_key(SITE, warm_id)) is None
              and value_of(admin, net_key("sends", SITE, lent_id)) is None, what="the lent replayer removed")
+
+
+def test_while_it_lends_a_replayer_and_a_moment_after_no_warm_replayer_starts(admin, start_supervisor):
+    """The other site's replay runs on this host too (its replayer, our netd sending its log): a
+    start-up then would take a core from it, as for our own replays (QUIET_AFTER_REPLAYS_S)."""
+    clock = ManualClock()
+    supervisor = start_supervisor(spares=True, clock=clock, thread=False)
+    warm = drive(supervisor, lambda: supervisor.replays.warm, what="a replayer started ahead")
+    channel = request_replay(admin, site=OTHER)
+    lent_id = admin.next_sequence("sequences/replayer")
+    admin.create(keyspace.lent_replayer_key(SITE, lent_id),
+                 LentReplayer(lent_id, "p/src", (ChannelRange(channel, 0, 100),), OTHER).to_value())
+    drive(supervisor, lambda: supervisor.replays.warm is None and supervisor.replays.replayers, what="the warm one lent")
+    clock.advance(defaults.QUIET_AFTER_REPLAYS_S)
+    supervisor.do_work()
+    assert supervisor.replays.warm is None and supervisor.replays.busy()
+    admin.delete(keyspace.lent_replayer_key(SITE, lent_id))
+    drive(supervisor, lambda: not supervisor.replays.replayers and not pid_alive(warm.pid), what="the lent one removed")
+    clock.advance(defaults.QUIET_AFTER_REPLAYS_S - 0.1)
+    supervisor.do_work()
+    assert supervisor.replays.warm is None and supervisor.replays.busy()
+    clock.advance(0.1)
+    follower = drive(supervisor, lambda: supervisor.replays.warm, what="the next replayer started ahead")
+    assert follower.pid != warm.pid
