@@ -38,6 +38,7 @@ from ramen.key_value import ContractError
 from ramen.replay.contract import ReplayRequest
 from ramen.tails import TailRequest
 from ramen.worker_keys import WorkerSpec
+from ramen.wait_queue import wait_queue
 from ramen.transport.errors import TransportError
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ class Choreographer:
         self.workers: dict[str, dict] = {}  # worker key -> value, as last written or read
         self.graph = nx.DiGraph()
         self.counters = ChoreographerCounters() if counters is None else counters
-        self.events: queue.SimpleQueue = queue.SimpleQueue()
+        self.events: queue.Queue = wait_queue()
         self._needs_recompute = True
         self._unsynced = {PROGRAMS, REPLAYS, TAILS, ENDPOINTS}
         """Watches whose existing keys have not all come yet: until they have, the programs and

@@ -17,6 +17,7 @@ from typing import Any
 
 from confserver.errors import NoSuchKey
 from confserver.model import Entry, Event
+from ramen.wait_queue import wait_queue
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ class Watch:
         self.pattern = pattern
         self._callback = callback
         self._on_close = on_close
-        self._events: queue.SimpleQueue[Event | None] = queue.SimpleQueue()
+        self._events: queue.Queue[Event | None] = wait_queue()
         self.closed = False
 
     def deliver(self, event: Event) -> None:

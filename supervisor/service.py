@@ -37,6 +37,7 @@ from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.cli import argtypes
 from ramen.locks import FileLock, LockHeld
 from ramen.transport.errors import TransportError
+from ramen.wait_queue import wait_queue
 from supervisor import defaults
 from supervisor.counters import SupervisorCounters
 from supervisor.replays import DEFAULT_REPLAYER_COMMAND, ReplaySupervision
@@ -81,7 +82,7 @@ class Supervisor:
         self.replays = ReplaySupervision(client, site, self.counters, command=replayer_command, env=env,
                                          delay_s=delay_before_replay_s, stop_grace_s=stop_grace_s, merge=merge,
                                          worker_leaving=self.workers.leaving, keep_warm=spares, clock=clock)
-        self.events: queue.SimpleQueue = queue.SimpleQueue()
+        self.events: queue.Queue = wait_queue()
         self._next_stats = 0.0
         self.workers.adopt()
         self.replays.adopt()
