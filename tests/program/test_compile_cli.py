@@ -3,7 +3,10 @@
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "net.toml"
@@ -58,3 +61,11 @@ def test_compile_has_help():
     result = ramen("compile", "--help")
     assert result.returncode == 0
     assert "usage: ramen compile" in result.stdout
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.toml")), ids=lambda p: p.name)
+def test_every_example_compiles(example, tmp_path):
+    result = ramen("compile", str(example), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    name = tomllib.loads(example.read_text())["program"]["name"]
+    assert result.stdout.startswith(f"program {name} "), result.stdout
