@@ -33,8 +33,10 @@ def default_data_dir() -> Path:
 
 
 def default_auth_file() -> Path:
+    """$RAMEN_CONFSERVER_AUTH, else the auth file of the instance running from $RAMEN_DIR."""
+    from ramen.paths import instance_auth_file
     configured = os.environ.get(AUTH_FILE_ENV)
-    return Path(configured) if configured else default_data_dir() / "auth.json"
+    return Path(configured) if configured else instance_auth_file() or default_data_dir() / "auth.json"
 
 
 def resolve_token(url: ConfServerURL, identity: str | None, token: str | None,

@@ -94,7 +94,7 @@ class AuthConfig:
 
     def check(self, identity: str, operation: str, key: str) -> None:
         if not self.rule_for(key).allows(identity, operation):
-            raise PermissionDenied(f"{identity} may not {operation} {key}")
+            raise PermissionDenied(refusal(identity, operation, key))
 
     def token_of(self, identity: str) -> str | None:
         for token, who in self.tokens.items():
@@ -137,3 +137,12 @@ def load_or_create(path: str | os.PathLike) -> AuthConfig:
         json.dump(config.to_json(), f, indent=2)
     os.replace(tmp, path)
     return config
+
+
+def refusal(identity: str, operation: str, key: str) -> str:
+    """What a client is told of an operation its identity may not do; a client without a token is
+    told how to get one."""
+    if identity == ANONYMOUS:
+        return (f"{identity} may not {operation} {key} (this client has no token: point $RAMEN_CONFSERVER_AUTH "
+                f"at the confserver's auth.json, or give a token in $RAMEN_CONFSERVER_TOKEN)")
+    return f"{identity} may not {operation} {key}"

@@ -291,8 +291,7 @@ class ZkClient(ConfClient):
         except BadVersionError:
             raise VersionMismatch(f"version mismatch on {key}") from None
         except NoAuthError:
-            raise PermissionDenied(f"{self.identity} may not {operation} {key} "
-                                   "(refused by ZooKeeper)") from None
+            raise PermissionDenied(f"{auth.refusal(self.identity, operation, key)} (refused by ZooKeeper)") from None
         except NoChildrenForEphemeralsError:
             raise BadRequest(f"{operation} {key}: a key above it is ephemeral, and ZooKeeper "
                              "allows no children under ephemeral nodes") from None

@@ -26,6 +26,9 @@ READY_FILE_NAME = "ready"
 """The confserver URL, written by `ramen start` into DIR/run once it is ready, removed when it stops."""
 SITE_FILE_NAME = "site"
 """The site `ramen start` runs, in DIR/run while it runs."""
+AUTH_FILE_NAME = "confserver-auth"
+"""The path of the auth file `ramen start --confserver` was given ($RAMEN_CONFSERVER_AUTH: another
+instance's confserver), in DIR/run while it runs."""
 
 
 def confserver_dir() -> Path:
@@ -61,6 +64,19 @@ def write_atomically(path: Path, text: str) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     temporary.write_text(text)
     os.replace(temporary, path)
+
+
+def instance_auth_file() -> Path | None:
+    """The auth file of the confserver of this directory's running instance, or None: its own
+    confserver's, else the one `ramen start --confserver` was given, so that a command given the
+    same --dir gets its tokens without $RAMEN_CONFSERVER_AUTH."""
+    own = confserver_dir() / "auth.json"
+    if own.exists():
+        return own
+    try:
+        return Path((ramen_dir() / "run" / AUTH_FILE_NAME).read_text().strip())
+    except OSError:
+        return None
 
 
 def instance_site() -> str | None:

@@ -122,6 +122,9 @@ def run_start(args) -> int:
     os.environ[INSTANCE_ENV] = token  # before any child starts: all of them, and theirs, carry it
     (run_dir / INSTANCE_FILE).write_text(f"{token}\n")
     (run_dir / paths.SITE_FILE_NAME).write_text(f"{args.site}\n")
+    from confserver import AUTH_FILE_ENV
+    if args.confserver and (auth := os.environ.get(AUTH_FILE_ENV)):
+        (run_dir / paths.AUTH_FILE_NAME).write_text(f"{Path(auth).resolve()}\n")
     logs = base / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, RAMEN_SITE=args.site)
@@ -191,6 +194,7 @@ def run_start(args) -> int:
         (run_dir / READY_FILE).unlink(missing_ok=True)
         (run_dir / INSTANCE_FILE).unlink(missing_ok=True)
         (run_dir / paths.SITE_FILE_NAME).unlink(missing_ok=True)
+        (run_dir / paths.AUTH_FILE_NAME).unlink(missing_ok=True)
     print("ramen: stopped", file=sys.stderr)
     return 0
 

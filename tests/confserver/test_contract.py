@@ -485,7 +485,7 @@ def test_anyone_may_request_a_replay_but_not_write_elsewhere(backend, ns):
     with backend.client(identity=None) as anonymous:
         assert anonymous.identity == "anonymous"
         anonymous.set(f"replays/{ns}", {"target": "p/f"})
-        with pytest.raises(confserver.PermissionDenied):
+        with pytest.raises(confserver.PermissionDenied, match=r"no token: point \$RAMEN_CONFSERVER_AUTH"):
             anonymous.set(f"programs/{ns}", {})
         anonymous.delete(f"replays/{ns}")
 

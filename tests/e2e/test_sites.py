@@ -171,12 +171,16 @@ def test_a_live_chain_across_two_sites_and_a_netd_killed_on_the_way(two_sites):
     edge, core = two_sites
     assert len(core.netd_pids()) == 1
     wait_for(lambda: len(edge.netd_pids()) == 1, "the edge's netd, started on demand", timeout_s=STARTUP_S)
-    # A command given the core's --dir serves the core's site, without --site or $RAMEN_SITE.
-    env = {k: v for k, v in core.env.items() if k != "RAMEN_SITE"}
+    # A command given the core's --dir serves the core's site, with the edge's confserver's tokens,
+    # without --site, $RAMEN_SITE or $RAMEN_CONFSERVER_AUTH.
+    env = {k: v for k, v in core.env.items() if k not in ("RAMEN_SITE", "RAMEN_CONFSERVER_AUTH")}
+
+    def ramen_dir_core(*args) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "ramen.cli.main", "--dir", core.base, *map(str, args)], env=env,
+                              capture_output=True, text=True, timeout=STARTUP_S)
 
     def functions_ps_shows() -> list[str]:
-        ps = subprocess.run([sys.executable, "-m", "ramen.cli.main", "--dir", core.base, "ps", "--json"], env=env,
-                            capture_output=True, text=True, timeout=STARTUP_S)
+        ps = ramen_dir_core("ps", "--json")
         assert ps.returncode == 0, ps.stderr
         return [json.loads(line)["function"] for line in ps.stdout.splitlines()]
     wait_for(lambda: functions_ps_shows() == ["x/per_window"], "ramen --dir CORE ps showing the core's worker",
@@ -184,6 +188,8 @@ def test_a_live_chain_across_two_sites_and_a_netd_killed_on_the_way(two_sites):
     # The core joins the edge's stream where it is when the edge's netd (started on demand) sets it
     # up: once a first window (perhaps partial) came through, the windows after now are whole.
     wait_for(lambda: core.windows() or None, "a first window of the edge's traffic on the core", timeout_s=STARTUP_S)
+    tailed = ramen_dir_core("tail", "-n", 1, "--format", "jsonl", "x/per_window")  # a replay: it writes keys
+    assert tailed.returncode == 0 and len(tailed.stdout.splitlines()) == 1, tailed.stderr
     joined_us = time.time_ns() // 1000
     first = wait_for(lambda: windows_right(core, joined_us) or None,
                      "a window of the edge's traffic, whole, on the core", timeout_s=STARTUP_S)[0]
