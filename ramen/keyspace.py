@@ -18,7 +18,7 @@
     sites/<site>/lent-replayers/<id>                   a replayer another site's replay needs from this
                                                       site's archive (ephemeral, that site's supervisor's)
     sites/<site>/spares/<id>                           the function a spare worker is to run (supervisor)
-    sites/<site>/supervisor/stats                      the supervisor's counters, and its spare processes
+    sites/<site>/supervisor/stats                      the supervisor's counters and spare processes (ramen.supervisor_stats)
     sites/<site>/supervisor/alive                      the running supervisor (ephemeral: ramen.liveness.SupervisorAlive)
     sites/<site>/archive/coverage                      what the site's archive can replay, per function (archiver)
     sites/<site>/net/endpoint                          where the site's netd receives streams (ephemeral, netd's)

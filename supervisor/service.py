@@ -37,6 +37,7 @@ from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.cli import argtypes
 from ramen.locks import FileLock, LockHeld
 from ramen.transport.errors import TransportError
+from ramen.supervisor_stats import Standby, SupervisorStats
 from ramen.wait_queue import wait_queue
 from supervisor import defaults
 from supervisor.counters import SupervisorCounters
@@ -150,12 +151,12 @@ class Supervisor:
         self.replays.on_replay(channel, value, existing=event.kind is EventKind.EXISTING)
 
     def write_stats(self, now: float) -> None:
-        stats = dict(self.counters.to_dict(), running_workers=len(self.workers.running()),
-                     quarantined=self.workers.quarantined(now),
-                     replayers=sorted(self.replays.replayers), replays=sorted(self.replays.requests),
-                     spare_worker=_standby(self.workers.spare), warm_replayer=_standby(self.replays.warm),
-                     updated_us=self.clock.epoch_us())
-        self.client.set(keyspace.supervisor_stats_key(self.site), stats)
+        stats = SupervisorStats(self.counters.to_dict(), running_workers=len(self.workers.running()),
+                                updated_us=self.clock.epoch_us(), quarantined=tuple(self.workers.quarantined(now)),
+                                replayers=tuple(sorted(self.replays.replayers)),
+                                replays=tuple(sorted(self.replays.requests)),
+                                spare_worker=_standby(self.workers.spare), warm_replayer=_standby(self.replays.warm))
+        self.client.set(keyspace.supervisor_stats_key(self.site), stats.to_value())
 
     def run(self, stop: threading.Event) -> None:
         """Until stop is set: wait for an event or the poll interval, then do_work. A confserver
@@ -198,9 +199,9 @@ class Supervisor:
         log.info("supervisor of site %s stopped: %s", self.site, self.counters)
 
 
-def _standby(child) -> dict | None:
+def _standby(child) -> Standby | None:
     """A process started ahead of need, for `ramen ps --all`."""
-    return None if child is None or child.ended else {"pid": child.pid, "started_us": child.started_us}
+    return None if child is None or child.ended else Standby(child.pid, child.started_us)
 
 
 def main(argv: list[str] | None = None) -> int:

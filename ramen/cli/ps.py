@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from ramen import keyspace
+from ramen import keyspace, supervisor_stats
 from ramen.cli import conf
 from ramen.worker_keys import ContractError, WorkerInstance, WorkerRuns, WorkerSpec, WorkerStats
 
@@ -100,13 +100,16 @@ def collect_replayers(client, site: str) -> list[dict]:
 
 def collect_standby(client, site: str) -> list[dict]:
     """The processes the supervisor keeps started ahead of need (shown with --all: they run, unused)."""
-    entry = client.get_or_none(keyspace.supervisor_stats_key(site))
-    stats = entry.value if entry is not None and isinstance(entry.value, dict) else {}
+    try:
+        stats = supervisor_stats.read(client, site)
+    except ContractError:
+        return []
+    if stats is None:
+        return []
     rows = []
-    for field, what in (("spare_worker", "spare worker (waiting)"), ("warm_replayer", "warm replayer (waiting)")):
-        standby = stats.get(field)
-        if isinstance(standby, dict):
-            rows.append({"function": what, "lazy": None, "used": False, "running": True, "pid": standby.get("pid"),
+    for standby, what in ((stats.spare_worker, "spare worker (waiting)"), (stats.warm_replayer, "warm replayer (waiting)")):
+        if standby is not None:
+            rows.append({"function": what, "lazy": None, "used": False, "running": True, "pid": standby.pid,
                          "tuples_in": None, "tuples_out": None, "cpu_s": None, "rss_bytes": None,
                          "spark_jobs": None, "spark_s": None, "last_exit": None, "replays": []})
     return rows

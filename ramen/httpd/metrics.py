@@ -37,12 +37,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from ramen import keyspace, paths
+from ramen import keyspace, paths, supervisor_stats
 from ramen.archive.coverage import function_of_channel
 from ramen.archive.recorder import RECORDING_KEY
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.program import split_qualified
 from ramen.replay.contract import ContractError, ReplayerAssignment, ReplayerStats
+from ramen.supervisor_stats import SupervisorStats
 from ramen.transport import counters as ctr
 from ramen.transport.counters import CounterInfo, CountersFile, CountersFileError
 from ramen.transport.logbuffer import LOG_CORRELATION_ID_OFFSET, LOG_META_DATA_LENGTH
@@ -362,10 +363,15 @@ def collect_stats(families: _Families, client, site: str) -> dict[str, str]:
         for f in dataclasses.fields(stats):
             _add_stats(families, "replayer", f"{ReplayerStats.KEY} ({ReplayerStats.__name__}.{f.name})",
                        getattr(stats, f.name), labels, f.name)
-    entry = client.get_or_none(keyspace.supervisor_stats_key(site))
-    if entry is not None and isinstance(entry.value, dict):
-        _add_stats(families, "supervisor", f"{keyspace.supervisor_stats_key('<site>')} (the supervisor's)",
-                   entry.value, {"site": site})
+    try:
+        supervisor = supervisor_stats.read(client, site)
+    except ContractError as e:
+        log.warning("metrics: %s", e)
+    else:
+        if supervisor is not None:
+            _add_stats(families, "supervisor", f"{SupervisorStats.KEY} (SupervisorStats)",
+                       dict(supervisor.counters, running_workers=supervisor.running_workers,
+                            updated_us=supervisor.updated_us), {"site": site})
     return sources
 
 

@@ -16,6 +16,7 @@ from ramen.archive.catalog import Catalog, RecordingState
 from ramen.archive.coverage import function_channel
 from ramen.archive.segment import segment_file_name
 from ramen.replay.contract import ChannelRange, ReplayerAssignment, ReplayerStats
+from ramen.supervisor_stats import Standby, SupervisorStats
 from ramen.worker_keys import WorkerInstance, WorkerRun, WorkerRuns, WorkerSpec, WorkerStats
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "net.toml"
@@ -180,8 +181,8 @@ def test_ps_shows_replayers(ramen, fresh_confserver):
 
 def test_ps_all_shows_the_processes_the_supervisor_keeps_started_ahead(ramen, fresh_confserver):
     with confserver.connect(fresh_confserver.url, identity="supervisor", auth_file=fresh_confserver.auth_file) as c:
-        c.set(keyspace.supervisor_stats_key("local"), {"spare_worker": {"pid": 71, "started_us": 1},
-                                                       "warm_replayer": {"pid": 72, "started_us": 1}})
+        c.set(keyspace.supervisor_stats_key("local"), SupervisorStats(
+            {}, running_workers=0, updated_us=1, spare_worker=Standby(71, 1), warm_replayer=Standby(72, 1)).to_value())
     assert ramen("ps", "--json").stdout == ""  # nothing used or running a function
     rows = [json.loads(line) for line in ramen("ps", "--json", "--all").stdout.splitlines()]
     assert [(r["function"], r["pid"], r["running"]) for r in rows] == [

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pytest
 
 import confserver
-from ramen import keyspace, paths
+from ramen import keyspace, paths, supervisor_stats
 from ramen.archive.coverage import archive_coverage
 from ramen.program import Program
 from ramen.replay.client import Replay, ReplayFailed
@@ -191,8 +191,8 @@ def test_concurrent_replays_of_one_range_are_merged_and_read_the_archive_once(st
     monkeypatch.setenv("RAMEN_DIR", str(stack.base))
     since, until = minute_range(9, 5)
     with stack.client() as client:
-        stats = client.get_or_none("sites/local/supervisor/stats")
-        before = stats.value.get("replayers_spawned", 0) if stats else 0
+        stats = supervisor_stats.read(client, "local")
+        before = stats.counters["replayers_spawned"] if stats else 0
         programs = stack.programs(client)
         replays = [Replay(client, programs, "e2e/per_minute", since, until, site="local") for _ in range(3)]
         for replay in replays:  # all three within the merge delay
@@ -209,7 +209,7 @@ def test_concurrent_replays_of_one_range_are_merged_and_read_the_archive_once(st
         # Identical requests ride on the first one's channel: one replayer, one channel through the workers.
         assert len(merged) == 1 and [c["channel"] for c in merged[0]["channels"]] == [min(channels)]
         # The supervisor's stats key is rewritten every second: wait for the spawn to show in it.
-        spawned = wait_for(lambda: client.get("sites/local/supervisor/stats").value["replayers_spawned"] - before,
+        spawned = wait_for(lambda: supervisor_stats.read(client, "local").counters["replayers_spawned"] - before,
                            what="the spawn in the supervisor's stats")
         assert spawned == 1  # three requests, one read of the archive
         for name in ("e2e/traffic", "e2e/per_minute"):  # no replayed tuple came before its wiring

@@ -16,6 +16,7 @@ from ramen.clocks import ManualClock
 from ramen.httpd import metrics
 from ramen.httpd.metrics import HttpdStats
 from ramen.replay.contract import ChannelRange, ReplayerAssignment, ReplayerStats
+from ramen.supervisor_stats import SupervisorStats
 from ramen.transport.counters import CountersFile
 from ramen.transport.image import Image
 from ramen.transport.logbuffer import LogBuffer, LogBufferParams
@@ -200,7 +201,8 @@ def test_worker_replayer_and_supervisor_stats_are_labelled_gauges(site, client, 
     writer.set(keyspace.replayer_key(site.site, 9), assignment.to_value())
     writer.set(keyspace.replayer_stats_key(site.site, 9),
                ReplayerStats(bytes_read=12345, messages=3, rows_out=7, channels={5: 7}, done=False).to_value())
-    writer.set(keyspace.supervisor_stats_key(site.site), dict(SupervisorCounters().to_dict(), running_workers=2))
+    writer.set(keyspace.supervisor_stats_key(site.site),
+               SupervisorStats(SupervisorCounters().to_dict(), running_workers=2, updated_us=1).to_value())
     families = scrape(client, site)
 
     function = dict(site=site.site, program="net", function="per_minute")

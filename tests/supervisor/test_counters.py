@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from ramen import supervisor_stats
 from ramen.transport.counters import SERVICE_COUNTER_TYPE_IDS, CountersFile
 from supervisor.counters import SupervisorCounters
 from supervisor.workers import RestartPolicy
-from tests.supervisor.conftest import SITE, set_worker, value_of, wait_for
+from tests.supervisor.conftest import SITE, set_worker, wait_for
 
 
 def test_restarts_and_quarantines_are_counted_in_the_counters_file_and_the_stats_key(admin, start_supervisor,
@@ -23,9 +24,9 @@ def test_restarts_and_quarantines_are_counted_in_the_counters_file_and_the_stats
 
         wait_for(lambda: in_file("quarantines") == 1, what="the quarantine counted in counters.dat")
         assert in_file("starts") == 3 and in_file("restarts") == 2 and in_file("crashes") == 3
-        stats = wait_for(lambda: (v := value_of(admin, f"sites/{SITE}/supervisor/stats")) and v["quarantines"] and v,
+        stats = wait_for(lambda: (s := supervisor_stats.read(admin, SITE)) and s.counters["quarantines"] and s,
                          what="the quarantine in the stats key")
-        assert {name: stats[name] for name in ids} == {name: in_file(name) for name in ids}
+        assert {name: stats.counters[name] for name in ids} == {name: in_file(name) for name in ids}
     finally:
         counters.close()
         file.close()

@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 import confserver
-from tests.supervisor.conftest import pid_alive, value_of, wait_for
+from ramen import supervisor_stats
+from tests.supervisor.conftest import pid_alive, wait_for
 
 
 def test_the_service_writes_its_stats_and_exits_cleanly_on_sigterm(fresh_confserver, ramen_dir):
@@ -18,12 +19,12 @@ def test_the_service_writes_its_stats_and_exits_cleanly_on_sigterm(fresh_confser
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         with confserver.connect(fresh_confserver.url, identity="admin", auth_file=fresh_confserver.auth_file) as c:
-            stats = wait_for(lambda: value_of(c, "sites/svc/supervisor/stats"), what="the supervisor's stats")
-            assert stats["starts"] == 0 and stats["replayers"] == []
+            stats = wait_for(lambda: supervisor_stats.read(c, "svc"), what="the supervisor's stats")
+            assert stats.counters["starts"] == 0 and stats.replayers == ()
             assert c.get("sites/svc/supervisor/stats").owner == "supervisor"
-            stats = wait_for(lambda: (v := value_of(c, "sites/svc/supervisor/stats")) and v["spare_worker"]
-                             and v["warm_replayer"] and v, what="a spare worker and a warm replayer started ahead")
-            ahead = [stats["spare_worker"]["pid"], stats["warm_replayer"]["pid"]]
+            stats = wait_for(lambda: (s := supervisor_stats.read(c, "svc")) and s.spare_worker and s.warm_replayer
+                             and s, what="a spare worker and a warm replayer started ahead")
+            ahead = [stats.spare_worker.pid, stats.warm_replayer.pid]
             assert all(pid_alive(pid) for pid in ahead)
         process.send_signal(signal.SIGTERM)
         assert process.wait(15) == 0
@@ -51,7 +52,7 @@ def test_a_second_supervisor_of_a_site_is_refused_naming_the_first(fresh_confser
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         with confserver.connect(fresh_confserver.url, identity="admin", auth_file=fresh_confserver.auth_file) as c:
-            wait_for(lambda: value_of(c, "sites/svc/supervisor/stats"), what="the first supervisor running")
+            wait_for(lambda: supervisor_stats.read(c, "svc"), what="the first supervisor running")
         second = subprocess.run([sys.executable, "-m", "supervisor.service", "--site", "svc"], env=env,
                                 capture_output=True, text=True, timeout=30)
         assert second.returncode == 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from ramen import keyspace
+from ramen import keyspace, supervisor_stats
 from ramen.clocks import ManualClock
 from ramen.worker_keys import WorkerStats
 from supervisor.workers import RestartPolicy
@@ -80,7 +80,7 @@ def test_a_crashing_worker_is_restarted_with_backoff_then_quarantined(admin, sta
     clock.advance(300.0)  # half the quarantine, far past any backoff: no further start
     supervisor.do_work()
     assert supervisor.counters.starts == 3 and instance(admin, "p/crash") is None
-    assert value_of(admin, f"sites/{SITE}/supervisor/stats")["quarantined"] == ["p/crash"]
+    assert supervisor_stats.read(admin, SITE).quarantined == ("p/crash",)
 
 
 def test_defunct_runs_keep_only_the_last_ten(admin, start_supervisor):

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from ramen import supervisor_stats
 from ramen.cli.ps import collect
 from tests.e2e.dashboards.site import HOST_NAMES, minute_range
 from tests.waiting import wait_for
@@ -67,18 +68,18 @@ def test_renders_at_once_are_merged_into_one_read_and_a_refresh_replays_nothing(
         # it (its next process must read them): start from none running, as a dashboard opened anew.
         wait_for(lambda: not any(r["running"] for r in collect(client, "local") if r["function"] == "web/per_minute"),
                  "web/per_minute stopped after the earlier replays")
-        before = client.get("sites/local/supervisor/stats").value.get("replayers_spawned", 0)
+        before = supervisor_stats.read(client, "local").counters["replayers_spawned"]
         with ThreadPoolExecutor(len(targets)) as pool:
             answers = list(pool.map(lambda t: dashboard_site.json("/render", target=t, requestId=f"first-{t}", **window),
                                     targets))
         assert all(series["datapoints"] for answer in answers for series in answer)
-        spawned = wait_for(lambda: client.get("sites/local/supervisor/stats").value["replayers_spawned"] - before,
+        spawned = wait_for(lambda: supervisor_stats.read(client, "local").counters["replayers_spawned"] - before,
                            what="the spawn in the supervisor's stats")
         assert spawned == 1  # four panels over two functions of one source: one read of the archive
         again = dashboard_site.json("/render", target=targets[0], requestId="refresh", **window)
         assert again == answers[0]
         assert dashboard_site.json("/progress", requestId="refresh")["replays"] == 0  # all from the cache
-        assert client.get("sites/local/supervisor/stats").value["replayers_spawned"] - before == 1
+        assert supervisor_stats.read(client, "local").counters["replayers_spawned"] - before == 1
 
 
 def test_a_range_partly_outside_the_archive_charts_what_exists(dashboard_site):
