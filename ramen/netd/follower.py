@@ -115,19 +115,17 @@ class KeyFollower:
             name, kind, wanted = key[len(self._receive_prefix):], NetReceive, self.wanted_receives
         else:
             return 0
-        if kind is NetSend:
+        before = wanted.pop(name, None)
+        if not deleted:
+            try:
+                wanted[name] = kind.from_value(event.entry.value, key)
+            except ContractError as e:
+                log.warning("%s; not applied", e)
+                self.counters.bad_keys += 1
+        if kind is NetSend and wanted.get(name) != before:  # another send: what we knew of the last one goes
             self._forget_ended(name)
             self._waiting_since.pop(name, None)
             self._warned.discard(name)
-        if deleted:
-            wanted.pop(name, None)
-            return 1
-        try:
-            wanted[name] = kind.from_value(event.entry.value, key)
-        except ContractError as e:
-            log.warning("%s; not applied", e)
-            self.counters.bad_keys += 1
-            wanted.pop(name, None)
         return 1
 
     def _reconcile(self, now: float) -> int:
