@@ -33,10 +33,15 @@ def default_data_dir() -> Path:
 
 
 def default_auth_file() -> Path:
-    """$RAMEN_CONFSERVER_AUTH, else the auth file of the instance running from $RAMEN_DIR."""
-    from ramen.paths import instance_auth_file
+    """$RAMEN_CONFSERVER_AUTH, else the auth file of the instance running from $RAMEN_DIR: its own
+    confserver's, else the one its `ramen start --confserver` was given."""
+    from confserver.auth import AUTH_FILE_NAME
+    from ramen.paths import given_auth_file
     configured = os.environ.get(AUTH_FILE_ENV)
-    return Path(configured) if configured else instance_auth_file() or default_data_dir() / "auth.json"
+    if configured:
+        return Path(configured)
+    own = default_data_dir() / AUTH_FILE_NAME
+    return own if own.exists() else given_auth_file() or own
 
 
 def resolve_token(url: ConfServerURL, identity: str | None, token: str | None,

@@ -66,13 +66,10 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
-def instance_auth_file() -> Path | None:
-    """The auth file of the confserver of this directory's running instance, or None: its own
-    confserver's, else the one `ramen start --confserver` was given, so that a command given the
-    same --dir gets its tokens without $RAMEN_CONFSERVER_AUTH."""
-    own = confserver_dir() / "auth.json"
-    if own.exists():
-        return own
+def given_auth_file() -> Path | None:
+    """The auth file `ramen start --confserver` of this directory's running instance was given (the
+    confserver is another instance's), or None: a command given the same --dir gets its tokens
+    without $RAMEN_CONFSERVER_AUTH."""
     try:
         return Path((ramen_dir() / "run" / AUTH_FILE_NAME).read_text().strip())
     except OSError:

@@ -43,7 +43,6 @@ from ramen.archive.recorder import RECORDING_KEY
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.program import split_qualified
 from ramen.replay.contract import ContractError, ReplayerAssignment, ReplayerStats
-from ramen.supervisor_stats import SupervisorStats
 from ramen.transport import counters as ctr
 from ramen.transport.counters import CounterInfo, CountersFile, CountersFileError
 from ramen.transport.logbuffer import LOG_CORRELATION_ID_OFFSET, LOG_META_DATA_LENGTH
@@ -369,7 +368,7 @@ def collect_stats(families: _Families, client, site: str) -> dict[str, str]:
         log.warning("metrics: %s", e)
     else:
         if supervisor is not None:
-            _add_stats(families, "supervisor", f"{SupervisorStats.KEY} (SupervisorStats)",
+            _add_stats(families, "supervisor", f"{supervisor_stats.SupervisorStats.KEY} (SupervisorStats)",
                        dict(supervisor.counters, running_workers=supervisor.running_workers,
                             updated_us=supervisor.updated_us), {"site": site})
     return sources

@@ -131,11 +131,10 @@ class KeyFollower:
     def _reconcile(self, now: float) -> int:
         changes = 0
         for name, sending in list(self.sending.items()):
-            if self.sender.is_done(sending.publication) and self.wanted_sends.get(name) == sending.send \
-                    and (ended := _Ended.held(Path(sending.send.log), sending.inode)) is not None:
+            done, wanted = self.sender.is_done(sending.publication), self.wanted_sends.get(name) == sending.send
+            if done and wanted and (ended := _Ended.held(Path(sending.send.log), sending.inode)) is not None:
                 self._ended[name] = ended
-            if self.wanted_sends.get(name) != sending.send or _inode(Path(sending.send.log)) != sending.inode \
-                    or self.sender.is_done(sending.publication):
+            if done or not wanted or _inode(Path(sending.send.log)) != sending.inode:
                 self._stop_sending(name)
                 changes += 1
         for name, receive in list(self.receiving.items()):
