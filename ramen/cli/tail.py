@@ -33,7 +33,8 @@ from ramen.cli.output import RowWriter, open_sink
 from ramen.message import KIND_TUPLES, LIVE_CHANNEL, decode_header
 from ramen.tails import TailRequest
 from ramen.times import TIME_FORMS
-from ramen.transport import BackoffIdleStrategy, CountersFile, FragmentAssembler, Image, LogBuffer
+from ramen.transport import (BackoffIdleStrategy, CountersFile, FragmentAssembler, Image, LogBuffer,
+                             LogBufferError)
 from ramen.transport.frame_walk import last_event_time_us
 from ramen.tuples import decode_tuples, event_times_us
 
@@ -354,7 +355,10 @@ def _wait_for_log(path) -> LogBuffer:
         if time.monotonic() > deadline:
             raise UserError(f"{path} did not appear within {LOG_WAIT_TIMEOUT_S:g} s: is the function running?")
         time.sleep(ARCHIVE_POLL_S)
-    return LogBuffer.open(path, writable=False)
+    try:
+        return LogBuffer.open(path, writable=False)
+    except LogBufferError as e:
+        raise UserError(str(e)) from None
 
 
 class _LiveRows:

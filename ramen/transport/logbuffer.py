@@ -142,8 +142,13 @@ class LogBuffer:
 
     @classmethod
     def create(cls, path: str | os.PathLike, params: LogBufferParams = LogBufferParams(),
-               *, exist_ok: bool = False, pre_touch: bool = False) -> "LogBuffer":
+               *, pre_touch: bool = False) -> "LogBuffer":
         """Create and map a new log buffer file, initialised as Aeron's driver initialises one.
+
+        The file appears at `path` whole: it is built unnamed in the same directory and linked
+        there once its metadata is written, so a reader never maps a log whose metadata is still
+        zeros, and a writer killed while creating leaves nothing behind (LogBufferError if a log
+        is already there).
 
         `pre_touch` faults every page in now (Aeron's aeron.pre.touch.mapped.memory). A fresh file
         is sparse: its first lap otherwise pays a page fault every 4 KiB on the writer's hot path
@@ -154,50 +159,32 @@ class LogBuffer:
         check_mtu(params.mtu_length)
         term_length = params.term_length
         length = compute_log_length(term_length, params.page_size)
-        flags = os.O_RDWR | os.O_CREAT | (0 if exist_ok else os.O_EXCL)
-        path = Path(path)
-        try:
-            fd = os.open(path, flags, 0o644)
-        except FileExistsError:
-            raise LogBufferError(f"{path}: log buffer already exists") from None
-        try:
-            os.ftruncate(fd, length)
-            mapped = _map(fd, length, mmap.ACCESS_WRITE, pre_touch, new=True)
-            inode = os.fstat(fd).st_ino
-        finally:
-            os.close(fd)
-        meta = memoryview(mapped)[length - LOG_META_DATA_LENGTH:]
         initial_term_id = int32(params.initial_term_id)
         term_id = initial_term_id if params.term_id is None else int32(params.term_id)
         term_count = int32(term_id - initial_term_id)
+        path = Path(path)
         if term_count < 0:
             raise LogBufferError(f"{path}: term id {term_id} is before the initial term id {initial_term_id}")
         if params.term_offset % frame.FRAME_ALIGNMENT or not 0 <= params.term_offset < term_length:
             raise LogBufferError(f"{path}: term offset {params.term_offset} is not an aligned offset in the term")
-        correlation_id = params.correlation_id
-        if correlation_id is None:
-            correlation_id = random.getrandbits(62) + 1
-        # Tails as Aeron's initialisePositionCounters() leaves them: the active partition at the
-        # start term, and the two others one rotation behind it, so rotation finds what it expects.
-        active_index = index_by_term_count(term_count)
-        for i in range(PARTITION_COUNT):
-            if i == active_index:
-                raw = pack_tail(term_id, params.term_offset)
-            else:
-                expected_term_id = term_id + i - active_index
-                if i > active_index:
-                    expected_term_id -= PARTITION_COUNT
-                raw = pack_tail(int32(expected_term_id), 0)
-            struct.pack_into("<q", meta, TERM_TAIL_COUNTERS_OFFSET + 8 * i, raw)
-        struct.pack_into("<i", meta, LOG_ACTIVE_TERM_COUNT_OFFSET, term_count)
-        struct.pack_into("<q", meta, LOG_END_OF_STREAM_POSITION_OFFSET, END_OF_STREAM_UNSET)
-        struct.pack_into("<q", meta, LOG_CORRELATION_ID_OFFSET, correlation_id)
-        struct.pack_into("<iiiii", meta, LOG_INITIAL_TERM_ID_OFFSET, initial_term_id, frame.HEADER_LENGTH,
-                         params.mtu_length, term_length, params.page_size)
-        # Aeron's createDefaultHeader(sessionId, streamId, initialTermId): the term id is the initial one.
-        frame.write_header(meta, LOG_DEFAULT_FRAME_HEADER_OFFSET, 0, frame.UNFRAGMENTED, frame.HDR_TYPE_DATA,
-                           0, params.session_id, params.stream_id, initial_term_id)
-        del meta
+        if path.exists():
+            raise LogBufferError(f"{path}: log buffer already exists")
+        fd, unlink_on_failure = _open_unnamed(path)
+        mapped = None
+        try:
+            os.ftruncate(fd, length)
+            mapped = _map(fd, length, mmap.ACCESS_WRITE, pre_touch, new=True)
+            _initialise_metadata(mapped, length, params, initial_term_id, term_id, term_count)
+            _link(fd, unlink_on_failure, path)
+            inode = os.fstat(fd).st_ino
+        except BaseException:
+            if mapped is not None:
+                mapped.close()
+            if unlink_on_failure is not None:
+                unlink_on_failure.unlink(missing_ok=True)
+            raise
+        finally:
+            os.close(fd)
         return cls(path, mapped, term_length, inode)
 
     @classmethod
@@ -318,6 +305,66 @@ class LogBuffer:
             "stream_id": self.stream_id,
             "producer_position": self.producer_position(),
         }
+
+
+def _open_unnamed(path: Path) -> tuple[int, Path | None]:
+    """A new file in path's directory, not yet at path: unnamed where the file system can (nothing
+    is left if the process dies), else under a hidden name that is removed on failure."""
+    try:
+        return os.open(path.parent, os.O_RDWR | os.O_TMPFILE, 0o644), None
+    except FileNotFoundError:
+        raise LogBufferError(f"{path}: no such directory") from None
+    except OSError:
+        pass  # a file system without unnamed files
+    hidden = path.with_name(f".{path.name}.{os.getpid()}.{random.getrandbits(32):08x}.new")
+    return os.open(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), hidden
+
+
+def _link(fd: int, hidden: Path | None, path: Path) -> None:
+    """Give the file at fd (unnamed, or at `hidden`) the name `path`, unless something has it."""
+    try:
+        if hidden is None:
+            # Given a directory fd, os.link calls linkat(AT_SYMLINK_FOLLOW), which links the file
+            # the fd's /proc entry names; a plain link() would try to link the entry itself.
+            directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.link(f"/proc/self/fd/{fd}", path.name, dst_dir_fd=directory)
+            finally:
+                os.close(directory)
+        else:
+            os.link(hidden, path)
+            hidden.unlink()
+    except FileExistsError:
+        raise LogBufferError(f"{path}: log buffer already exists") from None
+
+
+def _initialise_metadata(mapped: mmap.mmap, length: int, params: LogBufferParams, initial_term_id: int,
+                         term_id: int, term_count: int) -> None:
+    meta = memoryview(mapped)[length - LOG_META_DATA_LENGTH:]
+    correlation_id = params.correlation_id
+    if correlation_id is None:
+        correlation_id = random.getrandbits(62) + 1
+    # Tails as Aeron's initialisePositionCounters() leaves them: the active partition at the
+    # start term, and the two others one rotation behind it, so rotation finds what it expects.
+    active_index = index_by_term_count(term_count)
+    for i in range(PARTITION_COUNT):
+        if i == active_index:
+            raw = pack_tail(term_id, params.term_offset)
+        else:
+            expected_term_id = term_id + i - active_index
+            if i > active_index:
+                expected_term_id -= PARTITION_COUNT
+            raw = pack_tail(int32(expected_term_id), 0)
+        struct.pack_into("<q", meta, TERM_TAIL_COUNTERS_OFFSET + 8 * i, raw)
+    struct.pack_into("<i", meta, LOG_ACTIVE_TERM_COUNT_OFFSET, term_count)
+    struct.pack_into("<q", meta, LOG_END_OF_STREAM_POSITION_OFFSET, END_OF_STREAM_UNSET)
+    struct.pack_into("<q", meta, LOG_CORRELATION_ID_OFFSET, correlation_id)
+    struct.pack_into("<iiiii", meta, LOG_INITIAL_TERM_ID_OFFSET, initial_term_id, frame.HEADER_LENGTH,
+                     params.mtu_length, params.term_length, params.page_size)
+    # Aeron's createDefaultHeader(sessionId, streamId, initialTermId): the term id is the initial one.
+    frame.write_header(meta, LOG_DEFAULT_FRAME_HEADER_OFFSET, 0, frame.UNFRAGMENTED, frame.HDR_TYPE_DATA,
+                       0, params.session_id, params.stream_id, initial_term_id)
+    meta.release()
 
 
 def _map(fd: int, length: int, access: int, pre_touch: bool, *, new: bool = False) -> mmap.mmap:

@@ -61,6 +61,24 @@ def test_tail_of_an_unknown_function_is_one_line(fresh_confserver, tmp_path):
     assert result.returncode == 1 and result.stderr.strip() == "ramen: tail: unknown function net/nope"
 
 
+def test_tail_n_of_a_damaged_live_log_is_one_line(fresh_confserver, tmp_path, monkeypatch):
+    monkeypatch.setenv("RAMEN_DIR", str(tmp_path / "ramen"))
+    env = dict(os.environ, RAMEN_CONFSERVER=fresh_confserver.url, RAMEN_CONFSERVER_AUTH=str(fresh_confserver.auth_file),
+               RAMEN_SITE="local")
+    run = [sys.executable, "-m", "ramen.cli.main"]
+    assert subprocess.run([*run, "run", EXAMPLE], env=env, capture_output=True).returncode == 0
+    path = paths.output_log("local", "net/top_talkers")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(bytes(3 * 64 * 1024 + 4096))  # a log's size, its metadata zeros
+
+    result = subprocess.run([*run, "tail", "-n", "3", "net/top_talkers"], env=env, capture_output=True, text=True,
+                            timeout=60)
+
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"ramen: tail: {path}: term length 0 is outside")
+    assert len(result.stderr.splitlines()) == 1
+
+
 def test_a_follow_cuts_past_the_latest_row_written_before_it_joined(tmp_path, monkeypatch):
     """Rows before the cut come from the archives, the others live: the cut lies past everything
     written before the live log was joined (a windowed function: at the next window), or, in a

@@ -12,6 +12,7 @@ import struct
 import numpy as np
 import pytest
 
+from ramen.transport import logbuffer
 from ramen.transport import (BufferClaim, CountersFile, ExclusivePublication, Image, LogBuffer, LogBufferError,
                              LogBufferParams)
 
@@ -261,6 +262,47 @@ def test_creating_a_log_over_an_existing_file_is_refused(log):
     with pytest.raises(LogBufferError) as error:
         LogBuffer.create(log.path, PARAMS)
     assert str(log.path) in str(error.value) and "already exists" in str(error.value)
+
+
+def test_a_log_appears_at_its_path_only_once_its_metadata_is_written(tmp_path, monkeypatch):
+    # A reader that maps a log while it is being created must never see a zero term length.
+    path = tmp_path / "new.logbuffer"
+    initialise = logbuffer._initialise_metadata
+    seen = []
+
+    def watched(*args):
+        seen.append(sorted(tmp_path.iterdir()))
+        initialise(*args)
+    monkeypatch.setattr(logbuffer, "_initialise_metadata", watched)
+
+    LogBuffer.create(path, PARAMS).close()
+
+    assert seen == [[]]
+    assert LogBuffer.open(path, writable=False).term_length == TERM
+
+
+@pytest.mark.parametrize("unnamed", [True, False], ids=["unnamed", "hidden name"])
+def test_a_log_whose_creation_fails_leaves_no_file(tmp_path, monkeypatch, unnamed):
+    if not unnamed:
+        open_ = os.open
+
+        def no_tmpfile(path, flags, *args):
+            if flags & os.O_TMPFILE == os.O_TMPFILE:
+                raise OSError(95, "Operation not supported")
+            return open_(path, flags, *args)
+        monkeypatch.setattr(os, "open", no_tmpfile)
+
+    def fail(*args):
+        raise RuntimeError("killed while creating")
+    initialise = logbuffer._initialise_metadata
+    monkeypatch.setattr(logbuffer, "_initialise_metadata", fail)
+    with pytest.raises(RuntimeError):
+        LogBuffer.create(tmp_path / "new.logbuffer", PARAMS)
+    assert list(tmp_path.iterdir()) == []
+
+    monkeypatch.setattr(logbuffer, "_initialise_metadata", initialise)
+    LogBuffer.create(tmp_path / "new.logbuffer", PARAMS).close()
+    assert [p.name for p in tmp_path.iterdir()] == ["new.logbuffer"]
 
 
 def test_opening_a_truncated_log_names_the_file_and_says_it_is_too_short(log):
