@@ -120,11 +120,12 @@ def run_start(args) -> int:
     (run_dir / READY_FILE).unlink(missing_ok=True)
     token = secrets.token_hex(8)
     os.environ[INSTANCE_ENV] = token  # before any child starts: all of them, and theirs, carry it
-    (run_dir / INSTANCE_FILE).write_text(f"{token}\n")
-    (run_dir / paths.SITE_FILE_NAME).write_text(f"{args.site}\n")
+    # Whole or absent for a command reading them meanwhile (`ramen --dir` finds its site there).
+    paths.write_atomically(run_dir / INSTANCE_FILE, f"{token}\n")
+    paths.write_atomically(run_dir / paths.SITE_FILE_NAME, f"{args.site}\n")
     from confserver import AUTH_FILE_ENV
     if args.confserver and (auth := os.environ.get(AUTH_FILE_ENV)):
-        (run_dir / paths.AUTH_FILE_NAME).write_text(f"{Path(auth).resolve()}\n")
+        paths.write_atomically(run_dir / paths.AUTH_FILE_NAME, f"{Path(auth).resolve()}\n")
     logs = base / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, RAMEN_SITE=args.site)
