@@ -98,6 +98,9 @@ class Site:
                              timeout=STARTUP_S)
         assert started.returncode == 0, started.stderr + started.stdout
 
+    def netd_log(self) -> str:
+        return (self.base / "logs" / "netd.log").read_text()
+
     def netd_pids(self) -> list[int]:
         return [pid for pid, args in _processes_with(f"RAMEN_DIR={self.base}").items() if "ramen.netd.service" in args]
 
@@ -219,15 +222,16 @@ def test_a_live_chain_across_two_sites_and_a_netd_killed_on_the_way(two_sites):
     wait_for(lambda: kill_window_us in windows_right(core, kill_window_us - 1) or None,
              "the window of the kill, whole, on the core", timeout_s=STARTUP_S)
 
-    # The core's netd killed: the edge's stream to it is lost until the new one rebuilds it anew, at
-    # the same path; the core's worker reads the new image (it used to wait on the old file for
-    # ever), and a window that begins after the new netd came is whole and right.
+    # The core's netd killed: the new one goes on rebuilding the stream in the log the dead one left,
+    # which the core's worker still reads; what was on its way when it died the edge sends again.
+    # The window of the kill closes on the core whole and right.
     (killed,) = core.netd_pids()
+    kill_window_us = time.time_ns() // 1000 // WINDOW_US * WINDOW_US
     os.kill(killed, signal.SIGKILL)
     wait_for(lambda: [p for p in core.netd_pids() if p != killed], "the core's netd restarted", timeout_s=STARTUP_S)
-    back_us = time.time_ns() // 1000
-    wait_for(lambda: windows_right(core, back_us) or None, "a window after the core's netd came back, whole",
-             timeout_s=STARTUP_S)
+    wait_for(lambda: kill_window_us in windows_right(core, kill_window_us - 1) or None,
+             "the window of the core's netd kill, whole, on the core", timeout_s=STARTUP_S)
+    assert "resumed: the log an earlier receiver left" in core.netd_log()
 
 
 def replay(site: Site, since_us: int, until_us: int, target: str, output: Path, *options) -> subprocess.Popen:
@@ -294,6 +298,8 @@ def test_a_replay_on_the_core_computed_from_the_edges_archive_and_netds_killed_d
 
     # A netd killed with SIGKILL while the edge's replayer streams to the core: a result equal to
     # the first, or one line naming the problem; never a hang, never a short result with exit 0.
+    # The core's (receiving) netd is followed by one that goes on in the log the dead one left: the
+    # replay ends whole.
     for site in (edge, core):
         (killed,) = site.netd_pids()
         process = replay(core, since_us, until_us, "x/slowly", tmp_path / f"kill-{site.name}.parquet")
@@ -301,6 +307,7 @@ def test_a_replay_on_the_core_computed_from_the_edges_archive_and_netds_killed_d
                  timeout_s=STARTUP_S)
         os.kill(killed, signal.SIGKILL)
         code, stderr = finished(process)
+        assert code == 0 or site is edge, stderr
         if code == 0:
             assert windows_of(tmp_path / f"kill-{site.name}.parquet").equals(expected)
         else:

@@ -90,6 +90,34 @@ class ImageRebuilder:
         self._clean_position = join_position
         self.end_of_stream_position: int | None = None
 
+    @classmethod
+    def resuming(cls, log_buffer: LogBuffer, sender_position: int, *,
+                 window_length: int | None = None) -> "ImageRebuilder":
+        """Go on rebuilding a log that an earlier receiver of the same stream rebuilt and left
+        without an end (its process died while readers still map the log): from the end of what
+        it rebuilt without a gap, which the frames past its published tail extend, so the readers
+        lose nothing. The sender, at `sender_position` (its SETUP's), is asked for what lies between
+        (the gap up to it is NAKed at once) and is still within the window: the earlier receiver's
+        last SM held it there. The space a term behind that end is cleaned on from there, as the
+        earlier receiver did (the old laps' frames would read as duplicates three terms on).
+
+        Beyond Aeron, whose new receiver makes a new image at the sender's position. ValueError
+        when the sender is not within reach: past that end plus the window (what lies between may
+        be gone from its log), or more than a term behind it (not the stream this log holds)."""
+        start = log_buffer.producer_position()
+        rebuilder = cls(log_buffer, start, window_length=window_length)
+        rebuilder.hwm_position = start + rebuilder.window_length
+        rebuilder._advance_rebuilt()
+        resumed = rebuilder.rebuilt_position
+        if not resumed - rebuilder.term_length <= sender_position <= resumed + rebuilder.window_length:
+            rebuilder.close()
+            raise ValueError(f"the sender is at {sender_position}, out of reach of {resumed}, where the "
+                             f"log was rebuilt to (window {rebuilder.window_length})")
+        rebuilder.join_position = rebuilder.consumer_position = resumed
+        rebuilder.hwm_position = max(resumed, sender_position)
+        rebuilder._clean_position = max(0, resumed - rebuilder.term_length)
+        return rebuilder
+
     def close(self) -> None:
         for view in self._lengths:
             view.release()

@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from pathlib import Path
+from typing import Callable
 
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.transport.errors import TransportError
@@ -77,15 +78,22 @@ class ReceiverImage:
     per-image state (the gaps being NAKed, liveness, end of stream)."""
 
     def __init__(self, setup: SetupFrame, log_buffer: LogBuffer, *, clock: Clock, now_ns: int,
-                 window_length: int | None = None) -> None:
+                 window_length: int | None = None, resume: bool = False) -> None:
+        """`resume`: `log_buffer` is the log an earlier receiver of this stream left unended, to go
+        on with (ImageRebuilder.resuming; ValueError if it cannot); else a new one at the SETUP's
+        position."""
         self.session_id = setup.session_id
         self.stream_id = setup.stream_id
         self.log = log_buffer
-        join = compute_position(setup.active_term_id, setup.term_offset, log_buffer.position_bits_to_shift,
-                                setup.initial_term_id)
-        self.rebuilder = ImageRebuilder(log_buffer, join, window_length=window_length)
+        self.resumed = resume
+        position = compute_position(setup.active_term_id, setup.term_offset, log_buffer.position_bits_to_shift,
+                                    setup.initial_term_id)
+        if resume:
+            self.rebuilder = ImageRebuilder.resuming(log_buffer, position, window_length=window_length)
+        else:
+            self.rebuilder = ImageRebuilder(log_buffer, position, window_length=window_length)
         self.policy = StatusMessagePolicy(self.rebuilder.window_length, clock=clock)
-        self.sm_position = join
+        self.sm_position = self.rebuilder.join_position
         """Aeron's next_sm_position: what SMs report, moved only past the policy's threshold."""
         self.last_frame_ns = now_ns
         self.pending_naks: dict[tuple[int, int], int] = {}
@@ -184,7 +192,13 @@ class NetworkReceiver:
         self.frames_unsubscribed = 0
         """SETUPs and DATA of streams nobody subscribed to: ignored, as Aeron does (not garbage)."""
         self.images_ended = 0
+        self.images_resumed = 0
+        """Images that went on in a log an earlier receiver left (resume_log)."""
         self.garbage: Counter[str] = Counter()
+        self.resume_log: Callable[[SetupFrame], LogBuffer | None] | None = None
+        """Given a SETUP, an open log of its stream that an earlier receiver left without an end,
+        for the image to go on in (ReceiverImage's resume), or None; set by the owner, who knows
+        where the stream's images go. None: every image is new."""
 
     def add_subscription(self, stream_id: int, *, window: int | None = None) -> None:
         """A subscriber wants stream_id: from now on its SETUPs make images. `window`: the stream's
@@ -286,6 +300,13 @@ class NetworkReceiver:
         key = (setup.session_id, setup.stream_id)
         if key in self.images:
             return
+        window = self.windows.get(setup.stream_id, self.receiver_window)
+        window = None if window is None else min(window, setup.term_length // 2)
+        image = self._resumed(setup, now, window)
+        if image is not None:
+            self.images[key] = image
+            self._setup_requests.pop(key, None)
+            return
         path = self.directory / f"{setup.session_id}-{setup.stream_id}-{self._log_count}.logbuffer"
         self._log_count += 1
         log_buffer = None
@@ -294,8 +315,6 @@ class NetworkReceiver:
                 term_length=setup.term_length, mtu_length=setup.mtu, initial_term_id=setup.initial_term_id,
                 session_id=setup.session_id, stream_id=setup.stream_id, term_id=setup.active_term_id,
                 term_offset=setup.term_offset), pre_touch=self.pre_touch)
-            window = self.windows.get(setup.stream_id, self.receiver_window)
-            window = None if window is None else min(window, setup.term_length // 2)
             image = ReceiverImage(setup, log_buffer, clock=self._clock, now_ns=now, window_length=window)
         except (ValueError, TransportError) as error:  # a term length, MTU or position no log can have
             self.garbage[GARBAGE_BAD_SETUP] += 1
@@ -306,6 +325,22 @@ class NetworkReceiver:
             return
         self.images[key] = image
         self._setup_requests.pop(key, None)
+
+    def _resumed(self, setup: SetupFrame, now: int, window: int | None) -> ReceiverImage | None:
+        """The image going on in the log `resume_log` finds for the SETUP (an earlier receiver's,
+        left unended), if the sender is within its reach; None otherwise (a new image then)."""
+        log_buffer = self.resume_log(setup) if self.resume_log is not None else None
+        if log_buffer is None:
+            return None
+        try:
+            image = ReceiverImage(setup, log_buffer, clock=self._clock, now_ns=now, window_length=window, resume=True)
+        except ValueError as e:
+            log.info("%s: not resumed for session %d stream %d: %s", log_buffer.path, setup.session_id,
+                     setup.stream_id, e)
+            log_buffer.close()
+            return None
+        self.images_resumed += 1
+        return image
 
     def _on_data(self, item: DataFrame, now: int) -> None:
         key = (item.session_id, item.stream_id)

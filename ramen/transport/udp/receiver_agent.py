@@ -20,13 +20,17 @@ endpoint (one socket per endpoint, shared by its streams) with a NetworkReceiver
   subscription is removed; its log then gets its end-of-stream position (the EOS the sender sent,
   or the rebuilt position), so its readers end cleanly. The log is closed and its file removed
   once no live reader is left on it, or IMAGE_READER_GRACE_NS after it ended at the latest.
+- A receiver whose process died leaves its images' logs unended, their readers waiting on them. The
+  next receiver of the endpoint goes on in such a log at its image_log (_log_to_resume) when its
+  sender sets the stream up again: the readers lose nothing the sender's log still holds.
 - A datagram the kernel will not take now (EAGAIN) is sent first next duty cycle; an ICMP error is
   counted. Neither raises out of do_work.
 
 Counters (agent_counters.py), per image, labelled `<name>: <session> <stream> <endpoint> <- <sender>
 <log>`: rcv-pos, rcv-hwm, naks-sent, loss-gaps, sms-sent, frames-duplicate, frames-over-run; per
-socket, labelled `receiver <endpoint>`: images, images-ended, setups-received, frames-unsubscribed,
-short-sends, unreachable, and `garbage <kind>` for each kind seen (receiver.GARBAGE_*).
+socket, labelled `receiver <endpoint>`: images, images-ended, images-resumed, setups-received,
+frames-unsubscribed, short-sends, unreachable, and `garbage <kind>` for each kind seen
+(receiver.GARBAGE_*).
 """
 
 from __future__ import annotations
@@ -45,20 +49,23 @@ from typing import Callable
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.transport.counters import CountersFile, InMemoryCounter
 from ramen.transport.defaults import SUBSCRIBER_LIVENESS_TIMEOUT_S
+from ramen.transport.errors import TransportError
 from ramen.transport.flow_control import FlowControl
-from ramen.transport.logbuffer import pack_tail
+from ramen.transport.logbuffer import END_OF_STREAM_UNSET, LogBuffer, pack_tail
 from ramen.transport.position import index_by_term_count, int32
 from ramen.transport.udp import sockets
 from ramen.transport.udp.agent_counters import CounterGroup, stream_key
 from ramen.transport.udp.channel import Address, ChannelError, UdpChannel
 from ramen.transport.udp.defaults import (AGENT_NAK_RETRY_NS, AGENT_STALLED_SM_NS, IMAGE_READER_GRACE_NS,
                                           RECEIVER_MAX_DATAGRAMS_PER_WORK, UNREAD_IMAGE_HOLD_NS)
+from ramen.transport.udp.protocol import SetupFrame
 from ramen.transport.udp.receiver import NetworkReceiver, ReceiverImage
 
 log = logging.getLogger(__name__)
 
 IMAGE_COUNTERS = ("rcv-pos", "rcv-hwm", "naks-sent", "loss-gaps", "sms-sent", "frames-duplicate", "frames-over-run")
-ENDPOINT_COUNTERS = ("images", "images-ended", "setups-received", "frames-unsubscribed", "short-sends", "unreachable")
+ENDPOINT_COUNTERS = ("images", "images-ended", "images-resumed", "setups-received", "frames-unsubscribed",
+                     "short-sends", "unreachable")
 
 _DATA_SESSION_STREAM_OFFSET = 12
 """sessionId and streamId of a DATA, PAD or SETUP frame (@12, @16): whose datagram it is."""
@@ -333,7 +340,7 @@ class ReceiverAgent:
         log_buffer = image.log
         source = endpoint.sources.get(key)
         source_address = Address(*source[:2]) if source is not None else Address("", 0)
-        log_path = _place(log_buffer.path, endpoint.image_logs.get(key[1]))
+        log_path = log_buffer.path if image.resumed else _place(log_buffer.path, endpoint.image_logs.get(key[1]))
         info = ImageInfo(key[0], key[1], log_path, image.join_position, endpoint.address, source_address)
         suffix = f"{key[0]} {key[1]} {endpoint.address} <- {source_address} {log_path.name}"
         group = CounterGroup(self.counters, IMAGE_COUNTERS, suffix,
@@ -346,8 +353,8 @@ class ReceiverAgent:
         agent_image = _AgentImage(image, info, group, readers, os.stat(log_path).st_ino,
                                   held_for=endpoint.holds.get(key[1], 0) if readers is not None else 0)
         endpoint.images[key] = agent_image
-        log.info("image of session %d stream %d from %s at %d: %s", key[0], key[1], source_address,
-                 info.join_position, log_path)
+        log.info("image of session %d stream %d from %s at %d: %s%s", key[0], key[1], source_address,
+                 info.join_position, log_path, " (resumed: the log an earlier receiver left)" if image.resumed else "")
         if self.on_image is not None:
             self.on_image(info)
 
@@ -423,6 +430,7 @@ class ReceiverAgent:
         receiver, group = endpoint.receiver, endpoint.counters
         group["images"].set(len(endpoint.images))
         group["setups-received"].set(receiver.setups_received)
+        group["images-resumed"].set(receiver.images_resumed)
         group["frames-unsubscribed"].set(receiver.frames_unsubscribed)
         if receiver.garbage != endpoint.garbage_seen:
             for kind, count in receiver.garbage.items():
@@ -478,8 +486,30 @@ class ReceiverAgent:
             sock.close()
             raise
         endpoint = _ReceiveEndpoint(name, sock, receiver, group)
+        receiver.resume_log = lambda setup: self._log_to_resume(endpoint, setup)
         self._endpoints[name] = endpoint
         return endpoint
+
+    @staticmethod
+    def _log_to_resume(endpoint: _ReceiveEndpoint, setup: SetupFrame) -> LogBuffer | None:
+        """The log of the SETUP's stream at its subscription's image_log that no live image of
+        ours writes and that has no end: an earlier receiver's, whose process died while readers
+        still map it. The new image goes on in it (NetworkReceiver.resume_log), so they lose nothing;
+        a receiver that stopped cleanly ended its logs, and a new image replaces them."""
+        wanted = endpoint.image_logs.get(setup.stream_id)
+        if wanted is None or any(image.info.log_path == wanted for image in endpoint.images.values()):
+            return None
+        try:
+            log_buffer = LogBuffer.open(wanted)
+        except (TransportError, OSError):
+            return None
+        if (log_buffer.session_id, log_buffer.stream_id, log_buffer.initial_term_id, log_buffer.term_length,
+                log_buffer.mtu_length, log_buffer.end_of_stream_position) != \
+                (setup.session_id, setup.stream_id, setup.initial_term_id, setup.term_length, setup.mtu,
+                 END_OF_STREAM_UNSET):
+            log_buffer.close()
+            return None
+        return log_buffer
 
     def _close_endpoint(self, endpoint: _ReceiveEndpoint, now: int) -> None:
         """Close the socket; its images end, their logs waiting for their readers (_reap_ended)."""

@@ -58,7 +58,8 @@ class Reader:
 
 class Rig:
     def __init__(self, tmp_path: Path, *, seed: int = 1, forward: Faults = Faults(), backward: Faults = Faults(),
-                 count: int = 200, term_length: int = TERM_LENGTH, mtu: int = MTU, hold_for_readers: int = 0) -> None:
+                 count: int = 200, term_length: int = TERM_LENGTH, mtu: int = MTU, hold_for_readers: int = 0,
+                 image_log: Path | None = None) -> None:
         self.tmp_path = tmp_path
         self.clock = ManualClock()
         self.counters = CountersFile.open(tmp_path / "counters.dat")
@@ -70,8 +71,9 @@ class Rig:
         self.readers: list[Reader] = []
         self.ended: list[ImageInfo] = []
         self.receiver = self.new_receiver()
+        self.image_log = image_log
         self.endpoint = self.receiver.add_subscription(UdpChannel(endpoint=Address("127.0.0.1", 0)), STREAM_ID,
-                                                       hold_for_readers=hold_for_readers)
+                                                       hold_for_readers=hold_for_readers, image_log=image_log)
         self.proxy = LossyProxy(self.endpoint, seed=seed, forward=forward, backward=backward)
         self.sender = SenderAgent(self.counters, clock=self.clock)
         self.network_publication = self.sender.add_publication(
@@ -158,5 +160,5 @@ def sm_limit(rig: Rig, datagram: bytes) -> int | None:
     return max(limits) if limits else None
 
 
-__all__ = ["Rig", "Reader", "Faults", "BACK_PRESSURED", "TERM_LENGTH", "MTU", "SESSION_ID", "STREAM_ID",
+__all__ = ["Rig", "Reader", "Faults", "BACK_PRESSURED", "TERM_LENGTH", "MTU", "SESSION_ID", "STREAM_ID", "TICK_S",
            "messages", "is_data", "sm_limit"]

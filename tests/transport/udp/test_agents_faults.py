@@ -18,7 +18,7 @@ from ramen.transport.udp.defaults import (IMAGE_LIVENESS_TIMEOUT_NS, PUBLICATION
 from ramen.transport.udp.receiver_agent import ReceiverAgent
 from ramen.transport.udp.protocol import (DataFrame, SetupFrame, StatusMessage, WireError, data_frame, frames_of)
 from ramen.transport.udp.sender_agent import SenderAgent
-from tests.transport.udp.agent_rig import MTU, SESSION_ID, STREAM_ID, TERM_LENGTH, Faults, Reader, Rig, sm_limit
+from tests.transport.udp.agent_rig import MTU, SESSION_ID, STREAM_ID, TERM_LENGTH, TICK_S, Faults, Reader, Rig, sm_limit
 
 WINDOW = min(RECEIVER_WINDOW_MAX_BYTES, TERM_LENGTH // 2)
 
@@ -179,6 +179,78 @@ def test_a_receiver_that_restarts_rejoins_at_the_senders_position_and_the_stream
         start = rig.expected.index(second.got[0])
         assert start >= len(first.got)
         assert second.got == rig.expected[start:]
+    finally:
+        rig.close()
+
+
+def kill_receiver(rig: Rig) -> None:
+    """The receiver's process dies while datagrams are on their way to it: the kernel closes its
+    socket, and what it had not read yet is lost; its counters are reclaimed, as a dead process's
+    are; nothing of it ends its images."""
+    def in_flight() -> bool:
+        return rig.network_publication.sender.sender_position > rig.reader.log.producer_position()
+    for _ in range(10_000):
+        rig.clock.advance(TICK_S)
+        rig.write()
+        rig.sender.do_work()
+        rig.proxy.do_work()  # into the receiver's socket
+        if in_flight():
+            break
+        rig.tick(write=False)
+    assert in_flight()
+    for endpoint in rig.receiver._endpoints.values():
+        endpoint.sock.close()
+        for image in endpoint.images.values():
+            image.counters.close()
+        endpoint.counters.close()
+    rig.receiver = None
+
+
+def restart_receiver(rig: Rig) -> None:
+    rig.receiver = rig.new_receiver()
+    rig.receiver.add_subscription(UdpChannel(endpoint=rig.endpoint), STREAM_ID, image_log=rig.image_log)
+
+
+def test_a_receiver_that_dies_is_followed_by_one_that_goes_on_in_its_log_and_its_reader_loses_nothing(tmp_path):
+    rig = Rig(tmp_path, seed=6, count=400, image_log=tmp_path / "in" / "stream.logbuffer")
+    try:
+        rig.run_until(lambda: rig.readers and len(rig.reader.got) >= 100, 100_000)
+        first = rig.reader
+        inode = rig.image_log.stat().st_ino
+        kill_receiver(rig)
+        published = first.log.producer_position()
+        for _ in range(100):  # the sender goes on alone up to its limit, those datagrams lost
+            rig.tick()
+        assert rig.written > len(first.got) and not first.image.is_end_of_stream
+        sent = rig.counter("snd-pos")
+
+        restart_receiver(rig)
+        rig.run_until(lambda: rig.written == 400 and len(first.got) == 400, 200_000)
+
+        assert first.got == rig.expected  # every message once, in order, through the same mapping
+        assert rig.image_log.stat().st_ino == inode
+        resumed = rig.reader
+        assert resumed is not first and resumed.info.log_path == rig.image_log
+        assert published <= resumed.info.join_position < sent  # from where the dead one rebuilt to
+        assert rig.counter("images-resumed") == 1 and rig.counter("retransmits") > 0
+    finally:
+        rig.close()
+
+
+def test_a_receiver_that_stopped_cleanly_ended_its_log_and_the_next_makes_a_new_image(tmp_path):
+    rig = Rig(tmp_path, seed=7, count=400, image_log=tmp_path / "in" / "stream.logbuffer")
+    try:
+        rig.run_until(lambda: rig.readers and len(rig.reader.got) >= 100, 100_000)
+        first = rig.reader
+        rig.receiver.close()
+        rig.run_until(lambda: first.image.is_end_of_stream, 10_000)
+        restart_receiver(rig)
+        rig.run_until(lambda: len(rig.readers) == 2 and rig.written == 400 and rig.reader.got
+                      and rig.reader.got[-1] == rig.expected[-1], 200_000)
+        assert rig.counter("images-resumed") == 0
+        second = rig.reader
+        start = rig.expected.index(second.got[0])
+        assert start >= len(first.got) and second.got == rig.expected[start:]
     finally:
         rig.close()
 

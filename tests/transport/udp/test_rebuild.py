@@ -9,6 +9,8 @@ import pytest
 
 from ramen.clocks import NANOS_PER_SECOND, ManualClock
 from ramen.transport import FragmentAssembler, Image, LogBuffer, LogBufferParams
+from ramen.transport.logbuffer import pack_tail
+from ramen.transport.position import index_by_term_count, int32, term_id_of
 from ramen.transport.udp import rebuild
 from ramen.transport.udp.protocol import DataFrame, NakFrame, SetupFrame, StatusMessage, WireError, frames_of
 from ramen.transport.udp.rebuild import Gap, ImageRebuilder, StatusMessagePolicy, receiver_window
@@ -42,7 +44,8 @@ class Reader:
     def poll(self) -> None:
         while self.image.poll(self.assembler.on_fragment, 64):
             pass
-        self.rebuilder.consumed_to(self.image.position)
+        if self.image.position > self.rebuilder.consumer_position:  # a resumed rebuilder starts where it read to
+            self.rebuilder.consumed_to(self.image.position)
 
 
 def new_image(tmp_path, setup: SetupFrame) -> tuple[LogBuffer, ImageRebuilder]:
@@ -151,6 +154,62 @@ def test_gaps_below_the_hwm_are_what_was_not_received(tmp_path, capture):
     for i in sorted(lost):
         rebuilder.insert(first_term[i])
     assert rebuilder.gaps() == [] and rebuilder.rebuilt_position == beyond.term_offset
+
+
+def publish_tail(log: LogBuffer, position: int) -> None:
+    """Set the log's tail to `position`, as the receiver agent publishes what it rebuilt."""
+    term_count = position >> log.position_bits_to_shift
+    log.set_raw_tail(index_by_term_count(term_count),
+                     pack_tail(int32(log.initial_term_id + term_count), position & (log.term_length - 1)))
+    log.active_term_count = term_count
+
+
+def rebuilt_to_a_term_and_a_half(tmp_path, datagrams) -> tuple[LogBuffer, ImageRebuilder, Reader, list, int]:
+    """A receiver that rebuilt the stream to 1.5 terms, its reader with it, and published its tail
+    three frames short of that; the frames, and the index of the first it did not get."""
+    frames = sender_frames(datagrams)
+    log, rebuilder = new_image(tmp_path, setup_of(datagrams))
+    reader = Reader(log, rebuilder)
+    k = next(i for i, f in enumerate(frames) if rebuilder.position_of(f.term_id, f.term_offset) >= log.term_length * 3 // 2)
+    for item in frames[:k]:
+        assert rebuilder.insert(item) == rebuild.INSERTED
+        reader.poll()
+    publish_tail(log, rebuilder.position_of(frames[k - 3].term_id, frames[k - 3].term_offset))
+    return log, rebuilder, reader, frames, k
+
+
+def test_a_rebuild_resumed_in_a_dead_receivers_log_goes_on_from_its_end_and_its_reader_gets_every_message(
+        tmp_path, capture):
+    name, datagrams = capture
+    log, dead, reader, frames, k = rebuilt_to_a_term_and_a_half(tmp_path, datagrams)
+    end = dead.rebuilt_position
+    sender_at = dead.position_of(frames[k + 5].term_id, frames[k + 5].term_offset)  # k..k+4 lost with it
+
+    resumed = ImageRebuilder.resuming(log, sender_at)
+
+    assert resumed.join_position == resumed.rebuilt_position == resumed.consumer_position == end
+    assert resumed.gaps() == [Gap(term_id_of(end, resumed.bits, resumed.initial_term_id), end & resumed.mask,
+                                  sender_at - end)]
+    reader.rebuilder = resumed
+    statuses = []
+    for item in frames:  # the sender sends the gap again, then goes on; what came before is a duplicate
+        statuses.append(resumed.insert(item))
+        reader.poll()
+    # The stream's last half term lands where the dead receiver's first half term lay: cleaned on
+    # from a term behind where it stopped, as the dead one would have.
+    assert reader.messages == EXPECTED
+    assert statuses.count(rebuild.DUPLICATE) == k and statuses.count(rebuild.INSERTED) == len(frames) - k
+
+
+def test_a_rebuild_is_not_resumed_for_a_sender_out_of_its_reach(tmp_path, capture):
+    name, datagrams = capture
+    log, dead, reader, frames, k = rebuilt_to_a_term_and_a_half(tmp_path, datagrams)
+    end, window = dead.rebuilt_position, dead.window_length
+    for sender_at in (end + window + 32, end - log.term_length - 32):
+        with pytest.raises(ValueError, match=f"the sender is at {sender_at}, out of reach of {end}"):
+            ImageRebuilder.resuming(log, sender_at)
+    for sender_at in (end + window, end, end - log.term_length):
+        ImageRebuilder.resuming(log, sender_at).close()
 
 
 def test_frames_of_another_stream_or_out_of_the_term_are_rejected(tmp_path, capture):
