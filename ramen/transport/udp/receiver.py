@@ -193,6 +193,8 @@ class NetworkReceiver:
         """SETUPs and DATA of streams nobody subscribed to: ignored, as Aeron does (not garbage)."""
         self.images_ended = 0
         self.images_resumed = 0
+        self.images_overtaken = 0
+        """Images ended by a SETUP past their reach (the sender skipped what its writer overtook)."""
         """Images that went on in a log an earlier receiver left (resume_log)."""
         self.garbage: Counter[str] = Counter()
         self.resume_log: Callable[[SetupFrame], LogBuffer | None] | None = None
@@ -298,8 +300,20 @@ class NetworkReceiver:
             self.frames_unsubscribed += 1
             return
         key = (setup.session_id, setup.stream_id)
-        if key in self.images:
-            return
+        image = self.images.get(key)
+        if image is not None:
+            rebuilder = image.rebuilder
+            position = rebuilder.position_of(setup.active_term_id, setup.term_offset)
+            if position <= rebuilder.rebuilt_position + rebuilder.term_length:
+                return  # the same sender again, or a new one that goes back to us (NetworkSender.on_status)
+            # The sender is more than a term past where the image was rebuilt to: what lies between
+            # is gone from its log (its writer overtook it while nobody received), and the gap would
+            # never fill. The image ends there, and a new one begins at the sender's position.
+            log.warning("session %d stream %d: the sender went on at %d, %d bytes past where its image was "
+                        "rebuilt to, which it no longer holds: a new image there", setup.session_id,
+                        setup.stream_id, position, position - rebuilder.rebuilt_position)
+            self.images_overtaken += 1
+            self._end(key)
         window = self.windows.get(setup.stream_id, self.receiver_window)
         window = None if window is None else min(window, setup.term_length // 2)
         image = self._resumed(setup, now, window)

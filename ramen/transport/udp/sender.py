@@ -113,6 +113,10 @@ class NetworkSender:
         """(termId, termOffset) of a NAKed range -> when its linger ends (ns)."""
         self._control: list[bytes] = []
         """Datagrams due at once (RTTM echoes, retransmits), sent first by the next do_work."""
+        self.skipped_to: int | None = None
+        """Where snd-pos last skipped to (_skip_if_overtaken): SETUPs go until an SM from there."""
+        self.skips = 0
+        self.skipped_bytes = 0
         self.back_pressure_events = 0
         self.naks_received = 0
         self.retransmits = 0
@@ -144,6 +148,7 @@ class NetworkSender:
         now = self._clock.nanos() if now_ns is None else now_ns
         out = self._control
         self._control = []
+        self._skip_if_overtaken()
         if self._send_setup and now - self._last_setup_ns > SETUP_RETRY_NS:
             out.append(self._setup_frame().encode())
             self._last_setup_ns = now
@@ -160,6 +165,24 @@ class NetworkSender:
         if self._retransmits:
             self._retransmits = {key: end for key, end in self._retransmits.items() if end > now}
         return out
+
+    def _skip_if_overtaken(self) -> None:
+        """A writer more than a term past snd-pos (nobody held it: the receiver was gone for the
+        connection timeout) may soon write over what is still to be sent, and over the term behind
+        it that NAKs may ask for: snd-pos skips to the writer's tail, and a SETUP there tells the
+        receiver, which ends its image and begins a new one (NetworkReceiver._on_setup). The rows
+        between are lost to it, counted in skipped_bytes. Connected, the writer is never that far
+        ahead: snd-pos holds it to half a term."""
+        tail = self.log.producer_position()
+        if tail - self.sender_position <= self.term_length:
+            return
+        skipped = tail - self.sender_position
+        self.skipped_bytes += skipped
+        self.skips += 1
+        self.sender_position = self.sender_limit = self.skipped_to = tail
+        self._send_setup = True
+        self._last_setup_ns = self._clock.nanos() - SETUP_RETRY_NS - 1
+        self._retransmits.clear()
 
     def _send_data(self, out: list) -> int:
         """First transmissions between snd-pos and snd-lmt; the datagrams sent."""
@@ -365,7 +388,8 @@ class NetworkSender:
             self.resumed_from = position
         self.sender_limit = max(self.sender_limit, position + sm.receiver_window)
         self.is_connected = True
-        self._send_setup = False
+        if self.skipped_to is None or position >= self.skipped_to:
+            self._send_setup = False  # after a skip, only the new image's SMs say the SETUP came
 
     def on_nak(self, nak: NakFrame) -> None:
         """A NAK: the range goes again with the next do_work, unless it was sent again less than

@@ -25,7 +25,8 @@ and keeps the books:
 
 Counters (agent_counters.py), per publication, labelled `<name>: <session> <stream> <log> ->
 <endpoint>`: snd-pos, snd-lmt, snd-bpe, naks-received, retransmits, short-sends, heartbeats-sent,
-setups-sent, sms-received; per socket, labelled with its endpoint: unreachable and garbage by kind.
+setups-sent, sms-received, skipped-bytes; per socket, labelled with its endpoint: unreachable and garbage by
+kind.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ log = logging.getLogger(__name__)
 _NANOS_PER_MILLI = 1_000_000
 
 PUBLICATION_COUNTERS = ("snd-pos", "snd-lmt", "snd-bpe", "naks-received", "retransmits", "short-sends",
-                        "heartbeats-sent", "setups-sent", "sms-received")
+                        "heartbeats-sent", "setups-sent", "sms-received", "skipped-bytes")
 
 # Kinds of garbage a sender's socket gets (the receiver's are receiver.GARBAGE_*).
 GARBAGE_SHORT = "short"
@@ -98,6 +99,8 @@ class NetworkPublication:
     """When the publication was found closed and all of it sent (None before)."""
     eos_sm_received: bool = False
     is_closed: bool = False
+    skips_seen: int = 0
+    """The sender's skips already told of (NetworkSender._skip_if_overtaken)."""
 
     @property
     def session_id(self) -> int:
@@ -316,6 +319,14 @@ class SenderAgent:
     def _housekeeping(self, publication: NetworkPublication, now: int) -> None:
         """Counters, the flow-control position and its heartbeat, connection timeout, linger."""
         self._update_counters(publication)
+        sender = publication.sender
+        if sender.skips != publication.skips_seen:
+            publication.skips_seen = sender.skips
+            # A warning once a receiver had it: rows it will not get. Before, nobody missed them.
+            (log.warning if publication.last_sm_ns is not None else log.debug)(
+                "%s: its writer ran more than a term past what was sent (no receiver at %s held it): sent on "
+                "from its tail, %d; %d bytes skipped in all", publication.log.path.name,
+                publication.channel.endpoint, sender.sender_position, sender.skipped_bytes)
         position = publication.subscriber_position
         if position is not None and position.status == ctr.COUNTER_DROPPED:
             # The publication dropped us (this agent did not run for its subscriber liveness
@@ -355,6 +366,7 @@ class SenderAgent:
         group["heartbeats-sent"].set(sender.heartbeats_sent)
         group["setups-sent"].set(sender.setups_sent)
         group["sms-received"].set(sender.status_messages_received)
+        group["skipped-bytes"].set(sender.skipped_bytes)
 
     # -- sockets --------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import random
 import socket
 import struct
 
-from ramen.transport import BACK_PRESSURED, NOT_CONNECTED
+from ramen.transport import BACK_PRESSURED, NOT_CONNECTED, Image, LogBuffer
 from ramen.transport.frame import EOS_FLAG, HDR_TYPE_DATA
 from ramen.transport.udp import protocol
 from ramen.transport.udp.channel import Address, UdpChannel
@@ -233,6 +233,62 @@ def test_a_receiver_that_dies_is_followed_by_one_that_goes_on_in_its_log_and_its
         assert resumed is not first and resumed.info.log_path == rig.image_log
         assert published <= resumed.info.join_position < sent  # from where the dead one rebuilt to
         assert rig.counter("images-resumed") == 1 and rig.counter("retransmits") > 0
+    finally:
+        rig.close()
+
+
+class LocalReader:
+    """A reader of the writer's own log (an archiver, a local child): the writer stays connected
+    without the sender, and goes on when the sender no longer holds it."""
+
+    def __init__(self, rig: Rig) -> None:
+        self.log = LogBuffer.open(rig.pub_log.path)
+        self.image = Image(self.log, rig.counters, clock=rig.clock)
+
+    def poll(self, fragments: int = 64) -> int:
+        return self.image.poll(lambda *fragment: None, fragments)
+
+    def close(self) -> None:
+        self.image.close()
+        self.log.close()
+
+
+class PacedRig(Rig):
+    """A writer of a message a duty cycle, as a live function writes: never a term within the
+    10 ms (200 duty cycles) its publication takes to see a new subscriber's position."""
+
+    def write(self) -> None:
+        if self.written < len(self.expected) and self.publication.offer(self.expected[self.written]) > 0:
+            self.written += 1
+
+
+def test_a_receiver_gone_while_its_writer_ran_a_term_past_the_sender_gets_a_new_image_there_and_goes_on(tmp_path):
+    rig = PacedRig(tmp_path, seed=8, count=3000, term_length=1 << 20, image_log=tmp_path / "in" / "stream.logbuffer")
+    rig.readers.append(LocalReader(rig))
+    try:
+        rig.run_until(lambda: len(rig.readers) == 2 and len(rig.reader.got) >= 100, 100_000)
+        first = rig.reader
+        kill_receiver(rig)
+        sender = rig.network_publication.sender
+        for _ in range(2000):  # 10 s: past the connection timeout, the writer held by its local reader only
+            rig.clock.advance(0.005)
+            rig.tick()
+        assert rig.written < len(rig.expected)
+
+        restart_receiver(rig)
+        # Without the skip, the new image went on from the dead one's log, and the sender's log no
+        # longer held the gap: the stream stood still for ever.
+        rig.run_until(lambda: rig.written == len(rig.expected) and len(rig.readers) == 3 and rig.reader.got
+                      and rig.reader.got[-1] == rig.expected[-1], 100_000)
+
+        assert sender.skips >= 1
+        second = rig.reader
+        assert second.info.join_position == sender.skipped_to
+        start = rig.expected.index(second.got[0])
+        assert first.got == rig.expected[:len(first.got)] and start > len(first.got)
+        assert second.got == rig.expected[start:]  # the stream goes on, whole from where it skipped to
+        assert rig.counter("skipped-bytes") == sender.skipped_bytes > 0
+        assert rig.counter("images-resumed") == 0
     finally:
         rig.close()
 

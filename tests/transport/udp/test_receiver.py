@@ -74,6 +74,20 @@ def test_a_setup_makes_an_image_at_its_position_answered_by_an_sm_at_once(rig):
     assert rig.image is image and rig.work() == []
 
 
+def test_a_setup_more_than_a_term_past_an_image_ends_it_and_a_new_one_begins_there(rig):
+    rig.setup()
+    for index in range(3):
+        rig.data(index)
+    old = rig.image
+    rig.setup(term_id=1, term_offset=3 * FRAME)  # a sender a term past: one that went back to us
+    assert rig.image is old and rig.receiver.images_overtaken == 0
+    rig.setup(term_id=1, term_offset=3 * FRAME + 32)  # past: it skipped what its writer overtook
+    new = rig.image
+    assert new is not old and new.join_position == TERM_LENGTH + 3 * FRAME + 32
+    assert rig.receiver.ended_images == [old] and old.is_ended and old.rebuilt_position == 3 * FRAME
+    assert rig.receiver.images_overtaken == 1 and new.log.path != old.log.path
+
+
 def test_setups_of_a_stream_nobody_subscribed_to_make_no_image(rig):
     rig.setup(stream=STREAM + 1)
     assert rig.receiver.images == {} and rig.work() == []

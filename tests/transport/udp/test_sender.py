@@ -131,14 +131,44 @@ def test_small_frames_are_packed_several_per_datagram_up_to_the_mtu(rig):
     assert data[0] == bytes(rig.log.terms[0][:8 * 160])  # the log's bytes as they are
 
 
+def test_a_sender_overtaken_by_its_writer_by_more_than_a_term_skips_to_its_tail_and_sets_up_there(rig):
+    rig.work()
+    rig.sm(0, 32768)
+    rig.offer(100, 400)  # 400 frames of 160 bytes, 64000: within a term of snd-pos, all sent
+    sent = []
+    for _ in range(3):
+        rig.sm(rig.sender.sender_position, 32768)
+        sent += data_of(rig.work())
+    assert len(sent) == 400 and rig.sender.skips == 0
+    # Nobody holds the writer (the receiver went away for the connection timeout): it runs on.
+    rig.offer(100, 1000)
+    tail = rig.log.producer_position()
+    assert tail - rig.sender.sender_position > TERM_LENGTH
+    datagrams = rig.work()
+    assert rig.sender.sender_position == tail and rig.sender.skips == 1
+    assert rig.sender.skipped_bytes == tail - 64000
+    assert [(s.active_term_id, s.term_offset) for s in setups_of(datagrams)] == [divmod(tail, TERM_LENGTH)]
+    assert data_of(datagrams) == []  # nothing past the tail yet, and nothing before it
+    rig.sm(64000, 32768)  # the old image's SMs: its receiver has not taken the SETUP yet
+    rig.advance_ns(SETUP_RETRY_NS + 1)
+    assert len(setups_of(rig.work())) == 1
+    rig.sm(tail, 32768)  # the new image's
+    rig.advance_ns(SETUP_RETRY_NS + 1)
+    assert setups_of(rig.work()) == []
+
+
 def test_a_pad_is_sent_header_only_last_in_its_datagram_and_moves_to_the_next_term(rig):
     rig.work()
-    rig.offer(100, 409)  # frames of 160 bytes: 409 fill term 0 to 65440
+    datagrams = []
+    rig.offer(100, 304)  # frames of 160 bytes: 409 fill term 0 to 65440; sent as they come (a writer
+    for _ in range(10):  # more than a term ahead is skipped to: test_a_sender_overtaken_by_its_writer...)
+        rig.sm(rig.sender.sender_position, 32768)
+        datagrams += rig.sender.do_work()
+    rig.offer(100, 105)
     # Old bytes behind where the PAD's header goes (a frame of an earlier lap): a PAD's body is
     # never looked at, only its header is sent.
     rig.log.terms[0][65440 + HEADER_LENGTH:65440 + 2 * HEADER_LENGTH] = bytes(rig.log.terms[0][:HEADER_LENGTH])
     rig.offer(100)  # a PAD of 96, then this 410th message in term 1
-    datagrams = []
     for _ in range(TERM_LENGTH // 1408 + 10):  # bounded: a sender that got stuck fails, not hangs
         rig.sm(rig.sender.sender_position, 32768)
         datagrams += rig.sender.do_work()
