@@ -80,10 +80,10 @@ SENDER_LIMIT_TYPE_ID = 9
 SENDER_BPE_TYPE_ID = 13
 NETWORK_COUNTER_TYPE_IDS: dict[str, int] = {
     "naks-received": 1500, "retransmits": 1501, "short-sends": 1502, "heartbeats-sent": 1503,
-    "setups-sent": 1504, "sms-received": 1505, "skipped-bytes": 1506, "naks-sent": 1510, "loss-gaps": 1511, "sms-sent": 1512,
-    "frames-duplicate": 1513, "frames-over-run": 1514, "images": 1520, "images-ended": 1521,
+    "setups-sent": 1504, "sms-received": 1505, "skipped-bytes": 1506, "naks-sent": 1510, "loss-gaps": 1511,
+    "sms-sent": 1512, "frames-duplicate": 1513, "frames-over-run": 1514, "images": 1520, "images-ended": 1521,
     "setups-received": 1522, "frames-unsubscribed": 1523, "unreachable": 1524, "images-resumed": 1525,
-    "garbage": 1530,
+    "images-overtaken": 1526, "garbage": 1530,
 }
 """The UDP agents' own counts, by the name in their label (`naks-received: <session> <stream> ...`);
 garbage is one counter per kind, the kind in its label (`garbage short: 127.0.0.1:40123`)."""

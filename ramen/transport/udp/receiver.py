@@ -193,9 +193,9 @@ class NetworkReceiver:
         """SETUPs and DATA of streams nobody subscribed to: ignored, as Aeron does (not garbage)."""
         self.images_ended = 0
         self.images_resumed = 0
-        self.images_overtaken = 0
-        """Images ended by a SETUP past their reach (the sender skipped what its writer overtook)."""
         """Images that went on in a log an earlier receiver left (resume_log)."""
+        self.images_overtaken = 0
+        """Images ended by a SETUP more than a term past them (its sender skipped what its writer overtook)."""
         self.garbage: Counter[str] = Counter()
         self.resume_log: Callable[[SetupFrame], LogBuffer | None] | None = None
         """Given a SETUP, an open log of its stream that an earlier receiver left without an end,
@@ -300,9 +300,9 @@ class NetworkReceiver:
             self.frames_unsubscribed += 1
             return
         key = (setup.session_id, setup.stream_id)
-        image = self.images.get(key)
-        if image is not None:
-            rebuilder = image.rebuilder
+        current = self.images.get(key)
+        if current is not None:
+            rebuilder = current.rebuilder
             position = rebuilder.position_of(setup.active_term_id, setup.term_offset)
             if position <= rebuilder.rebuilt_position + rebuilder.term_length:
                 return  # the same sender again, or a new one that goes back to us (NetworkSender.on_status)

@@ -28,9 +28,9 @@ endpoint (one socket per endpoint, shared by its streams) with a NetworkReceiver
 
 Counters (agent_counters.py), per image, labelled `<name>: <session> <stream> <endpoint> <- <sender>
 <log>`: rcv-pos, rcv-hwm, naks-sent, loss-gaps, sms-sent, frames-duplicate, frames-over-run; per
-socket, labelled `receiver <endpoint>`: images, images-ended, images-resumed, setups-received,
-frames-unsubscribed, short-sends, unreachable, and `garbage <kind>` for each kind seen
-(receiver.GARBAGE_*).
+socket, labelled `receiver <endpoint>`: images, images-ended, images-resumed, images-overtaken,
+setups-received, frames-unsubscribed, short-sends, unreachable, and `garbage <kind>` for each kind
+seen (receiver.GARBAGE_*).
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ from ramen.transport.udp.receiver import NetworkReceiver, ReceiverImage
 log = logging.getLogger(__name__)
 
 IMAGE_COUNTERS = ("rcv-pos", "rcv-hwm", "naks-sent", "loss-gaps", "sms-sent", "frames-duplicate", "frames-over-run")
-ENDPOINT_COUNTERS = ("images", "images-ended", "images-resumed", "setups-received", "frames-unsubscribed",
-                     "short-sends", "unreachable")
+ENDPOINT_COUNTERS = ("images", "images-ended", "images-resumed", "images-overtaken", "setups-received",
+                     "frames-unsubscribed", "short-sends", "unreachable")
 
 _DATA_SESSION_STREAM_OFFSET = 12
 """sessionId and streamId of a DATA, PAD or SETUP frame (@12, @16): whose datagram it is."""
@@ -431,6 +431,7 @@ class ReceiverAgent:
         group["images"].set(len(endpoint.images))
         group["setups-received"].set(receiver.setups_received)
         group["images-resumed"].set(receiver.images_resumed)
+        group["images-overtaken"].set(receiver.images_overtaken)
         group["frames-unsubscribed"].set(receiver.frames_unsubscribed)
         if receiver.garbage != endpoint.garbage_seen:
             for kind, count in receiver.garbage.items():

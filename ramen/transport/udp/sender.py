@@ -25,6 +25,10 @@ Its rules are Aeron's NetworkPublication's, as the captures in aeron-vectors/udp
   image the previous sender built), goes back to that receiver's position and sends on from there:
   the receiver loses nothing that the log still holds. Aeron's new sender would have a new
   session, and the receiver a new image, with the gap lost.
+- Beyond Aeron too: a writer more than a term past snd-pos (nothing held it while the receiver was
+  gone) makes snd-pos skip to its tail, with a SETUP there (_skip_if_overtaken): what lay behind may
+  be overwritten, and no NAK of it could be answered. Aeron's publication does not write while not
+  connected.
 
 Speed: first transmissions are found many frames at a time (frame_walk.walk) and cut into datagrams
 by bisection, not scanned frame by frame; with views=True they are memoryviews of the log (no copy)
@@ -176,8 +180,7 @@ class NetworkSender:
         tail = self.log.producer_position()
         if tail - self.sender_position <= self.term_length:
             return
-        skipped = tail - self.sender_position
-        self.skipped_bytes += skipped
+        self.skipped_bytes += tail - self.sender_position
         self.skips += 1
         self.sender_position = self.sender_limit = self.skipped_to = tail
         self._send_setup = True

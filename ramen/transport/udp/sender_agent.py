@@ -25,8 +25,8 @@ and keeps the books:
 
 Counters (agent_counters.py), per publication, labelled `<name>: <session> <stream> <log> ->
 <endpoint>`: snd-pos, snd-lmt, snd-bpe, naks-received, retransmits, short-sends, heartbeats-sent,
-setups-sent, sms-received, skipped-bytes; per socket, labelled with its endpoint: unreachable and garbage by
-kind.
+setups-sent, sms-received, skipped-bytes; per socket, labelled with its endpoint: unreachable and
+garbage by kind.
 """
 
 from __future__ import annotations
