@@ -21,19 +21,28 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "net.toml"
 DEADLINE_S = 60.0
 
 
-def test_tail_n_of_a_function_without_archive_prints_the_next_tuples(fresh_confserver, tmp_path, monkeypatch):
+RAMEN = [sys.executable, "-m", "ramen.cli.main"]
+
+
+def _ran_example(confserver, tmp_path, monkeypatch) -> dict:
+    """examples/net.toml run on a fresh confserver, with its top_talkers' live log yet to be made;
+    the environment of a ramen command of that instance."""
     monkeypatch.setenv("RAMEN_DIR", str(tmp_path / "ramen"))
-    env = dict(os.environ, RAMEN_CONFSERVER=fresh_confserver.url, RAMEN_CONFSERVER_AUTH=str(fresh_confserver.auth_file),
+    env = dict(os.environ, RAMEN_CONFSERVER=confserver.url, RAMEN_CONFSERVER_AUTH=str(confserver.auth_file),
                RAMEN_SITE="local")
-    run = [sys.executable, "-m", "ramen.cli.main"]
-    assert subprocess.run([*run, "run", EXAMPLE], env=env, capture_output=True).returncode == 0
+    assert subprocess.run([*RAMEN, "run", EXAMPLE], env=env, capture_output=True).returncode == 0
+    return env
+
+
+def test_tail_n_of_a_function_without_archive_prints_the_next_tuples(fresh_confserver, tmp_path, monkeypatch):
+    env = _ran_example(fresh_confserver, tmp_path, monkeypatch)
     schema = load(EXAMPLE).function("top_talkers").schema
     path = paths.output_log("local", "net/top_talkers")
     path.parent.mkdir(parents=True)
     log = LogBuffer.create(path, LogBufferParams(term_length=64 * 1024))
     counters = CountersFile.open(paths.counters_path())
     publication = ExclusivePublication(log, counters)
-    tail = subprocess.Popen([*run, "tail", "-n", "3", "net/top_talkers"], env=env, stdout=subprocess.PIPE,
+    tail = subprocess.Popen([*RAMEN, "tail", "-n", "3", "net/top_talkers"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     n = 0
     deadline = time.monotonic() + DEADLINE_S
@@ -62,16 +71,12 @@ def test_tail_of_an_unknown_function_is_one_line(fresh_confserver, tmp_path):
 
 
 def test_tail_n_of_a_damaged_live_log_is_one_line(fresh_confserver, tmp_path, monkeypatch):
-    monkeypatch.setenv("RAMEN_DIR", str(tmp_path / "ramen"))
-    env = dict(os.environ, RAMEN_CONFSERVER=fresh_confserver.url, RAMEN_CONFSERVER_AUTH=str(fresh_confserver.auth_file),
-               RAMEN_SITE="local")
-    run = [sys.executable, "-m", "ramen.cli.main"]
-    assert subprocess.run([*run, "run", EXAMPLE], env=env, capture_output=True).returncode == 0
+    env = _ran_example(fresh_confserver, tmp_path, monkeypatch)
     path = paths.output_log("local", "net/top_talkers")
     path.parent.mkdir(parents=True)
     path.write_bytes(bytes(3 * 64 * 1024 + 4096))  # a log's size, its metadata zeros
 
-    result = subprocess.run([*run, "tail", "-n", "3", "net/top_talkers"], env=env, capture_output=True, text=True,
+    result = subprocess.run([*RAMEN, "tail", "-n", "3", "net/top_talkers"], env=env, capture_output=True, text=True,
                             timeout=60)
 
     assert result.returncode == 1
