@@ -83,7 +83,7 @@ NETWORK_COUNTER_TYPE_IDS: dict[str, int] = {
     "setups-sent": 1504, "sms-received": 1505, "skipped-bytes": 1506, "naks-sent": 1510, "loss-gaps": 1511,
     "sms-sent": 1512, "frames-duplicate": 1513, "frames-over-run": 1514, "images": 1520, "images-ended": 1521,
     "setups-received": 1522, "frames-unsubscribed": 1523, "unreachable": 1524, "images-resumed": 1525,
-    "images-overtaken": 1526, "garbage": 1530,
+    "images-overtaken": 1526, "images-rejoined": 1527, "garbage": 1530,
 }
 """The UDP agents' own counts, by the name in their label (`naks-received: <session> <stream> ...`);
 garbage is one counter per kind, the kind in its label (`garbage short: 127.0.0.1:40123`)."""

@@ -44,7 +44,7 @@ from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.transport.errors import TransportError
 from ramen.transport.frame import FRAME_ALIGNMENT, align
 from ramen.transport.logbuffer import LogBuffer, LogBufferParams
-from ramen.transport.position import compute_position
+from ramen.transport.position import compute_position, term_id_of
 from ramen.transport.udp import protocol
 from ramen.transport.udp.defaults import (IMAGE_LIVENESS_TIMEOUT_NS, NAK_MAX_GAPS, NAK_RETRY_NS,
                                           NAK_UNICAST_DELAY_NS, SEND_SETUP_RETRY_NS)
@@ -73,15 +73,20 @@ GARBAGE_NOT_FOR_RECEIVER = "not-for-receiver"
 """A control frame a sender takes (SM, NAK, RTTM echo) sent to the receiver."""
 
 
+TIMED_OUT_KEPT = 1024
+"""Images that timed out whose end a new image of theirs may begin at (_going_on_from), at most."""
+
+
 class ReceiverImage:
     """One image a receiver rebuilds: the log, its rebuilder and SM policy, and the receiver's
     per-image state (the gaps being NAKed, liveness, end of stream)."""
 
     def __init__(self, setup: SetupFrame, log_buffer: LogBuffer, *, clock: Clock, now_ns: int,
-                 window_length: int | None = None, resume: bool = False) -> None:
+                 window_length: int | None = None, resume: bool = False, join_position: int | None = None) -> None:
         """`resume`: `log_buffer` is the log an earlier receiver of this stream left unended, to go
         on with (ImageRebuilder.resuming; ValueError if it cannot); else a new one at the SETUP's
-        position."""
+        position, or at `join_position`, behind it, with the gap up to it (within the window)
+        to NAK."""
         self.session_id = setup.session_id
         self.stream_id = setup.stream_id
         self.log = log_buffer
@@ -91,7 +96,11 @@ class ReceiverImage:
         if resume:
             self.rebuilder = ImageRebuilder.resuming(log_buffer, position, window_length=window_length)
         else:
-            self.rebuilder = ImageRebuilder(log_buffer, position, window_length=window_length)
+            rebuilder = ImageRebuilder(log_buffer, position if join_position is None else join_position,
+                                       window_length=window_length)
+            rebuilder.hwm_position = max(rebuilder.join_position,
+                                         min(position, rebuilder.join_position + rebuilder.window_length))
+            self.rebuilder = rebuilder
         self.policy = StatusMessagePolicy(self.rebuilder.window_length, clock=clock)
         self.sm_position = self.rebuilder.join_position
         """Aeron's next_sm_position: what SMs report, moved only past the policy's threshold."""
@@ -196,6 +205,10 @@ class NetworkReceiver:
         """Images that went on in a log an earlier receiver left (resume_log)."""
         self.images_overtaken = 0
         """Images ended by a SETUP more than a term past them (its sender skipped what its writer overtook)."""
+        self.images_rejoined = 0
+        """Images begun where one that timed out stopped, behind their sender (_going_on_from)."""
+        self._timed_out: dict[tuple[int, int], int] = {}
+        """(session, stream) -> where its image that timed out stopped, for the next one."""
         self.garbage: Counter[str] = Counter()
         self.resume_log: Callable[[SetupFrame], LogBuffer | None] | None = None
         """Given a SETUP, an open log of its stream that an earlier receiver left without an end,
@@ -217,6 +230,7 @@ class NetworkReceiver:
         frames are ignored from now on."""
         self.stream_ids.discard(stream_id)
         self.windows.pop(stream_id, None)
+        self._timed_out = {key: at for key, at in self._timed_out.items() if key[1] != stream_id}
         for key in [key for key in self.images if key[1] == stream_id]:
             image = self.images[key]
             self._closing.append(image.rebuilder.status_message(image.sm_position, self.receiver_id,
@@ -324,12 +338,17 @@ class NetworkReceiver:
         path = self.directory / f"{setup.session_id}-{setup.stream_id}-{self._log_count}.logbuffer"
         self._log_count += 1
         log_buffer = None
+        join = self._going_on_from(key, setup)
+        term_id, term_offset = (setup.active_term_id, setup.term_offset) if join is None else \
+            (term_id_of(join, (setup.term_length - 1).bit_length(), setup.initial_term_id),
+             join & (setup.term_length - 1))
         try:
             log_buffer = LogBuffer.create(path, LogBufferParams(
                 term_length=setup.term_length, mtu_length=setup.mtu, initial_term_id=setup.initial_term_id,
-                session_id=setup.session_id, stream_id=setup.stream_id, term_id=setup.active_term_id,
-                term_offset=setup.term_offset), pre_touch=self.pre_touch)
-            image = ReceiverImage(setup, log_buffer, clock=self._clock, now_ns=now, window_length=window)
+                session_id=setup.session_id, stream_id=setup.stream_id, term_id=term_id,
+                term_offset=term_offset), pre_touch=self.pre_touch)
+            image = ReceiverImage(setup, log_buffer, clock=self._clock, now_ns=now, window_length=window,
+                                  join_position=join)
         except (ValueError, TransportError) as error:  # a term length, MTU or position no log can have
             self.garbage[GARBAGE_BAD_SETUP] += 1
             log.debug("SETUP of session %d stream %d dropped: %s", setup.session_id, setup.stream_id, error)
@@ -337,8 +356,25 @@ class NetworkReceiver:
                 log_buffer.close()
             path.unlink(missing_ok=True)
             return
+        if join is not None:
+            self.images_rejoined += 1
+            log.info("session %d stream %d: a new image where the one that timed out stopped, %d, %d bytes "
+                     "behind its sender", setup.session_id, setup.stream_id, join, image.hwm_position - join)
         self.images[key] = image
         self._setup_requests.pop(key, None)
+
+    def _going_on_from(self, key: tuple[int, int], setup: SetupFrame) -> int | None:
+        """Where a new image of `key` begins, if not at the SETUP's position: after one that timed
+        out (its sender silent for the liveness timeout: a netd restarted late, a network cut),
+        where that one stopped, if the sender is at most a term past it (it goes back there,
+        NetworkSender.on_status, or NAKs bring the gap), so its readers, who read the old image
+        to its end, lose nothing."""
+        ended = self._timed_out.pop(key, None)
+        if ended is None:
+            return None
+        bits = (setup.term_length - 1).bit_length()
+        position = compute_position(setup.active_term_id, setup.term_offset, bits, setup.initial_term_id)
+        return ended if 0 < position - ended <= setup.term_length else None
 
     def _resumed(self, setup: SetupFrame, now: int, window: int | None) -> ReceiverImage | None:
         """The image going on in the log `resume_log` finds for the SETUP (an earlier receiver's,
@@ -421,6 +457,9 @@ class NetworkReceiver:
         for key in ended:
             image = self.images[key]
             self._end(key)
+            self._timed_out[key] = image.rebuilt_position
+            if len(self._timed_out) > TIMED_OUT_KEPT:  # SETUPs of made-up sessions stay bounded
+                del self._timed_out[next(iter(self._timed_out))]
             log.info("image of session %d stream %d ended: no frame for %.1f s (rcv-pos %d)", key[0], key[1],
                      self.liveness_timeout_ns / 1e9, image.rebuilt_position)
         return out

@@ -29,8 +29,8 @@ endpoint (one socket per endpoint, shared by its streams) with a NetworkReceiver
 Counters (agent_counters.py), per image, labelled `<name>: <session> <stream> <endpoint> <- <sender>
 <log>`: rcv-pos, rcv-hwm, naks-sent, loss-gaps, sms-sent, frames-duplicate, frames-over-run; per
 socket, labelled `receiver <endpoint>`: images, images-ended, images-resumed, images-overtaken,
-setups-received, frames-unsubscribed, short-sends, unreachable, and `garbage <kind>` for each kind
-seen (receiver.GARBAGE_*).
+images-rejoined, setups-received, frames-unsubscribed, short-sends, unreachable, and `garbage <kind>`
+for each kind seen (receiver.GARBAGE_*).
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ from ramen.transport.udp.receiver import NetworkReceiver, ReceiverImage
 log = logging.getLogger(__name__)
 
 IMAGE_COUNTERS = ("rcv-pos", "rcv-hwm", "naks-sent", "loss-gaps", "sms-sent", "frames-duplicate", "frames-over-run")
-ENDPOINT_COUNTERS = ("images", "images-ended", "images-resumed", "images-overtaken", "setups-received",
-                     "frames-unsubscribed", "short-sends", "unreachable")
+ENDPOINT_COUNTERS = ("images", "images-ended", "images-resumed", "images-overtaken", "images-rejoined",
+                     "setups-received", "frames-unsubscribed", "short-sends", "unreachable")
 
 _DATA_SESSION_STREAM_OFFSET = 12
 """sessionId and streamId of a DATA, PAD or SETUP frame (@12, @16): whose datagram it is."""
@@ -432,6 +432,7 @@ class ReceiverAgent:
         group["setups-received"].set(receiver.setups_received)
         group["images-resumed"].set(receiver.images_resumed)
         group["images-overtaken"].set(receiver.images_overtaken)
+        group["images-rejoined"].set(receiver.images_rejoined)
         group["frames-unsubscribed"].set(receiver.frames_unsubscribed)
         if receiver.garbage != endpoint.garbage_seen:
             for kind, count in receiver.garbage.items():
@@ -498,16 +499,21 @@ class ReceiverAgent:
         still map it. The new image goes on in it (NetworkReceiver.resume_log), so they lose nothing;
         a receiver that stopped cleanly ended its logs, and a new image replaces them."""
         wanted = endpoint.image_logs.get(setup.stream_id)
-        if wanted is None or any(image.info.log_path == wanted for image in endpoint.images.values()):
+        if wanted is None or not wanted.exists() or any(image.info.log_path == wanted
+                                                        for image in endpoint.images.values()):
             return None
         try:
             log_buffer = LogBuffer.open(wanted)
-        except (TransportError, OSError):
+        except (TransportError, OSError) as e:
+            log.info("%s: not resumed: %s", wanted, e)
             return None
-        if (log_buffer.session_id, log_buffer.stream_id, log_buffer.initial_term_id, log_buffer.term_length,
-                log_buffer.mtu_length, log_buffer.end_of_stream_position) != \
-                (setup.session_id, setup.stream_id, setup.initial_term_id, setup.term_length, setup.mtu,
-                 END_OF_STREAM_UNSET):
+        found = (log_buffer.session_id, log_buffer.stream_id, log_buffer.initial_term_id, log_buffer.term_length,
+                 log_buffer.mtu_length, log_buffer.end_of_stream_position)
+        if found != (setup.session_id, setup.stream_id, setup.initial_term_id, setup.term_length, setup.mtu,
+                     END_OF_STREAM_UNSET):
+            log.info("%s: not resumed: its (session, stream, initial term, term length, MTU, end) are %s, the "
+                     "SETUP's %s", wanted, found, (setup.session_id, setup.stream_id, setup.initial_term_id,
+                                                  setup.term_length, setup.mtu))
             log_buffer.close()
             return None
         return log_buffer

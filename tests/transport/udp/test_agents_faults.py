@@ -337,6 +337,36 @@ def test_a_sender_that_dies_leaves_an_image_that_ends_cleanly_after_the_liveness
         rig.close()
 
 
+def test_a_sender_back_after_its_image_timed_out_gets_a_new_image_where_the_old_one_stopped(tmp_path):
+    # As ramen start restarts a netd killed again and again: 10 s later, past the liveness timeout.
+    rig = Rig(tmp_path, seed=9, count=400, image_log=tmp_path / "in" / "stream.logbuffer")
+    try:
+        rig.run_until(lambda: rig.readers and len(rig.reader.got) >= 100, 100_000)
+        first = rig.reader
+        rig.write()  # in the log, never sent: the sender dies
+        rig.sender.close()
+        assert rig.written > len(first.got)
+        for _ in range(25):
+            rig.clock.advance(0.5)
+            rig.tick(write=False)
+        assert rig.ended == [first.info] and first.image.is_end_of_stream
+        stopped = first.image.position
+
+        rig.sender = SenderAgent(rig.counters, clock=rig.clock)  # the netd restarted
+        rig.network_publication = rig.sender.add_publication(rig.pub_log.path,
+                                                             UdpChannel(endpoint=rig.proxy.address, mtu=MTU))
+        assert rig.network_publication.sender.sender_position > stopped
+        rig.run_until(lambda: rig.written == 400 and len(rig.readers) == 2 and rig.reader.got
+                      and rig.reader.got[-1] == rig.expected[-1], 200_000)
+
+        second = rig.reader
+        assert second.info.join_position == stopped and second.info.log_path == rig.image_log
+        assert first.got + second.got == rig.expected  # every message once, in order
+        assert rig.counter("images-rejoined") == 1
+    finally:
+        rig.close()
+
+
 def _receiver_garbage(rig: Rig) -> list[bytes]:
     setup = SetupFrame(0, SESSION_ID, STREAM_ID, 0, 0, TERM_LENGTH, MTU).encode()
     rng = random.Random(7)

@@ -255,6 +255,28 @@ def test_an_image_without_frames_for_the_liveness_timeout_ends(rig):
     assert [sm.flags for sm in rig.sms()] == [SM_SEND_SETUP_FLAG]
 
 
+@pytest.mark.parametrize("ahead,rejoined", [(TERM_LENGTH, True), (TERM_LENGTH + 32, False)])
+def test_after_an_image_timed_out_a_new_one_begins_where_it_stopped_if_its_sender_is_within_a_term(
+        rig, ahead, rejoined):
+    rig.setup()
+    for index in range(3):
+        rig.data(index)
+    stopped = 3 * FRAME
+    rig.advance_ns(IMAGE_LIVENESS_TIMEOUT_NS + 1)
+    rig.work()
+    assert rig.image is None
+    sender_at = stopped + ahead
+    rig.setup(term_id=sender_at // TERM_LENGTH, term_offset=sender_at % TERM_LENGTH)
+    image = rig.image
+    if rejoined:
+        assert image.join_position == image.rebuilt_position == stopped
+        assert image.hwm_position == stopped + WINDOW  # the gap NAKed as far as the window takes frames
+        assert [sm_position(sm) for sm in rig.sms()] == [stopped]  # a restarted sender goes back there
+        assert rig.receiver.images_rejoined == 1
+    else:
+        assert image.join_position == sender_at and rig.receiver.images_rejoined == 0
+
+
 @pytest.mark.parametrize("datagram,kind", [
     (b"\x20\x00\x00", rcv.GARBAGE_SHORT),
     (data_frame(0, 0, SESSION, STREAM, PAYLOAD).encode()[:40], rcv.GARBAGE_MALFORMED),
