@@ -11,7 +11,10 @@ NEW_LOG_WAIT_S = 1.0
 unreadable after that is named in a warning."""
 
 DEFAULT_LISTEN = "127.0.0.1:0"
-"""netd's receive endpoint: loopback, and a free port (written into sites/<site>/net/endpoint)."""
+"""netd's receive endpoint: loopback, and a free port (written into sites/<site>/net/endpoint): the
+previous netd's of this site where it is still free."""
+LAST_ENDPOINT_FILE = "last-port"
+"""In the site's net directory: the port netd last bound, for the next one to bind again."""
 
 CONFSERVER_IDENTITY = "supervisor"
 """Who netd is to the confserver: it reads net/ keys and writes its endpoint key."""

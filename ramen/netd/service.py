@@ -1,6 +1,7 @@
 """`ramen netd`: the network daemon of one site on one host, until SIGTERM/SIGINT.
 
-It binds its receive endpoint (`--listen`, loopback and a free port by default) and announces it in
+It binds its receive endpoint (`--listen`, loopback and a free port by default: the one the site's
+previous netd had, if it is free) and announces it in
 the ephemeral `sites/<site>/net/endpoint` key, then turns one duty cycle: the key follower
 (follower.py) applying the site's net/ keys, the sender agent sending local logs, the receiver
 agent rebuilding received streams as local logs. Its counters, and its agents', are in the site's
@@ -16,12 +17,13 @@ import random
 import signal
 import sys
 import threading
+from pathlib import Path
 
 from ramen import keyspace, liveness, paths
 from ramen.cli import argtypes
 from ramen.listen import parse_listen
 from ramen.netd.contract import NetEndpoint
-from ramen.netd.defaults import CONFSERVER_IDENTITY, DEFAULT_LISTEN
+from ramen.netd.defaults import CONFSERVER_IDENTITY, DEFAULT_LISTEN, LAST_ENDPOINT_FILE
 from ramen.netd.follower import KeyFollower, NetdCounters
 from ramen.transport.counters import CountersFile
 from ramen.transport.errors import TransportError
@@ -73,7 +75,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         receiver = ReceiverAgent(paths.net_dir(args.site), counters, receiver_id=random.getrandbits(31))
         try:
-            bound = receiver.bind(Address(host, port))
+            bound = _bind(receiver, Address(host, port), paths.net_dir(args.site) / LAST_ENDPOINT_FILE)
         except OSError as e:
             print(f"ramen: netd: cannot listen on {args.listen}: {e.strerror or e}", file=sys.stderr)
             return EXIT_REFUSED
@@ -91,6 +93,25 @@ def serve(args: argparse.Namespace) -> int:
         counters.close()
         client.close()
     return 0
+
+
+def _bind(receiver: ReceiverAgent, address: Address, remembered: Path) -> Address:
+    """Bind `address`; for a free port, the one this site's previous netd had first, if it is
+    still free: a netd restarted where it was keeps its senders' publications (a new endpoint would
+    replace them, at their logs' tails, with the rows in between lost to an unarchived output) and
+    goes on in the images it left (ReceiverAgent). The port bound is remembered in `remembered`."""
+    bound = None
+    if address.port == 0:
+        try:
+            previous = int(remembered.read_text())
+            bound = receiver.bind(Address(address.host, previous))
+        except (OSError, ValueError):
+            pass  # none remembered, or taken now: a free one
+    if bound is None:
+        bound = receiver.bind(address)
+    remembered.parent.mkdir(parents=True, exist_ok=True)
+    paths.write_atomically(remembered, f"{bound.port}\n")
+    return bound
 
 
 def _announce(client, site: str, endpoint: UdpChannel) -> None:

@@ -98,6 +98,32 @@ def test_two_netds_carry_a_stream_between_their_sites_and_stop_cleanly(fresh_con
     assert "Traceback" not in "".join(logs)
 
 
+def test_a_netd_killed_and_started_again_listens_where_it_did_unless_that_port_is_taken(
+        fresh_confserver, admin, tmp_path):
+    env = env_of(fresh_confserver, tmp_path)
+    first = start(env, "core")
+    announced = wait_for(lambda: endpoint(admin, "core"), "core's endpoint announced", timeout_s=STARTUP_S)
+    first.kill()  # its senders' publications, and the images it left, go on with the next one
+    first.wait()
+    again = start(env, "core")
+    try:
+        wait_for(lambda: (e := endpoint(admin, "core")) is not None and e.pid == again.pid or None,
+                 "the new netd's endpoint", timeout_s=STARTUP_S)
+        assert endpoint(admin, "core").channel == announced.channel
+    finally:
+        stop(again)
+    port = int(announced.channel.rsplit(":", 1)[1])
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", port))
+        third = start(env, "core")
+        try:
+            moved = wait_for(lambda: (e := endpoint(admin, "core")) is not None and e.pid == third.pid and e or None,
+                             "the third netd's endpoint", timeout_s=STARTUP_S)
+            assert moved.channel != announced.channel
+        finally:
+            stop(third)
+
+
 def test_a_bad_or_taken_listen_address_is_one_line_and_exit_1(fresh_confserver, tmp_path):
     env = env_of(fresh_confserver, tmp_path)
     bad = start(env, "edge", "--listen", "nowhere")
