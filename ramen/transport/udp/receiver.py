@@ -44,7 +44,7 @@ from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.transport.errors import TransportError
 from ramen.transport.frame import FRAME_ALIGNMENT, align
 from ramen.transport.logbuffer import LogBuffer, LogBufferParams
-from ramen.transport.position import compute_position, term_id_of
+from ramen.transport.position import compute_position, position_bits_to_shift, term_id_of
 from ramen.transport.udp import protocol
 from ramen.transport.udp.defaults import (IMAGE_LIVENESS_TIMEOUT_NS, NAK_MAX_GAPS, NAK_RETRY_NS,
                                           NAK_UNICAST_DELAY_NS, SEND_SETUP_RETRY_NS)
@@ -204,7 +204,8 @@ class NetworkReceiver:
         self.images_resumed = 0
         """Images that went on in a log an earlier receiver left (resume_log)."""
         self.images_overtaken = 0
-        """Images ended by a SETUP more than a term past them (its sender skipped what its writer overtook)."""
+        """Images ended by a SETUP more than a term past them (their sender skipped what its writer
+        overtook)."""
         self.images_rejoined = 0
         """Images begun where one that timed out stopped, behind their sender (_going_on_from)."""
         self._timed_out: dict[tuple[int, int], int] = {}
@@ -338,11 +339,12 @@ class NetworkReceiver:
         path = self.directory / f"{setup.session_id}-{setup.stream_id}-{self._log_count}.logbuffer"
         self._log_count += 1
         log_buffer = None
-        join = self._going_on_from(key, setup)
-        term_id, term_offset = (setup.active_term_id, setup.term_offset) if join is None else \
-            (term_id_of(join, (setup.term_length - 1).bit_length(), setup.initial_term_id),
-             join & (setup.term_length - 1))
         try:
+            bits = position_bits_to_shift(setup.term_length)
+            position = compute_position(setup.active_term_id, setup.term_offset, bits, setup.initial_term_id)
+            join = self._going_on_from(key, position, setup.term_length)
+            term_id, term_offset = (setup.active_term_id, setup.term_offset) if join is None else \
+                (term_id_of(join, bits, setup.initial_term_id), join & (setup.term_length - 1))
             log_buffer = LogBuffer.create(path, LogBufferParams(
                 term_length=setup.term_length, mtu_length=setup.mtu, initial_term_id=setup.initial_term_id,
                 session_id=setup.session_id, stream_id=setup.stream_id, term_id=term_id,
@@ -359,12 +361,12 @@ class NetworkReceiver:
         if join is not None:
             self.images_rejoined += 1
             log.info("session %d stream %d: a new image where the one that timed out stopped, %d, %d bytes "
-                     "behind its sender", setup.session_id, setup.stream_id, join, image.hwm_position - join)
+                     "behind its sender", setup.session_id, setup.stream_id, join, position - join)
         self.images[key] = image
         self._setup_requests.pop(key, None)
 
-    def _going_on_from(self, key: tuple[int, int], setup: SetupFrame) -> int | None:
-        """Where a new image of `key` begins, if not at the SETUP's position: after one that timed
+    def _going_on_from(self, key: tuple[int, int], sender_position: int, term_length: int) -> int | None:
+        """Where a new image of `key` begins, if not at its sender's position: after one that timed
         out (its sender silent for the liveness timeout: a netd restarted late, a network cut),
         where that one stopped, if the sender is at most a term past it (it goes back there,
         NetworkSender.on_status, or NAKs bring the gap), so its readers, who read the old image
@@ -372,9 +374,7 @@ class NetworkReceiver:
         ended = self._timed_out.pop(key, None)
         if ended is None:
             return None
-        bits = (setup.term_length - 1).bit_length()
-        position = compute_position(setup.active_term_id, setup.term_offset, bits, setup.initial_term_id)
-        return ended if 0 < position - ended <= setup.term_length else None
+        return ended if 0 < sender_position - ended <= term_length else None
 
     def _resumed(self, setup: SetupFrame, now: int, window: int | None) -> ReceiverImage | None:
         """The image going on in the log `resume_log` finds for the SETUP (an earlier receiver's,
