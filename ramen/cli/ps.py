@@ -107,7 +107,8 @@ def collect_standby(client, site: str) -> list[dict]:
     if stats is None:
         return []
     rows = []
-    for standby, what in ((stats.spare_worker, "spare worker (waiting)"), (stats.warm_replayer, "warm replayer (waiting)")):
+    for standby, what in ((stats.spare_worker, "spare worker (waiting)"),
+                          (stats.warm_replayer, "warm replayer (waiting)")):
         if standby is not None:
             rows.append({"function": what, "lazy": None, "used": False, "running": True, "pid": standby.pid,
                          "tuples_in": None, "tuples_out": None, "cpu_s": None, "rss_bytes": None,

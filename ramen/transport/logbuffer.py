@@ -233,6 +233,16 @@ class LogBuffer:
     def set_raw_tail(self, index: int, raw: int) -> None:
         self.tail_counters[index] = raw
 
+    def set_tail_position(self, position: int) -> None:
+        """Move the tail to `position` (and the active term with it) for a log filled by other
+        means than appending, as a rebuilt image is: the new partition's tail goes before the term
+        count, as a publication rotates."""
+        term_count = position >> self.position_bits_to_shift
+        self.set_raw_tail(index_by_term_count(term_count),
+                          pack_tail(int32(self.initial_term_id + term_count), position & (self.term_length - 1)))
+        if self.active_term_count != term_count:
+            self.active_term_count = term_count
+
     @property
     def active_term_count(self) -> int:
         return self._meta_i32[LOG_ACTIVE_TERM_COUNT_OFFSET // 4]

@@ -51,8 +51,7 @@ from ramen.transport.counters import CountersFile, InMemoryCounter
 from ramen.transport.defaults import SUBSCRIBER_LIVENESS_TIMEOUT_S
 from ramen.transport.errors import TransportError
 from ramen.transport.flow_control import FlowControl
-from ramen.transport.logbuffer import END_OF_STREAM_UNSET, LogBuffer, pack_tail
-from ramen.transport.position import index_by_term_count, int32
+from ramen.transport.logbuffer import END_OF_STREAM_UNSET, LogBuffer
 from ramen.transport.udp import sockets
 from ramen.transport.udp.agent_counters import CounterGroup, stream_key
 from ramen.transport.udp.channel import Address, ChannelError, UdpChannel
@@ -445,16 +444,9 @@ class ReceiverAgent:
         reader that joins the image late (Image without a join position, producer_position()) joins
         where the stream is now, as it would join a local log, never at a place cleaned since. All
         below the rebuilt position is whole, so a reader never finds a hole below this tail to
-        unblock. The new partition's tail goes before the term count, as a publication rotates."""
-        log_buffer = image.image.log
+        unblock."""
         position = image.image.rebuilt_position
-        bits = log_buffer.position_bits_to_shift
-        term_count = position >> bits
-        log_buffer.set_raw_tail(index_by_term_count(term_count),
-                                pack_tail(int32(log_buffer.initial_term_id + term_count),
-                                          position & (log_buffer.term_length - 1)))
-        if log_buffer.active_term_count != term_count:
-            log_buffer.active_term_count = term_count
+        image.image.log.set_tail_position(position)
         image.tail_position = position
 
     @staticmethod

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import socket
 import struct
+from pathlib import Path
 
 from ramen.transport import BACK_PRESSURED, NOT_CONNECTED, Image, LogBuffer
 from ramen.transport.frame import EOS_FLAG, HDR_TYPE_DATA
@@ -147,6 +148,16 @@ def test_an_image_held_for_its_readers_waits_for_them_all_however_long_and_each_
         rig.close()
 
 
+IMAGE_LOG = Path("in") / "stream.logbuffer"
+"""Where the tests of receivers that come after others put the stream's images (add_subscription's image_log)."""
+
+
+def read_a_hundred(rig: Rig) -> Reader:
+    """The reader of the rig's image, once it read a hundred messages."""
+    rig.run_until(lambda: rig.readers and len(rig.reader.got) >= 100, 100_000)
+    return rig.reader
+
+
 def test_a_receiver_that_restarts_rejoins_at_the_senders_position_and_the_stream_goes_on(tmp_path):
     rig = Rig(tmp_path, seed=5, count=400)
     setups = []
@@ -157,8 +168,7 @@ def test_a_receiver_that_restarts_rejoins_at_the_senders_position_and_the_stream
     rig.proxy.backward.observers.append(
         lambda d: setup_requests.extend(i for i in frames(d) if isinstance(i, StatusMessage) and i.is_setup_request))
     try:
-        rig.run_until(lambda: rig.readers and len(rig.reader.got) >= 100, 100_000)
-        first = rig.reader
+        first = read_a_hundred(rig)
         old_log = first.info.log_path
         rig.receiver.close()
         rig.receiver = None
@@ -212,10 +222,9 @@ def restart_receiver(rig: Rig) -> None:
 
 
 def test_a_receiver_that_dies_is_followed_by_one_that_goes_on_in_its_log_and_its_reader_loses_nothing(tmp_path):
-    rig = Rig(tmp_path, seed=6, count=400, image_log=tmp_path / "in" / "stream.logbuffer")
+    rig = Rig(tmp_path, seed=6, count=400, image_log=tmp_path / IMAGE_LOG)
     try:
-        rig.run_until(lambda: rig.readers and len(rig.reader.got) >= 100, 100_000)
-        first = rig.reader
+        first = read_a_hundred(rig)
         inode = rig.image_log.stat().st_ino
         kill_receiver(rig)
         published = first.log.producer_position()
@@ -263,7 +272,7 @@ class PacedRig(Rig):
 
 
 def test_a_receiver_gone_while_its_writer_ran_a_term_past_the_sender_gets_a_new_image_there_and_goes_on(tmp_path):
-    rig = PacedRig(tmp_path, seed=8, count=3000, term_length=1 << 20, image_log=tmp_path / "in" / "stream.logbuffer")
+    rig = PacedRig(tmp_path, seed=8, count=3000, term_length=1 << 20, image_log=tmp_path / IMAGE_LOG)
     rig.readers.append(LocalReader(rig))
     try:
         rig.run_until(lambda: len(rig.readers) == 2 and len(rig.reader.got) >= 100, 100_000)
@@ -294,10 +303,9 @@ def test_a_receiver_gone_while_its_writer_ran_a_term_past_the_sender_gets_a_new_
 
 
 def test_a_receiver_that_stopped_cleanly_ended_its_log_and_the_next_makes_a_new_image(tmp_path):
-    rig = Rig(tmp_path, seed=7, count=400, image_log=tmp_path / "in" / "stream.logbuffer")
+    rig = Rig(tmp_path, seed=7, count=400, image_log=tmp_path / IMAGE_LOG)
     try:
-        rig.run_until(lambda: rig.readers and len(rig.reader.got) >= 100, 100_000)
-        first = rig.reader
+        first = read_a_hundred(rig)
         rig.receiver.close()
         rig.run_until(lambda: first.image.is_end_of_stream, 10_000)
         restart_receiver(rig)
@@ -339,10 +347,9 @@ def test_a_sender_that_dies_leaves_an_image_that_ends_cleanly_after_the_liveness
 
 def test_a_sender_back_after_its_image_timed_out_gets_a_new_image_where_the_old_one_stopped(tmp_path):
     # As ramen start restarts a netd killed again and again: 10 s later, past the liveness timeout.
-    rig = Rig(tmp_path, seed=9, count=400, image_log=tmp_path / "in" / "stream.logbuffer")
+    rig = Rig(tmp_path, seed=9, count=400, image_log=tmp_path / IMAGE_LOG)
     try:
-        rig.run_until(lambda: rig.readers and len(rig.reader.got) >= 100, 100_000)
-        first = rig.reader
+        first = read_a_hundred(rig)
         rig.write()  # in the log, never sent: the sender dies
         rig.sender.close()
         assert rig.written > len(first.got)

@@ -9,8 +9,7 @@ import pytest
 
 from ramen.clocks import NANOS_PER_SECOND, ManualClock
 from ramen.transport import FragmentAssembler, Image, LogBuffer, LogBufferParams
-from ramen.transport.logbuffer import pack_tail
-from ramen.transport.position import index_by_term_count, int32, term_id_of
+from ramen.transport.position import term_id_of
 from ramen.transport.udp import rebuild
 from ramen.transport.udp.protocol import DataFrame, NakFrame, SetupFrame, StatusMessage, WireError, frames_of
 from ramen.transport.udp.rebuild import Gap, ImageRebuilder, StatusMessagePolicy, receiver_window
@@ -156,25 +155,18 @@ def test_gaps_below_the_hwm_are_what_was_not_received(tmp_path, capture):
     assert rebuilder.gaps() == [] and rebuilder.rebuilt_position == beyond.term_offset
 
 
-def publish_tail(log: LogBuffer, position: int) -> None:
-    """Set the log's tail to `position`, as the receiver agent publishes what it rebuilt."""
-    term_count = position >> log.position_bits_to_shift
-    log.set_raw_tail(index_by_term_count(term_count),
-                     pack_tail(int32(log.initial_term_id + term_count), position & (log.term_length - 1)))
-    log.active_term_count = term_count
-
-
 def rebuilt_to_a_term_and_a_half(tmp_path, datagrams) -> tuple[LogBuffer, ImageRebuilder, Reader, list, int]:
     """A receiver that rebuilt the stream to 1.5 terms, its reader with it, and published its tail
     three frames short of that; the frames, and the index of the first it did not get."""
     frames = sender_frames(datagrams)
     log, rebuilder = new_image(tmp_path, setup_of(datagrams))
     reader = Reader(log, rebuilder)
-    k = next(i for i, f in enumerate(frames) if rebuilder.position_of(f.term_id, f.term_offset) >= log.term_length * 3 // 2)
+    k = next(i for i, f in enumerate(frames)
+             if rebuilder.position_of(f.term_id, f.term_offset) >= log.term_length * 3 // 2)
     for item in frames[:k]:
         assert rebuilder.insert(item) == rebuild.INSERTED
         reader.poll()
-    publish_tail(log, rebuilder.position_of(frames[k - 3].term_id, frames[k - 3].term_offset))
+    log.set_tail_position(rebuilder.position_of(frames[k - 3].term_id, frames[k - 3].term_offset))  # as the agent
     return log, rebuilder, reader, frames, k
 
 
