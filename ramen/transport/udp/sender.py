@@ -117,6 +117,8 @@ class NetworkSender:
         """(termId, termOffset) of a NAKed range -> when its linger ends (ns)."""
         self._control: list[bytes] = []
         """Datagrams due at once (RTTM echoes, retransmits), sent first by the next do_work."""
+        self._idle = True
+        """The last do_work sent no DATA: the writer may have run on meanwhile (_skip_if_overtaken)."""
         self.skipped_to: int | None = None
         """Where snd-pos last skipped to (_skip_if_overtaken): SETUPs go until an SM from there."""
         self.skips = 0
@@ -152,12 +154,14 @@ class NetworkSender:
         now = self._clock.nanos() if now_ns is None else now_ns
         out = self._control
         self._control = []
-        self._skip_if_overtaken()
+        if self._idle:  # sending, snd-pos holds the writer: it cannot be a term ahead
+            self._skip_if_overtaken()
         if self._send_setup and now - self._last_setup_ns > SETUP_RETRY_NS:
             out.append(self._setup_frame().encode())
             self._last_setup_ns = now
             self.setups_sent += 1
         sent = self._send_data(out)
+        self._idle = not sent
         if sent:
             self._last_data_or_heartbeat_ns = now
         elif self.is_connected and now - self._last_data_or_heartbeat_ns > HEARTBEAT_IDLE_NS:
@@ -175,8 +179,8 @@ class NetworkSender:
         connection timeout) may soon write over what is still to be sent, and over the term behind
         it that NAKs may ask for: snd-pos skips to the writer's tail, and a SETUP there tells the
         receiver, which ends its image and begins a new one (NetworkReceiver._on_setup). The rows
-        between are lost to it, counted in skipped_bytes. Connected, the writer is never that far
-        ahead: snd-pos holds it to half a term."""
+        between are lost to it, counted in skipped_bytes. Looked at only after a do_work that sent
+        nothing: a sender that sends is connected, and snd-pos holds its writer to half a term."""
         tail = self.log.producer_position()
         if tail - self.sender_position <= self.term_length:
             return
