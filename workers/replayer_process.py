@@ -203,7 +203,7 @@ def wait_for_reader(publication: ExclusivePublication, stop: threading.Event, re
 def replay(client, site: str, replayer_id: int, stop: threading.Event,
            wait_for_key_s: float = 0.0, parent: int | None = None) -> ReplayerStats | None:
     """Do the whole replay; None when stopped by a signal before the end (or never given one)."""
-    warm_up_arrow()  # before the key: a warm replayer does it while it waits
+    warm_up_arrow(pandas=False)  # before the key: a warm replayer does it while it waits
     freeze_startup_objects()
     spec = load_spec(client, site, replayer_id, wait_for_key_s, stop, parent)
     if spec is None:

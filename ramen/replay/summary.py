@@ -22,6 +22,8 @@ __all__ = ["BUCKET", "COUNT", "SUM", "SummaryError", "aggregate", "check", "comb
 US_PER_S = 1_000_000
 BUCKET = "__bucket_s"
 SUM, COUNT = "__sum_", "__count_"
+_VALUE = "__value_"
+"""A field's values as float64, while raw rows are grouped."""
 
 
 class SummaryError(ValueError):
@@ -55,18 +57,21 @@ def empty(summary: Summary, function: Function) -> pa.Table:
 
 
 def aggregate(summary: Summary, function: Function, table: pa.Table | pa.RecordBatch) -> pa.Table:
-    """The rows of `table` (the function's output) as buckets."""
+    """The rows of `table` (the function's output) as buckets.
+
+    Grouped over contiguous arrays (a target gathers thousands of small batches: Arrow's group_by
+    pays per chunk), each field's sum and count taken from its own column by the one group_by."""
     if table.num_rows == 0:
         return empty(summary, function)
+    if isinstance(table, pa.Table):
+        table = table.combine_chunks()
     times = event_times_us(table, function.event_time)
     step = summary.step_s
     columns = {BUCKET: pa.array(np.floor_divide(times, step * US_PER_S) * step, pa.int64()),
-               **{f: table.column(f) for f in summary.factors}}
-    for name in summary.fields:
-        values = pc.cast(table.column(name), pa.float64())
-        columns[SUM + name] = values
-        columns[COUNT + name] = pc.if_else(pc.is_valid(values), 1, 0).cast(pa.int64())
-    return _summed(summary, function, pa.table(columns))
+               **{f: table.column(f) for f in summary.factors},
+               **{_VALUE + n: pc.cast(table.column(n), pa.float64()) for n in summary.fields}}
+    return _grouped(summary, function, pa.table(columns), [(_VALUE + n, "sum") for n in summary.fields],
+                    [(_VALUE + n, "count") for n in summary.fields])
 
 
 def combine(summary: Summary, function: Function, tables: list[pa.Table]) -> pa.Table:
@@ -79,11 +84,18 @@ def combine(summary: Summary, function: Function, tables: list[pa.Table]) -> pa.
 
 
 def _summed(summary: Summary, function: Function, table: pa.Table) -> pa.Table:
-    """One row per bucket and factor values, its sums and counts added up; group_by's `<col>_sum`
-    names back to ours, in `schema`'s order and types."""
-    grouped = table.group_by([BUCKET, *summary.factors], use_threads=False).aggregate(
-        [(SUM + n, "sum") for n in summary.fields] + [(COUNT + n, "sum") for n in summary.fields])
+    """One row per bucket and factor values, its sums and counts added up."""
+    return _grouped(summary, function, table, [(SUM + n, "sum") for n in summary.fields],
+                    [(COUNT + n, "sum") for n in summary.fields])
+
+
+def _grouped(summary: Summary, function: Function, table: pa.Table, sums: list, counts: list) -> pa.Table:
+    """Group by bucket and factor values; group_by's `<column>_<aggregate>` names back to ours, in
+    `schema`'s order and types (a group whose values are all null sums to null, counts 0)."""
+    grouped = table.group_by([BUCKET, *summary.factors], use_threads=False).aggregate(sums + counts)
+    names = {BUCKET: BUCKET, **{f: f for f in summary.factors}}
+    for name, (column, kind), (count_column, count_kind) in zip(summary.fields, sums, counts):
+        names[SUM + name], names[COUNT + name] = f"{column}_{kind}", f"{count_column}_{count_kind}"
     wanted = schema(summary, function)
-    keys = {BUCKET, *summary.factors}
-    columns = [grouped.column(f.name if f.name in keys else f.name + "_sum").cast(f.type) for f in wanted]
+    columns = [grouped.column(names[f.name]).cast(f.type) for f in wanted]
     return pa.Table.from_arrays(columns, schema=wanted)

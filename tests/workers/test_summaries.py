@@ -68,3 +68,17 @@ def test_a_target_writes_partial_buckets_that_add_up_to_those_of_all_its_rows(ra
     partials = [pa.Table.from_batches([decode_tuples(m, schema)]) for m, _ in messages]
     assert summary.combine(SUMMARY, raw, partials).equals(
         summary.combine(SUMMARY, raw, [summary.aggregate(SUMMARY, raw, table)]))
+
+
+def test_null_values_are_not_counted_and_a_bucket_of_nulls_sums_to_null(raw):
+    table = rows([0, 1, 2, 12], ["a", "a", "b", "a"], [None, 3, None, 4])
+    buckets = summary.aggregate(SUMMARY, raw, table)
+    got = sorted(zip(*(buckets.column(c).to_pylist() for c in buckets.column_names)))
+    assert got == [(0, "a", 3.0, 1), (0, "b", None, 0), (10, "a", 4.0, 1)]
+
+
+def test_rows_in_many_small_chunks_make_the_buckets_of_the_same_rows_in_one(raw):
+    table = rows(list(range(0, 90, 3)), ["a", "b", "c"] * 10, list(range(30)))
+    chunked = pa.Table.from_batches(table.to_batches(max_chunksize=4))
+    assert chunked.column("ts").num_chunks > 1
+    assert summary.aggregate(SUMMARY, raw, chunked).equals(summary.aggregate(SUMMARY, raw, table))
