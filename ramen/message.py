@@ -1,10 +1,13 @@
 """The ramen message: the 32-byte header in front of every (reassembled) Aeron message ramen sends.
 
-    u8 version | u8 kind | u16 flags | u32 channel | u32 source | u32 reserved |
+    u8 version | u8 kind | u16 flags | u32 channel | u32 source | u32 rollup_offset |
     i64 min_event_time_us | i64 max_event_time_us | body
 
 The event-time bounds let replayers and the archive's time index skip whole messages without
 decoding the Arrow body. Channel 0 is the live stream; replays use non-zero channels.
+`rollup_offset`: where, from the message's start, the rollup of a TUPLES message's rows follows
+its record batch (ramen/rollup.py); 0 when it has none. Readers of the rows never look past their
+record batch, so a rollup changes nothing for them.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ HEADER_LENGTH = HEADER.size  # 32
 VERSION_OFFSET = 0
 KIND_OFFSET = 1
 CHANNEL_OFFSET = 4
+ROLLUP_OFFSET_OFFSET = 12
 MIN_EVENT_TIME_OFFSET = 16
 MAX_EVENT_TIME_OFFSET = 24
 
@@ -49,9 +53,10 @@ class MessageHeader:
     min_event_time_us: int = NO_EVENT_TIME
     max_event_time_us: int = NO_EVENT_TIME
     flags: int = 0
+    rollup_offset: int = 0
 
     def pack(self) -> bytes:
-        return HEADER.pack(MESSAGE_VERSION, self.kind, self.flags, self.channel, self.source, 0,
+        return HEADER.pack(MESSAGE_VERSION, self.kind, self.flags, self.channel, self.source, self.rollup_offset,
                            self.min_event_time_us, self.max_event_time_us)
 
 
@@ -63,10 +68,10 @@ def decode_header(buffer, offset: int = 0) -> MessageHeader | None:
     """The header at offset, or None when the bytes there are not a ramen message."""
     if len(buffer) - offset < HEADER_LENGTH:
         return None
-    version, kind, flags, channel, source, _, low, high = HEADER.unpack_from(buffer, offset)
+    version, kind, flags, channel, source, rollup_offset, low, high = HEADER.unpack_from(buffer, offset)
     if version != MESSAGE_VERSION or kind not in KINDS:
         return None
-    return MessageHeader(kind, channel, source, low, high, flags)
+    return MessageHeader(kind, channel, source, low, high, flags, rollup_offset)
 
 
 def event_time_bounds(buffer, offset: int = 0) -> tuple[int, int] | None:

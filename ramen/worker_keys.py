@@ -115,3 +115,5 @@ class WorkerStats(KeyValue):
     spark_jobs: int | None = None
     """A heavy worker's Spark jobs, and the time they took (staging included)."""
     spark_s: float | None = None
+    rollups: int = 0
+    """Messages whose rollup a summarised replay folded instead of their rows (ramen/rollup.py)."""

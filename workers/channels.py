@@ -76,10 +76,13 @@ class ChannelState:
         for channel, output in self.through:
             output.send(with_channel(message, channel), rows)
 
-    def summarise(self, rows: pa.Table | pa.RecordBatch) -> None:
-        """A summarised replay's rows, folded into buckets (written once enough are in)."""
-        for message, count in self.summariser.add(rows):
+    def summarise(self, rows: pa.Table | pa.RecordBatch, message: bytes | None = None) -> int:
+        """A summarised replay's rows (and the message that carried them, for its rollup), folded
+        into buckets (written once enough are in); 1 when the message's rollup was taken."""
+        rollups = self.summariser.rollups
+        for message, count in self.summariser.add(rows, message):
             self._to_recipients(message, count)
+        return self.summariser.rollups - rollups
 
     def finish_summary(self) -> None:
         """The buckets of the rows not written yet, before the channel's end."""

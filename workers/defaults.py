@@ -92,3 +92,6 @@ starts another): bounds what an orphaned spare costs if its supervisor died."""
 SUMMARY_ROWS = 1 << 20
 """A summarised replay's target folds its rows into buckets every this many rows (and at the end):
 its memory stays bounded by them, and the client gets the buckets as they are made."""
+SUMMARY_PARTS = 256
+"""... or every this many messages: an hour of an archived source's rollups (ramen/rollup.py) is
+a few hundred thousand rows in thousands of messages, folded on the way rather than all at the end."""

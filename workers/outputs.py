@@ -22,6 +22,7 @@ import pyarrow as pa
 from ramen import paths
 from ramen.locks import FileLock
 from ramen.message import decode_header
+from ramen.rollup import Rollup
 from ramen.transport import (ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED, CountersFile, ExclusivePublication,
                              LogBuffer, LogBufferError, LogBufferParams)
 from ramen.transport.defaults import IPC_MTU_LENGTH, IPC_TERM_LENGTH
@@ -140,15 +141,21 @@ class Output:
 
 
 def tuple_messages(table: pa.Table, max_message_length: int, event_time: str | None, channel: int,
-                   source: int) -> Iterator[tuple[bytes, int]]:
+                   source: int, rollup: Rollup | None = None) -> Iterator[tuple[bytes, int]]:
     """A table as TUPLES messages of BATCH_ROWS rows, fewer when its rows are so wide that a message
-    would pass MESSAGE_FILL of the log's max message length; with the rows of each."""
+    would pass MESSAGE_FILL of the log's max message length; with the rows of each. With `rollup`,
+    each carries the rollup of its rows when that fits (ramen/rollup.py)."""
     max_bytes = int(max_message_length * MESSAGE_FILL)
     rows_per_message = BATCH_ROWS
     if table.nbytes > max_bytes * max(1, table.num_rows // BATCH_ROWS):
         rows_per_message = max(1, int(table.num_rows * max_bytes / max(table.nbytes, 1)))
     for batch in table.combine_chunks().to_batches(max_chunksize=rows_per_message):
-        yield encode_tuples(batch, event_time, channel, source), batch.num_rows
+        message = encode_tuples(batch, event_time, channel, source)
+        if rollup is not None:
+            with_rollup = rollup.appended(message, batch)
+            if len(with_rollup) <= max_message_length:
+                message = with_rollup
+        yield message, batch.num_rows
 
 
 class Outputs:

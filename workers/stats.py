@@ -18,12 +18,14 @@ from ramen.transport import counters as ctr
 from ramen.transport.counters import Counter, CountersFile
 from ramen.worker_keys import ChannelCounts, WorkerStats
 
-COUNTER_NAMES = ("tuples in", "tuples out", "late", "dropped", "unexpected", "skipped", "spark jobs", "spark ms")
+COUNTER_NAMES = ("tuples in", "tuples out", "late", "dropped", "unexpected", "skipped", "spark jobs", "spark ms",
+                 "rollups")
 """dropped: live tuples written while nobody read the (non-archived) live log, as Aeron drops them;
 unexpected: messages of a channel this worker has no state for (a replay it was not told of yet);
 skipped: messages of other workers' replays on a replayer's log (a merged replayer writes the
 channels of all its readers into one log, and each reader skips those of the others);
-spark jobs, spark ms: a heavy worker's Spark jobs and the time they took, staging included."""
+spark jobs, spark ms: a heavy worker's Spark jobs and the time they took, staging included;
+rollups: messages whose rollup (ramen/rollup.py) a summarised replay folded instead of their rows."""
 
 
 @dataclass
@@ -97,7 +99,8 @@ class WorkerCounters:
             rss_bytes=rss_bytes(), position_in=position_in, position_out=position_out,
             channels={c: ChannelCounts(**dataclasses.asdict(s)) for c, s in sorted(self.channels.items())},
             signature=signature, live_event_time_us=live_event_time_us,
-            spark_jobs=local["spark jobs"] if heavy else None, spark_s=local["spark ms"] / 1000 if heavy else None)
+            spark_jobs=local["spark jobs"] if heavy else None, spark_s=local["spark ms"] / 1000 if heavy else None,
+            rollups=local["rollups"])
 
     def close(self) -> None:
         for counter in self._counters.values():

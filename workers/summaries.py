@@ -1,16 +1,39 @@
 """A summarised replay's output at its target (ramen.replay.contract.Summary): the rows folded into
 buckets (ramen/replay/summary.py) every SUMMARY_ROWS rows and at the end, and written as such. The
-client adds up the partial buckets; memory stays bounded by SUMMARY_ROWS rows and the buckets."""
+client adds up the partial buckets. A message that carries the rollup of its rows (an archived
+source's: ramen/rollup.py) gives its rollup instead, tens of buckets for its thousands of rows.
+
+A fold runs on a thread of its own (Arrow's group_by releases the GIL) while the duty cycle goes on
+reading: a target that stopped to fold a million rows held the replayer, and with it every other
+reader of the replay's messages (a dashboard's lazy functions over the same source), for as long.
+One fold at a time per summariser, so memory stays bounded by twice SUMMARY_ROWS rows and the
+buckets, and the buckets are written in the order of their rows."""
 
 from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pyarrow as pa
 
 from ramen.program.model import Function
 from ramen.replay import summary
 from ramen.replay.contract import Summary
-from workers.defaults import SUMMARY_ROWS
+from ramen.rollup import Rollup
+from workers.defaults import SUMMARY_PARTS, SUMMARY_ROWS
 from workers.outputs import tuple_messages
+
+_folder: ThreadPoolExecutor | None = None
+_folder_lock = threading.Lock()
+
+
+def _fold_thread() -> ThreadPoolExecutor:
+    """The worker's one folding thread, started by its first summarised replay."""
+    global _folder
+    with _folder_lock:
+        if _folder is None:
+            _folder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="summaries")
+        return _folder
 
 
 class Summariser:
@@ -22,18 +45,52 @@ class Summariser:
         self.source_id = source_id
         self.max_message_length = max_message_length
         self._pending: list[pa.Table] = []
+        self._rolled_up: list[pa.Table] = []
         self._rows = 0
+        self._folding: Future | None = None
+        self.rollups = 0
+        """Messages whose rollup was folded instead of their rows."""
+        rollup = Rollup.of(function)
+        self._rollup = rollup if rollup is not None and rollup.serves(spec) else None
 
-    def add(self, rows: pa.Table | pa.RecordBatch) -> list[tuple[bytes, int]]:
-        """Gather the rows; the messages of their buckets once SUMMARY_ROWS are in."""
-        self._pending.append(rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows]))
-        self._rows += rows.num_rows
-        return self.finish() if self._rows >= SUMMARY_ROWS else []
+    def add(self, rows: pa.Table | pa.RecordBatch, message: bytes | None = None) -> list[tuple[bytes, int]]:
+        """Gather the rows (the rollup `message` carries of them, if it does); once SUMMARY_ROWS or
+        SUMMARY_PARTS are in, they go to be folded, and the messages of the previous fold come back
+        (the duty cycle writes them)."""
+        rolled_up = self._rollup.decode(message) if self._rollup is not None and message is not None else None
+        if rolled_up is not None:
+            self.rollups += 1
+            self._rolled_up.append(rolled_up)
+            self._rows += rolled_up.num_rows
+        else:
+            self._pending.append(rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows]))
+            self._rows += rows.num_rows
+        if self._rows >= SUMMARY_ROWS or len(self._pending) + len(self._rolled_up) >= SUMMARY_PARTS:
+            return self._hand_over()
+        return []
 
     def finish(self) -> list[tuple[bytes, int]]:
-        """The buckets of the rows gathered, as messages of this channel."""
-        if not self._rows:
+        """The buckets of every row added and not written yet, as messages of this channel."""
+        messages = self._hand_over() if self._pending or self._rolled_up else []
+        return messages + self._folded()
+
+    def _hand_over(self) -> list[tuple[bytes, int]]:
+        done = self._folded()
+        rows, rolled_up = self._pending, self._rolled_up
+        self._pending, self._rolled_up, self._rows = [], [], 0
+        self._folding = _fold_thread().submit(self._fold, rows, rolled_up)
+        return done
+
+    def _folded(self) -> list[tuple[bytes, int]]:
+        """The messages of the fold under way, once it is done (a bug in it raises here)."""
+        if self._folding is None:
             return []
-        buckets = summary.aggregate(self.spec, self.function, pa.concat_tables(self._pending))
-        self._pending, self._rows = [], 0
+        folding, self._folding = self._folding, None
+        return folding.result()
+
+    def _fold(self, rows: list[pa.Table], rolled_up: list[pa.Table]) -> list[tuple[bytes, int]]:
+        parts = [summary.rebucketed(self.spec, self.function, pa.concat_tables(rolled_up))] if rolled_up else []
+        if rows:
+            parts.append(summary.aggregate(self.spec, self.function, pa.concat_tables(rows)))
+        buckets = summary.combine(self.spec, self.function, parts)
         return list(tuple_messages(buckets, self.max_message_length, None, self.channel, self.source_id))

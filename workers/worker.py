@@ -45,6 +45,7 @@ from ramen.program.errors import ProgramError
 from ramen.program.model import ENGINE_SPARK, Function, Program, function_id, split_qualified
 from ramen.replay.contract import ContractError, WorkerReplay
 from ramen.replay.fail import fail_replay
+from ramen.rollup import Rollup
 from ramen.transport import BackoffIdleStrategy, CountersFile, TransportError
 from ramen.tuples import decode_tuples, resumed, with_channel
 from ramen.worker_keys import WorkerSpec, WorkerStats
@@ -95,6 +96,8 @@ class Worker:
         """The largest event time written on the live output (a restarted source resumes after it)."""
         self.program: Program | None = None
         self.function: Function | None = None
+        self.rollup: Rollup | None = None
+        """What its archived live messages carry for dashboards (ramen/rollup.py)."""
         self.parents: dict[str, Function] = {}
         self.channels: Channels | None = None
         self.dispatch: LightDispatch | HeavyDispatch | None = None
@@ -117,6 +120,7 @@ class Worker:
             raise WorkerError(str(e)) from None
         self.signature = self.spec.signature
         self.program, self.function = self._load_function(self.qualified_name)
+        self.rollup = Rollup.of(self.function) if self.spec.archived else None
         self.parents = {parent: self._parent(parent) for parent in self.function.parents}
         if self.function.engine == ENGINE_SPARK:
             self.dispatch = HeavyDispatch(SparkExecutor(self.function, self.client, clock=self.clock), self.stats,
@@ -284,7 +288,7 @@ class Worker:
             self.stats.add("tuples out", rows, channel)
             for (_, batch), (_, message) in zip(batches, messages):
                 if state.summariser is not None:
-                    state.summarise(batch)
+                    self.stats.add("rollups", state.summarise(batch, message))
                 if state.summariser is None or state.through:  # someone takes the rows themselves
                     state.send(message if channel == tag else with_channel(message, channel), batch.num_rows)
 
@@ -315,8 +319,8 @@ class Worker:
                 self.stats.add("tuples out", table.num_rows, state.channel)
                 return
         live = state.channel == LIVE_CHANNEL
-        for message, rows in tuple_messages(table, state.max_message_length,
-                                            self.function.event_time, state.channel, self.id):
+        for message, rows in tuple_messages(table, state.max_message_length, self.function.event_time,
+                                            state.channel, self.id, self.rollup if live else None):
             written = None
             if live and (bounds := event_time_bounds(message)) is not None:
                 written = lambda high=bounds[1]: self._live_written(high)  # noqa: E731

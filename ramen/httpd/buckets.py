@@ -7,20 +7,26 @@ function's rows carry their window's start) or DEFAULT_STEP_S.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ramen.httpd.names import numeric_fields
 from ramen.httpd.series import Series
 from ramen.program import Function
 from ramen.replay import summary as summaries
 from ramen.replay.contract import Summary
-from ramen.replay.summary import BUCKET, COUNT, SUM, US_PER_S
+from ramen.replay.summary import BUCKET, COUNT, SUM, US_PER_S, numeric_fields
 
 DEFAULT_STEP_S = 10
 """The step of a function without a window: fine enough for a 15 min chart, 60 k points a week."""
+DERIVED_KEPT = 16
+"""Tables whose series' grids are kept (_derived)."""
 _ROW = "__row"
+_derived_kept: OrderedDict[int, "_Derived"] = OrderedDict()
+_derived_lock = threading.Lock()
 
 
 def step_s(function: Function) -> int:
@@ -58,24 +64,69 @@ def to_series(function: Function, table: pa.Table, wanted: list[tuple[tuple[str,
     step = step_s(function)
     start = since_s // step * step
     count = max(0, -(-until_s // step) - start // step)
-    index_all = ((table.column(BUCKET).to_numpy() - start) // step) if table.num_rows else np.empty(0, np.int64)
-    groups = _factor_groups(function, table)
+    derived = _derived(function, table)
     out = []
     for values_wanted, field, path in wanted:
-        values = np.full(count, np.nan)
-        rows = groups.get(values_wanted)
-        if rows is not None and len(rows):
-            index = index_all[rows]
-            keep = (index >= 0) & (index < count)
-            sums = table.column(SUM + field).to_numpy(zero_copy_only=False)[rows][keep]
-            counts = table.column(COUNT + field).to_numpy(zero_copy_only=False)[rows][keep]
-            with np.errstate(invalid="ignore", divide="ignore"):
-                values[index[keep]] = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+        grid = derived.grid(field, start, step, count)
+        row = derived.row_of.get(values_wanted)
+        values = grid[row].copy() if row is not None else np.full(count, np.nan)
         out.append(Series(path, start, step, values))
     return out
 
 
-def _factor_groups(function: Function, table: pa.Table) -> dict[tuple[str, ...], np.ndarray]:
+class _Derived:
+    """What the renders draw from one function's buckets: the rows of each combination of factor
+    values, and per field and range, every combination's averages as one grid."""
+
+    def __init__(self, function: Function, table: pa.Table) -> None:
+        self.table = table
+        groups = _grouped_rows(function, table)
+        self.row_of = {values: row for row, values in enumerate(groups)}
+        """Factor values (as strings, as the tree names them) -> their row of a grid."""
+        self.group = np.empty(table.num_rows, np.int64)
+        """Bucket -> its factor values' row of a grid."""
+        for row, rows in enumerate(groups.values()):
+            self.group[rows] = row
+        self._grids: dict[tuple, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def grid(self, field: str, start: int, step: int, count: int) -> np.ndarray:
+        """[factor values' row, step index] -> the average of the field, NaN without a value."""
+        key = (field, start, step, count)
+        with self._lock:
+            grid = self._grids.get(key)
+        if grid is not None:
+            return grid
+        grid = np.full((len(self.row_of), count), np.nan)
+        if self.table.num_rows and count:
+            index = (self.table.column(BUCKET).to_numpy() - start) // step
+            keep = (index >= 0) & (index < count)
+            sums = self.table.column(SUM + field).to_numpy(zero_copy_only=False)[keep]
+            counts = self.table.column(COUNT + field).to_numpy(zero_copy_only=False)[keep]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                grid[self.group[keep], index[keep]] = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+        with self._lock:
+            self._grids[key] = grid
+        return grid
+
+
+def _derived(function: Function, table: pa.Table) -> _Derived:
+    """Of the last DERIVED_KEPT tables asked, kept: a dashboard's renders chart the same few tables
+    (a function's, shared by every render that needs it), each render several times."""
+    with _derived_lock:
+        held = _derived_kept.get(id(table))
+        if held is not None and held.table is table:  # the table is held too: its id is not reused meanwhile
+            _derived_kept.move_to_end(id(table))
+            return held
+    derived = _Derived(function, table)
+    with _derived_lock:
+        _derived_kept[id(table)] = derived
+        while len(_derived_kept) > DERIVED_KEPT:
+            _derived_kept.popitem(last=False)
+    return derived
+
+
+def _grouped_rows(function: Function, table: pa.Table) -> dict[tuple[str, ...], np.ndarray]:
     """Row indices per combination of factor values (as strings, as the tree names them), in
     order. Arrow's group_by over the buckets: a dashboard's renders ask this of tables of tens of
     thousands of buckets, where sorting Python strings took most of a render's CPU."""
@@ -95,4 +146,4 @@ def _factor_groups(function: Function, table: pa.Table) -> dict[tuple[str, ...],
 
 def factor_values(function: Function, table: pa.Table) -> set[tuple[str, ...]]:
     """The combinations of factor values in buckets."""
-    return set(_factor_groups(function, table)) if function.factors else set()
+    return set(_derived(function, table).row_of) if function.factors else set()

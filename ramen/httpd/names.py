@@ -17,9 +17,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-import pyarrow as pa
-
 from ramen.program import Function, Program
+from ramen.replay.summary import numeric_fields
 
 SEPARATOR = "."
 QUOTE = '"'
@@ -133,13 +132,6 @@ class SegmentMatcher:
 
     def select(self, names: Iterable[str]) -> list[str]:
         return [n for n in names if self(n)]
-
-
-def numeric_fields(function: Function) -> list[str]:
-    """The fields that are series: integers and floats, neither the event time nor a factor."""
-    skip = {function.event_time, *function.factors}
-    return [f.name for f in function.schema
-            if f.name not in skip and (pa.types.is_integer(f.type) or pa.types.is_floating(f.type))]
 
 
 def replayable(programs: dict[str, Program]) -> list[Function]:

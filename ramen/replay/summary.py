@@ -17,7 +17,8 @@ from ramen.program.model import Function
 from ramen.replay.contract import Summary
 from ramen.tuples import event_times_us
 
-__all__ = ["BUCKET", "COUNT", "SUM", "SummaryError", "aggregate", "check", "combine", "empty", "schema"]
+__all__ = ["BUCKET", "COUNT", "SUM", "SummaryError", "aggregate", "check", "combine", "empty", "numeric_fields",
+           "rebucketed", "schema"]
 
 US_PER_S = 1_000_000
 BUCKET = "__bucket_s"
@@ -28,6 +29,13 @@ _VALUE = "__value_"
 
 class SummaryError(ValueError):
     """A summary the function cannot have (one line)."""
+
+
+def numeric_fields(function: Function) -> list[str]:
+    """The fields a chart draws: integers and floats, neither the event time nor a factor."""
+    skip = {function.event_time, *function.factors}
+    return [f.name for f in function.schema
+            if f.name not in skip and (pa.types.is_integer(f.type) or pa.types.is_floating(f.type))]
 
 
 def check(summary: Summary, function: Function) -> None:
@@ -81,6 +89,15 @@ def combine(summary: Summary, function: Function, tables: list[pa.Table]) -> pa.
         return empty(summary, function)
     table = tables[0] if len(tables) == 1 else _summed(summary, function, pa.concat_tables(tables))
     return table.sort_by(BUCKET)
+
+
+def rebucketed(summary: Summary, function: Function, buckets: pa.Table) -> pa.Table:
+    """Buckets of a finer step (a multiple of the summary's divides it), of these factors and of
+    more fields, as partial buckets of the summary (for `combine`)."""
+    step = summary.step_s
+    columns = [pa.array(np.floor_divide(buckets.column(BUCKET).to_numpy(), step) * step, pa.int64()),
+               *(buckets.column(f.name) for f in schema(summary, function) if f.name != BUCKET)]
+    return pa.Table.from_arrays(columns, schema=schema(summary, function))
 
 
 def _summed(summary: Summary, function: Function, table: pa.Table) -> pa.Table:

@@ -94,8 +94,8 @@ def part(value: dict) -> WorkerReplay:
 
 
 def channels() -> tuple[Channels, FakeInputs, FakeOutputs, FakeClient]:
-    function = SimpleNamespace(qualified_name="p/f", window=None, schema=SCHEMA, event_time=None)
-    parent = SimpleNamespace(qualified_name="p/parent", window=None, schema=SCHEMA, event_time=None)
+    function = SimpleNamespace(qualified_name="p/f", window=None, schema=SCHEMA, event_time=None, factors=())
+    parent = SimpleNamespace(qualified_name="p/parent", window=None, schema=SCHEMA, event_time=None, factors=())
     inputs, outputs, client = FakeInputs(), FakeOutputs(), FakeClient()
     return (Channels(client, "site", function, {"p/parent": parent}, 42, inputs, outputs, WorkerCounters("p/f")),
             inputs, outputs, client)
@@ -299,7 +299,7 @@ def test_a_heavy_window_keeps_each_parents_rows_apart_and_counts_late_rows():
 def test_an_inputs_messages_under_a_tag_are_for_the_channels_that_read_their_rows_there(tmp_path):
     from workers.inputs import Inputs
     inputs = Inputs("site", "p/f", counters=None)
-    function = SimpleNamespace(qualified_name="p/parent", schema=SCHEMA, event_time=None)
+    function = SimpleNamespace(qualified_name="p/parent", schema=SCHEMA, event_time=None, factors=())
     path = tmp_path / "replayer.logbuffer"
     inputs.use(path, function, 7)
     inputs.use(path, function, 9, tag=7)

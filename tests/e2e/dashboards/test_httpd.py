@@ -5,14 +5,19 @@ bad requests refused in one line."""
 
 from __future__ import annotations
 
+import io
 import json
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 
+import pyarrow as pa
+import pyarrow.csv as pacsv
 import pytest
 
-from ramen import supervisor_stats
+from ramen import keyspace, supervisor_stats
 from ramen.cli.ps import collect
+from ramen.httpd import buckets
+from ramen.worker_keys import WorkerStats
 from tests.e2e.dashboards.site import HOST_NAMES, minute_range
 from tests.waiting import wait_for
 
@@ -130,3 +135,31 @@ def test_the_window_still_open_is_null_rather_than_a_part_of_its_rows(dashboard_
     values = [v for v, _ in series["datapoints"]]
     assert values[-1] is None  # this minute: not over, so not drawn as the dip of its first seconds
     assert values[-3] is not None and values[-3] > 0
+
+
+def test_a_source_is_charted_from_the_rollups_its_archived_messages_carry(dashboard_site):
+    """An archived source with factors writes each message's rollup (ramen/rollup.py): a chart of it
+    folds those rather than the rows, and draws the averages of the rows `ramen replay` prints."""
+    since, until = minute_range(9, 4)
+    result = dashboard_site.ramen("replay", "--since", since, "--until", until, "--format", "csv", "--with-header",
+                                  "web/traffic")
+    assert result.returncode == 0, result.stderr
+    rows = pacsv.read_csv(io.BytesIO(result.stdout.encode()))
+    seconds = rows["ts"].cast(pa.timestamp("us")).cast(pa.int64()).to_numpy() // 1_000_000
+    step = buckets.DEFAULT_STEP_S
+    keyed = pa.table({"bucket": seconds // step * step, "host": rows["host"], "bytes": rows["bytes"]})
+    expected = {(b, h): v for b, h, v in zip(*(keyed.group_by(["bucket", "host"]).aggregate([("bytes", "mean")])
+                                              .column(c).to_pylist() for c in ("bucket", "host", "bytes_mean")))}
+    with dashboard_site.client() as client:
+        def rollups() -> int:
+            stats = client.get_or_none(keyspace.function_key("local", "web/traffic", "stats"))
+            return WorkerStats.from_value(stats.value).rollups if stats is not None else 0
+        before = rollups()
+        answer = dashboard_site.json("/render", target="web.traffic.*.bytes", format="json", noCache="1",
+                                     **{"from": str(since), "until": str(until)})
+        assert wait_for(lambda: rollups() > before, "the traffic worker's stats to count rollups folded")
+    assert sorted(s["target"] for s in answer) == [f"web.traffic.{h}.bytes" for h in HOST_NAMES]
+    for series in answer:
+        host = series["target"].split(".")[2]
+        assert [[pytest.approx(expected[(t, host)]), t] for _, t in series["datapoints"]] == series["datapoints"]
+        assert len(series["datapoints"]) == (until - since) // step
