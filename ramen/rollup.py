@@ -19,6 +19,7 @@ takes a rollup only when it is the one it would write for the function as it kno
 from __future__ import annotations
 
 import hashlib
+import logging
 import struct
 
 import pyarrow as pa
@@ -34,6 +35,8 @@ ROLLUP_MAX_SHARE = 0.5
 """A rollup is written only when it is at most this share of its rows' bytes: past it (a factor
 with nearly as many values as rows) folding the rollup would save little, and the archive would
 grow by as much."""
+
+log = logging.getLogger(__name__)
 
 _FINGERPRINT = struct.Struct("<Q")
 _OFFSET = struct.Struct("<I")
@@ -74,14 +77,20 @@ class Rollup:
                 + rollup)
 
     def decode(self, message) -> pa.Table | None:
-        """The rollup a TUPLES message carries; None when it carries none, or another one."""
+        """The rollup a TUPLES message carries; None when it carries none, another one, or one
+        that does not read (its rows are folded then, as those of a message without one)."""
         offset = _OFFSET.unpack_from(message, ROLLUP_OFFSET_OFFSET)[0]
         if offset < HEADER_LENGTH or offset + _FINGERPRINT.size > len(message):
             return None
         if _FINGERPRINT.unpack_from(message, offset)[0] != self.fingerprint:
             return None
         body = pa.py_buffer(message)[offset + _FINGERPRINT.size:]
-        return pa.Table.from_batches([pa.ipc.read_record_batch(body, self.schema)])
+        try:
+            return pa.Table.from_batches([pa.ipc.read_record_batch(body, self.schema)])
+        except (pa.ArrowException, OSError, ValueError) as e:  # what a malformed IPC message raises
+            log.warning("%s: a rollup that does not read (%s): its rows are folded instead",
+                        self.function.qualified_name, e)
+            return None
 
     def serves(self, wanted: Summary) -> bool:
         """Whether its buckets make those of `wanted`: the same factors, a multiple of its step,

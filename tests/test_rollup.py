@@ -132,3 +132,12 @@ def test_a_summarised_target_folds_rollups_and_rows_into_the_buckets_of_all_the_
 
 def ordered(buckets: pa.Table) -> pa.Table:
     return buckets.sort_by([(summary.BUCKET, "ascending"), ("host", "ascending")])
+
+
+def test_a_rollup_that_does_not_read_has_its_rows_folded_instead(raw, caplog):
+    rollup, batch = Rollup.of(raw), rows(300)
+    plain = encode_tuples(batch, "ts")
+    message = rollup.appended(plain, batch)
+    damaged = message[:len(plain) + 8] + b"\xff" * (len(message) - len(plain) - 8)
+    assert rollup.decode(damaged) is None
+    assert "a rollup that does not read" in caplog.text

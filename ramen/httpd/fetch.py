@@ -31,6 +31,9 @@ archives held at its replay: rows a little out of order may still come into a yo
 COMBINE_ROWS = 1 << 20
 """Partial buckets gathered before they are added up: memory stays bounded by this many rows and
 the buckets, whatever the range."""
+COMBINE_PARTS = 4
+"""... or this many parts: added up as they come (a target's folds come every few hundred
+messages), so that what is left when the replay ends, and a render waits for, is little."""
 
 
 class FetchError(Exception):
@@ -126,7 +129,7 @@ class Fetcher:
                     pending.append(pa.Table.from_batches([batch]))
                     pending_rows += batch.num_rows
                     progress.rows += batch.num_rows
-                    if pending_rows >= COMBINE_ROWS:
+                    if pending_rows >= COMBINE_ROWS or len(pending) >= COMBINE_PARTS:
                         table, pending, pending_rows = buckets.combine(function, [table, *pending]), [], 0
         except ReplayFailed as e:
             raise FetchError(str(e)) from None

@@ -95,6 +95,7 @@ def rebucketed(summary: Summary, function: Function, buckets: pa.Table) -> pa.Ta
     """Buckets of a finer step (a multiple of the summary's divides it), of these factors and of
     more fields, as partial buckets of the summary (for `combine`)."""
     step = summary.step_s
+    buckets = buckets.combine_chunks()  # as in aggregate: a fold's rollups are hundreds of small tables
     columns = [pa.array(np.floor_divide(buckets.column(BUCKET).to_numpy(), step) * step, pa.int64()),
                *(buckets.column(f.name) for f in schema(summary, function) if f.name != BUCKET)]
     return pa.Table.from_arrays(columns, schema=schema(summary, function))
