@@ -44,6 +44,7 @@ LEFT_OVER_TIMEOUT_S = 60.0
 STOP_ROUNDS = 3
 """Times `ramen stop` looks again for processes of its instance, after stopping those it found."""
 POLL_INTERVAL_S = 0.2
+CONFSERVER_MODULE = "confserver.server"
 CONFSERVER_ANSWERED_WITHIN_S = 3.0
 """Spark's turns call the confserver only if it answered a probe this recently (a call to a stuck
 one only waits)."""
@@ -248,7 +249,7 @@ class _NetdOnDemand:
 def _start_confserver(base: Path, env: dict, logs: Path, services: list[Service], listen: str) -> str:
     ready = base / "run" / "confserver.ready"
     ready.unlink(missing_ok=True)
-    service = Service("confserver", ["confserver.server", "--data-dir", str(base / "confserver"),
+    service = Service("confserver", [CONFSERVER_MODULE, "--data-dir", str(base / "confserver"),
                                      "--ready-file", str(ready), "--listen", listen],
                       log_path=logs / "confserver.log")
     service.start(env)
@@ -478,7 +479,11 @@ def _stop_instance_processes(token: str | None) -> list[int]:
             break
         print(f"ramen: stopping {len(left)} processes left running: " +
               "; ".join(f"pid {pid} ({command_line(pid)[:80]})" for pid in left), file=sys.stderr, flush=True)
-        killed = stop_processes(left, STOP_GRACE_S)
+        # The confserver last, as `ramen start` stops them: the others let go of their keys as they
+        # stop, and waited for it until they were killed.
+        confservers = [pid for pid in left if f"-m {CONFSERVER_MODULE} " in command_line(pid) + " "]
+        killed = stop_processes([pid for pid in left if pid not in confservers], STOP_GRACE_S)
+        killed += stop_processes(confservers, STOP_GRACE_S)
         if killed:
             print(f"ramen: killed {', '.join(map(str, killed))} after {STOP_GRACE_S:g} s", file=sys.stderr)
         stopped += left
