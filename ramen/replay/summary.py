@@ -92,7 +92,7 @@ def combine(summary: Summary, function: Function, tables: list[pa.Table]) -> pa.
 
 
 def rebucketed(summary: Summary, function: Function, buckets: pa.Table) -> pa.Table:
-    """Buckets of a finer step (a multiple of the summary's divides it), of these factors and of
+    """Buckets of a step that divides the summary's, of its factors and of
     more fields, as partial buckets of the summary (for `combine`)."""
     step = summary.step_s
     buckets = buckets.combine_chunks()  # as in aggregate: a fold's rollups are hundreds of small tables
