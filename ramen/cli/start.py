@@ -477,11 +477,12 @@ def _stop_instance_processes(token: str | None) -> list[int]:
         left = [pid for pid in instance_processes(token) if pid not in stopped]
         if not left:
             break
+        commands = {pid: command_line(pid) for pid in left}
         print(f"ramen: stopping {len(left)} processes left running: " +
-              "; ".join(f"pid {pid} ({command_line(pid)[:80]})" for pid in left), file=sys.stderr, flush=True)
+              "; ".join(f"pid {pid} ({commands[pid][:80]})" for pid in left), file=sys.stderr, flush=True)
         # The confserver last, as `ramen start` stops them: the others let go of their keys as they
         # stop, and waited for it until they were killed.
-        confservers = [pid for pid in left if f"-m {CONFSERVER_MODULE} " in command_line(pid) + " "]
+        confservers = [pid for pid in left if f"-m {CONFSERVER_MODULE} " in commands[pid] + " "]
         killed = stop_processes([pid for pid in left if pid not in confservers], STOP_GRACE_S)
         killed += stop_processes(confservers, STOP_GRACE_S)
         if killed:
