@@ -80,8 +80,8 @@ class ChannelState:
         """A summarised replay's rows (and the message that carried them, for its rollup), folded
         into buckets (written once enough are in); 1 when the message's rollup was taken."""
         rollups = self.summariser.rollups
-        for message, count in self.summariser.add(rows, message):
-            self._to_recipients(message, count)
+        for buckets, count in self.summariser.add(rows, message):
+            self._to_recipients(buckets, count)
         return self.summariser.rollups - rollups
 
     def finish_summary(self) -> None:
