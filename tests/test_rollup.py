@@ -126,6 +126,8 @@ def test_a_summarised_target_folds_rollups_and_rows_into_the_buckets_of_all_the_
     out += summariser.finish()
     partials = [pa.Table.from_batches([decode_tuples(m, summary.schema(spec, raw))]) for m, _ in out]
     assert len(partials) == 3  # after 3 messages, 6, and the last 2
+    for partial in partials:  # each one bucket a row: a 10 s step's rows, not its 1 s rollups'
+        assert partial.num_rows == partial.group_by([summary.BUCKET, "host"]).aggregate([]).num_rows
     expected = summary.aggregate(spec, raw, pa.Table.from_batches(batches))
     assert ordered(summary.combine(spec, raw, partials)).equals(ordered(expected))
 

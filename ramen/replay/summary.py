@@ -92,13 +92,14 @@ def combine(summary: Summary, function: Function, tables: list[pa.Table]) -> pa.
 
 
 def rebucketed(summary: Summary, function: Function, buckets: pa.Table) -> pa.Table:
-    """Buckets of a step that divides the summary's, of its factors and of
-    more fields, as partial buckets of the summary (for `combine`)."""
+    """Buckets of a step that divides the summary's, of its factors and of more fields (rollups),
+    as the summary's: each bucket of the summary's step holds its finer ones' sums and counts
+    (a fold of 10 s buckets from 1 s rollups writes a tenth of their rows, not all of them)."""
     step = summary.step_s
     buckets = buckets.combine_chunks()  # as in aggregate: a fold's rollups are hundreds of small tables
     columns = [pa.array(np.floor_divide(buckets.column(BUCKET).to_numpy(), step) * step, pa.int64()),
                *(buckets.column(f.name) for f in schema(summary, function) if f.name != BUCKET)]
-    return pa.Table.from_arrays(columns, schema=schema(summary, function))
+    return _summed(summary, function, pa.Table.from_arrays(columns, schema=schema(summary, function)))
 
 
 def _summed(summary: Summary, function: Function, table: pa.Table) -> pa.Table:
