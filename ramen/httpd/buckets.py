@@ -76,37 +76,49 @@ def to_series(function: Function, table: pa.Table, wanted: list[tuple[tuple[str,
 
 class _Derived:
     """What the renders draw from one function's buckets: the rows of each combination of factor
-    values, and per field and range, every combination's averages as one grid."""
+    values, and per field and range, every combination's averages as one grid. Each is computed
+    once, by the first render to ask, while the others wait for it: a dashboard's renders all ask
+    at the moment the function's replay ends, and each computing its own copy held up them all."""
 
     def __init__(self, function: Function, table: pa.Table) -> None:
+        self.function = function
         self.table = table
-        groups = _grouped_rows(function, table)
-        self.row_of = {values: row for row, values in enumerate(groups)}
-        """Factor values (as strings, as the tree names them) -> their row of a grid."""
-        self.group = np.empty(table.num_rows, np.int64)
-        """Bucket -> its factor values' row of a grid."""
-        for row, rows in enumerate(groups.values()):
-            self.group[rows] = row
+        self._row_of: dict[tuple[str, ...], int] | None = None
+        self._group: np.ndarray | None = None  # bucket -> its factor values' row of a grid
         self._grids: dict[tuple, np.ndarray] = {}
         self._lock = threading.Lock()
 
+    @property
+    def row_of(self) -> dict[tuple[str, ...], int]:
+        """Factor values (as strings, as the tree names them) -> their row of a grid."""
+        with self._lock:
+            if self._row_of is None:
+                groups = _grouped_rows(self.function, self.table)
+                self._group = np.empty(self.table.num_rows, np.int64)
+                for row, rows in enumerate(groups.values()):
+                    self._group[rows] = row
+                self._row_of = {values: row for row, values in enumerate(groups)}
+            return self._row_of
+
     def grid(self, field: str, start: int, step: int, count: int) -> np.ndarray:
         """[factor values' row, step index] -> the average of the field, NaN without a value."""
+        rows = len(self.row_of)
         key = (field, start, step, count)
         with self._lock:
             grid = self._grids.get(key)
-        if grid is not None:
+            if grid is None:
+                grid = self._grids[key] = self._averages(field, start, step, count, rows)
             return grid
-        grid = np.full((len(self.row_of), count), np.nan)
+
+    def _averages(self, field: str, start: int, step: int, count: int, rows: int) -> np.ndarray:
+        grid = np.full((rows, count), np.nan)
         if self.table.num_rows and count:
             index = (self.table.column(BUCKET).to_numpy() - start) // step
             keep = (index >= 0) & (index < count)
             sums = self.table.column(SUM + field).to_numpy(zero_copy_only=False)[keep]
             counts = self.table.column(COUNT + field).to_numpy(zero_copy_only=False)[keep]
             with np.errstate(invalid="ignore", divide="ignore"):
-                grid[self.group[keep], index[keep]] = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-        with self._lock:
-            self._grids[key] = grid
+                grid[self._group[keep], index[keep]] = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
         return grid
 
 
@@ -118,12 +130,10 @@ def _derived(function: Function, table: pa.Table) -> _Derived:
         if held is not None and held.table is table:  # the table is held too: its id is not reused meanwhile
             _derived_kept.move_to_end(id(table))
             return held
-    derived = _Derived(function, table)
-    with _derived_lock:
-        _derived_kept[id(table)] = derived
+        derived = _derived_kept[id(table)] = _Derived(function, table)
         while len(_derived_kept) > DERIVED_KEPT:
             _derived_kept.popitem(last=False)
-    return derived
+        return derived
 
 
 def _grouped_rows(function: Function, table: pa.Table) -> dict[tuple[str, ...], np.ndarray]:
