@@ -23,9 +23,10 @@ import os
 from pathlib import Path
 from typing import BinaryIO
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from ramen.arrow_text import text_bytes
 
 __all__ = ["FORMATS", "TEXT_FORMATS", "RowWriter", "local_zone", "open_writer", "rfc3339"]
 
@@ -129,16 +130,6 @@ def _json_values(column: pa.Array, zone: str | None = None) -> pa.Array:
     return pc.fill_null(text, "null")
 
 
-def _text_bytes(lines: pa.Array) -> pa.Buffer:
-    """The concatenated values of a string array, without a copy: its data buffer's used part."""
-    if len(lines) == 0:
-        return pa.py_buffer(b"")
-    _, offsets, data = lines.buffers()
-    bounds = np.frombuffer(offsets, dtype=np.int32, count=len(lines) + lines.offset + 1)
-    start, end = int(bounds[lines.offset]), int(bounds[lines.offset + len(lines)])
-    return data[start:end]
-
-
 # -- writers --------------------------------------------------------------------------------------
 
 class RowWriter:
@@ -198,7 +189,7 @@ class JsonlWriter(RowWriter):
         for key, column in zip(self._keys, batch.columns):
             parts += [key, _json_values(column, self.zone)]
         lines = pc.binary_join_element_wise(*parts, "}\n", "")
-        self.sink.write(_text_bytes(lines))
+        self.sink.write(text_bytes(lines))
 
 
 class TableWriter(RowWriter):
@@ -246,7 +237,7 @@ class TableWriter(RowWriter):
         cells = cells if cells is not None else self._cells(batch)
         padded = [pc.utf8_rpad(c, width=w, padding=" ") for c, w in zip(cells, self.widths)]
         lines = pc.utf8_rtrim(pc.binary_join_element_wise(*padded, TABLE_GAP), characters=" ")
-        self.sink.write(_text_bytes(pc.binary_join_element_wise(lines, "\n", "")))
+        self.sink.write(text_bytes(pc.binary_join_element_wise(lines, "\n", "")))
 
     def close(self) -> None:
         if self.widths is None:

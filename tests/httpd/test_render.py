@@ -100,6 +100,17 @@ def test_json_writes_infinity_as_graphite_does_and_names_with_quotes():
     assert json.loads(raw)[0]["target"] == 'alias(a,"q\\"")'
 
 
+def test_json_values_read_back_exactly_in_every_series_even_an_empty_one():
+    values = [0.1, 1 / 3, 1e-7, 1e20, -0.0, 2.0 ** 53, 123456789012345678.0, 5.0, -2.5e-300]
+    written = [series("a", values, start=0), series("empty", [], start=0), series("b", values[::-1], start=5)]
+    answer = json.loads(to_json(written))
+    assert [entry["target"] for entry in answer] == ["a", "empty", "b"]
+    assert answer[1]["datapoints"] == []
+    for entry, s in zip(answer, written):
+        assert [point[0] for point in entry["datapoints"]] == s.values.tolist()
+        assert [point[1] for point in entry["datapoints"]] == s.timestamps().tolist()
+
+
 def test_json_max_data_points_consolidates_over_the_span_of_all_series():
     short = series("short", [1, 2, 3, 4], start=0)
     long = series("long", list(range(12)), start=0)
