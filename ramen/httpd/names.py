@@ -172,8 +172,8 @@ class MetricTree:
         metrics = {}
         for names, function in self._matches(split_path(pattern)):
             if len(names) == _leaf_depth(function):
-                metrics[_path(names)] = Metric(_path(names), function.qualified_name,
-                                               names[2:-1], names[-1])
+                path = _path(names)
+                metrics[path] = Metric(path, function.qualified_name, names[2:-1], names[-1])
         return [metrics[p] for p in sorted(metrics)]
 
     def functions_matching(self, pattern: str) -> list[Function]:
@@ -207,11 +207,12 @@ class MetricTree:
             factors = min(depth - 2, len(function.factors))
             combos = sorted({values[:factors] for values in self._factor_values(function)
                              if all(matchers[2 + i](values[i]) for i in range(factors))}) if factors else [()]
+            fields = matchers[-1].select(numeric_fields(function)) if depth == _leaf_depth(function) else ()
             for combo in combos:
                 if depth < _leaf_depth(function):
                     yield head + combo, function
                 else:
-                    for name in matchers[-1].select(numeric_fields(function)):
+                    for name in fields:
                         yield head + combo + (name,), function
 
 
