@@ -37,13 +37,8 @@ it holds every row from that event time on, and none between its previous run's 
 The archive's time index takes it like any message, so the coverage of the recording it starts
 touches the previous run's, and a replay across the restart is not refused for a gap that holds no
 row (a generator resumes on its grid, the next row a step later). Readers of tuples skip it."""
-KIND_ROLLUP = 5
-"""Body: the rollup of a TUPLES message (ramen/rollup.py), without its rows; rollup_offset is the
-header's length, the bounds are the rows'. A replayer writes it, in place of the message, for a
-summarised replay of the source itself that the rollup serves (ChannelRange.summary): the target
-folds the rollup and never needed the rows. Only replayer logs carry it."""
 KINDS = {KIND_SCHEMA: "SCHEMA", KIND_TUPLES: "TUPLES", KIND_END_OF_REPLAY: "END_OF_REPLAY",
-         KIND_RESUMED: "RESUMED", KIND_ROLLUP: "ROLLUP"}
+         KIND_RESUMED: "RESUMED"}
 
 LIVE_CHANNEL = 0
 NO_EVENT_TIME = -(1 << 63)

@@ -24,7 +24,7 @@ import struct
 
 import pyarrow as pa
 
-from ramen.message import HEADER_LENGTH, KIND_ROLLUP, ROLLUP_OFFSET_OFFSET, MessageHeader, decode_header
+from ramen.message import HEADER_LENGTH, ROLLUP_OFFSET_OFFSET
 from ramen.program.model import Function
 from ramen.replay import summary
 from ramen.replay.contract import Summary
@@ -91,18 +91,6 @@ class Rollup:
             log.warning("%s: a rollup that does not read (%s): its rows are folded instead",
                         self.function.qualified_name, e)
             return None
-
-    def alone(self, message, channel: int, source: int) -> bytes | None:
-        """The ROLLUP message (ramen/message.py) of a TUPLES message carrying this rollup, for
-        `channel` from `source`: its header and its rollup, without its rows. None when it
-        carries none or another one (its rows go instead)."""
-        header = decode_header(message)
-        offset = header.rollup_offset if header is not None else 0
-        if offset < HEADER_LENGTH or offset + _FINGERPRINT.size > len(message) \
-                or _FINGERPRINT.unpack_from(message, offset)[0] != self.fingerprint:
-            return None
-        return MessageHeader(KIND_ROLLUP, channel, source, header.min_event_time_us, header.max_event_time_us,
-                             rollup_offset=HEADER_LENGTH).pack() + bytes(message[offset:])
 
     def serves(self, wanted: Summary) -> bool:
         """Whether its buckets make those of `wanted`: the same factors, a multiple of its step,

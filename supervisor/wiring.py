@@ -254,19 +254,14 @@ def replayer_assignment(site: str, replayer_id: int, group: Group,
     """`readers`: how many workers subscribe to the replayer's log; it waits for them all before
     its first message, so that none joins late and misses the start. Channels of one range are
     tagged with the first of them (ChannelRange.tag): a dashboard's charts of several functions
-    over one source and range share every message of the log, each read once by every reader. A
-    summarised replay of the source itself gets its rollups alone (ChannelRange.summary), under a
-    tag of its own."""
+    over one source and range share every message of the log, each read once by every reader."""
     readers = {reader for c in group.channels for reader in requests[c].plan.readers_of(group.source)}
-    first: dict[tuple, int] = {}
+    first: dict[tuple[int, int], int] = {}
     channels = []
     for c in group.channels:
-        request = requests[c]
-        span = (request.since_us, request.until_us)
-        # A chart of the source itself takes its rollups alone: its own tag, apart from the rows.
-        summary = request.summary if request.plan.target == group.source else None
-        tag = first.setdefault((span, summary), c)
-        channels.append(ChannelRange(c, *span, tag=tag if tag != c else None, summary=summary))
+        span = (requests[c].since_us, requests[c].until_us)
+        tag = first.setdefault(span, c)
+        channels.append(ChannelRange(c, *span, tag=tag if tag != c else None))
     return ReplayerAssignment(replayer_id, group.source, str(paths.replayer_log(site, replayer_id)),
                               str(paths.archive_dir(site)), tuple(channels), readers=max(1, len(readers)),
                               riders=group.riders)

@@ -66,8 +66,6 @@ class ChannelState:
     unreachable_since: float | None = None
     summariser: Summariser | None = None
     """A summarised replay's target: its recipients get the buckets of its rows, not the rows."""
-    failed: bool = False
-    """Failed here (a rollup that did not fold): what else comes for it is dropped."""
 
     def send(self, message: bytes, rows: int, on_sent: Callable[[], None] | None = None) -> None:
         """To the channel's output (none once its client went, see Channels.end), and the same
@@ -85,18 +83,6 @@ class ChannelState:
         for buckets, count in self.summariser.add(rows, message):
             self._to_recipients(buckets, count)
         return self.summariser.rollups - rollups
-
-    def summarise_rollup(self, message) -> bool:
-        """A ROLLUP message folded as `summarise` folds a message's rollup; False when it cannot be
-        (it does not read, or this is no summarised replay): the replay misses its rows."""
-        if self.summariser is None:
-            return False
-        folded = self.summariser.add_rollup(message)
-        if folded is None:
-            return False
-        for buckets, count in folded:
-            self._to_recipients(buckets, count)
-        return True
 
     def finish_summary(self) -> None:
         """The buckets of the rows not written yet, before the channel's end."""

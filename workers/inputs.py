@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from ramen import paths
-from ramen.message import CHANNEL_OFFSET, HEADER_LENGTH, KIND_OFFSET, KIND_ROLLUP, KIND_TUPLES, LIVE_CHANNEL
+from ramen.message import LIVE_CHANNEL
 from ramen.program.model import Function
 from ramen.transport import BlockAssembler, CountersFile, Image, LogBuffer, LogBufferError, Subscription
 from ramen.transport.frame import FRAME_ALIGNMENT
@@ -37,10 +36,6 @@ from ramen.transport.position import index_by_term_count
 from workers.defaults import LOG_WAIT_INTERVAL_S, POLL_BLOCK_LENGTH, RECEIVED_STALL_S, REPLAY_LOG_WAIT_INTERVAL_S
 
 log = logging.getLogger(__name__)
-
-
-_CHANNEL = struct.Struct("<I")
-_ROWS_KINDS = frozenset({KIND_TUPLES, KIND_ROLLUP})
 
 
 @dataclass
@@ -70,14 +65,6 @@ class Input:
     progress: tuple[int, float] = (-1, 0.0)
     """(position, clock seconds when it was last seen to move) of a received log's image."""
 
-    def carries_ours(self, first: memoryview) -> bool:
-        """Whether a message (its first fragment) is ours: on a replayer's log, the rows and rollups
-        tagged for other workers' channels are not, and are skipped unread (BlockAssembler.keep)."""
-        if len(first) < HEADER_LENGTH or first[KIND_OFFSET] not in _ROWS_KINDS:
-            return True
-        tag = _CHANNEL.unpack_from(first, CHANNEL_OFFSET)[0]
-        return tag in self.users or tag in self.tagged
-
     def channels_of(self, tag: int) -> tuple[int, ...]:
         """The channels whose rows a message tagged `tag` carries here: its own, and those whose
         rows come under its tag."""
@@ -99,8 +86,6 @@ class Inputs:
         self._images: dict[int, Input] = {}
         self.next_look_s = 0.0
         """When to look for the logs not found yet (the clock's seconds)."""
-        self.skipped = 0
-        """Messages of other workers' replays skipped on replayer logs since the worker last took the count."""
         self.lost: list[tuple[Path, set[int], str]] = []
         """Logs replaced or ended while replay channels read them, those channels and what happened: the
         worker fails them."""
@@ -178,7 +163,7 @@ class Inputs:
             found.image = Image(found.log, self.counters, name=f"{self.qualified_name} <- {found.path.name}",
                                 join_position=first_frame_position(found.log)
                                 if found.replaced or found.received else None)
-            found.assembler = BlockAssembler(found.carries_ours if found.shared else None)
+            found.assembler = BlockAssembler()
             found.joined_at = found.image.position
             self._images[id(found.image)] = found
             self.subscription.add_image(found.image)
@@ -212,8 +197,6 @@ class Inputs:
             if found is not None and image.block_poll(found.assembler.on_block, POLL_BLOCK_LENGTH):
                 read += 1
                 inbox += [(found, message) for message in found.assembler.take()]
-                self.skipped += found.assembler.skipped
-                found.assembler.skipped = 0
         return read, inbox
 
     def keep_alive(self) -> None:

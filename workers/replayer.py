@@ -17,21 +17,16 @@ as one, under the first one's tag (ChannelRange.tag): their rows are written onc
 channel gets one END_OF_REPLAY whose source is the replayer id, the stats go to
 `…/replayers/<id>/stats`, and the process exits 0.
 
-A channel of a summarised replay of the source itself (ChannelRange.summary: a chart of it) gets,
-for each message inside its range that carries the rollup it folds, the rollup alone (a ROLLUP
-message of a few KB in place of a hundred), under a tag of its own; a message without one, or cut
-by its edge, goes as rows.
-
-With one tag of rows (one channel, or channels of one range), the first recording's range is
-replayed in place (`Replayer.attach_in_place`): the log is created lined up with the recording, a
-ReplaySession reads the segments straight into it, and each block is tagged, padded and filtered
-where it lies before it is committed: one copy of the archive's bytes instead of two (the
-replayer's CPU for an hour of traffic: 0.15-0.20 s -> 0.11-0.15 s). Otherwise the archive is read a
-chunk at a time by a RecordingReader (ramen.archive.reader), which checks every frame and carries a
-message cut by a chunk's end over to the next. Either way every byte of the range is consumed
-exactly once: the `replayer <id> bytes read` counter ends at the sum of the ranges' lengths. Each
-recording's descriptor must be sound (its checksum too): damage is an error naming the recording,
-the file and the offset, never a replay that hangs or comes back short.
+With one tag (one channel, or channels of one range), the first recording's range is replayed in
+place (`Replayer.attach_in_place`): the log is created lined up with the recording, a ReplaySession
+reads the segments straight into it, and each block is tagged, padded and filtered where it lies
+before it is committed: one copy of the archive's bytes instead of two (the replayer's CPU for an
+hour of traffic: 0.15-0.20 s -> 0.11-0.15 s). Otherwise the archive is read a chunk at a time by a RecordingReader
+(ramen.archive.reader), which checks every frame and carries a message cut by a chunk's end over to
+the next. Either way every byte of the range is consumed exactly once: the `replayer <id> bytes
+read` counter ends at the sum of the ranges' lengths. Each recording's descriptor must be sound
+(its checksum too): damage is an error naming the recording, the file and the offset, never a
+replay that hangs or comes back short.
 
 Run it as `python -m workers.replayer --site SITE --id ID` (see replayer_process.py).
 """
@@ -55,7 +50,6 @@ from ramen.archive.replay import FAILED, REPLAY_BUFFER_LENGTH, ReplaySession
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.replay.contract import ChannelRange, ReplayerAssignment
 from ramen.replay.contract import ReplayerStats as ReplayerStatsValue
-from ramen.rollup import Rollup
 from ramen.transport import frame
 from ramen.transport.frame_walk import walk
 from ramen.transport.logbuffer import compute_max_message_length
@@ -73,11 +67,6 @@ SOURCE_MASK = 0xFFFFFFFF
 
 _SOURCE_FIELDS = struct.Struct("<II")  # channel, source: adjacent in the ramen message header
 _FIRST_CHANNEL_OFFSET = frame.HEADER_LENGTH + msg.CHANNEL_OFFSET  # in a recorded message's first frame
-
-
-def _whole(frames: memoryview, first: memoryview) -> bool:
-    """Whether a recorded message's first fragment is all of it (one frame)."""
-    return len(frames) - len(first) - frame.HEADER_LENGTH < frame.FRAME_ALIGNMENT
 
 
 class ReplayerError(Exception):
@@ -115,10 +104,7 @@ class Replayer:
     """An agent: each do_work offers what is pending, or reads and splits one chunk of the archive."""
 
     def __init__(self, spec: ReplayerAssignment, schema: pa.Schema, event_time: str, readers: list[RecordingReader],
-                 publication: ExclusivePublication, bytes_counter=None, clock: Clock = SYSTEM_CLOCK,
-                 rollup: Rollup | None = None) -> None:
-        """`rollup`: what the source's messages carry (Rollup.of its function), for the channels
-        that take rollups alone (ChannelRange.summary)."""
+                 publication: ExclusivePublication, bytes_counter=None, clock: Clock = SYSTEM_CLOCK) -> None:
         self.spec = spec
         self._clock = clock
         self.schema = schema
@@ -130,9 +116,6 @@ class Replayer:
         self.stats = ReplayerStats(channels={c.channel: 0 for c in spec.channels})
         self.tags = tags_of(spec)
         """The ranges to split messages by, one per tag, and the channels each one's rows count for."""
-        self._rollups = {c.channel: rollup for c, _ in self.tags
-                         if c.summary is not None and rollup is not None and rollup.serves(c.summary)}
-        """The tags that take the rollups alone."""
         # What to offer, in order: encoded messages, or (recorded message, channel) pairs that point
         # into the reader's buffer. It is emptied before the next read, which keeps them valid.
         self._outbox: collections.deque = collections.deque()
@@ -323,17 +306,7 @@ class Replayer:
         for c, members in self.tags:
             if high < c.since_us or low >= c.until_us:
                 continue
-            inside = c.since_us <= low and high < c.until_us
-            rollup = self._rollups.get(c.channel)
-            if inside and rollup is not None and header.rollup_offset \
-                    and (alone := rollup.alone(first if _whole(frames, first) else reassemble(frames), c.channel,
-                                               self.source)) is not None:
-                self._outbox.append(alone)  # a few KB where the rows were a hundred
-                rows = tuple_count(first) if batch is None else batch.num_rows
-                if rows is None:
-                    batch = self._decode(reassemble(frames))
-                    rows = batch.num_rows
-            elif inside and forward:
+            if c.since_us <= low and high < c.until_us and forward:
                 # The recorded frames as they are: only the channel and source change, written into
                 # the read buffer right before the offer (each channel in turn), so nothing is
                 # copied but into the log.

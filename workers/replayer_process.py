@@ -28,7 +28,6 @@ from ramen.archive.time_index import TimeIndex, index_path
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.memory import freeze_startup_objects, retain_freed_memory
 from ramen.program import Program, ProgramError, split_qualified
-from ramen.rollup import Rollup
 from ramen.replay.contract import ContractError, ReplayerAssignment
 from ramen.replay.fail import fail_replay
 from ramen.transport.counters import CountersFile, CountersFileError
@@ -174,11 +173,9 @@ def open_output(path: Path, counters: CountersFile, aligned_with: RecordingReade
 
 def in_place_candidate(spec: ReplayerAssignment, readers: list[RecordingReader]) -> RecordingReader | None:
     """The reader whose range can be replayed in place: the first, when the replay's channels have
-    one tag (a message has room for one; channels of one range share it) of rows (not rollups
-    alone, which are written in place of the messages) and the range's end is known (an active
-    recording's end is found as it is read, by the reader)."""
-    if len(tags_of(spec)) != 1 or any(c.summary is not None for c in spec.channels) or not readers \
-            or readers[0].stop is None or readers[0].follow is not None:
+    one tag (a message has room for one; channels of one range share it) and the range's end is
+    known (an active recording's end is found as it is read, by the reader)."""
+    if len(tags_of(spec)) != 1 or not readers or readers[0].stop is None or readers[0].follow is not None:
         return None
     return readers[0]
 
@@ -248,8 +245,7 @@ def _replay(client, site: str, replayer_id: int, spec: ReplayerAssignment,
     # Not freed at exit: the figure stays readable by `ramen stat` (and reclaimed once the file fills).
     candidate = in_place_candidate(spec, readers)
     publication, aligned = open_output(Path(spec.log), counters, candidate, stream_id=spec.stream_id)
-    replayer = Replayer(spec, function.schema, function.event_time, readers, publication, bytes_counter,
-                        rollup=Rollup.of(function))
+    replayer = Replayer(spec, function.schema, function.event_time, readers, publication, bytes_counter)
     if aligned:
         replayer.attach_in_place(candidate, spec.archive_dir)
     try:

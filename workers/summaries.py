@@ -1,8 +1,7 @@
 """A summarised replay's output at its target (ramen.replay.contract.Summary): the rows folded into
 buckets (ramen/replay/summary.py) every SUMMARY_ROWS rows and at the end, and written as such. The
 client adds up the partial buckets. A message that carries the rollup of its rows (an archived
-source's: ramen/rollup.py) gives its rollup instead, tens of buckets for its thousands of rows; a
-chart of the source itself gets the rollups alone from its replayer (ROLLUP messages, add_rollup).
+source's: ramen/rollup.py) gives its rollup instead, tens of buckets for its thousands of rows.
 
 A fold runs on a thread of its own (Arrow's group_by releases the GIL) while the duty cycle goes on
 reading: a target that stopped to fold a million rows held the replayer, and with it every other
@@ -60,25 +59,12 @@ class Summariser:
         (the duty cycle writes them)."""
         rolled_up = self._rollup.decode(message) if self._rollup is not None and message is not None else None
         if rolled_up is not None:
-            return self._gather(rolled_up)
-        self._pending.append(rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows]))
-        self._rows += rows.num_rows
-        return self._folds_due()
-
-    def add_rollup(self, message) -> list[tuple[bytes, int]] | None:
-        """A ROLLUP message (ramen/message.py: a replayer sent the rollup alone) gathered as `add`
-        gathers rows; None when it does not read, or is not the rollup this summary takes: its
-        rows are not here to fold instead, and the replay cannot be whole."""
-        rolled_up = self._rollup.decode(message) if self._rollup is not None else None
-        return None if rolled_up is None else self._gather(rolled_up)
-
-    def _gather(self, rolled_up: pa.Table) -> list[tuple[bytes, int]]:
-        self.rollups += 1
-        self._rolled_up.append(rolled_up)
-        self._rows += rolled_up.num_rows
-        return self._folds_due()
-
-    def _folds_due(self) -> list[tuple[bytes, int]]:
+            self.rollups += 1
+            self._rolled_up.append(rolled_up)
+            self._rows += rolled_up.num_rows
+        else:
+            self._pending.append(rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows]))
+            self._rows += rows.num_rows
         if self._rows >= SUMMARY_ROWS or len(self._pending) + len(self._rolled_up) >= SUMMARY_PARTS:
             return self._hand_over()
         return []

@@ -40,8 +40,7 @@ from ramen.archive.errors import ArchiveError
 from ramen.cli import argtypes
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.memory import freeze_startup_objects, retain_freed_memory
-from ramen.message import (KIND_END_OF_REPLAY, KIND_ROLLUP, KIND_TUPLES, LIVE_CHANNEL, decode_header,
-                           event_time_bounds)
+from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, LIVE_CHANNEL, decode_header, event_time_bounds
 from ramen.program.errors import ProgramError
 from ramen.program.model import ENGINE_SPARK, Function, Program, function_id, split_qualified
 from ramen.replay.contract import ContractError, WorkerReplay
@@ -246,9 +245,6 @@ class Worker:
     def _read_inputs(self) -> int:
         """One poll of every input, its messages taken in runs of one channel."""
         read, inbox = self.inputs.poll()
-        if self.inputs.skipped:
-            self.stats.add("skipped", self.inputs.skipped)
-            self.inputs.skipped = 0
         run: list[tuple[Input, bytes]] = []
         run_key = None  # (input, tag): the channels a run's rows are for
         for found, message in inbox:
@@ -261,13 +257,10 @@ class Worker:
             run_key = (found, header.channel)
             if header.kind == KIND_TUPLES:
                 run.append((found, message))
-                continue
-            if run:
-                self._process(*run_key, run)
-                run = []
-            if header.kind == KIND_ROLLUP:
-                self._fold_rollup(found, header.channel, message)
             elif header.kind == KIND_END_OF_REPLAY:
+                if run:
+                    self._process(*run_key, run)
+                    run = []
                 found.ended.add(header.channel)
                 self._on_end_of_replay(header.channel, header.source, found.shared)
         if run:
@@ -298,22 +291,6 @@ class Worker:
                     self.stats.add("rollups", state.summarise(batch, message))
                 if state.summariser is None or state.through:  # someone takes the rows themselves
                     state.send(message if channel == tag else with_channel(message, channel), batch.num_rows)
-
-    def _fold_rollup(self, found: Input, tag: int, message: bytes) -> None:
-        """A ROLLUP message: a source's message whose rollup alone its replayer sent, for the
-        summarised replays of this source (ChannelRange.summary). One that does not fold fails
-        them: the rows it stands for are not here to fold instead."""
-        for channel in found.channels_of(tag):
-            state = self.channels.get(channel)
-            if state is None or state.failed:
-                self.stats.add("skipped" if found.shared else "unexpected", 1)
-                continue
-            if state.summarise_rollup(message):
-                self.stats.add("rollups", 1)
-                continue
-            state.failed = True
-            self._fail_replay(channel, f"{self.qualified_name}: replay {channel}: a rollup from {found.path} "
-                                       f"does not read as this function's (a damaged archive?)")
 
     def _on_end_of_replay(self, channel: int, source: int, shared: bool = False) -> None:
         state = self.channels.count_end_of_replay(channel, source, shared)
@@ -408,15 +385,13 @@ class Worker:
         without what they missed would be short. They fail, naming it."""
         for path, channels, what in self.inputs.lost:
             for channel in sorted(channels):
-                self._fail_replay(channel, f"{self.qualified_name}: during replay {channel}, its input {path} {what}")
+                message = f"{self.qualified_name}: during replay {channel}, its input {path} {what}"
+                try:
+                    if fail_replay(self.client, channel, message):
+                        log.error("%s", message)
+                except ConfError as e:
+                    log.warning("cannot fail replay %d (%s): %s", channel, message, e)
         self.inputs.lost.clear()
-
-    def _fail_replay(self, channel: int, message: str) -> None:
-        try:
-            if fail_replay(self.client, channel, message):
-                log.error("%s", message)
-        except ConfError as e:
-            log.warning("cannot fail replay %d (%s): %s", channel, message, e)
 
     def write_stats(self) -> None:
         record = self.stats.record(self.inputs.position, self.outputs.live.publication.position,

@@ -217,10 +217,6 @@ class ChannelRange(KeyValue):
     tag: int | None = None
     """The channel its rows are tagged with on the log, when another channel of the same range
     leads (the lowest): the rows of channels of one range are written once, for them all."""
-    summary: Summary | None = None
-    """A summarised replay of the source itself: of each message whose rollup serves it, the
-    replayer writes the rollup alone (ramen/message.py, KIND_ROLLUP), which is all its target
-    folds; a message without one goes whole. Its channel is tagged apart from those of rows."""
 
     def _check(self, key: str) -> None:
         if self.until_us <= self.since_us:

@@ -8,7 +8,6 @@ fragment's term id and offset, and the position after the last fragment.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from ramen.transport import frame
@@ -167,16 +166,10 @@ class BlockAssembler:
     joined mid-message) are skipped, and so is a message whose END never came (its writer died and
     the reader unblocked the rest as padding), as FragmentAssembler does.
 
-    Use `on_block` as the block handler of one image, then `take()` the messages.
+    Use `on_block` as the block handler of one image, then `take()` the messages."""
 
-    `keep`, given a message's first fragment, says whether the reader wants it: one it does not is
-    skipped there, never copied (a reader of a log shared with others, most of it theirs)."""
-
-    def __init__(self, keep: Callable[[memoryview], bool] | None = None) -> None:
+    def __init__(self) -> None:
         self.messages: list[bytes] = []
-        self.keep = keep
-        self.skipped = 0
-        """Messages `keep` turned down."""
         self._carried: list | None = None
         """The fragments so far of a message cut by a block's end, copied."""
 
@@ -191,16 +184,13 @@ class BlockAssembler:
         if frames.end != end:  # block_poll hands over committed frames only, each where its header says
             raise LogBufferError(f"term {term_id}: the frame at term offset {frames.end} does not chain with "
                                  f"the ones before it in a committed block (damaged log)")
-        messages, keep = self.messages, self.keep
+        messages = self.messages
         pieces = self._carried
         for at, _, frame_length, frame_type, flags in zip(*frames.columns()):
             if frame_type == frame.HDR_TYPE_DATA:
                 body = term[at + _HDR:at + frame_length]
                 if flags & frame.BEGIN_FLAG:
-                    if keep is not None and not keep(body):
-                        self.skipped += 1
-                        pieces = None  # its other fragments, without a beginning, are skipped as well
-                    elif flags & frame.END_FLAG:
+                    if flags & frame.END_FLAG:
                         messages.append(bytes(body))
                         pieces = None
                     else:

@@ -149,16 +149,3 @@ def test_channels_of_one_range_on_one_replayer_share_the_first_ones_tag(ramen_di
     assert wired.workers[keyspace.worker_replay_key(SITE, SOURCE, 2)].tags == (1,)
     assert wired.workers[keyspace.worker_replay_key(SITE, SOURCE, 3)].tags == ()
     assert wired.workers[keyspace.worker_replay_key(SITE, "p/t", 1)].tags == ()
-
-
-def test_a_summarised_replay_of_the_source_itself_gets_its_rollups_under_a_tag_of_its_own(ramen_dir):
-    """A chart of the source beside charts computed from it over the same range: the source's
-    replay takes the rollups alone (ChannelRange.summary), so its channel is not tagged with the
-    rows'; a summarised replay of another function leaves the rows' tag as it is."""
-    source = ReplayPlan(SOURCE, 0, 100, (SOURCE,), (), (SOURCE,))
-    requests = {1: dataclasses.replace(request(1), summary=Summary(60)), 2: request(2),
-                3: dataclasses.replace(request(3, plan=source), summary=Summary(10))}
-    wired = wire(SITE, requests, batch_of(requests), [6])
-    assert wired.replayers[6].channels == (ChannelRange(1, 0, 100), ChannelRange(2, 0, 100, tag=1),
-                                           ChannelRange(3, 0, 100, summary=Summary(10)))
-    assert wired.workers[keyspace.worker_replay_key(SITE, SOURCE, 3)].tags == ()

@@ -371,20 +371,6 @@ def test_a_block_assembler_gives_whole_messages_each_in_a_buffer_of_its_own_acro
     assert kept == sent
 
 
-def test_a_block_assembler_skips_the_messages_its_reader_does_not_keep_fragments_and_all(tmp_path):
-    log = make_log(tmp_path)
-    publication = ExclusivePublication(log)
-    image = Image(log, join_position=0)
-    assembler = BlockAssembler(keep=lambda first: first[0] % 2 == 0)  # the first byte: the message's number
-    sent = [bytes([i]) + payload(length, i) for i, length in enumerate([10, 3 * MAX_PAYLOAD + 10, 5000, 20, MAX_PAYLOAD])]
-    for message in sent:
-        publication.offer(message)
-    kept = []
-    while image.block_poll(assembler.on_block, 2 * MTU):  # fragmented messages cut by blocks too
-        kept += assembler.take()
-    assert kept == [m for m in sent if m[0] % 2 == 0] and assembler.skipped == 2
-
-
 def test_a_block_assembler_carries_a_message_whose_end_is_not_committed_yet(tmp_path):
     log = make_log(tmp_path)
     publication = ExclusivePublication(log)

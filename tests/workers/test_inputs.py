@@ -7,7 +7,7 @@ import os
 
 import pyarrow as pa
 
-from ramen.message import KIND_END_OF_REPLAY, LIVE_CHANNEL, decode_header
+from ramen.message import LIVE_CHANNEL
 from ramen.program.model import Function
 from ramen.transport import CountersFile, ExclusivePublication, LogBuffer, LogBufferParams
 from ramen.tuples import encode_tuples
@@ -18,16 +18,15 @@ TERM = 65536
 PARENT = Function("p", "parent", SCHEMA)
 
 
-def write_log(path, values: list[int], *, term_id: int = 0, term_offset: int = 0, counters=None,
-              channel: int = LIVE_CHANNEL) -> None:
+def write_log(path, values: list[int], *, term_id: int = 0, term_offset: int = 0, counters=None) -> None:
     """A log at `path` (made aside and renamed there, as netd places an image) holding one message
-    per value of `channel`, its stream starting at (term_id, term_offset)."""
+    per value, its stream starting at (term_id, term_offset)."""
     aside = path.with_name(path.name + ".new")
     log = LogBuffer.create(aside, LogBufferParams(term_length=TERM, session_id=3, stream_id=3, term_id=term_id,
                                                   term_offset=term_offset))
     publication = ExclusivePublication(log)
     for value in values:
-        assert publication.offer(encode_tuples(pa.record_batch({"n": [value]}), None, channel)) > 0
+        assert publication.offer(encode_tuples(pa.record_batch({"n": [value]}), None)) > 0
     publication.close()
     log.close()
     os.replace(aside, path)
@@ -84,7 +83,7 @@ def test_another_sites_replayer_log_is_read_from_its_first_frame_and_a_local_one
     received, local = paths.received_replayer_log("site", 7), paths.replayer_log("site", 8)
     for path in (received, local):
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_log(path, [1, 2, 3], term_id=4, term_offset=1024, channel=5)
+        write_log(path, [1, 2, 3], term_id=4, term_offset=1024)
     inputs = Inputs("site", "p/child", counters)
     inputs.use(received, PARENT, 5)
     inputs.use(local, PARENT, 5)
@@ -126,7 +125,7 @@ def test_a_received_replayer_log_that_brings_nothing_new_for_the_stall_time_fail
     path.parent.mkdir(parents=True)
     log = LogBuffer.create(path, LogBufferParams(term_length=TERM, session_id=9, stream_id=9))
     publication = ExclusivePublication(log)  # netd's image, still open: no end of stream
-    publication.offer(encode_tuples(pa.record_batch({"n": [1]}), None, 5))
+    publication.offer(encode_tuples(pa.record_batch({"n": [1]}), None))
     inputs = Inputs("site", "p/child", counters)
     inputs.use(path, PARENT, 5)
     assert read_all(inputs, 0.0) == [1]
@@ -136,42 +135,13 @@ def test_a_received_replayer_log_that_brings_nothing_new_for_the_stall_time_fail
         inputs.look(now_s)
         return [(p, channels) for p, channels, _ in inputs.lost]
     assert look(1.0) == [] and look(1.0 + RECEIVED_STALL_S) == []
-    publication.offer(encode_tuples(pa.record_batch({"n": [2]}), None, 5))  # more came: the stall starts again
+    publication.offer(encode_tuples(pa.record_batch({"n": [2]}), None))  # more came: the stall starts again
     assert look(1.0 + RECEIVED_STALL_S + 1) == []
     assert read_all(inputs, 2.0 + RECEIVED_STALL_S) == [2]
     assert look(3.0 + RECEIVED_STALL_S) == []  # the next look sees where the reader got to
     assert look(3.0 + 2 * RECEIVED_STALL_S) == []
     assert look(3.1 + 2 * RECEIVED_STALL_S) == [(path, {5})]
     assert "brought nothing for" in inputs.lost[0][2]
-    publication.close()
-    log.close()
-    counters.close()
-
-
-def test_on_a_replayer_log_the_messages_of_other_workers_channels_are_skipped_unread(tmp_path, monkeypatch):
-    """A merged replayer's log carries the rows of every reader's channels: a worker copies out
-    only those tagged for its own (or under a tag its rows come with), and counts the rest."""
-    from ramen import paths
-    from ramen.tuples import end_of_replay
-    monkeypatch.setenv("RAMEN_DIR", str(tmp_path))
-    counters = CountersFile.open(tmp_path / "counters.dat")
-    path = paths.replayer_log("site", 4)
-    path.parent.mkdir(parents=True)
-    log = LogBuffer.create(path, LogBufferParams(term_length=TERM, session_id=4, stream_id=4))
-    publication = ExclusivePublication(log)
-    inputs = Inputs("site", "p/child", counters)
-    inputs.use(path, PARENT, 5)
-    inputs.use(path, PARENT, 8, tag=7)  # channel 8's rows come tagged 7
-    inputs.look(0.0)  # joins where the log is: the replayer writes once its readers are there
-    for value, channel in ((1, 5), (2, 6), (3, 7), (4, 5)):
-        assert publication.offer(encode_tuples(pa.record_batch({"n": [value]}), None, channel)) > 0
-    assert publication.offer(end_of_replay(6, 4)) > 0  # not rows: every reader sees every end
-    got = []
-    while (polled := inputs.poll())[0]:
-        got += polled[1]
-    assert [decode(m) for _, m in got[:-1]] == [[1], [3], [4]]
-    assert decode_header(got[-1][1]).kind == KIND_END_OF_REPLAY
-    assert inputs.skipped == 1  # channel 6's rows
     publication.close()
     log.close()
     counters.close()

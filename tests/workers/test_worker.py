@@ -19,7 +19,7 @@ import pytest
 
 import confserver
 from ramen import keyspace, paths
-from ramen.message import HEADER_LENGTH, KIND_END_OF_REPLAY, KIND_RESUMED, KIND_TUPLES, decode_header
+from ramen.message import KIND_END_OF_REPLAY, KIND_RESUMED, KIND_TUPLES, decode_header
 from ramen.program import loads
 from ramen.spark.session import SparkUnavailable
 from examples.net import per_minute
@@ -369,45 +369,6 @@ def test_replay_channel_ends_in_the_recipient_after_every_end_of_replay_and_leav
     assert rig.stop(worker) == 0
     live.poll()
     assert live.batches == [] and live.ends == []
-
-
-def test_a_rollup_sent_alone_that_does_not_read_fails_the_summarised_replay_of_its_source(rig):
-    """A replayer sends a chart of the source its messages' rollups alone (KIND_ROLLUP): one that
-    does not read leaves rows the chart cannot have, so the replay fails, naming it, and is not
-    answered short."""
-    from ramen.rollup import Rollup
-    text = PROGRAM.format(name=rig.program).replace('event_time = "ts"\narchive', 'event_time = "ts"\nfactors = ["host"]\narchive', 1)
-    rig.loaded = loads(text, "test.toml", path=str(ROOT / "tests" / "workers" / "test.toml"))
-    rig.load()
-    traffic = rig.loaded.function("traffic")
-    rollup = Rollup.of(traffic)
-    channel = 9_000 + int(uuid.uuid4().int % 1000)
-    replayer_log = paths.replayer_log(rig.site, 78)
-    recipient_path = paths.recipient_log(channel)
-    recipient_path.parent.mkdir(parents=True, exist_ok=True)
-    LogBuffer.create(recipient_path, LogBufferParams(term_length=1 << 20)).close()
-    summary = {"step_s": 10, "factors": ["host"], "fields": ["bytes"]}
-    rig.admin.set(keyspace.replay_key(channel), {"target": rig.qualified("traffic")})
-    rig.admin.set(keyspace.worker_replay_key(rig.site, rig.qualified("traffic"), channel), {
-        "channel": channel, "since_us": 0, "until_us": 1 << 60, "inputs": [str(replayer_log)],
-        "parents": [rig.qualified("traffic")], "pass_through": True, "expect_eor": 1,
-        "recipient": str(recipient_path), "summary": summary})
-    rig.worker_key("traffic", replays=[channel])
-    worker = rig.start("traffic")
-    replayer = rig.publication(replayer_log)
-
-    rows = generate_rows(TRAFFIC, "ts", seed=2, hosts=5, step_us=SECOND_US // 100, first_index=500 * 60, count=2000)
-    alone = [rollup.alone(rollup.appended(encode_tuples(rows.slice(start, 1000), "ts"), rows.slice(start, 1000)),
-                          channel, 78) for start in (0, 1000)]
-    offer(replayer, alone[0])
-    after = HEADER_LENGTH + 8  # the header, the fingerprint: the rollup's IPC metadata
-    offer(replayer, alone[1][:after] + b"\xff" * 16 + alone[1][after + 16:])  # damaged
-    offer(replayer, end_of_replay(channel, 78))
-    error = wait_for(lambda: ((e := rig.admin.get_or_none(keyspace.replay_key(channel))) and e.value.get("error")),
-                     "the replay to fail")
-    assert error == (f"{rig.qualified('traffic')}: replay {channel}: a rollup from {replayer_log} does not read "
-                     f"as this function's (a damaged archive?)")
-    assert rig.stop(worker) == 0
 
 
 def test_bad_worker_key_or_program_is_one_line_and_exit_1(rig):
