@@ -13,7 +13,10 @@ It measures, in this order:
   same source, noCache=1): time and archive bytes against one panel (goals: <= 1.3x the time,
   1.0x the bytes). The dashboard is rendered once first, unmeasured (its workers started, as on a
   dashboard already open), and then its runs alternate with the one panel's, so that a drift of
-  the machine's speed weighs on both alike;
+  the machine's speed weighs on both alike. Then the CPU of each, summed over the instance's
+  processes (replayers included), with what a render leaves running for a second after it, less
+  the instance's idle CPU over the same time: a figure a slower or busier machine moves less than
+  the time;
 - render latency of one panel on auto-refresh ("the last hour", the cache on, so each render
   replays the newest minute: the merge delay included): p50 and p99 of --latency-renders renders
   (goal: p50 <= 1.0 s).
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -63,6 +67,11 @@ DEFAULT_LATENCY_RENDERS = 20
 LATENCY_PERIOD_S = 1.0
 """Between two renders of the latency run: the newest minute changes, as on a refreshing dashboard."""
 HTTP_TIMEOUT_S = 300
+SETTLE_S = 1.0
+"""After a render whose CPU is measured: what it left running (a replayer exiting, a spare warming
+up) is its cost too."""
+IDLE_SAMPLE_S = 3.0
+"""How long the instance's idle CPU (the workers' duty cycles) is measured, to take it out."""
 
 
 def render(url: str, target: str, since_s: int | str, until_s: int | str, **extra) -> list:
@@ -81,6 +90,33 @@ def timed(work) -> tuple[float, int, object]:
     started = time.perf_counter()
     result = work()
     return time.perf_counter() - started, archive_bytes() - before, result
+
+
+def instance_cpu_s(base: Path) -> float:
+    """CPU seconds the instance's processes (RAMEN_DIR=base, this one aside) have used so far, with
+    the children they reaped (the supervisor's replayers): what renders cost the machine, whichever
+    process spent it."""
+    total, needle = 0, f"RAMEN_DIR={base}".encode()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            if needle not in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                continue
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of(base: Path, work, idle_cpu_per_s: float) -> float:
+    """CPU seconds of the instance's processes for work() and what it leaves running for SETTLE_S
+    after (a replayer exiting, a spare warming up), less what they spend idle in that time."""
+    before, started = instance_cpu_s(base), time.perf_counter()
+    work()
+    time.sleep(SETTLE_S)
+    return instance_cpu_s(base) - before - idle_cpu_per_s * (time.perf_counter() - started)
 
 
 def measure(base: Path, env: dict, runs: int, refresh_after_s: float, latency_renders: int) -> dict:
@@ -109,11 +145,19 @@ def measure(base: Path, env: dict, runs: int, refresh_after_s: float, latency_re
         for _ in range(runs):  # in turn, so that the machine's drift weighs on both alike
             panel.append(timed(one_panel))
             panels.append(timed(dashboard))
+        progress(f"CPU of one panel and of {len(PANELS)} panels ({runs} runs each, {SETTLE_S:g} s after each)")
+        time.sleep(SETTLE_S)
+        before = instance_cpu_s(base)
+        time.sleep(IDLE_SAMPLE_S)
+        idle_cpu_per_s = (instance_cpu_s(base) - before) / IDLE_SAMPLE_S
+        cpu = [(cpu_of(base, one_panel, idle_cpu_per_s), cpu_of(base, dashboard, idle_cpu_per_s)) for _ in range(runs)]
     ramen = [*RAMEN, "replay", "--since", str(since_s), "--until", str(until_s), "--format", "csv", "demo/per_minute"]
     replays = [timed(lambda: subprocess.run(ramen, env=env, capture_output=True, check=True)) for _ in range(runs)]
     report["one_panel"] = {"runs_s": [p[0] for p in panel], "bytes": panel[0][1],
-                           "replay_runs_s": [r[0] for r in replays]}
-    report["panels"] = {"count": len(PANELS), "runs_s": [p[0] for p in panels], "bytes": [p[1] for p in panels]}
+                           "replay_runs_s": [r[0] for r in replays], "cpu_s": [c[0] for c in cpu]}
+    report["panels"] = {"count": len(PANELS), "runs_s": [p[0] for p in panels], "bytes": [p[1] for p in panels],
+                        "cpu_s": [c[1] for c in cpu]}
+    report["idle_cpu_per_s"] = idle_cpu_per_s
 
     progress(f"latency: {latency_renders} refreshes of the last hour, {LATENCY_PERIOD_S:g} s apart")
     render(url, ONE_PANEL, "-1h", "now")  # the hour cached, as on a dashboard already open
@@ -142,6 +186,9 @@ def print_report(r: dict) -> None:
     factor, bytes_factor = many_s / panel_s, max(panels["bytes"]) / max(one["bytes"], 1)
     print(f"goal: {panels['count']} panels <= {GOAL_PANELS_FACTOR:g}x one panel's time and 1.0x its bytes: "
           f"{factor:.2f}x, {bytes_factor:.2f}x {'pass' if factor <= GOAL_PANELS_FACTOR and bytes_factor <= 1.0 else 'MISS'}")
+    one_cpu, many_cpu = statistics.median(one["cpu_s"]), statistics.median(panels["cpu_s"])
+    print(f"CPU, summed over the instance's processes (idle, {r['idle_cpu_per_s']:.2f} s a second, taken out): "
+          f"one panel {one_cpu:.2f} s, {panels['count']} panels {many_cpu:.2f} s, {many_cpu / one_cpu:.2f}x")
     share = refresh["again_bytes"] / max(refresh["first_bytes"], 1)
     print(f"refresh of the last 6 h after {refresh['after_s']:g} s: first {refresh['first_s']:.2f} s "
           f"{refresh['first_bytes']:,} bytes, refresh {refresh['again_s']:.2f} s {refresh['again_bytes']:,} bytes")
