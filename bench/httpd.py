@@ -44,6 +44,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.replay import RAMEN, progress, replayer_bytes_read, running_ramen, wait_for_the_hour  # noqa: E402
 from ramen import paths  # noqa: E402
+from ramen.cli.start import INSTANCE_FILE  # noqa: E402
+from ramen.processes import instance_processes  # noqa: E402
 
 PROGRAM = ROOT / "examples" / "replay.toml"
 ONE_PANEL = "sumSeries(demo.per_minute.*.bytes)"
@@ -93,16 +95,13 @@ def timed(work) -> tuple[float, int, object]:
 
 
 def instance_cpu_s(base: Path) -> float:
-    """CPU seconds the instance's processes (RAMEN_DIR=base, this one aside) have used so far, with
+    """CPU seconds the instance's processes (those `ramen stop` would stop) have used so far, with
     the children they reaped (the supervisor's replayers): what renders cost the machine, whichever
     process spent it."""
-    total, needle = 0, f"RAMEN_DIR={base}".encode()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
+    token = (base / "run" / INSTANCE_FILE).read_text().strip()
+    total = 0
+    for pid in instance_processes(token):
         try:
-            if needle not in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-                continue
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:  # gone meanwhile
             continue
