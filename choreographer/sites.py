@@ -25,6 +25,10 @@ from ramen.program import function_id
 from ramen.transport.position import int32
 
 SEND_SITE_SEPARATOR = "@"
+LIVE_SEND_TETHER_HOLD_S = 60.0
+"""A live stream sent to another site holds its writer this long for a receiving netd gone silent
+(NetSend.tether_hold_s): a netd restarting (up to 5 s apart after repeated deaths: ramen start's
+back-off) loses nothing of a stream nobody archives; one gone for good stops holding it after this."""
 
 
 def runs_on(graph: nx.DiGraph, name: str, site: str) -> bool:
@@ -66,7 +70,8 @@ def net_keys(graph: nx.DiGraph, usage: Mapping[str, Usage], site: str,
                     if runs_on(graph, name, other):
                         continue  # the child reads its own site's copy
                     keys[f"{keyspace.net_sends_prefix(site)}/{name}{SEND_SITE_SEPARATOR}{other}"] = NetSend(
-                        log=str(paths.output_log(site, name)), channel=endpoints[other]).to_value()
+                        log=str(paths.output_log(site, name)), channel=endpoints[other],
+                        tether_hold_s=LIVE_SEND_TETHER_HOLD_S).to_value()
     return keys
 
 

@@ -60,6 +60,12 @@ class NetSend(KeyValue):
     KEY: ClassVar[str] = "sites/<site>/net/sends/<name>"
     log: str
     channel: str
+    tether_hold_s: float | None = None
+    """Set, the sender holds the log's writer as a recorder does (a tethered subscriber): while its
+    receiver is silent (its netd restarting), or while this send is stopped and started again, the
+    writer waits for it this long before going on without it. A live stream's, whose writer would
+    otherwise drop what nobody reads. None: Aeron's, not connected after 5 s without a status
+    message (a replayer's stream, whose replay fails in one line instead)."""
 
     def _check(self, key: str) -> None:
         _check_channel(key, self.channel)

@@ -7,6 +7,11 @@ has not started) is tried again at each check, and at first every NEW_LOG_CHECK_
 one whose log was replaced (another inode: the writer restarted), which is sent anew from its new
 writer's position. A log sent to its end of stream is not sent again while its key stays. A key
 whose value does not follow its contract is logged and counted, never applied.
+
+A send with a tether hold (a live stream's) that stops while its log goes on (its key deleted or
+changed: the receiving netd restarted) keeps its position in the writer's flow control, for the
+next send under the same name to take over (SenderAgent.remove_publication's keep_position): the
+writer waits meanwhile, for the hold at most, rather than drop what nobody reads.
 """
 
 from __future__ import annotations
@@ -92,6 +97,8 @@ class KeyFollower:
         self._warned: set[str] = set()
         self._ended: dict[str, _Ended] = {}
         """Sends whose log was sent to its end of stream."""
+        self._kept: dict[str, NetworkPublication] = {}
+        """Sends stopped while their logs go on, whose positions hold their writers for the next."""
 
     def do_work(self) -> int:
         work = 0
@@ -134,8 +141,9 @@ class KeyFollower:
             done, wanted = self.sender.is_done(sending.publication), self.wanted_sends.get(name) == sending.send
             if done and wanted and (ended := _Ended.held(Path(sending.send.log), sending.inode)) is not None:
                 self._ended[name] = ended
-            if done or not wanted or _inode(Path(sending.send.log)) != sending.inode:
-                self._stop_sending(name)
+            same_log = _inode(Path(sending.send.log)) == sending.inode
+            if done or not wanted or not same_log:
+                self._stop_sending(name, keep_position=same_log and not done)
                 changes += 1
         for name, receive in list(self.receiving.items()):
             if self.wanted_receives.get(name) != receive:
@@ -172,7 +180,9 @@ class KeyFollower:
         if inode is None:
             return False  # its writer has not created it yet
         try:
-            publication = self.sender.add_publication(path, send.udp_channel)
+            tether_hold_ms = None if send.tether_hold_s is None else round(send.tether_hold_s * 1000)
+            publication = self.sender.add_publication(path, send.udp_channel, tether_hold_ms=tether_hold_ms,
+                                                      succeeding=self._kept.get(name))
         except (TransportError, OSError) as e:
             # A log being created is not whole for a moment: warned of once, if it still is not after a while.
             late = now - self._waiting_since.get(name, now) >= NEW_LOG_WAIT_S and name not in self._warned
@@ -180,14 +190,18 @@ class KeyFollower:
             if late:
                 self._warned.add(name)
             return False
+        self._kept.pop(name, None)
         self.sending[name] = _Sending(send, publication, inode)
         log.info("sending %s: %s to %s", name, path, send.channel)
         return True
 
-    def _stop_sending(self, name: str) -> None:
+    def _stop_sending(self, name: str, *, keep_position: bool = False) -> None:
         sending = self.sending.pop(name)
-        self.sender.remove_publication(sending.publication)
-        log.info("stopped sending %s (%s)", name, sending.send.log)
+        kept = self.sender.remove_publication(sending.publication, keep_position=keep_position)
+        if kept is not None:
+            self._kept[name] = kept
+        log.info("stopped sending %s (%s)%s", name, sending.send.log,
+                 ", its position kept for the next" if kept is not None else "")
 
     def _forget_ended(self, name: str) -> None:
         if (ended := self._ended.pop(name, None)) is not None:

@@ -126,16 +126,20 @@ TYPE_NAMES = {
 }
 
 STREAM_KEY = struct.Struct("<qiii")
-"""Key of a stream counter: log correlation id, session id, stream id, flags (bit 0: tethered)."""
+"""Key of a stream counter: log correlation id, session id, stream id, flags (KEY_FLAG_*)."""
 KEY_FLAG_TETHERED = 1
+KEY_FLAG_NETWORK_SENDER = 2
+"""The subscriber is a network sender (udp.sender_agent), not a reader in this host's processes: a
+dead one's tether is taken over by the log's next network sender, and never by a recorder."""
 TETHER_HOLD_KEY = struct.Struct("<i")
 """After STREAM_KEY in a tethered subscriber's key: how long (ms) its writer waits for it once it
 has gone silent, its process dead or stuck; 0 = the transport's default."""
 
 
-def subscriber_key(correlation_id: int, session_id: int, stream_id: int, *, tether_hold_ms: int | None) -> bytes:
+def subscriber_key(correlation_id: int, session_id: int, stream_id: int, *, tether_hold_ms: int | None,
+                   network_sender: bool = False) -> bytes:
     """A sub-pos counter's key; `tether_hold_ms` None for an untethered subscriber."""
-    flags = 0 if tether_hold_ms is None else KEY_FLAG_TETHERED
+    flags = (0 if tether_hold_ms is None else KEY_FLAG_TETHERED) | (KEY_FLAG_NETWORK_SENDER if network_sender else 0)
     key = STREAM_KEY.pack(correlation_id, session_id, stream_id, flags)
     return key if tether_hold_ms is None else key + TETHER_HOLD_KEY.pack(tether_hold_ms)
 
@@ -145,6 +149,11 @@ def tether_hold_ms(key: bytes) -> int | None:
     if not STREAM_KEY.unpack_from(key)[3] & KEY_FLAG_TETHERED:
         return None
     return TETHER_HOLD_KEY.unpack_from(key, STREAM_KEY.size)[0]
+
+
+def is_network_sender(key: bytes) -> bool:
+    """From a sub-pos counter's key: whether a network sender holds it (KEY_FLAG_NETWORK_SENDER)."""
+    return bool(STREAM_KEY.unpack_from(key)[3] & KEY_FLAG_NETWORK_SENDER)
 
 
 class CountersFileError(TransportError):

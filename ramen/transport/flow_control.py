@@ -102,16 +102,19 @@ class FlowControl:
         correlation_id = self._log.correlation_id
         now_ns = self._clock.nanos()
         self.next_refresh_ns = now_ns + int(LIMIT_REFRESH_INTERVAL_S * 1e9)
-        if now_ns >= self._next_scan_ns:
+        scanned = now_ns >= self._next_scan_ns
+        if scanned:
             self._scan_subscribers()
             self._next_scan_ns = now_ns + int(SUBSCRIBER_SCAN_INTERVAL_S * 1e9)
         now_ms = now_ns // _NANOS_PER_MILLI
         min_position = None
         live = []
+        left = False
         for counter_id, hold_ms in self._subscribers:
             if counters.state(counter_id) != ctr.RECORD_ALLOCATED or \
                     counters.type_id(counter_id) != ctr.SUBSCRIBER_POSITION_TYPE_ID or \
                     counters.get(counter_id, ctr.REGISTRATION_ID_OFFSET) != correlation_id:
+                left = True
                 continue  # the subscriber closed (its slot may be another counter of this log's by now)
             if counters.get(counter_id, ctr.STATUS_OFFSET) == ctr.COUNTER_DROPPED:
                 continue
@@ -127,6 +130,12 @@ class FlowControl:
             if min_position is None or position < min_position:
                 min_position = position
         self._subscribers = live
+        if left and not scanned:
+            # One that left may have handed over to one not seen yet (a recorder or a network
+            # sender taking over a tethered position): look now, not at the next scan, lest the
+            # writer be told for a moment that nobody reads.
+            self._next_scan_ns = 0
+            return self.update()
         connected = min_position is not None
         if connected != self.connected:
             self.connected = connected

@@ -135,7 +135,7 @@ class Image:
             return []
         counters = self.counters
         return counters.free_orphans(ctr.SUBSCRIBER_POSITION_TYPE_ID, self.log.correlation_id,
-                                     keep=lambda counter_id: ctr.tether_hold_ms(counters.key(counter_id)) is None)
+                                     keep=lambda counter_id: _not_a_reader_tether(counters.key(counter_id)))
 
     # -- polling --------------------------------------------------------------------------------
 
@@ -306,6 +306,12 @@ class Image:
             log.warning("%s: unblocked a frame left uncommitted at position %d (its writer died mid-message?)",
                         self.name, position)
         self._stall_position = -1
+
+
+def _not_a_reader_tether(key: bytes) -> bool:
+    """A position take_over_dead_tethers leaves: untethered, or a network sender's (which the log's
+    next network sender takes over: sender_agent.py)."""
+    return ctr.tether_hold_ms(key) is None or ctr.is_network_sender(key)
 
 
 def _count_same_length(lengths: memoryview, offset: int, aligned: int, length: int, frames: int) -> int:

@@ -10,7 +10,7 @@ import pytest
 import confserver
 from choreographer.graph import build_graph, compute_usage
 from choreographer.service import Choreographer, run
-from choreographer.sites import net_keys, stream_id
+from choreographer.sites import LIVE_SEND_TETHER_HOLD_S, net_keys, stream_id
 from ramen import keyspace, paths
 from ramen.netd.contract import NetEndpoint, NetReceive, NetSend
 from ramen.program import ProgramError, function_id, loads
@@ -56,7 +56,9 @@ def test_the_child_site_receives_its_remote_parent_where_its_worker_reads_it():
 def test_the_parent_site_sends_to_each_site_where_a_used_child_runs_without_it():
     keys = keys_of(PLACED, "edge", {"edge": EDGE_ENDPOINT, "core": CORE_ENDPOINT})
     send = NetSend.from_value(keys[f"{keyspace.net_sends_prefix('edge')}/net/src@core"])
-    assert send == NetSend(log=str(paths.output_log("edge", "net/src")), channel=CORE_ENDPOINT)
+    # A live stream: its writer waits for the core's netd while it restarts (tethered).
+    assert send == NetSend(log=str(paths.output_log("edge", "net/src")), channel=CORE_ENDPOINT,
+                           tether_hold_s=LIVE_SEND_TETHER_HOLD_S)
     # both_sides is lazy and unused: it asks for no stream; a site without endpoint gets none.
     assert list(keys) == [f"{keyspace.net_sends_prefix('edge')}/net/src@core"]
     assert keys_of(PLACED, "edge", {"edge": EDGE_ENDPOINT}) == {}

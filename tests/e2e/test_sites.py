@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ramen.transport import LogBuffer, TransportError
+from ramen.transport.udp.defaults import PUBLICATION_CONNECTION_TIMEOUT_NS
 from tests.e2e.site_calls import WINDOW_S, per_window
 from tests.e2e.test_start import _processes_with
 from tests.waiting import wait_for
@@ -222,11 +223,15 @@ def test_a_live_chain_across_two_sites_and_a_netd_killed_on_the_way(two_sites):
     wait_for(lambda: kill_window_us in windows_right(core, kill_window_us - 1) or None,
              "the window of the kill, whole, on the core", timeout_s=STARTUP_S)
 
-    # The core's netd killed: the new one goes on rebuilding the stream in the log the dead one left,
-    # which the core's worker still reads; what was on its way when it died the edge sends again.
-    # The window of the kill closes on the core whole and right.
+    # The core's netd frozen for longer than the edge's sender waits for a status message (as one
+    # restarting slowly, after a few deaths), then killed: the edge's writer, which drops what nobody
+    # reads (the source is archived nowhere), waits for it meanwhile; the new one goes on rebuilding
+    # the stream in the log the dead one left, which the core's worker still reads; what was on its
+    # way when it died the edge sends again. The window of the kill closes on the core whole and right.
     (killed,) = core.netd_pids()
     kill_window_us = time.time_ns() // 1000 // WINDOW_US * WINDOW_US
+    os.kill(killed, signal.SIGSTOP)
+    time.sleep(PUBLICATION_CONNECTION_TIMEOUT_NS / 1e9 + 1)
     os.kill(killed, signal.SIGKILL)
     wait_for(lambda: [p for p in core.netd_pids() if p != killed], "the core's netd restarted", timeout_s=STARTUP_S)
     wait_for(lambda: kill_window_us in windows_right(core, kill_window_us - 1) or None,

@@ -212,3 +212,29 @@ def _until_seen(sites, condition) -> None:
         if condition():
             return
     raise AssertionError("the key never seen")
+
+
+def test_a_live_streams_send_stopped_and_started_again_holds_its_writer_in_between(sites):
+    """The choreographer deletes a live stream's NetSend and writes it again when the receiving
+    site's netd restarts: meanwhile its writer, which drops what nobody reads (a live log not
+    archived), must see its reader still there, and the stream go on whole."""
+    sites.client.create(f"{keyspace.net_receives_prefix('core')}/p/f",
+                        NetReceive(stream_id=STREAM, log=str(sites.received)).to_value())
+    sites.write_log()
+    send_key = f"{keyspace.net_sends_prefix('edge')}/p/f@core"
+    send = NetSend(log=str(sites.out), channel=sites.endpoint.format(), tether_hold_s=60.0).to_value()
+    sites.client.create(send_key, send)
+    sites.until(lambda: sites.image is not None, "the image")
+    sites.send([b"before"])
+    sites.until(lambda: sites.got == [b"before"], "the first message")
+
+    sites.client.delete(send_key)
+    sites.until(lambda: not sites.sender.publications, "the send stopped")
+    assert sites.publication.offer(b"meanwhile") > 0  # not NOT_CONNECTED: the stopped send's position holds
+    sites.client.create(send_key, send)
+    sites.until(lambda: sites.sender.publications, "the send started again")
+    sites.send([b"after"])
+    sites.until(lambda: len(sites.got) >= 3, "every message received")
+    assert sites.got == [b"before", b"meanwhile", b"after"]
+    positions = [c for c in sites.counters.counters() if c.type_name == "sub-pos" and "->" in c.label]
+    assert len(positions) == 1  # the new send's: the stopped one's was handed over

@@ -15,6 +15,13 @@ and keeps the books:
   first SM, BACK_PRESSURED past snd-pos + half a term after; and the publication cleans two terms
   behind snd-pos, so a retransmission (at most a term back) always finds its bytes. With no SM for
   the connection timeout (5 s) the position is withdrawn: the publication sees NOT_CONNECTED.
+- Beyond Aeron, a publication added with a tether hold has a tethered position, as a recorder's: a
+  receiver silent for the connection timeout (its process restarting) leaves the position where it
+  is, no longer heartbeated, and the writer waits for it for the hold instead of going on without
+  it. So does a sender's process killed (the next agent's position of the log takes the dead one's
+  over), and a publication removed with keep_position, until the publication that succeeds it has
+  its own position (add_publication's `succeeding`). A live stream whose receiving side restarts
+  loses nothing; a receiver gone for good holds the writer for the hold, then no longer.
 - A datagram the kernel will not take now (EAGAIN) waits in the socket's queue and goes first next
   duty cycle, before anything new of that socket: nothing is lost. An ICMP port unreachable
   (ECONNREFUSED) is counted; what it refused counts as lost on the network, which NAKs and SETUP
@@ -91,9 +98,15 @@ class NetworkPublication:
     sender: NetworkSender
     counters: CounterGroup
     endpoint: "_SendEndpoint"
+    tether_hold_ms: int | None = None
+    """Its position's tether hold (add_publication); None: untethered."""
+    succeeding: "NetworkPublication | None" = None
+    """A removed publication of the same log whose position holds the writer until ours does."""
     subscriber_position: Counter | None = None
     """The sub-pos counter at snd-pos by which the publication's writer is flow-controlled (None
-    before the first SM, after a connection timeout, or without a counters file)."""
+    before the first SM, after a connection timeout if untethered, or without a counters file)."""
+    silent: bool = False
+    """No SM for the connection timeout: a tethered position is no longer heartbeated."""
     last_sm_ns: int | None = None
     linger_since_ns: int | None = None
     """When the publication was found closed and all of it sent (None before)."""
@@ -139,15 +152,21 @@ class SenderAgent:
         self._endpoints: dict[tuple[Address, Address | None], _SendEndpoint] = {}
         self._buffer = bytearray(sockets.DATAGRAM_MAX_BYTES)
         self._view = memoryview(self._buffer)
+        self._kept: list[NetworkPublication] = []
+        """Publications removed with keep_position whose position still holds their writer."""
 
     # -- publications ---------------------------------------------------------------------------
 
     def add_publication(self, log_path: str | os.PathLike, channel: UdpChannel, *,
-                        term_window_length: int | None = None) -> NetworkPublication:
+                        term_window_length: int | None = None, tether_hold_ms: int | None = None,
+                        succeeding: NetworkPublication | None = None) -> NetworkPublication:
         """Send the publication whose log is at `log_path` to `channel.endpoint`, from where its
-        tail is now. ChannelError for a channel without an endpoint, one that contradicts the log
-        or names a stream sent there already; LogBufferError for a log that cannot be opened;
-        SocketError (also an OSError) for a socket that cannot be opened."""
+        tail is now. `tether_hold_ms`: the sender's position is tethered, with this hold (0: the
+        transport's default; None: untethered). `succeeding`: a publication of the same log removed
+        with keep_position, whose position holds the writer until this one's first SM. ChannelError
+        for a channel without an endpoint, one that contradicts the log or names a stream sent there
+        already; LogBufferError for a log that cannot be opened; SocketError (also an OSError) for
+        a socket that cannot be opened."""
         if channel.endpoint is None:
             raise ChannelError(f"channel {channel}: a publication needs endpoint=")
         log_buffer = LogBuffer.open(log_path, writable=False)
@@ -176,28 +195,43 @@ class SenderAgent:
         except BaseException:
             log_buffer.close()
             raise
-        publication = NetworkPublication(log_buffer, channel, sender, group, endpoint)
+        publication = NetworkPublication(log_buffer, channel, sender, group, endpoint, tether_hold_ms,
+                                         succeeding if succeeding in self._kept else None)
         endpoint.publications[stream] = publication
         self._update_counters(publication)
         log.info("sending session %d stream %d of %s to %s from %s", stream[0], stream[1], log_buffer.path,
                  channel.endpoint, sockets.local_address(endpoint.sock))
         return publication
 
-    def remove_publication(self, publication: NetworkPublication) -> None:
+    def remove_publication(self, publication: NetworkPublication, *,
+                           keep_position: bool = False) -> NetworkPublication | None:
         """Stop sending at once (no linger, no EOS): free its counters, close its log, and its
-        socket if no other publication uses it."""
+        socket if no other publication uses it. `keep_position`: a tethered position stays, no
+        longer heartbeated, holding the writer for its hold or until a publication that succeeds
+        this one has its own; returns what to pass as add_publication's `succeeding` then (this
+        publication, or the one it succeeded if it had no position yet; None: nothing kept)."""
         if publication.is_closed:
-            return
+            return None
         publication.is_closed = True
         endpoint = publication.endpoint
         endpoint.publications.pop((publication.session_id, publication.stream_id), None)
         if endpoint.pending:
             endpoint.pending = deque(item for item in endpoint.pending if item[2] is not publication.counters)
-        self._withdraw_position(publication)
+        kept = None
+        if keep_position and publication.tether_hold_ms is not None:
+            if publication.subscriber_position is not None:
+                kept = publication
+                self._kept.append(publication)
+            else:
+                kept, publication.succeeding = publication.succeeding, None
+        self._release_succeeded(publication)
+        if kept is not publication:
+            self._withdraw_position(publication)
         publication.counters.close()
         publication.log.close()
         if not endpoint.publications:
             self._close_endpoint(endpoint)
+        return kept
 
     @staticmethod
     def is_done(publication: NetworkPublication) -> bool:
@@ -213,9 +247,12 @@ class SenderAgent:
         return sockets.local_address(publication.endpoint.sock)
 
     def close(self) -> None:
-        """Stop every publication at once, as a process that dies would (no EOS, no linger)."""
+        """Stop every publication at once (no EOS, no linger), their positions freed."""
         for publication in self.publications:
             self.remove_publication(publication)
+        for kept in self._kept:
+            self._withdraw_position(kept)
+        self._kept.clear()
 
     # -- the duty cycle -------------------------------------------------------------------------
 
@@ -231,6 +268,8 @@ class SenderAgent:
                 if not endpoint.pending:
                     work += self._send(endpoint, publication, publication.sender.do_work(now))
                 self._housekeeping(publication, now)
+        if self._kept:
+            self._forget_dropped_kept()
         return work
 
     def _send(self, endpoint: _SendEndpoint, publication: NetworkPublication, datagrams: list) -> int:
@@ -298,17 +337,41 @@ class SenderAgent:
     # -- flow control: the sender as a subscriber of the publication's log ----------------------
 
     def _register_position(self, publication: NetworkPublication, now: int) -> None:
+        """Our position in the writer's flow control, which from now on takes over from those the
+        publication succeeds: the one it was given (add_publication's `succeeding`), and those
+        that senders in processes now dead left on its log."""
         log_buffer = publication.log
         sender = publication.sender
-        counter = self.counters.allocate(
+        counters = self.counters
+        counter = counters.allocate(
             ctr.SUBSCRIBER_POSITION_TYPE_ID,
             f"sub-pos: {sender.session_id} {sender.stream_id} {log_buffer.path.name} -> {publication.channel.endpoint}",
             key=ctr.subscriber_key(log_buffer.correlation_id, sender.session_id, sender.stream_id,
-                                   tether_hold_ms=None),
+                                   tether_hold_ms=publication.tether_hold_ms, network_sender=True),
             registration_id=log_buffer.correlation_id)
         counter.set(sender.sender_position)
         counter.heartbeat(now // _NANOS_PER_MILLI)
         publication.subscriber_position = counter
+        publication.silent = False
+        self._release_succeeded(publication)
+        counters.free_orphans(ctr.SUBSCRIBER_POSITION_TYPE_ID, log_buffer.correlation_id,
+                              keep=lambda counter_id: not ctr.is_network_sender(counters.key(counter_id)))
+
+    def _release_succeeded(self, publication: NetworkPublication) -> None:
+        """Free the kept position of the publication this one succeeds."""
+        if publication.succeeding is not None:
+            if publication.succeeding in self._kept:
+                self._kept.remove(publication.succeeding)
+                self._withdraw_position(publication.succeeding)
+            publication.succeeding = None
+
+    def _forget_dropped_kept(self) -> None:
+        """Free the kept positions their writers gave up on (silent past their hold)."""
+        for kept in [p for p in self._kept if p.subscriber_position.status == ctr.COUNTER_DROPPED]:
+            log.warning("%s: no sender took over the position %d kept for it within its hold; its writer goes "
+                        "on without it", kept.log_path.name, kept.subscriber_position.get())
+            self._kept.remove(kept)
+            self._withdraw_position(kept)
 
     @staticmethod
     def _withdraw_position(publication: NetworkPublication) -> None:
@@ -330,19 +393,26 @@ class SenderAgent:
         position = publication.subscriber_position
         if position is not None and position.status == ctr.COUNTER_DROPPED:
             # The publication dropped us (this agent did not run for its subscriber liveness
-            # timeout): a dropped position holds nobody back, so take a fresh one below.
-            log.warning("%s: the publication dropped the sender's position %d; registering again",
+            # timeout, or a tethered position was silent for its hold): a dropped position holds
+            # nobody back, so take a fresh one below once an SM comes.
+            log.warning("%s: the publication dropped the sender's position %d; registering again with the next SM",
                         publication.log.path.name, position.get())
             self._withdraw_position(publication)
             position = None
         if position is not None:
-            if now - publication.last_sm_ns > PUBLICATION_CONNECTION_TIMEOUT_NS:
+            if now - publication.last_sm_ns <= PUBLICATION_CONNECTION_TIMEOUT_NS:
+                position.set(publication.sender.sender_position)
+                position.heartbeat(now // _NANOS_PER_MILLI)
+                publication.silent = False
+            elif publication.tether_hold_ms is None:
                 log.warning("%s: no SM from %s for %.1f s: not connected", publication.log.path.name,
                             publication.channel.endpoint, PUBLICATION_CONNECTION_TIMEOUT_NS / 1e9)
                 self._withdraw_position(publication)
-            else:
-                position.set(publication.sender.sender_position)
-                position.heartbeat(now // _NANOS_PER_MILLI)
+            elif not publication.silent:
+                log.warning("%s: no SM from %s for %.1f s: its writer waits for it for its tether hold",
+                            publication.log.path.name, publication.channel.endpoint,
+                            PUBLICATION_CONNECTION_TIMEOUT_NS / 1e9)
+                publication.silent = True
         elif self.counters is not None and publication.sender.is_connected and publication.last_sm_ns is not None \
                 and now - publication.last_sm_ns <= PUBLICATION_CONNECTION_TIMEOUT_NS:
             self._register_position(publication, now)

@@ -59,7 +59,7 @@ class Reader:
 class Rig:
     def __init__(self, tmp_path: Path, *, seed: int = 1, forward: Faults = Faults(), backward: Faults = Faults(),
                  count: int = 200, term_length: int = TERM_LENGTH, mtu: int = MTU, hold_for_readers: int = 0,
-                 image_log: Path | None = None) -> None:
+                 image_log: Path | None = None, tether_hold_ms: int | None = None) -> None:
         self.tmp_path = tmp_path
         self.clock = ManualClock()
         self.counters = CountersFile.open(tmp_path / "counters.dat")
@@ -77,7 +77,7 @@ class Rig:
         self.proxy = LossyProxy(self.endpoint, seed=seed, forward=forward, backward=backward)
         self.sender = SenderAgent(self.counters, clock=self.clock)
         self.network_publication = self.sender.add_publication(
-            self.pub_log.path, UdpChannel(endpoint=self.proxy.address, mtu=mtu))
+            self.pub_log.path, UdpChannel(endpoint=self.proxy.address, mtu=mtu), tether_hold_ms=tether_hold_ms)
         self.expected = messages(count)
         self.written = 0
         self.offer_results: list[int] = []

@@ -10,6 +10,7 @@ import struct
 from pathlib import Path
 
 from ramen.transport import BACK_PRESSURED, NOT_CONNECTED, Image, LogBuffer
+from ramen.transport import counters as ctr
 from ramen.transport.frame import EOS_FLAG, HDR_TYPE_DATA
 from ramen.transport.udp import protocol
 from ramen.transport.udp.channel import Address, UdpChannel
@@ -463,6 +464,108 @@ def test_a_sender_without_sms_for_the_connection_timeout_leaves_its_publication_
         assert not rig.has_counter("sub-pos", "->")
         rig.clock.advance(0.02)  # the publication re-reads its subscribers
         assert rig.publication.offer(b"x") == NOT_CONNECTED
+    finally:
+        rig.close()
+
+
+TETHER_HOLD_MS = 10_000
+
+
+def test_a_tethered_sender_without_sms_holds_its_writer_for_its_hold_then_leaves_it_not_connected(tmp_path):
+    """A live stream's sender (NetSend.tether_hold_s): its receiver's netd restarting for longer than
+    the connection timeout must not make the writer drop what it writes meanwhile."""
+    rig = Rig(tmp_path, seed=13, count=100, tether_hold_ms=TETHER_HOLD_MS)
+    try:
+        rig.run_until(lambda: rig.readers and len(rig.reader.got) == 100, 100_000)
+        rig.receiver.close()
+        rig.receiver = None
+        for _ in range(3):  # SMs on their way when it closed reach the sender
+            rig.tick(write=False)
+        rig.clock.advance(PUBLICATION_CONNECTION_TIMEOUT_NS / 1e9 + 0.1)
+        rig.tick(write=False)
+        assert rig.network_publication.silent and rig.publication.offer(b"x") > 0
+        # Its position's silence counts from its last heartbeat, with the last SM.
+        rig.clock.advance(TETHER_HOLD_MS / 1000 - PUBLICATION_CONNECTION_TIMEOUT_NS / 1e9 - 0.2)
+        rig.tick(write=False)
+        assert rig.publication.offer(b"x") > 0  # silent for less than its hold: still waited for
+        rig.clock.advance(0.2)
+        assert rig.publication.offer(b"x") == NOT_CONNECTED
+        rig.tick(write=False)  # the agent sees its position dropped, and lets it go
+        assert not rig.has_counter("sub-pos", "->")
+    finally:
+        rig.close()
+
+
+def test_a_tethered_senders_receiver_dead_past_the_connection_timeout_is_followed_by_one_that_gets_it_all(tmp_path):
+    rig = Rig(tmp_path, seed=14, count=400, image_log=tmp_path / IMAGE_LOG, tether_hold_ms=TETHER_HOLD_MS)
+    try:
+        first = read_a_hundred(rig)
+        rig.offer_results.clear()
+        kill_receiver(rig)
+        rig.clock.advance(PUBLICATION_CONNECTION_TIMEOUT_NS / 1e9)
+        for _ in range(100):  # the writer goes on while the sender's position lets it, then waits
+            rig.tick()
+        assert rig.network_publication.silent and NOT_CONNECTED not in rig.offer_results
+
+        restart_receiver(rig)
+        rig.run_until(lambda: rig.written == 400 and len(first.got) == 400, 200_000)
+
+        assert first.got == rig.expected and NOT_CONNECTED not in rig.offer_results
+        assert not rig.network_publication.silent
+    finally:
+        rig.close()
+
+
+def sender_positions(rig: Rig) -> list[int]:
+    return [c.status for c in rig.counters.counters() if c.type_name == "sub-pos" and "->" in c.label]
+
+
+def test_a_tethered_publication_removed_keeping_its_position_holds_its_writer_for_the_one_that_succeeds_it(tmp_path):
+    """netd's follower stops and starts a live stream's send when its key is rewritten (the
+    receiving netd restarted): the writer never sees NOT_CONNECTED in between."""
+    rig = Rig(tmp_path, seed=15, count=400, tether_hold_ms=TETHER_HOLD_MS)
+    try:
+        read_a_hundred(rig)
+        rig.offer_results.clear()
+        first = rig.network_publication
+        assert rig.sender.remove_publication(first, keep_position=True) is first
+        for _ in range(100):
+            rig.tick()
+        assert sender_positions(rig) == [ctr.COUNTER_ACTIVE] and NOT_CONNECTED not in rig.offer_results
+
+        channel = UdpChannel(endpoint=rig.proxy.address, mtu=MTU)
+        second = rig.network_publication = rig.sender.add_publication(rig.pub_log.path, channel,
+                                                                      tether_hold_ms=TETHER_HOLD_MS, succeeding=first)
+        rig.run_until(lambda: rig.written == 400 and len(rig.reader.got) == 400, 200_000)
+
+        assert rig.reader.got == rig.expected and NOT_CONNECTED not in rig.offer_results
+        assert second.subscriber_position is not None and first.subscriber_position is None
+        assert sender_positions(rig) == [ctr.COUNTER_ACTIVE]  # the successor's alone
+    finally:
+        rig.close()
+
+
+def test_a_publication_removed_keeping_its_position_holds_its_writer_for_its_hold_at_most(tmp_path):
+    rig = Rig(tmp_path, seed=16, count=100, tether_hold_ms=TETHER_HOLD_MS)
+    try:
+        rig.run_until(lambda: rig.readers and len(rig.reader.got) == 100, 100_000)
+        rig.sender.remove_publication(rig.network_publication, keep_position=True)
+        rig.clock.advance(TETHER_HOLD_MS / 1000 - 0.1)
+        assert rig.publication.offer(b"x") > 0
+        rig.clock.advance(0.2)
+        assert rig.publication.offer(b"x") == NOT_CONNECTED
+        rig.tick(write=False)
+        assert sender_positions(rig) == []  # the agent let the dropped position go
+    finally:
+        rig.close()
+
+
+def test_an_untethered_publication_removed_keeps_no_position(tmp_path):
+    rig = Rig(tmp_path, seed=17, count=100)
+    try:
+        rig.run_until(lambda: rig.readers and len(rig.reader.got) == 100, 100_000)
+        assert rig.sender.remove_publication(rig.network_publication, keep_position=True) is None
+        assert sender_positions(rig) == []
     finally:
         rig.close()
 

@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing
+import os
 import time
 from pathlib import Path
 
 from ramen.transport import (ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED, CountersFile, ExclusivePublication,
                              FragmentAssembler, Image, LogBuffer, LogBufferParams)
+from ramen.transport import counters as ctr
 from ramen.transport.udp.channel import Address, UdpChannel
 from ramen.transport.udp.receiver_agent import ReceiverAgent
 from ramen.transport.udp.sender_agent import SenderAgent
-from tests.transport.udp.agent_rig import messages
+from tests.transport.udp.agent_rig import Rig, messages
 
 MESSAGES = 3000
 TERM_LENGTH = 65536
@@ -106,3 +108,52 @@ def test_a_writer_and_a_reader_in_other_processes_stream_through_the_agents_to_t
         sender.close()
         receiver.close()
         counters.close()
+
+
+def _leave_tethered_positions(counters_path: str, log_path: str, kinds: tuple[bool, ...]) -> None:
+    """Take a tethered position on the log for each kind (True: a network sender's, False: a
+    reader's, a recorder's) and die without freeing them, as a process killed with -9."""
+    counters = CountersFile.open(counters_path)
+    log_buffer = LogBuffer.open(log_path)
+    for network_sender in kinds:
+        counters.allocate(ctr.SUBSCRIBER_POSITION_TYPE_ID, f"sub-pos: left by a dead {network_sender=}",
+                          key=ctr.subscriber_key(log_buffer.correlation_id, log_buffer.session_id,
+                                                 log_buffer.stream_id, tether_hold_ms=0, network_sender=network_sender),
+                          registration_id=log_buffer.correlation_id).set(0)
+    os._exit(0)
+
+
+def dead_positions(counters: CountersFile, log_buffer: LogBuffer) -> list[bool]:
+    """The kinds (network sender or not) of the positions on the log that dead processes hold."""
+    return sorted(ctr.is_network_sender(counters.key(i))
+                  for i in counters.find(ctr.SUBSCRIBER_POSITION_TYPE_ID, log_buffer.correlation_id)
+                  if counters.get(i, ctr.OWNER_ID_OFFSET) != os.getpid())
+
+
+def test_a_sender_takes_over_the_tethered_position_a_dead_senders_process_left_and_a_recorder_the_rest(tmp_path):
+    """A netd killed with -9 leaves its senders' tethered positions holding their writers (nothing
+    goes unsent while it restarts); the next netd's sender of the log frees them once its own
+    position holds the writer, and leaves a dead recorder's for the next recorder, and the other
+    way round."""
+    rig = Rig(tmp_path, seed=18, count=100, tether_hold_ms=60_000)
+    try:
+        def leave(*kinds: bool) -> None:
+            child = multiprocessing.get_context("fork").Process(
+                target=_leave_tethered_positions, args=(str(rig.counters.path), str(rig.pub_log.path), kinds))
+            child.start()
+            child.join()  # reaped: its pid is dead
+        leave(True, False)
+        assert dead_positions(rig.counters, rig.pub_log) == [False, True]
+
+        # The dead recorder's position holds the writer to half a term: some of the stream goes.
+        rig.run_until(lambda: rig.readers and len(rig.reader.got) >= 20, 100_000)
+        assert rig.reader.got == rig.expected[:len(rig.reader.got)]
+        assert dead_positions(rig.counters, rig.pub_log) == [False]  # the recorder's is left
+
+        leave(True)
+        recorder = Image(rig.pub_log, rig.counters, tethered=True, clock=rig.clock)
+        recorder.take_over_dead_tethers()
+        assert dead_positions(rig.counters, rig.pub_log) == [True]  # the sender's is left
+        recorder.close()
+    finally:
+        rig.close()
