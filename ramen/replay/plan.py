@@ -18,7 +18,9 @@ The rules:
 - Unless `strict`, a range the archives answer only in part is replayed where they do, as graphite
   and Grafana users expect: the range shrinks to what the sources cover at its ends, and a source's
   gaps inside it are replayed around. The plan's `uncovered` names what is left out, for a warning.
-  A range no source covers at all stays an error. A plan that needs no leniency is the strict one.
+  A function whose own archive covers part of the range, and whose ancestors cannot compute any of
+  it (a live source archived nowhere, before it), answers that part itself. A range no source
+  covers at all stays an error. A plan that needs no leniency is the strict one.
 
 The plan says which archived functions to replay (`sources`), which (parent, child) links carry
 the replayed data (`links`), and every function on those paths, TARGET included (`functions`):
@@ -215,11 +217,19 @@ class _Planner:
                 raise self._gap(function)
             self._cover_around_holes(function)
         else:
-            for parent in function.parents:
-                if parent not in self.functions:
-                    raise ReplayPlanError(f"{name} reads {parent}, which is not loaded")
-                self.visit(parent, path + (name,))
-                self.links.add((parent, name))
+            before = (set(self.sources), set(self.links), set(self.planned), dict(self.holes))
+            try:
+                for parent in function.parents:
+                    if parent not in self.functions:
+                        raise ReplayPlanError(f"{name} reads {parent}, which is not loaded")
+                    self.visit(parent, path + (name,))
+                    self.links.add((parent, name))
+            except ReplayGapError:
+                if not (self.lenient and self._intervals(function)):
+                    raise
+                # Its ancestors compute none of the range: what its own archive holds of it.
+                self.sources, self.links, self.planned, self.holes = before
+                self._cover_around_holes(function)
         self.planned.add(name)
 
     def _covers(self, function: Function) -> bool:

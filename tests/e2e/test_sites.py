@@ -105,9 +105,10 @@ class Site:
     def netd_pids(self) -> list[int]:
         return [pid for pid, args in _processes_with(f"RAMEN_DIR={self.base}").items() if "ramen.netd.service" in args]
 
-    def windows(self) -> dict[int, pa.Table]:
-        """The totals the core's worker wrote, by window start, as `ramen tail` prints them."""
-        tailed = self.ramen("tail", "-n", 2 * HOSTS, "--format", "jsonl", "x/per_window", timeout=STARTUP_S)
+    def windows(self, count: int = 2) -> dict[int, pa.Table]:
+        """The totals of the last `count` windows the core's worker wrote, by window start, as
+        `ramen tail` prints them."""
+        tailed = self.ramen("tail", "-n", count * HOSTS, "--format", "jsonl", "x/per_window", timeout=STARTUP_S)
         assert tailed.returncode == 0, tailed.stderr
         by_window: dict[int, list[dict]] = {}
         for row in map(json.loads, tailed.stdout.splitlines()):

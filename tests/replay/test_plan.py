@@ -264,3 +264,18 @@ def test_a_lenient_plan_with_nothing_covered_is_the_strict_error(programs, cover
     with pytest.raises(ReplayGapError) as lenient_error:
         lenient(programs, "net/mixed", coverage)
     assert str(lenient_error.value) == str(strict.value)
+
+
+def test_a_lenient_plan_uses_a_partly_covering_own_archive_when_its_ancestors_cover_nothing(programs):
+    """A function archived on its site, fed live from a source archived nowhere (`ramen tail -n`
+    of it looks back past its archive's start): its own archive answers what it holds."""
+    coverage = {"net/top": full("10:30", "12:00"), "net/traffic": full("08:00", "09:00")}
+    plan = lenient(programs, "net/top", coverage)
+    assert (plan.since_us, plan.until_us) == (at("10:30"), at("11:00"))
+    assert plan.sources == ("net/top",) and plan.links == () and plan.functions == ("net/top",)
+    assert plan.uncovered == (("net/top", at("10:00"), at("10:30")),)
+    with pytest.raises(ReplayGapError, match="net/traffic"):  # strict: the gap its ancestors leave
+        plan_replay("net/top", T10, T10 + HOUR, programs, coverage)
+    # Ancestors that cover some of the range are preferred, as in a strict plan.
+    plan = lenient(programs, "net/top", {"net/top": full("10:30", "12:00"), "net/traffic": full("10:20", "12:00")})
+    assert plan.sources == ("net/traffic",) and plan.since_us == at("10:20")
