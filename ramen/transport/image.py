@@ -125,9 +125,10 @@ class Image:
             view.release()
 
     def take_over_dead_tethers(self) -> list[int]:
-        """Free the positions of the other tethered subscribers of this log whose processes are
-        gone (a recorder killed, or stopped with keep_tether), which would hold the writer back for
-        their hold; returns their counter ids. For a recorder that goes on where their recording
+        """Free the positions of the other tethered readers of this log whose processes are gone
+        (a recorder killed, or stopped with keep_tether), which would hold the writer back for
+        their hold; returns their counter ids. A network sender's are left to the log's next
+        network sender (sender_agent.py). For a recorder that goes on where their recording
         stopped (recorder.py): from now on its own position holds the writer back. Until the writer
         has seen it, a few ms, nothing it needs is cleaned: cleaning stays two terms behind the
         slowest reader (publication.py)."""
