@@ -27,8 +27,9 @@ from ramen.transport.position import int32
 SEND_SITE_SEPARATOR = "@"
 LIVE_SEND_TETHER_HOLD_S = 60.0
 """A live stream sent to another site holds its writer this long for a receiving netd gone silent
-(NetSend.tether_hold_s): a netd restarting (up to 5 s apart after repeated deaths: ramen start's
-back-off) loses nothing of a stream nobody archives; one gone for good stops holding it after this."""
+(NetSend.tether_hold_s): a netd restarting (after up to 10 s of `ramen start`'s back-off, once it
+died again and again) loses nothing of a stream nobody archives; one gone for good stops holding it
+after this."""
 
 
 def runs_on(graph: nx.DiGraph, name: str, site: str) -> bool:
