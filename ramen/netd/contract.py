@@ -65,7 +65,7 @@ class NetSend(KeyValue):
     receiver is silent (its netd restarting), or while this send is stopped and started again, the
     writer waits for it this long before going on without it. A live stream's, whose writer would
     otherwise drop what nobody reads. None: Aeron's, not connected after 5 s without a status
-    message (a replayer's stream, whose replay fails in one line instead)."""
+    message (a replayer's stream: a replay has its own timeouts, past which it fails in one line)."""
 
     def _check(self, key: str) -> None:
         _check_channel(key, self.channel)
