@@ -80,8 +80,8 @@ def measure(edge: Site, core: Site, kills: int, freeze_s: float, every_s: float)
         restarts.append(time.monotonic() - started)
         time.sleep(max(0.0, every_s - (time.monotonic() - started)))
     time.sleep(SETTLE_S)
-    windows = {start: table for start, table in core.windows(count=round(kills * every_s * 1e6 / WINDOW_US) + 10).items()
-               if start >= first_kill_us // WINDOW_US * WINDOW_US}
+    closed = core.windows(count=round(kills * every_s * 1e6 / WINDOW_US) + 10)  # every one since the first kill
+    windows = {start: table for start, table in closed.items() if start >= first_kill_us // WINDOW_US * WINDOW_US}
     wrong = []
     for start, table in sorted(windows.items()):
         expected = expected_window(start).sort_by("host")

@@ -136,6 +136,11 @@ class Rig:
     def has_counter(self, type_name: str, label_part: str = "") -> bool:
         return any(c.type_name == type_name and label_part in c.label for c in self.counters.counters())
 
+    def sender_position_statuses(self) -> list[int]:
+        """The statuses of the sender agents' positions in the writers' flow control (sub-pos counters
+        labelled `... -> <endpoint>`)."""
+        return [c.status for c in self.counters.counters() if c.type_name == "sub-pos" and "->" in c.label]
+
     def close(self) -> None:
         for reader in self.readers:
             reader.close()

@@ -516,10 +516,6 @@ def test_a_tethered_senders_receiver_dead_past_the_connection_timeout_is_followe
         rig.close()
 
 
-def sender_positions(rig: Rig) -> list[int]:
-    return [c.status for c in rig.counters.counters() if c.type_name == "sub-pos" and "->" in c.label]
-
-
 def test_a_tethered_publication_removed_keeping_its_position_holds_its_writer_for_the_one_that_succeeds_it(tmp_path):
     """netd's follower stops and starts a live stream's send when its key is rewritten (the
     receiving netd restarted): the writer never sees NOT_CONNECTED in between."""
@@ -531,7 +527,7 @@ def test_a_tethered_publication_removed_keeping_its_position_holds_its_writer_fo
         assert rig.sender.remove_publication(first, keep_position=True) is first
         for _ in range(100):
             rig.tick()
-        assert sender_positions(rig) == [ctr.COUNTER_ACTIVE] and NOT_CONNECTED not in rig.offer_results
+        assert rig.sender_position_statuses() == [ctr.COUNTER_ACTIVE] and NOT_CONNECTED not in rig.offer_results
 
         channel = UdpChannel(endpoint=rig.proxy.address, mtu=MTU)
         second = rig.network_publication = rig.sender.add_publication(rig.pub_log.path, channel,
@@ -540,7 +536,7 @@ def test_a_tethered_publication_removed_keeping_its_position_holds_its_writer_fo
 
         assert rig.reader.got == rig.expected and NOT_CONNECTED not in rig.offer_results
         assert second.subscriber_position is not None and first.subscriber_position is None
-        assert sender_positions(rig) == [ctr.COUNTER_ACTIVE]  # the successor's alone
+        assert rig.sender_position_statuses() == [ctr.COUNTER_ACTIVE]  # the successor's alone
     finally:
         rig.close()
 
@@ -555,7 +551,7 @@ def test_a_publication_removed_keeping_its_position_holds_its_writer_for_its_hol
         rig.clock.advance(0.2)
         assert rig.publication.offer(b"x") == NOT_CONNECTED
         rig.tick(write=False)
-        assert sender_positions(rig) == []  # the agent let the dropped position go
+        assert rig.sender_position_statuses() == []  # the agent let the dropped position go
     finally:
         rig.close()
 
@@ -565,7 +561,7 @@ def test_an_untethered_publication_removed_keeps_no_position(tmp_path):
     try:
         rig.run_until(lambda: rig.readers and len(rig.reader.got) == 100, 100_000)
         assert rig.sender.remove_publication(rig.network_publication, keep_position=True) is None
-        assert sender_positions(rig) == []
+        assert rig.sender_position_statuses() == []
     finally:
         rig.close()
 

@@ -134,12 +134,10 @@ def test_a_sender_position_the_publication_dropped_is_taken_again_with_the_next_
         rig.clock.advance(6.0)  # the sender agent did not run: its heartbeat is 6 s old
         rig.reader.poll()
         assert rig.publication.offer(b"x") == NOT_CONNECTED  # the publication dropped it (nothing written)
-        assert [c.status for c in rig.counters.counters() if c.type_name == "sub-pos" and "->" in c.label] \
-            == [ctr.COUNTER_DROPPED]
+        assert rig.sender_position_statuses() == [ctr.COUNTER_DROPPED]
         rig.run_until(lambda: len(rig.reader.got) == 200, 100_000)
         assert rig.reader.got == rig.expected
-        assert [c.status for c in rig.counters.counters() if c.type_name == "sub-pos" and "->" in c.label] \
-            == [ctr.COUNTER_ACTIVE]
+        assert rig.sender_position_statuses() == [ctr.COUNTER_ACTIVE]
     finally:
         rig.close()
 
