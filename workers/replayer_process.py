@@ -44,13 +44,10 @@ from workers.spare import wait_for_key, warm_up_arrow
 log = logging.getLogger(__name__)
 
 CONFSERVER_IDENTITY = "worker"
-IDLE_MAX_SPINS = 0
-IDLE_MAX_YIELDS = 0
 IDLE_MAX_PARK_S = 0.001
-"""A replayer outruns its readers, so most of its idle cycles find the log full: it sleeps at once
-(backing off from the transport's IDLE_MIN_PARK_S), since spinning or yielding would take the CPU
-its readers need to catch up (0.04 s a replay of an hour, of 0.25 s, measured on two cores). It
-sleeps at most 1 ms: a reader empties the log's window (2 MiB) in a few."""
+"""A replayer outruns its readers, so most of its idle cycles find the log full: it sleeps (as
+every duty cycle does, at once: the transport's IDLE_MAX_SPINS), at most 1 ms, since a reader
+empties the log's window (2 MiB) in a few."""
 STATS_INTERVAL_S = 1.0
 """How often the stats key is rewritten while replaying (and once at the end)."""
 """Counter type of `replayer <id> bytes read` (ramen's own type ids start at 1000)."""
@@ -250,8 +247,7 @@ def _replay(client, site: str, replayer_id: int, spec: ReplayerAssignment,
         replayer.attach_in_place(candidate, spec.archive_dir)
     try:
         wait_for_reader(publication, stop, spec.readers, sent_to=spec.sent_to)
-        idle = BackoffIdleStrategy(max_spins=IDLE_MAX_SPINS, max_yields=IDLE_MAX_YIELDS,
-                                   max_park_s=IDLE_MAX_PARK_S)
+        idle = BackoffIdleStrategy(max_park_s=IDLE_MAX_PARK_S)
         next_stats_s = clock.seconds() + STATS_INTERVAL_S
         while not stop.is_set() and not replayer.done:
             idle.idle(replayer.do_work())

@@ -253,7 +253,7 @@ class Replay:
         if self.relay:
             yield from self._relayed_batches(on_progress)
             return
-        idle = BackoffIdleStrategy(max_spins=0, max_yields=0, min_park_s=IDLE_MIN_PARK_S, max_park_s=IDLE_MAX_PARK_S)
+        idle = BackoffIdleStrategy(min_park_s=IDLE_MIN_PARK_S, max_park_s=IDLE_MAX_PARK_S)
         deadline = time.monotonic() + self.timeout_s
         while not self._ended:
             work = self._image.poll(self._assembler.on_fragment, FRAGMENT_LIMIT)

@@ -1,7 +1,8 @@
 """Idle strategies for duty-cycle loops: what an agent does when a cycle found no work.
 
-With two cores, a reader that spins holds one of them; so after a few spins and yields the
-backoff strategy sleeps, doubling the sleep up to a cap, and snaps back on the first work found.
+With two cores, a reader that spins holds one of them; so the backoff strategy sleeps (by default
+at once, without Aeron's spins and yields first: defaults.IDLE_MAX_SPINS says why), doubling the
+sleep up to a cap, and snaps back on the first work found.
 """
 
 import os
