@@ -323,18 +323,14 @@ class ReplaySupervision:
         if self._warm is None and self.keep_warm and not self.busy():
             self._ensure_warm()
             work += 1
-        pending = [r for r in self.requests.values() if not r.launched]
-        held = [r for r in pending if any(map(self.worker_leaving, r.plan.workers))]
+        pending, held = self._pending()
         unmerged = [r for r in pending if r.spec.no_merge and r not in held]  # no merge window: no wait
         if unmerged:
             self.launch(unmerged)
             work += 1
-        pending = [r for r in pending if not r.spec.no_merge]
-        # A request through a worker on its way out waits for it to go; the rest of its batch waits
-        # with it, so that the batch still reads the archive once (a dashboard refreshing right after
-        # its previous refresh finds its lazy workers leaving).
-        if pending and not any(r in held for r in pending) and now - min(r.seen_at for r in pending) >= self.delay_s:
-            self.launch(pending)
+        due_in = self.launch_due_in(now)
+        if due_in is not None and due_in <= 0:
+            self.launch([r for r in pending if not r.spec.no_merge])
             work += 1
         for replayer in list(self.replayers.values()):
             work += self._step(replayer, now)
@@ -343,6 +339,23 @@ class ReplaySupervision:
             self._next_timeout_check = now + 1.0
             work += self._expire(now)
         return work
+
+    def _pending(self) -> tuple[list[Request], list[Request]]:
+        """The requests not launched yet, and those of them through a worker on its way out."""
+        pending = [r for r in self.requests.values() if not r.launched]
+        return pending, [r for r in pending if any(map(self.worker_leaving, r.plan.workers))]
+
+    def launch_due_in(self, now: float) -> float | None:
+        """Seconds until the waiting batch's merge delay ends (<= 0: due); None when no batch waits
+        for it. The service sleeps no longer than this, so that a batch starts as its delay ends,
+        not up to a poll interval later. A request through a worker on its way out waits for it to
+        go, and the rest of its batch waits with it, so that the batch still reads the archive once
+        (a dashboard refreshing right after its previous refresh finds its lazy workers leaving)."""
+        pending, held = self._pending()
+        batch = [r for r in pending if not r.spec.no_merge]
+        if not batch or any(r in held for r in batch):
+            return None
+        return min(r.seen_at for r in batch) + self.delay_s - now
 
     def launch(self, batch: list[Request]) -> None:
         specs = {r.channel: r.spec for r in batch}

@@ -355,6 +355,23 @@ def test_a_replay_through_a_worker_being_stopped_waits_for_its_next_process(admi
     drive(supervisor, lambda: (value_of(admin, instance_key) or {}).get("pid"), what="the next process")
 
 
+def test_the_duty_cycle_wakes_up_when_the_merge_delay_ends_not_a_poll_interval_later(admin, start_supervisor):
+    clock = ManualClock()
+    supervisor = start_supervisor(clock=clock, thread=False, delay_before_replay_s=0.5)
+    assert supervisor.wait_s() == defaults.POLL_INTERVAL_S  # nothing waits
+    channel = request_replay(admin)
+    drive(supervisor, lambda: channel in supervisor.replays.requests, what="the request seen")
+    clock.advance(0.5 - defaults.POLL_INTERVAL_S / 5)
+    assert abs(supervisor.wait_s() - defaults.POLL_INTERVAL_S / 5) < 1e-9  # woken as the delay ends
+    supervisor.do_work()
+    assert not replayers(admin)  # not due yet
+    clock.advance(defaults.POLL_INTERVAL_S / 5)
+    assert supervisor.wait_s() == 0.0
+    supervisor.do_work()
+    assert channels_of(next(iter(replayers(admin).values()))) == [channel]  # launched on time
+    assert supervisor.wait_s() == defaults.POLL_INTERVAL_S
+
+
 def test_a_batch_waits_whole_for_a_worker_being_stopped_and_reads_the_archive_once(admin, start_supervisor,
                                                                                   ramen_dir):
     """A dashboard refreshing right after its previous refresh: one of its replays goes through a
@@ -377,6 +394,7 @@ def test_a_batch_waits_whole_for_a_worker_being_stopped_and_reads_the_archive_on
     clock.advance(1.0)  # past the merge delay (0.3 s), within the old process's grace (2 s)
     supervisor.do_work()
     assert worker_replay(admin, "p/t", other) is None and not replayers(admin)  # held with the other
+    assert supervisor.wait_s() == defaults.POLL_INTERVAL_S  # no deadline while held: the poll looks again
 
     clock.advance(2.0)  # past its grace: SIGKILL, then both go together
     drive(supervisor, lambda: worker_replay(admin, "p/stubborn", through_leaving) and worker_replay(admin, "p/t", other),
