@@ -297,7 +297,7 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
         for name, function in functions.items():
             wanted = [(m.factor_values, m.field, m.path) for m in metrics.values() if m.function == name]
             by_path.update((s.name, s) for s in buckets.to_series(function, tables[name], wanted, since_s, until_s))
-        series_of = {e: [by_path[m.path].copy(path_expression=e) for m in expanded[e]] for e in expressions}
+        series_of = {e: [by_path[m.path] for m in expanded[e]] for e in expressions}  # evaluate copies them
         context = graphite_functions.Context(since_s, until_s, now_s)
         return [s for node in nodes for s in graphite_functions.evaluate(node, series_of, context)]
     finally:

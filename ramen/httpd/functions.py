@@ -490,8 +490,12 @@ def _sorted_by(series_list: list[Series], func: str) -> list[Series]:
     """Highest first by `func` over each series' values; all-null series last; ties keep their order."""
     if not series_list:
         return []
-    keys = [aggregate_rows(func, s.values[np.newaxis, :])[0] for s in series_list]
-    keys = [-math.inf if math.isnan(key) else key for key in keys]
+    width = max(len(s.values) for s in series_list)
+    matrix, real = np.full((len(series_list), width), np.nan), np.zeros((len(series_list), width), dtype=bool)
+    for row, s in enumerate(series_list):  # one reduction for all (a row each, padded where shorter)
+        matrix[row, :len(s.values)] = s.values
+        real[row, :len(s.values)] = True
+    keys = [-math.inf if math.isnan(key) else key for key in aggregate_rows(func, matrix, real=real).tolist()]
     order = sorted(range(len(series_list)), key=lambda i: keys[i], reverse=True)
     return [series_list[i] for i in order]
 

@@ -134,8 +134,25 @@ class SegmentMatcher:
         return [n for n in names if self(n)]
 
 
+_replayable_of: tuple[dict[str, Program], list[Function]] | None = None
+"""The last programs asked and their replayable functions: every render builds its trees over the
+same programs (httpd reads them again only when one changed), and a dashboard's 20 renders walked
+them 40 times at the moment their replays ended."""
+
+
 def replayable(programs: dict[str, Program]) -> list[Function]:
-    """Functions a replay can produce: archived, or with an archived ancestor."""
+    """Functions a replay can produce: archived, or with an archived ancestor (a new list, of
+    the same programs' last answer)."""
+    global _replayable_of
+    held = _replayable_of
+    if held is not None and held[0] is programs:
+        return list(held[1])
+    functions = _replayable(programs)
+    _replayable_of = (programs, functions)
+    return list(functions)
+
+
+def _replayable(programs: dict[str, Program]) -> list[Function]:
     by_name = {f.qualified_name: f for p in programs.values() for f in p}
     memo: dict[str, bool] = {}
 

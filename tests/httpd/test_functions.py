@@ -235,6 +235,10 @@ def test_highest_average_limit_and_sort_by_maxima():
     assert [s.name for s in run("highestAverage(s.*, 2)", data)] == ["s.d", "s.c"]
     assert [s.name for s in run("sortByMaxima(s.*)", data)] == ["s.c", "s.d", "s.a", "s.b"]
     assert [s.name for s in run("limit(s.*, 3)", data)] == ["s.a", "s.b", "s.c"]
+    # series of different lengths (steps) are ranked over their own points: s.e's mean is 4, not 4/3
+    data["s.*"].append(series("s.e", [4], step=60))
+    assert [s.name for s in run("highestAverage(s.*, 2)", data)] == ["s.e", "s.d"]
+    assert [s.name for s in run("sortByMaxima(s.*)", data)] == ["s.c", "s.e", "s.d", "s.a", "s.b"]
 
 
 # Naming

@@ -98,3 +98,16 @@ def test_a_quoted_value_is_one_name_in_what_find_answers(tree):
     assert [n.name for n in hosts] == ['"10.0.0.1"', "a", "b"]
     answer = json.loads(to_find(hosts, "treejson"))
     assert [(n["text"], n["id"]) for n in answer][0] == ('"10.0.0.1"', 'net.traffic."10.0.0.1"')
+
+
+def test_a_tree_over_other_programs_sees_them_not_the_last_ones_walked():
+    """Trees over the same programs share one walk of them (replayable's last answer); other
+    programs (one loaded, changed or removed) are walked again."""
+    before = {"net": loads(PROGRAM)}
+    first, again = MetricTree(before, lambda f: HOSTS), MetricTree(before, lambda f: HOSTS)
+    assert [f.qualified_name for f in first.functions] == ["net/total", "net/traffic"]
+    assert again.functions == first.functions and again.functions is not first.functions
+    first.functions.clear()  # a tree's list is its own
+    assert [f.qualified_name for f in MetricTree(before, lambda f: HOSTS).functions] == ["net/total", "net/traffic"]
+    renamed = {"net": loads(PROGRAM.replace('"total"', '"sum"', 1))}
+    assert [f.qualified_name for f in MetricTree(renamed, lambda f: HOSTS).functions] == ["net/sum", "net/traffic"]
