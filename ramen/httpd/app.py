@@ -97,6 +97,7 @@ class Httpd:
     def close(self) -> None:
         self._programs_watch.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.fetcher.close()
 
     # -- programs and the tree (on pool threads) ---------------------------------------------------
 

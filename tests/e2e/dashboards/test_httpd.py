@@ -81,6 +81,9 @@ def test_renders_at_once_are_merged_into_one_read_and_a_refresh_replays_nothing(
         spawned = wait_for(lambda: supervisor_stats.read(client, "local").counters["replayers_spawned"] - before,
                            what="the spawn in the supervisor's stats")
         assert spawned == 1  # four panels over two functions of one source: one read of the archive
+        # withdrawn behind the answers: no request left, no result log (httpd and its site share the base)
+        wait_for(lambda: not client.glob(f"{keyspace.REPLAYS}/*") and not any((dashboard_site.base / "replays").glob("*")),
+                 what="the renders' replays withdrawn and their logs removed")
         again = dashboard_site.json("/render", target=targets[0], requestId="refresh", **window)
         assert again == answers[0]
         assert dashboard_site.json("/progress", requestId="refresh")["replays"] == 0  # all from the cache
