@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from bench.replay import progress  # noqa: E402
 from tests.e2e.test_sites import (LIVE_PROGRAM, STARTUP_S, WINDOW_US, Site, expected_window,  # noqa: E402
                                   started_sites)
+from tests import waiting  # noqa: E402
 
 DEFAULT_KILLS = 8
 DEFAULT_FREEZE_S = 6.0
@@ -53,12 +54,7 @@ def main() -> int:
 
 
 def wait_for(condition, what: str):
-    deadline = time.monotonic() + STARTUP_S
-    while not (found := condition()):
-        if time.monotonic() > deadline:
-            raise SystemExit(f"not within {STARTUP_S:g} s: {what}")
-        time.sleep(0.5)
-    return found
+    return waiting.wait_for(condition, what, timeout_s=STARTUP_S, poll_s=0.5)
 
 
 def measure(edge: Site, core: Site, kills: int, freeze_s: float, every_s: float) -> int:

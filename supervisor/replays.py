@@ -328,7 +328,7 @@ class ReplaySupervision:
         if unmerged:
             self.launch(unmerged)
             work += 1
-        due_in = self.launch_due_in(now)
+        due_in = self._due_in(pending, held, now)
         if due_in is not None and due_in <= 0:
             self.launch([r for r in pending if not r.spec.no_merge])
             work += 1
@@ -351,7 +351,9 @@ class ReplaySupervision:
         not up to a poll interval later. A request through a worker on its way out waits for it to
         go, and the rest of its batch waits with it, so that the batch still reads the archive once
         (a dashboard refreshing right after its previous refresh finds its lazy workers leaving)."""
-        pending, held = self._pending()
+        return self._due_in(*self._pending(), now)
+
+    def _due_in(self, pending: list[Request], held: list[Request], now: float) -> float | None:
         batch = [r for r in pending if not r.spec.no_merge]
         if not batch or any(r in held for r in batch):
             return None
