@@ -76,7 +76,7 @@ class Rollup:
         return (message[:ROLLUP_OFFSET_OFFSET] + _OFFSET.pack(len(message)) + message[ROLLUP_OFFSET_OFFSET + _OFFSET.size:]
                 + rollup)
 
-    def decode(self, message) -> pa.Table | None:
+    def decode(self, message) -> pa.RecordBatch | None:
         """The rollup a TUPLES message carries; None when it carries none, another one, or one
         that does not read (its rows are folded then, as those of a message without one)."""
         offset = _OFFSET.unpack_from(message, ROLLUP_OFFSET_OFFSET)[0]
@@ -86,7 +86,7 @@ class Rollup:
             return None
         body = pa.py_buffer(message)[offset + _FINGERPRINT.size:]
         try:
-            return pa.Table.from_batches([pa.ipc.read_record_batch(body, self.schema)])
+            return pa.ipc.read_record_batch(body, self.schema)
         except (pa.ArrowException, OSError, ValueError) as e:  # what a malformed IPC message raises
             log.warning("%s: a rollup that does not read (%s): its rows are folded instead",
                         self.function.qualified_name, e)

@@ -76,13 +76,19 @@ class ChannelState:
         for channel, output in self.through:
             output.send(with_channel(message, channel), rows)
 
-    def summarise(self, rows: pa.Table | pa.RecordBatch, message: bytes | None = None) -> int:
-        """A summarised replay's rows (and the message that carried them, for its rollup), folded
-        into buckets (written once enough are in); 1 when the message's rollup was taken."""
-        rollups = self.summariser.rollups
-        for buckets, count in self.summariser.add(rows, message):
+    def summarise(self, rows: pa.Table | pa.RecordBatch) -> None:
+        """A summarised replay's rows, folded into buckets (written once enough are in)."""
+        for buckets, count in self.summariser.add(rows):
             self._to_recipients(buckets, count)
-        return self.summariser.rollups - rollups
+
+    def summarise_message(self, message: bytes, schema: pa.Schema) -> tuple[int, bool]:
+        """A summarised replay's TUPLES message of the function's own rows, folded by its rollup
+        when it carries one (Summariser.add_message); its row count, and whether its rollup was taken."""
+        rollups = self.summariser.rollups
+        messages, rows = self.summariser.add_message(message, schema)
+        for buckets, count in messages:
+            self._to_recipients(buckets, count)
+        return rows, self.summariser.rollups != rollups
 
     def finish_summary(self) -> None:
         """The buckets of the rows not written yet, before the channel's end."""

@@ -21,6 +21,7 @@ from ramen.replay import summary
 from ramen.replay.contract import Summary
 from ramen.rollup import Rollup
 from workers.defaults import SUMMARY_PARTS, SUMMARY_ROWS
+from ramen.tuples import decode_tuples, tuple_count
 from workers.outputs import tuple_messages
 
 _folder: ThreadPoolExecutor | None = None
@@ -44,8 +45,8 @@ class Summariser:
         self.channel = channel
         self.source_id = source_id
         self.max_message_length = max_message_length
-        self._pending: list[pa.Table] = []
-        self._rolled_up: list[pa.Table] = []
+        self._pending: list[pa.RecordBatch] = []
+        self._rolled_up: list[pa.RecordBatch] = []
         self._rows = 0
         self._folding: Future | None = None
         self.rollups = 0
@@ -53,26 +54,36 @@ class Summariser:
         rollup = Rollup.of(function)
         self._rollup = rollup if rollup is not None and rollup.serves(spec) else None
 
-    def add(self, rows: pa.Table | pa.RecordBatch, message: bytes | None = None) -> list[tuple[bytes, int]]:
-        """Gather the rows (the rollup `message` carries of them, if it does); once SUMMARY_ROWS or
-        SUMMARY_PARTS are in, they go to be folded, and the messages of the previous fold come back
-        (the duty cycle writes them)."""
-        rolled_up = self._rollup.decode(message) if self._rollup is not None and message is not None else None
-        if rolled_up is not None:
-            self.rollups += 1
-            self._rolled_up.append(rolled_up)
-            self._rows += rolled_up.num_rows
-        else:
-            self._pending.append(rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows]))
-            self._rows += rows.num_rows
-        if self._rows >= SUMMARY_ROWS or len(self._pending) + len(self._rolled_up) >= SUMMARY_PARTS:
-            return self._hand_over()
-        return []
+    def add(self, rows: pa.Table | pa.RecordBatch) -> list[tuple[bytes, int]]:
+        """Gather rows (a computed table, or a message's batch); once SUMMARY_ROWS or SUMMARY_PARTS
+        are in, they go to be folded, and the messages of the previous fold come back (the duty
+        cycle writes them)."""
+        self._pending.extend(rows.to_batches() if isinstance(rows, pa.Table) else [rows])
+        return self._gathered(rows.num_rows)
+
+    def add_message(self, message: bytes, schema: pa.Schema) -> tuple[list[tuple[bytes, int]], int]:
+        """A TUPLES message of the function's rows (of `schema`): its rollup when it carries one
+        the summary takes, its rows decoded only when it does not; with `add`'s messages, the
+        message's row count."""
+        rolled_up = self._rollup.decode(message) if self._rollup is not None else None
+        rows = tuple_count(message) if rolled_up is not None else None
+        if rows is None:  # no rollup taken (or metadata that does not read): the rows themselves
+            batch = decode_tuples(message, schema)
+            return self.add(batch), batch.num_rows
+        self.rollups += 1
+        self._rolled_up.append(rolled_up)
+        return self._gathered(rolled_up.num_rows), rows
 
     def finish(self) -> list[tuple[bytes, int]]:
         """The buckets of every row added and not written yet, as messages of this channel."""
         messages = self._hand_over() if self._pending or self._rolled_up else []
         return messages + self._folded()
+
+    def _gathered(self, rows: int) -> list[tuple[bytes, int]]:
+        self._rows += rows
+        if self._rows >= SUMMARY_ROWS or len(self._pending) + len(self._rolled_up) >= SUMMARY_PARTS:
+            return self._hand_over()
+        return []
 
     def _hand_over(self) -> list[tuple[bytes, int]]:
         done = self._folded()
@@ -88,9 +99,9 @@ class Summariser:
         folding, self._folding = self._folding, None
         return folding.result()
 
-    def _fold(self, rows: list[pa.Table], rolled_up: list[pa.Table]) -> list[tuple[bytes, int]]:
-        parts = [summary.rebucketed(self.spec, self.function, pa.concat_tables(rolled_up))] if rolled_up else []
+    def _fold(self, rows: list[pa.RecordBatch], rolled_up: list[pa.RecordBatch]) -> list[tuple[bytes, int]]:
+        parts = [summary.rebucketed(self.spec, self.function, pa.Table.from_batches(rolled_up))] if rolled_up else []
         if rows:
-            parts.append(summary.aggregate(self.spec, self.function, pa.concat_tables(rows)))
+            parts.append(summary.aggregate(self.spec, self.function, pa.Table.from_batches(rows)))
         buckets = summary.combine(self.spec, self.function, parts)
         return list(tuple_messages(buckets, self.max_message_length, None, self.channel, self.source_id))

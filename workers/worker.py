@@ -268,7 +268,8 @@ class Worker:
         return read
 
     def _process(self, found: Input, tag: int, messages: list[tuple[Input, bytes]]) -> None:
-        """Messages of one input under one tag: for each channel whose rows they carry, decoded once."""
+        """Messages of one input under one tag: for each channel whose rows they carry, decoded once
+        (and not at all where a summarised replay takes their rollups)."""
         batches = None
         for channel in found.channels_of(tag):
             state = self.channels.get(channel)
@@ -277,6 +278,9 @@ class Worker:
                           channel)
                 if channel != LIVE_CHANNEL:
                     self.stats.add("skipped" if found.shared else "unexpected", len(messages))
+                continue
+            if state.pass_through and state.summariser is not None:
+                self._summarise(state, channel, tag, messages)
                 continue
             if batches is None:
                 batches = [(f, decode_tuples(message, f.schema)) for f, message in messages]
@@ -287,10 +291,22 @@ class Worker:
                 continue
             self.stats.add("tuples out", rows, channel)
             for (_, batch), (_, message) in zip(batches, messages):
-                if state.summariser is not None:
-                    self.stats.add("rollups", state.summarise(batch, message))
-                if state.summariser is None or state.through:  # someone takes the rows themselves
-                    state.send(message if channel == tag else with_channel(message, channel), batch.num_rows)
+                state.send(message if channel == tag else with_channel(message, channel), batch.num_rows)
+
+    def _summarise(self, state: ChannelState, channel: int, tag: int, messages: list[tuple[Input, bytes]]) -> None:
+        """A summarised replay of the function's own archive: each message folded, by its rollup
+        where it carries one (its rows not even decoded), and sent on as it is to the replays that
+        take the rows themselves (state.through)."""
+        rows = rollups = 0
+        for found, message in messages:
+            count, rolled_up = state.summarise_message(message, found.schema)
+            rows += count
+            rollups += rolled_up
+            if state.through:
+                state.send(message if channel == tag else with_channel(message, channel), count)
+        self.stats.add("tuples in", rows, channel)
+        self.stats.add("tuples out", rows, channel)
+        self.stats.add("rollups", rollups)
 
     def _on_end_of_replay(self, channel: int, source: int, shared: bool = False) -> None:
         state = self.channels.count_end_of_replay(channel, source, shared)
