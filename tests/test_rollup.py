@@ -136,6 +136,18 @@ def test_a_summarised_target_folds_rollups_and_rows_into_the_buckets_of_all_the_
     assert ordered(summary.combine(spec, raw, partials)).equals(ordered(expected))
 
 
+def test_a_message_whose_rollup_is_taken_is_not_decoded(raw, monkeypatch):
+    batch = rows(300)
+    message = Rollup.of(raw).appended(encode_tuples(batch, "ts"), batch)
+
+    def decoded(*_):
+        raise AssertionError("the rows of a message whose rollup was taken were decoded")
+    monkeypatch.setattr(summaries, "decode_tuples", decoded)
+    summariser = Summariser(Summary(10, ("host",), ("bytes",)), raw, 5, 1, 1 << 20)
+    assert summariser.add_message(message, raw.schema) == ([], 300)
+    assert summariser.rollups == 1
+
+
 def ordered(buckets: pa.Table) -> pa.Table:
     return buckets.sort_by([(summary.BUCKET, "ascending"), ("host", "ascending")])
 
