@@ -14,15 +14,15 @@ It measures, in this order:
   1.0x the bytes). The dashboard is rendered once first, unmeasured (its workers started, as on a
   dashboard already open), and then its runs alternate with the one panel's, so that a drift of
   the machine's speed weighs on both alike. Then the CPU of each, summed over the instance's
-  processes (replayers included), with what a render leaves running for a second after it, less
-  the instance's idle CPU over the same time: a figure a slower or busier machine moves less than
-  the time;
+  processes (replayers included), with what a render leaves running for 3 s after it (the warm
+  replayer started behind it), less the instance's idle CPU over the same time: a figure a slower
+  or busier machine moves less than the time;
 - render latency of one panel on auto-refresh ("the last hour", the cache on, so each render
   replays the newest minute: the merge delay included): p50 and p99 of --latency-renders renders
   (goal: p50 <= 1.0 s).
 
 Archive bytes are the replayers' "bytes read" counters. Run: `.venv/bin/python bench/httpd.py
-[--runs N] [--json]` (about two minutes).
+[--runs N] [--json]` (about three minutes).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from bench.replay import RAMEN, progress, replayer_bytes_read, running_ramen, wa
 from ramen import paths  # noqa: E402
 from ramen.cli.start import INSTANCE_FILE  # noqa: E402
 from ramen.processes import instance_processes  # noqa: E402
+from supervisor.defaults import QUIET_AFTER_REPLAYS_S  # noqa: E402
 
 PROGRAM = ROOT / "examples" / "replay.toml"
 ONE_PANEL = "sumSeries(demo.per_minute.*.bytes)"
@@ -69,9 +70,11 @@ DEFAULT_LATENCY_RENDERS = 20
 LATENCY_PERIOD_S = 1.0
 """Between two renders of the latency run: the newest minute changes, as on a refreshing dashboard."""
 HTTP_TIMEOUT_S = 300
-SETTLE_S = 1.0
-"""After a render whose CPU is measured: what it left running (a replayer exiting, a spare warming
-up) is its cost too."""
+SETTLE_S = QUIET_AFTER_REPLAYS_S + 2.0
+"""After a render whose CPU is measured: what it left running is its cost too (a replayer exiting;
+the warm replayer the supervisor starts QUIET_AFTER_REPLAYS_S after the last replay ended, whose
+imports take about a second). The idle CPU is sampled after as long, so that it holds none of it:
+with one second, a start-up fell into the sample and made the idle CPU three times what it is."""
 IDLE_SAMPLE_S = 3.0
 """How long the instance's idle CPU (the workers' duty cycles) is measured, to take it out."""
 
