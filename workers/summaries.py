@@ -1,7 +1,8 @@
 """A summarised replay's output at its target (ramen.replay.contract.Summary): the rows folded into
 buckets (ramen/replay/summary.py) every SUMMARY_ROWS rows and at the end, and written as such. The
 client adds up the partial buckets. A message that carries the rollup of its rows (an archived
-source's: ramen/rollup.py) gives its rollup instead, tens of buckets for its thousands of rows.
+source's: ramen/rollup.py) gives its rollup instead, tens of buckets for its thousands of rows,
+which are not even decoded (add_message).
 
 A fold runs on a thread of its own (Arrow's group_by releases the GIL) while the duty cycle goes on
 reading: a target that stopped to fold a million rows held the replayer, and with it every other
@@ -20,8 +21,8 @@ from ramen.program.model import Function
 from ramen.replay import summary
 from ramen.replay.contract import Summary
 from ramen.rollup import Rollup
-from workers.defaults import SUMMARY_PARTS, SUMMARY_ROWS
 from ramen.tuples import decode_tuples, tuple_count
+from workers.defaults import SUMMARY_PARTS, SUMMARY_ROWS
 from workers.outputs import tuple_messages
 
 _folder: ThreadPoolExecutor | None = None
