@@ -5,9 +5,12 @@ by their own readers, RFC 3339 times, the table's pages, --limit, and a reader t
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
+import subprocess
+import sys
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -15,7 +18,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from ramen.cli.output import TABLE_NULL, open_writer, rfc3339
+from ramen.cli.output import TABLE_NULL, OutputError, open_writer, rfc3339
 from ramen.cli.replay import _stream
 
 T0 = 1_795_608_900_000_000  # 2026-11-25T12:15:00Z
@@ -142,6 +145,54 @@ def test_a_reader_that_went_away_is_a_broken_pipe_error(output_format):
             writer.close()
     finally:
         sink.close()  # unbuffered: nothing left to flush into the broken pipe
+
+
+class FullDisk(io.RawIOBase):
+    """A sink that takes `room` bytes, then fails as a full disk does."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(data)
+        return len(data)
+
+
+@pytest.mark.parametrize("output_format", ["csv", "jsonl", "table", "parquet", "arrow"])
+@pytest.mark.parametrize("fills", ["at once", "halfway", "at the last byte"])
+def test_an_output_that_fills_up_is_a_one_line_output_error(output_format, fills):
+    """Whether the disk fills at the header, at a batch or only at the end (a table's first page,
+    a parquet footer), the command gets an OutputError, which it prints as its one line."""
+    batches = [batch(first, 1_000) for first in range(0, 3_000, 1_000)]
+    size = len(written(output_format, batches))
+    room = {"at once": 0, "halfway": size // 2, "at the last byte": size - 1}[fills]
+    with pytest.raises(OutputError, match=r"^cannot write the output: No space left on device$"):
+        writer = open_writer(output_format, FullDisk(room), SCHEMA)
+        for b in batches:
+            writer.write(b)
+        writer.close()
+
+
+# stdout buffered (/dev/full's own buffer is a few bytes): the flush before the exit writes it.
+EXIT_PROBE = ("import io, sys; from ramen.cli import main; "
+              "sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, 'w'), buffer_size=1 << 16)); "
+              "sys.stdout.write('x' * 500); main._exit_now('replay', 0)")
+
+
+def test_exiting_at_once_flushes_the_output_first():
+    result = subprocess.run([sys.executable, "-c", EXIT_PROBE], capture_output=True, text=True)
+    assert (result.returncode, result.stdout, result.stderr) == (0, "x" * 500, "")
+
+
+def test_exiting_at_once_with_output_that_cannot_be_flushed_is_a_one_line_error():
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-c", EXIT_PROBE], stdout=full, stderr=subprocess.PIPE, text=True)
+    assert (result.returncode, result.stderr) == (1, "ramen: replay: cannot write the output: No space left on device\n")
 
 
 class Source:

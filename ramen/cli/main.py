@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from ramen import __version__, paths
 from ramen.cli.errors import UserError
@@ -47,6 +48,10 @@ SERVICE_COMMANDS = frozenset({"archiver", "confserver", "choreographer", "superv
 """Commands that run a service, whose log says what its confserver client does. Other commands
 keep the client's reconnections to themselves (the command's result, or its one-line error, says
 what came of them), unless --debug."""
+EXIT_AT_ONCE_COMMANDS = frozenset({"replay", "tail"})
+"""Commands whose process ends as soon as its output is flushed (`entry`): after a replay, the
+interpreter's teardown (the result's objects, pyarrow's memory pool, every module) took 60-90 ms
+more of `ramen replay`'s 1.3 s, for nothing."""
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -120,7 +125,9 @@ def _join_negative_values(argv: list[str]) -> list[str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, exit_at_once: bool = False) -> int:
+    """The command's exit status. `exit_at_once` (the `ramen` program, not a caller in-process):
+    an EXIT_AT_ONCE_COMMANDS command ends the process once its output is out."""
     retain_freed_memory()  # `ramen replay` and `ramen tail` keep every message they read
     argv = _join_negative_values(sys.argv[1:] if argv is None else argv)
     try:
@@ -141,6 +148,13 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.debug and args.command not in SERVICE_COMMANDS:
         logging.getLogger("confserver.remote").setLevel(logging.ERROR)
+    status = _run(args)
+    if exit_at_once and args.command in EXIT_AT_ONCE_COMMANDS:
+        _exit_now(args.command, status)
+    return status
+
+
+def _run(args) -> int:
     try:
         return args.run(args) or 0
     except UserError as e:
@@ -156,5 +170,30 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def _exit_now(command: str, status: int) -> NoReturn:
+    """End the process once what it wrote is out, without the interpreter's teardown. Output that
+    cannot be flushed (a full disk) is an error, as it would be at a normal exit."""
+    logging.shutdown()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass  # the reader went away (`| head`): as _run answers it
+    except OSError as e:
+        print(f"ramen: {command}: cannot write the output: {e.strerror or e}", file=sys.stderr)
+        status = status or EXIT_USER_ERROR
+    except ValueError:  # stdout closed
+        pass
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):  # closed after a broken pipe, or gone
+        pass
+    os._exit(status)
+
+
+def entry() -> NoReturn:
+    """The `ramen` program (pyproject's script, `python -m ramen.cli.main`)."""
+    sys.exit(main(exit_at_once=True))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -18,6 +18,7 @@ start at the epoch, ramen.times.MIN_TIME_US).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -27,8 +28,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ramen.arrow_text import text_bytes
+from ramen.cli.errors import UserError
 
-__all__ = ["FORMATS", "TEXT_FORMATS", "RowWriter", "local_zone", "open_writer", "rfc3339"]
+__all__ = ["FORMATS", "TEXT_FORMATS", "OutputError", "RowWriter", "local_zone", "open_writer", "rfc3339"]
 
 FORMATS = ("table", "csv", "jsonl", "parquet", "arrow")
 TEXT_FORMATS = frozenset({"table", "csv", "jsonl"})
@@ -132,6 +134,22 @@ def _json_values(column: pa.Array, zone: str | None = None) -> pa.Array:
 
 # -- writers --------------------------------------------------------------------------------------
 
+class OutputError(UserError):
+    """The output does not take the rows (a full disk, a quota, a device gone): the command ends with
+    this one line, not a traceback. A reader that went away (BrokenPipeError) is not one."""
+
+
+@contextlib.contextmanager
+def writing(what: str = "the output"):
+    """Around what writes to a sink: its OSError becomes an OutputError naming `what`."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        raise OutputError(f"cannot write {what}: {e.strerror or e}") from None
+
+
 class RowWriter:
     """Writes batches of one schema to a binary sink, each as soon as it is given."""
 
@@ -142,14 +160,20 @@ class RowWriter:
 
     def write(self, batch: pa.RecordBatch) -> None:
         self.rows += batch.num_rows
-        self._write(batch)
+        with writing():
+            self._write(batch)
 
     def _write(self, batch: pa.RecordBatch) -> None:
         raise NotImplementedError
 
     def close(self) -> None:
         """Write what is held back (a first page, a row group, a stream's end) and flush."""
-        self.sink.flush()
+        with writing():
+            self._finish()
+            self.sink.flush()
+
+    def _finish(self) -> None:
+        """What the format holds back until the end."""
 
     def abandon(self) -> None:
         """The rows will never be whole (the replay failed): write no end that would make them look so."""
@@ -168,9 +192,8 @@ class CsvWriter(RowWriter):
     def _write(self, batch: pa.RecordBatch) -> None:
         self._csv.write_batch(as_text(batch, self.zone))
 
-    def close(self) -> None:
+    def _finish(self) -> None:
         self._csv.close()
-        super().close()
 
 
 class JsonlWriter(RowWriter):
@@ -239,10 +262,9 @@ class TableWriter(RowWriter):
         lines = pc.utf8_rtrim(pc.binary_join_element_wise(*padded, TABLE_GAP), characters=" ")
         self.sink.write(text_bytes(pc.binary_join_element_wise(lines, "\n", "")))
 
-    def close(self) -> None:
+    def _finish(self) -> None:
         if self.widths is None:
             self._first_page()
-        super().close()
 
 
 class ParquetWriter(RowWriter):
@@ -267,10 +289,9 @@ class ParquetWriter(RowWriter):
                                       row_group_size=self._held_rows)
         self._held, self._held_rows = [], 0
 
-    def close(self) -> None:
+    def _finish(self) -> None:
         self._flush_group()
         self._parquet.close()
-        super().close()
 
     def abandon(self) -> None:
         self._parquet.is_open = False  # pyarrow's writer would write its footer when collected
@@ -285,29 +306,32 @@ class ArrowStreamWriter(RowWriter):
     def _write(self, batch: pa.RecordBatch) -> None:
         self._stream.write_batch(batch)
 
-    def close(self) -> None:
+    def _finish(self) -> None:
         self._stream.close()
-        super().close()
 
 
 def open_writer(output_format: str, sink: BinaryIO, schema: pa.Schema, *, header: bool = False,
                 zone: str | None = None) -> RowWriter:
     """The writer of `output_format` (one of FORMATS) over `sink`. `zone`: an IANA zone to show
     times in (None: UTC); `header`: a header line for csv (table always has one)."""
-    if output_format == "csv":
-        return CsvWriter(sink, schema, header=header, zone=zone)
-    if output_format == "jsonl":
-        return JsonlWriter(sink, schema, zone=zone)
-    if output_format == "table":
-        return TableWriter(sink, schema, zone=zone)
-    if output_format == "parquet":
-        return ParquetWriter(sink, schema)
-    if output_format == "arrow":
-        return ArrowStreamWriter(sink, schema)
+    with writing():  # a header, a stream's schema
+        if output_format == "csv":
+            return CsvWriter(sink, schema, header=header, zone=zone)
+        if output_format == "jsonl":
+            return JsonlWriter(sink, schema, zone=zone)
+        if output_format == "table":
+            return TableWriter(sink, schema, zone=zone)
+        if output_format == "parquet":
+            return ParquetWriter(sink, schema)
+        if output_format == "arrow":
+            return ArrowStreamWriter(sink, schema)
     raise ValueError(f"unknown output format {output_format!r} (formats: {', '.join(FORMATS)})")
 
 
 def open_sink(path: Path | None) -> BinaryIO:
     """`path` opened for writing, or stdout's binary side when None."""
     import sys
-    return sys.stdout.buffer if path is None else open(path, "wb")  # noqa: SIM115 - closed by the caller
+    if path is None:
+        return sys.stdout.buffer
+    with writing(str(path)):
+        return open(path, "wb")  # noqa: SIM115 - closed by the caller

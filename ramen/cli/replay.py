@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from ramen.cli import argtypes, conf, rows
 from ramen.cli.errors import UserError
-from ramen.cli.output import open_sink
+from ramen.cli.output import OutputError, open_sink, writing
 from ramen.times import TIME_FORMS
 
 if TYPE_CHECKING:
@@ -113,6 +113,10 @@ def run(args) -> int:
                     failed = True
                     writer.abandon()
                     raise UserError(str(e)) from None
+                except OutputError:  # a full disk: what was written is half a result
+                    failed = True
+                    writer.abandon()
+                    raise
                 except BrokenPipeError:
                     # The reader went away (`| head`): leaving `with replay` withdraws the request.
                     rows.silence_stdout()
@@ -121,9 +125,12 @@ def run(args) -> int:
                     return 0
         finally:
             if args.output is not None:
-                sink.close()
-                if failed:  # half a file (a parquet file without its footer) is worth less than none
-                    args.output.unlink(missing_ok=True)
+                try:
+                    with writing(str(args.output)):
+                        sink.close()
+                finally:
+                    if failed:  # half a file (a parquet file without its footer) is worth less than none
+                        args.output.unlink(missing_ok=True)
     if progress is not None and complete:
         progress.done(replay.progress)
     if reorder is not None and reorder.late:

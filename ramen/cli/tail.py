@@ -29,7 +29,7 @@ import pyarrow as pa
 from ramen import keyspace, paths
 from ramen.cli import argtypes, conf, rows
 from ramen.cli.errors import UserError
-from ramen.cli.output import RowWriter, open_sink
+from ramen.cli.output import RowWriter, open_sink, writing
 from ramen.message import KIND_TUPLES, LIVE_CHANNEL, decode_header
 from ramen.tails import TailRequest
 from ramen.times import TIME_FORMS
@@ -102,7 +102,8 @@ def run(args) -> int:
             writer.close()
         finally:
             if args.output is not None:
-                sink.close()
+                with writing(str(args.output)):
+                    sink.close()
     return 0
 
 

@@ -450,6 +450,28 @@ def test_a_closed_pipe_ends_the_replay_at_once_and_tears_it_down(stack, tmp_path
     _torn_down(stack)
 
 
+@pytest.mark.parametrize("command", [["replay", "--since", "{since}", "--until", "{until}", "e2e/traffic"],
+                                     ["tail", "-n", "50000", "e2e/traffic"], ["tail", "-n", "3", "e2e/per_minute"]])
+def test_an_output_that_fills_up_is_a_one_line_error_and_the_replay_is_torn_down(stack, command):
+    since, until = minute_range(9, 8)
+    args = [a.format(since=since / 1e6, until=until / 1e6) for a in command]
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "ramen.cli.main", *args, "--format", "csv"], stdout=full,
+                                stderr=subprocess.PIPE, text=True, env=stack.env, timeout=120)
+    assert (result.returncode, result.stderr) == (1, f"ramen: {command[0]}: cannot write the output: No space left "
+                                                     f"on device\n")
+    _torn_down(stack)
+
+
+def test_an_output_file_that_cannot_be_made_is_a_one_line_error(stack, tmp_path):
+    since, until = minute_range(3, 1)
+    target = tmp_path / "missing" / "rows.csv"
+    result = stack.ramen("replay", "--since", f"{since / 1e6}", "--until", f"{until / 1e6}", "--output", target,
+                         "e2e/traffic")
+    assert (result.returncode, result.stderr) == (1, f"ramen: replay: cannot write {target}: No such file or "
+                                                     f"directory\n")
+
+
 def test_limit_stops_after_n_rows_in_event_time_order_and_tears_the_replay_down(stack):
     since, until = minute_range(9, 8)
     result = stack.ramen("replay", "--since", f"{since / 1e6}", "--until", f"{until / 1e6}", "--limit", "5",
