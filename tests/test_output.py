@@ -178,10 +178,11 @@ def test_an_output_that_fills_up_is_a_one_line_output_error(output_format, fills
         writer.close()
 
 
-# stdout buffered (/dev/full's own buffer is a few bytes): the flush before the exit writes it.
-EXIT_PROBE = ("import io, sys; from ramen.cli import main; "
+# As ramen replay ends (ramen.cli.main.main), stdout buffered (/dev/full's own buffer is a few
+# bytes): the flush before the exit writes it.
+EXIT_PROBE = ("import io, os, sys; from ramen.cli import main; "
               "sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, 'w'), buffer_size=1 << 16)); "
-              "sys.stdout.write('x' * 500); main._exit_now('replay', 0)")
+              "sys.stdout.write('x' * 500); os._exit(main._flushed('replay', 0))")
 
 
 def test_exiting_at_once_flushes_the_output_first():

@@ -7,6 +7,7 @@ tracebacks only with --debug.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import os
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ramen import __version__, paths
-from ramen.cli.errors import UserError
+from ramen.cli.errors import UserError, silence_stdout
 from ramen.memory import retain_freed_memory
 
 COMMANDS = {
@@ -52,6 +53,8 @@ EXIT_AT_ONCE_COMMANDS = frozenset({"replay", "tail"})
 """Commands whose process ends as soon as its output is flushed (`entry`): after a replay, the
 interpreter's teardown (the result's objects, pyarrow's memory pool, every module) took 60-90 ms
 more of `ramen replay`'s 1.3 s, for nothing."""
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+"""An OSError with one of these is the disk's state, not a bug: one line, not a traceback."""
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -125,9 +128,10 @@ def _join_negative_values(argv: list[str]) -> list[str]:
     return out
 
 
-def main(argv: list[str] | None = None, *, exit_at_once: bool = False) -> int:
-    """The command's exit status. `exit_at_once` (the `ramen` program, not a caller in-process):
-    an EXIT_AT_ONCE_COMMANDS command ends the process once its output is out."""
+def main(argv: list[str] | None = None, *, program: bool = False) -> int:
+    """The command's exit status. `program`: the `ramen` program itself (`entry`), not a caller in
+    this process: the output is flushed here, where a full disk is the command's one-line error,
+    and an EXIT_AT_ONCE_COMMANDS command ends the process then."""
     retain_freed_memory()  # `ramen replay` and `ramen tail` keep every message they read
     argv = _join_negative_values(sys.argv[1:] if argv is None else argv)
     try:
@@ -149,8 +153,11 @@ def main(argv: list[str] | None = None, *, exit_at_once: bool = False) -> int:
     if not args.debug and args.command not in SERVICE_COMMANDS:
         logging.getLogger("confserver.remote").setLevel(logging.ERROR)
     status = _run(args)
-    if exit_at_once and args.command in EXIT_AT_ONCE_COMMANDS:
-        _exit_now(args.command, status)
+    if program:
+        status = _flushed(args.command, status)
+        if args.command in EXIT_AT_ONCE_COMMANDS:
+            logging.shutdown()
+            os._exit(status)
     return status
 
 
@@ -168,17 +175,22 @@ def _run(args) -> int:
         # The reader of our output went away (e.g. `| head`): not an error worth a traceback.
         sys.stderr.close()
         return 0
+    except OSError as e:
+        if args.debug or e.errno not in DISK_FULL_ERRNOS:
+            raise
+        print(f"ramen: {args.command}: {e.strerror}" + (f" ({e.filename})" if e.filename else ""), file=sys.stderr)
+        return EXIT_USER_ERROR
 
 
-def _exit_now(command: str, status: int) -> NoReturn:
-    """End the process once what it wrote is out, without the interpreter's teardown. Output that
-    cannot be flushed (a full disk) is an error, as it would be at a normal exit."""
-    logging.shutdown()
+def _flushed(command: str, status: int) -> int:
+    """The status once stdout and stderr are flushed: output that cannot be (a full disk) is the
+    command's one-line error, where the interpreter would print a traceback at its exit."""
     try:
         sys.stdout.flush()
     except BrokenPipeError:
-        pass  # the reader went away (`| head`): as _run answers it
+        silence_stdout()  # the reader went away (`| head`): as _run answers it
     except OSError as e:
+        silence_stdout()
         print(f"ramen: {command}: cannot write the output: {e.strerror or e}", file=sys.stderr)
         status = status or EXIT_USER_ERROR
     except ValueError:  # stdout closed
@@ -187,12 +199,12 @@ def _exit_now(command: str, status: int) -> NoReturn:
         sys.stderr.flush()
     except (OSError, ValueError):  # closed after a broken pipe, or gone
         pass
-    os._exit(status)
+    return status
 
 
 def entry() -> NoReturn:
     """The `ramen` program (pyproject's script, `python -m ramen.cli.main`)."""
-    sys.exit(main(exit_at_once=True))
+    sys.exit(main(program=True))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Iterable
 import pyarrow as pa
 
 from ramen.cli import argtypes, conf, rows
-from ramen.cli.errors import UserError
+from ramen.cli.errors import UserError, silence_stdout
 from ramen.cli.output import OutputError, open_sink, writing
 from ramen.times import TIME_FORMS
 
@@ -119,7 +119,7 @@ def run(args) -> int:
                     raise
                 except BrokenPipeError:
                     # The reader went away (`| head`): leaving `with replay` withdraws the request.
-                    rows.silence_stdout()
+                    silence_stdout()
                     log.info("replay %s: the reader of the output went away after %d rows", replay.channel,
                              writer.rows)
                     return 0

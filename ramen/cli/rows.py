@@ -6,7 +6,6 @@ the event-time order (the reorder buffer as deep as the target's disorder, ramen
 from __future__ import annotations
 
 import logging
-import os
 import re
 import sys
 from pathlib import Path
@@ -184,10 +183,3 @@ def warn_of_uncovered(replay, command: str) -> None:
     if warning is not None:
         print(f"ramen: {command}: warning: {warning}", file=sys.stderr)
 
-
-def silence_stdout() -> None:
-    """Point stdout at /dev/null, so that the interpreter's last flush finds no broken pipe (as
-    Python's documentation of SIGPIPE advises)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)

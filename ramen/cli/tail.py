@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from ramen import keyspace, paths
 from ramen.cli import argtypes, conf, rows
-from ramen.cli.errors import UserError
+from ramen.cli.errors import UserError, silence_stdout
 from ramen.cli.output import RowWriter, open_sink, writing
 from ramen.message import KIND_TUPLES, LIVE_CHANNEL, decode_header
 from ramen.tails import TailRequest
@@ -97,7 +97,7 @@ def run(args) -> int:
                     tail.follow(writer, since_us, until_us)
             writer.close()
         except BrokenPipeError:
-            rows.silence_stdout()  # the reader went away (`| head`): leaving tears the replay down
+            silence_stdout()  # the reader went away (`| head`): leaving tears the replay down
         except KeyboardInterrupt:
             writer.close()
         finally:

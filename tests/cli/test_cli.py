@@ -4,10 +4,13 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from ramen.transport import CountersFile, ExclusivePublication, Image, LogBuffer, LogBufferParams
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def ramen(*args, env_dir=None, check=False):
@@ -36,6 +39,24 @@ def test_every_command_has_help(command):
     result = ramen(*command, "--help")
     assert result.returncode == 0
     assert "usage: ramen" in result.stdout
+
+
+@pytest.mark.parametrize("what", ["a program's functions", "a log buffer's messages"])
+def test_an_output_on_a_full_disk_is_a_one_line_error(tmp_path, what):
+    if what == "a program's functions":
+        args = ["compile", str(EXAMPLES / "net.toml")]
+    else:
+        path = tmp_path / "x.logbuffer"
+        with LogBuffer.create(path, LogBufferParams(term_length=65536)) as log:
+            publication = ExclusivePublication(log)
+            for i in range(200):
+                assert publication.offer(f"hello {i}".encode()) > 0
+            publication.close()
+        args = ["logbuffer", "inspect", str(path)]
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "ramen.cli.main", *args], stdout=full, stderr=subprocess.PIPE,
+                                text=True, timeout=120)
+    assert_one_line_error(result, f"ramen: {args[0]}:", "No space left on device")
 
 
 def test_inspect_of_a_missing_file_is_a_one_line_error(tmp_path):
