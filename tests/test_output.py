@@ -18,7 +18,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from ramen.cli.output import TABLE_NULL, OutputError, open_writer, rfc3339
+from ramen.cli.errors import OutputError
+from ramen.cli.output import TABLE_NULL, open_writer, rfc3339
 from ramen.cli.replay import _stream
 
 T0 = 1_795_608_900_000_000  # 2026-11-25T12:15:00Z

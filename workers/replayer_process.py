@@ -50,7 +50,6 @@ every duty cycle does, at once: the transport's IDLE_MAX_SPINS), at most 1 ms, s
 empties the log's window (2 MiB) in a few."""
 STATS_INTERVAL_S = 1.0
 """How often the stats key is rewritten while replaying (and once at the end)."""
-"""Counter type of `replayer <id> bytes read` (ramen's own type ids start at 1000)."""
 EXIT_ERROR = 1
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ramen import __version__, paths
-from ramen.cli.errors import UserError, silence_stdout
+from ramen.cli.errors import OutputError, UserError, silence_stdout, writing
 from ramen.memory import retain_freed_memory
 
 COMMANDS = {
@@ -186,12 +186,13 @@ def _flushed(command: str, status: int) -> int:
     """The status once stdout and stderr are flushed: output that cannot be (a full disk) is the
     command's one-line error, where the interpreter would print a traceback at its exit."""
     try:
-        sys.stdout.flush()
+        with writing():
+            sys.stdout.flush()
     except BrokenPipeError:
         silence_stdout()  # the reader went away (`| head`): as _run answers it
-    except OSError as e:
+    except OutputError as e:
         silence_stdout()
-        print(f"ramen: {command}: cannot write the output: {e.strerror or e}", file=sys.stderr)
+        print(f"ramen: {command}: {e}", file=sys.stderr)
         status = status or EXIT_USER_ERROR
     except ValueError:  # stdout closed
         pass

@@ -18,7 +18,6 @@ start at the epoch, ramen.times.MIN_TIME_US).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from pathlib import Path
@@ -28,9 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ramen.arrow_text import text_bytes
-from ramen.cli.errors import UserError
+from ramen.cli.errors import writing
 
-__all__ = ["FORMATS", "TEXT_FORMATS", "OutputError", "RowWriter", "local_zone", "open_writer", "rfc3339"]
+__all__ = ["FORMATS", "TEXT_FORMATS", "RowWriter", "local_zone", "open_writer", "rfc3339"]
 
 FORMATS = ("table", "csv", "jsonl", "parquet", "arrow")
 TEXT_FORMATS = frozenset({"table", "csv", "jsonl"})
@@ -133,22 +132,6 @@ def _json_values(column: pa.Array, zone: str | None = None) -> pa.Array:
 
 
 # -- writers --------------------------------------------------------------------------------------
-
-class OutputError(UserError):
-    """The output does not take the rows (a full disk, a quota, a device gone): the command ends with
-    this one line, not a traceback. A reader that went away (BrokenPipeError) is not one."""
-
-
-@contextlib.contextmanager
-def writing(what: str = "the output"):
-    """Around what writes to a sink: its OSError becomes an OutputError naming `what`."""
-    try:
-        yield
-    except BrokenPipeError:
-        raise
-    except OSError as e:
-        raise OutputError(f"cannot write {what}: {e.strerror or e}") from None
-
 
 class RowWriter:
     """Writes batches of one schema to a binary sink, each as soon as it is given."""

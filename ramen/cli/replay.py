@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Iterable
 import pyarrow as pa
 
 from ramen.cli import argtypes, conf, rows
-from ramen.cli.errors import UserError, silence_stdout
-from ramen.cli.output import OutputError, open_sink, writing
+from ramen.cli.errors import OutputError, UserError, silence_stdout, writing
+from ramen.cli.output import open_sink
 from ramen.times import TIME_FORMS
 
 if TYPE_CHECKING:

@@ -28,8 +28,8 @@ import pyarrow as pa
 
 from ramen import keyspace, paths
 from ramen.cli import argtypes, conf, rows
-from ramen.cli.errors import UserError, silence_stdout
-from ramen.cli.output import RowWriter, open_sink, writing
+from ramen.cli.errors import UserError, silence_stdout, writing
+from ramen.cli.output import RowWriter, open_sink
 from ramen.message import KIND_TUPLES, LIVE_CHANNEL, decode_header
 from ramen.tails import TailRequest
 from ramen.times import TIME_FORMS
