@@ -342,6 +342,8 @@ async def render_batch_handler(request: web.Request) -> web.Response:
         body = await request.json()
     except ValueError:
         raise BadRequest("render/batch: the body is not JSON") from None
+    except RecursionError:
+        raise BadRequest("render/batch: the body's JSON is nested too deeply") from None
     renders = body.get("renders") if isinstance(body, dict) else None
     if not isinstance(renders, list) or not all(isinstance(r, dict) for r in renders):
         raise BadRequest('render/batch: expected {"from", "until", "renders": [{"targets": [...]}, ...]}')

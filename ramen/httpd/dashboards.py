@@ -217,6 +217,8 @@ def add_routes(app: web.Application, client) -> None:
             value = json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise _error(web.HTTPBadRequest, f"dashboard {name}: the body is not JSON ({e})") from None
+        except RecursionError:
+            raise _error(web.HTTPBadRequest, f"dashboard {name}: the body's JSON is nested too deeply") from None
         try:
             dashboard = Dashboard.from_value(value, name)
         except DashboardError as e:

@@ -24,7 +24,7 @@ import numpy as np
 
 from ramen.httpd.series import Series
 from ramen.httpd.target import Call, Literal, Node, PathExpr, TargetError, parse
-from ramen.times import OFFSET_UNITS
+from ramen.times import MAX_TIME_US, OFFSET_UNITS
 
 __all__ = ["AGGREGATIONS", "Context", "FUNCTIONS", "FunctionSpec", "Param", "aggregate_rows", "describe_functions",
            "evaluate", "parse_interval_s", "TargetError"]
@@ -174,6 +174,8 @@ def parse_interval_s(text: str) -> int:
         pos = part.end()
     if pos == 0:
         raise TargetError(f"bad interval {text!r}: expected a number and a unit, e.g. \"1h\" or \"5min\"")
+    if total_us > MAX_TIME_US:  # longer than any range a render may have: numpy's int64 would overflow
+        raise TargetError(f"bad interval {text!r}: longer than the years 1970 to 9999")
     return sign * total_us // MICROS_PER_SECOND
 
 

@@ -25,6 +25,9 @@ ESCAPABLE = PATH_SYMBOLS + "="
 QUOTES = "'\""
 DELIMITERS = ",)"
 """What may follow a number or a keyword literal for it to be one (graphite-web's lookahead)."""
+MAX_DEPTH = 64
+"""Calls nested in a target, pipes included: a dashboard's deepest are a few levels; a bound keeps
+the parser's and evaluator's recursion far from the interpreter's limit."""
 KEYWORDS = {"true": True, "false": False, "none": None, "inf": float("inf")}
 """Literals graphite-web reads whatever their case (`True`, `NONE`)."""
 
@@ -87,6 +90,17 @@ def path_expressions(node: Node) -> list[str]:
     return list(found)
 
 
+def _depth(node: Node) -> int:
+    """Levels of calls in `node` (a path or literal: 0), without recursion."""
+    deepest, stack = 0, [(node, 0)]
+    while stack:
+        current, level = stack.pop()
+        if isinstance(current, Call):
+            deepest = max(deepest, level + 1)
+            stack.extend((child, level + 1) for child in (*current.args, *(value for _, value in current.kwargs)))
+    return deepest
+
+
 class _Parser:
     """Recursive descent over the target text; `pos` is the index of the next unread character."""
 
@@ -94,6 +108,8 @@ class _Parser:
         self.text = text
         self.functions = functions
         self.pos = 0
+        self.nesting = 0
+        """Calls open around pos: the parser recurses once a level."""
 
     def target(self) -> Node:
         if not self.text.strip():
@@ -102,6 +118,8 @@ class _Parser:
         self.skip_space()
         if self.pos < len(self.text):
             self.fail("end of target")
+        if _depth(node) > MAX_DEPTH:  # pipes nest without the parser recursing
+            self.too_deep()
         return node
 
     # Errors
@@ -110,6 +128,10 @@ class _Parser:
         at = self.pos if at is None else at
         found = repr(self.text[at]) if at < len(self.text) else "end of target"
         raise TargetError(f"target {self.text!r}: column {at + 1}: expected {expected}, found {found}")
+
+    def too_deep(self) -> None:
+        raise TargetError(f"target {self.text[:80]!r}{'...' if len(self.text) > 80 else ''}: calls nested more "
+                          f"than {MAX_DEPTH} deep")
 
     # Lexical helpers
 
@@ -161,12 +183,21 @@ class _Parser:
         self.pos = name.end()
         self.skip_space()
         self.pos += 1  # the "(" call_name_here saw
+        self.nesting += 1
+        if self.nesting > MAX_DEPTH:
+            self.too_deep()
+        call = self.arguments(name.group())
+        self.nesting -= 1
+        return call
+
+    def arguments(self, name: str) -> Call:
+        """What follows a call's "(": its arguments, through the ")"."""
         args: list[Node] = []
         kwargs: list[tuple[str, Node]] = []
         self.skip_space()
         if self.peek() == ")":
             self.pos += 1
-            return Call(name.group(), (), ())
+            return Call(name, (), ())
         while True:
             self.skip_space()
             keyword = self.keyword_here()
@@ -185,7 +216,7 @@ class _Parser:
                 self.pos += 1
             elif self.peek() == ")":
                 self.pos += 1
-                return Call(name.group(), tuple(args), tuple(kwargs))
+                return Call(name, tuple(args), tuple(kwargs))
             else:
                 self.fail("',' or ')'")
 

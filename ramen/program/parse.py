@@ -69,6 +69,8 @@ def parse(text: str, file: str) -> ProgramSpec:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ProgramError(file, None, _toml_problem(str(e))) from None
+    except RecursionError:  # tomllib recurses once a nested array or inline table
+        raise ProgramError(file, None, "invalid TOML: arrays or inline tables nested too deeply") from None
     _check_keys(document, TOP_KEYS, file, None, "the file")
     header = document.get("program")
     if not isinstance(header, dict):

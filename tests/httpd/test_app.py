@@ -105,7 +105,8 @@ async def test_a_batch_answers_each_render_or_its_error(client):
         assert found[0] == {"series": []}  # a path that matches nothing charts nothing, as in Graphite
         assert "column" in found[1]["error"] and "targets must be a list" in found[2]["error"]
         for body, reason in (("not json", "not JSON"), ('{"renders": 3}', "expected"),
-                             ('{"from": "now", "until": "-1h", "renders": []}', "not before")):
+                             ('{"from": "now", "until": "-1h", "renders": []}', "not before"),
+                             ("[" * 100_000 + "]" * 100_000, "nested too deeply")):
             answer = await http.post("/render/batch", data=body, headers={"Content-Type": "application/json"})
             assert answer.status == 400 and reason in await answer.text()
     finally:

@@ -116,6 +116,7 @@ def test_delete_removes_the_key_and_unknown_dashboards_are_404(conf):
 
 @pytest.mark.parametrize("body, reason", [
     (b"{not json", "dashboard ops: the body is not JSON"),
+    (b"[" * 100_000 + b"]" * 100_000, "dashboard ops: the body's JSON is nested too deeply"),
     (json.dumps({"charts": [{"title": "t", "targets": ["a.b"]}], "until": "tomorrow+"}).encode(),
      "dashboard ops: 'until': "),
     (json.dumps({"name": "x"}).encode(), "dashboard ops: its value names another dashboard, 'x'"),

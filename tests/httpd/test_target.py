@@ -2,7 +2,7 @@
 
 import pytest
 
-from ramen.httpd.target import Call, Literal, PathExpr, TargetError, parse, path_expressions
+from ramen.httpd.target import MAX_DEPTH, Call, Literal, PathExpr, TargetError, parse, path_expressions
 from tests.httpd.graphite_web import graphite_modules
 
 KNOWN = {"sumSeries", "scale", "alias", "summarize", "f", "g", "keepLastValue"}
@@ -97,6 +97,16 @@ def test_bad_targets_name_the_column_and_what_was_expected(text, message):
         parse(text, KNOWN)
     assert message in str(raised.value)
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("levels", [MAX_DEPTH + 1, 5000])
+def test_calls_nested_too_deep_are_refused_as_written_or_piped(levels):
+    """Before the parser's or the evaluator's recursion would overflow (an error 500)."""
+    for text in ("scale(" * levels + "a.b" + ", 2)" * levels, "a.b" + "|scale(2)" * levels,
+                 "scale(" * (levels // 2) + "a.b" + "|scale(2)" * (levels - levels // 2) + ", 2)" * (levels // 2)):
+        with pytest.raises(TargetError, match=f"calls nested more than {MAX_DEPTH} deep$"):
+            parse(text, KNOWN)
+    assert parse("scale(" * (MAX_DEPTH - 1) + "a.b" + "|scale(2)" + ", 2)" * (MAX_DEPTH - 1), KNOWN)
 
 
 def test_target_error_is_a_value_error_with_the_target_quoted():

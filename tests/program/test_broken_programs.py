@@ -43,3 +43,11 @@ def test_the_error_says_which_file_function_and_problem(tmp_path):
 def test_a_missing_file_is_a_program_error(tmp_path):
     with pytest.raises(ProgramError, match=r"nope.toml: cannot read: No such file or directory$"):
         load(tmp_path / "nope.toml")
+
+
+def test_toml_nested_past_the_parsers_recursion_is_one_line(tmp_path):
+    for nested in ("[" * 5000 + "]" * 5000, "{b = " * 5000 + "1" + "}" * 5000):
+        path = tmp_path / "deep.toml"
+        path.write_text(f"a = {nested}\n")
+        with pytest.raises(ProgramError, match=r"deep.toml: invalid TOML: arrays or inline tables nested too deeply$"):
+            load(path)
