@@ -24,7 +24,7 @@ from ramen import keyspace
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.httpd import assets, buckets, dashboards, metrics, render, target
 from ramen.httpd import functions as graphite_functions
-from ramen.httpd.auth import Credentials
+from ramen.httpd.auth import Credentials, addressed_to_loopback
 from ramen.httpd.cache import DEFAULT_MAX_BYTES, ResultCache
 from ramen.httpd.factors import FactorValues
 from ramen.httpd.fetch import FetchError, Fetcher, Progress
@@ -188,9 +188,13 @@ def _parse(text: str, now_us: int, name: str, *, end: bool = False) -> int:
 
 @web.middleware
 async def guard(request: web.Request, handler):
-    """Credentials first, then user errors as one-line 400s, and bugs as 500s with a traceback in
+    """Who asks first (a loopback Host without credentials, else the credentials), then user errors
+    as one-line 400s, and bugs as 500s with a traceback in
     the log (never in the answer)."""
     httpd = request.app[HTTPD]
+    if httpd.credentials is None and not addressed_to_loopback(request.headers.get("Host")):
+        return web.Response(status=403, text=f"httpd without --auth answers requests to 127.0.0.1 or localhost only, "
+                                             f"not to {request.headers.get('Host')!r}\n")
     if httpd.credentials is not None and not httpd.credentials.allows(request.headers.get("Authorization")):
         return web.Response(status=401, text="credentials needed\n",
                             headers={"WWW-Authenticate": 'Basic realm="ramen"'})

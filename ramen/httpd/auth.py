@@ -6,6 +6,7 @@ The file holds one credential per line, `#` comments allowed:
     basic <user> <password>    # Authorization: Basic ...        (Grafana: basic auth)
 
 httpd refuses a non-loopback address without such a file: dashboards show what the archives hold.
+Without one, it answers only requests addressed to a loopback name (`addressed_to_loopback`).
 """
 
 from __future__ import annotations
@@ -74,3 +75,19 @@ def check_listen(host: str, credentials: Credentials | None) -> None:
     if credentials is None and not is_loopback(host):
         raise AuthError(f"httpd would listen on {host}, beyond this host, with no credentials: "
                         f"give --auth FILE (see docs/dashboards.md), or listen on 127.0.0.1")
+
+
+def addressed_to_loopback(host_header: str | None) -> bool:
+    """Whether a request's Host names this machine's loopback (127.0.0.1, [::1], localhost), as
+    every request to an httpd without credentials must: a web page whose own name its author's DNS
+    then points at 127.0.0.1 (DNS rebinding) is, for the browser, of the same origin as what it
+    loads from there, and could otherwise read the archives and change the dashboards of anyone
+    who visits it. A request without a Host (HTTP/1.0, not a browser's) is answered."""
+    if not host_header:
+        return True
+    if host_header.startswith("["):  # [IPv6]:port
+        host = host_header[1:host_header.find("]")]
+    else:
+        host = host_header.partition(":")[0]
+    host = host.rstrip(".").lower()
+    return is_loopback(host) or host.endswith(".localhost")  # *.localhost is loopback (RFC 6761)

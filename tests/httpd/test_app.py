@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 import confserver
 from ramen.httpd.app import GRAPHITE_VERSION, Httpd, Limits, make_app
-from ramen.httpd.auth import AuthError, Credentials, check_listen
+from ramen.httpd.auth import AuthError, Credentials, addressed_to_loopback, check_listen
 
 
 @pytest.fixture
@@ -79,6 +79,31 @@ async def test_credentials_are_required_when_configured(client, tmp_path):
         assert (await http.get("/version", headers={"Authorization": f"Basic {wrong}"})).status == 401
     finally:
         await http.close()
+
+
+@sync
+async def test_without_credentials_only_requests_to_a_loopback_name_are_answered(client, tmp_path):
+    """A page whose name resolves to 127.0.0.1 (DNS rebinding) must not read or change anything."""
+    http = await serve(client)
+    try:
+        for host in ("127.0.0.1:29380", "localhost", "LOCALHOST.:80", "[::1]:29380", "127.1.2.3", "app.localhost:1"):
+            assert (await http.get("/version", headers={"Host": host})).status == 200, host
+        for host in ("evil.example.com", "evil.example.com:29380", "10.0.0.1:29380", "localhost.evil.com",
+                     "127.0.0.1.evil.com", "[2001:db8::1]:29380"):
+            answer = await http.put("/dashboards/x", json={"charts": []}, headers={"Host": host})
+            assert answer.status == 403, host
+            assert await answer.text() == (f"httpd without --auth answers requests to 127.0.0.1 or localhost only, "
+                                           f"not to {host!r}\n")
+        assert client.get_or_none("dashboards/x") is None
+    finally:
+        await http.close()
+    http = await serve(client, credentials=Credentials(tokens=(b"t",)))
+    try:  # with credentials, any name (a host's, an address beyond loopback): the credentials decide
+        answer = await http.get("/version", headers={"Host": "ramen.example.com", "Authorization": "Bearer t"})
+        assert answer.status == 200
+    finally:
+        await http.close()
+    assert addressed_to_loopback(None) and addressed_to_loopback("")  # HTTP/1.0: no Host
 
 
 def test_beyond_loopback_needs_credentials(tmp_path):
