@@ -26,6 +26,12 @@ from ramen.httpd.auth import AuthError, Credentials, check_listen
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 29380
+IDLE_CONNECTION_TIMEOUT_S = 120
+"""A connection is closed once it has been this long without a whole request: idle between
+requests, or a request's head sent halfway (aiohttp's keepalive_timeout, 3630 s by default, which
+let half-sent requests pile up for an hour). Longer than the 90 s Grafana's client keeps an idle
+connection, so that it is the one to close it, and never sends a request on one we close."""
+RUNNER_OPTIONS = {"access_log": None, "keepalive_timeout": IDLE_CONNECTION_TIMEOUT_S}
 URL_FILE_NAME = "httpd.url"
 IDENTITY = "user"
 """Whom httpd acts as in the confserver: replays are asked as `ramen replay` asks them."""
@@ -54,7 +60,7 @@ async def serve(args: argparse.Namespace, host: str, port: int, stop: asyncio.Ev
     with confserver.connect(args.confserver, identity=IDENTITY, token=token,
                             connect_timeout_s=confserver.SERVICE_CONNECT_TIMEOUT_S) as client:
         httpd = Httpd(client, args.site, credentials=credentials)
-        runner = web.AppRunner(make_app(httpd), access_log=None)
+        runner = web.AppRunner(make_app(httpd), **RUNNER_OPTIONS)
         await runner.setup()
         try:
             site = await _listen(runner, host, port, fallback=args.listen is None)

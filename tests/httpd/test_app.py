@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 import confserver
 from ramen.httpd.app import GRAPHITE_VERSION, Httpd, Limits, make_app
 from ramen.httpd.auth import AuthError, Credentials, addressed_to_loopback, check_listen
+from ramen.httpd.service import IDLE_CONNECTION_TIMEOUT_S, RUNNER_OPTIONS
 
 
 @pytest.fixture
@@ -104,6 +105,24 @@ async def test_without_credentials_only_requests_to_a_loopback_name_are_answered
     finally:
         await http.close()
     assert addressed_to_loopback(None) and addressed_to_loopback("")  # HTTP/1.0: no Host
+
+
+@sync
+async def test_a_request_head_sent_halfway_or_no_request_at_all_is_closed_after_the_idle_timeout(client):
+    """What RUNNER_OPTIONS' keepalive_timeout does on this aiohttp (its default held them an hour)."""
+    assert RUNNER_OPTIONS["keepalive_timeout"] == IDLE_CONNECTION_TIMEOUT_S
+    server = TestServer(make_app(Httpd(client, "httpd-test")))
+    await server.start_server(**{**RUNNER_OPTIONS, "keepalive_timeout": 0.2})
+    try:
+        half, half_writer = await asyncio.open_connection(server.host, server.port)
+        idle, idle_writer = await asyncio.open_connection(server.host, server.port)
+        half_writer.write(b"GET /version HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        for reader in (half, idle):
+            assert await asyncio.wait_for(reader.read(), 30) == b""  # closed by the server
+        for writer in (half_writer, idle_writer):
+            writer.close()
+    finally:
+        await server.close()
 
 
 def test_beyond_loopback_needs_credentials(tmp_path):
