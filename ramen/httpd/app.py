@@ -189,8 +189,7 @@ def _parse(text: str, now_us: int, name: str, *, end: bool = False) -> int:
 @web.middleware
 async def guard(request: web.Request, handler):
     """Who asks first (a loopback Host without credentials, else the credentials), then user errors
-    as one-line 400s, and bugs as 500s with a traceback in
-    the log (never in the answer)."""
+    as one-line 400s, and bugs as 500s with a traceback in the log (never in the answer)."""
     httpd = request.app[HTTPD]
     if httpd.credentials is None and not addressed_to_loopback(request.headers.get("Host")):
         return web.Response(status=403, text=f"httpd without --auth answers requests to 127.0.0.1 or localhost only, "

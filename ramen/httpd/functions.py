@@ -175,7 +175,7 @@ def parse_interval_s(text: str) -> int:
     if pos == 0:
         raise TargetError(f"bad interval {text!r}: expected a number and a unit, e.g. \"1h\" or \"5min\"")
     if total_us > MAX_TIME_US:  # longer than any range a render may have: numpy's int64 would overflow
-        raise TargetError(f"bad interval {text!r}: longer than the years 1970 to 9999")
+        raise TargetError(f"bad interval {text!r}: longer than any time range (1970 to 9999)")
     return sign * total_us // MICROS_PER_SECOND
 
 

@@ -313,9 +313,9 @@ def test_interval_units_follow_graphite_prefixes():
 def test_an_interval_past_year_9999_is_refused_before_numpy_overflows():
     assert parse_interval_s("8000y") == 8000 * 365 * 86400
     for text in ("9000y", "99999999999999999999999y", "-9000y"):
-        with pytest.raises(TargetError, match=f"bad interval '{text}': longer than the years 1970 to 9999"):
+        with pytest.raises(TargetError, match=f"bad interval '{text}': longer than any time range"):
             parse_interval_s(text)
-    with pytest.raises(TargetError, match="longer than the years"):
+    with pytest.raises(TargetError, match="longer than any time range"):
         run("summarize(a.b, '99999999999999999999999y')")
 
 
