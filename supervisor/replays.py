@@ -41,7 +41,7 @@ from ramen import keyspace, paths
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.netd.contract import NetEndpoint, NetSend, replayer_stream_name
 from ramen.replay.contract import (DEFAULT_REPLAY_TIMEOUT_S, ChannelRange, ContractError, LentReplayer,
-                                   ReplayerAssignment, ReplayerStats, ReplayRequest)
+                                   ReplayerAssignment, ReplayerStats, ReplayRequest, WorkerReplay)
 from ramen.replay.fail import fail_replay
 from ramen.replay.plan import ReplayPlan
 from supervisor import defaults, wiring
@@ -125,6 +125,9 @@ class ReplaySupervision:
         """Lent replayer id -> the endpoint its NetSend names."""
         self._lent_keys: set[int] = set()
         """The ids of our site's lent-replayers/ keys, as their watch told."""
+        self.carried: dict[int, set[int]] = {}
+        """A replay whose client went while others go on from its target's output (their worker
+        keys' `via`) -> those others: its worker keys stay, the target's `carried`, until they end."""
 
     # -- inputs --------------------------------------------------------------------------------
 
@@ -291,10 +294,16 @@ class ReplaySupervision:
         for replayer in self.replayers.values():
             if replayer.lent_to is None and not replayer.channels & set(self.requests):
                 replayer.retiring = True
+        gone = set()
         for entry in self.client.glob(keyspace.function_key(self.site, "*/*", "replays/*")):
             channel = entry.key.rpartition("/")[2]
-            if not channel.isdigit() or int(channel) not in self.requests:
+            if not channel.isdigit():
                 self.client.discard(entry.key)
+            elif int(channel) not in self.requests:
+                gone.add(int(channel))
+        for channel in gone:  # a replay others go on from stays for them, as at a teardown
+            if not self._carry(channel):
+                self._unwire(channel)
         self.relays.found(set(self.requests))
 
     def on_worker_death(self, name: str, description: str) -> None:
@@ -467,10 +476,16 @@ class ReplaySupervision:
         log.info("replayer %d of %s removed", replayer.id, replayer.source)
 
     def teardown(self, channel: int) -> None:
-        """The replay is over (done, failed, abandoned): unwire it and retire idle replayers."""
+        """The replay is over (done, failed, abandoned): unwire it and retire idle replayers. One
+        that others go on from keeps its workers' keys for them (`carried`) until they end."""
         request = self.requests.pop(channel, None)
-        for entry in self.client.glob(keyspace.function_key(self.site, "*/*", f"replays/{channel}")):
-            self.client.discard(entry.key)
+        if not self._carry(channel):
+            self._unwire(channel)
+        for leader in [c for c, followers in self.carried.items() if channel in followers]:
+            self.carried[leader].discard(channel)
+            if not self.carried[leader]:
+                del self.carried[leader]
+                self._unwire(leader)
         for rider in [r for r in self.requests.values() if r.leader == channel]:
             # The target ends leader and riders together; a leader gone alone took their data with it.
             self.set_error(rider.channel, f"replay {rider.channel} rode with replay {channel}, which ended first")
@@ -483,6 +498,34 @@ class ReplaySupervision:
                 self.relays.finish(channel, request.spec.created_us, request.spec.timeout_s)
             self._remove_result_log(request)
             log.info("replay %d torn down", channel)
+
+    def _unwire(self, channel: int) -> None:
+        for entry in self.client.glob(keyspace.function_key(self.site, "*/*", f"replays/{channel}")):
+            self.client.discard(entry.key)
+
+    def _carry(self, channel: int) -> bool:
+        """Whether live replays go on from `channel`'s target (a worker key of theirs has via = it):
+        then its keys stay for them, the target's rewritten without its client (carried), since a
+        worker that had not read it yet (one starting for the replay) would otherwise never read
+        the inputs they need, and their replayer would wait for it in vain."""
+        keys = self.client.glob(keyspace.function_key(self.site, "*/*", "replays/*"))
+        parts = {}
+        for entry in keys:
+            try:
+                parts[entry.key] = WorkerReplay.from_value(entry.value, entry.key)
+            except ContractError:
+                continue
+        followers = {p.channel for p in parts.values() if p.via == channel and p.channel in self.requests}
+        if not followers:
+            return False
+        self.carried[channel] = followers
+        for key, part in parts.items():
+            if part.channel == channel and part.recipient:
+                carried = dataclasses.replace(part, recipient=None, also=(), summary=None, carried=True)
+                self.client.set(key, carried.to_value())
+        log.info("replay %d: its client went; its workers go on for replays %s", channel,
+                 ", ".join(map(str, sorted(followers))))
+        return True
 
     @staticmethod
     def _remove_result_log(request: Request) -> None:

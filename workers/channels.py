@@ -9,8 +9,9 @@ END_OF_REPLAY goes out per recipient, and the target deletes `replays/<channel>`
 
 A key with `via` names no inputs: its replay goes on from this worker's output for channel `via`
 (the target of that one), which is written under its channel too, to the replay log, END_OF_REPLAY
-included. Its key comes before the via channel's. Should the via replay's client go first, the
-state goes on for the replays still going on from it, writing only for them.
+included. Its key comes before the via channel's. Should the via replay's client go first, its
+key is rewritten `carried` (its recipient gone) and the state goes on for the replays still going
+on from it, writing only for them; a worker that had not read the key yet starts it so.
 """
 
 from __future__ import annotations
@@ -173,7 +174,10 @@ class Channels:
             for going_on in [c for c, via in self.vias.items() if via == channel]:
                 self._go_on(state, going_on)
         state.expect_eor = part.expect_eor
-        if state.output is None:
+        if part.carried:
+            if state.output is not None:
+                self._client_gone(state)
+        elif state.output is None:
             try:
                 state.output = self.outputs.for_replay(part.recipient)
             except LogBufferError as e:
@@ -227,13 +231,7 @@ class Channels:
         if state is None:
             return
         if torn_down and state.through and state.output is not None:
-            # Its client went, but replays going on from its output still need it: it goes on for them.
-            if state.recipient:
-                for output in [state.output, *(o for _, o in state.riders)]:
-                    output.close()
-            state.output, state.recipient, state.riders = None, None, []
-            log.info("%s: replay %d torn down; it goes on for replays %s", self.name, channel,
-                     ", ".join(str(c) for c, _ in state.through))
+            self._client_gone(state)
             return
         del self.states[channel]
         if torn_down:
@@ -249,6 +247,15 @@ class Channels:
                     output.close()
             else:
                 self.outputs.retire(channel, recipients)
+
+    def _client_gone(self, state: ChannelState) -> None:
+        """Its client went, but replays going on from its output still need it: it goes on for them."""
+        if state.recipient:
+            for output in [state.output, *(o for _, o in state.riders)]:
+                output.close()
+        state.output, state.recipient, state.riders = None, None, []
+        log.info("%s: replay %d: its client went; it goes on for replays %s", self.name, state.channel,
+                 ", ".join(str(c) for c, _ in state.through))
 
     def count_end_of_replay(self, channel: int, source: int, shared: bool) -> ChannelState | None:
         """One END_OF_REPLAY read; the channel's state once every one it expects is in."""

@@ -194,6 +194,10 @@ class WorkerReplay(KeyValue):
     worker over the same range and the same archives whose target it is: computed once, it is also
     written under this channel to the worker's replay log, for this replay's next workers. Such a
     key has no inputs of its own."""
+    carried: bool = False
+    """The target's key of a replay whose client went while replays go on from its output (their
+    keys' `via`): kept, without recipient, riders or summary, until those end, so that the worker
+    computes for them (one that had not read the key yet reads it then, and its inputs)."""
 
     def _check(self, key: str) -> None:
         if not self.pass_through and len(self.parents) != len(self.inputs):
@@ -202,6 +206,8 @@ class WorkerReplay(KeyValue):
             raise ContractError(f"{key}: {len(self.inputs)} inputs but {len(self.tags)} tags")
         if self.via is not None and (self.inputs or self.pass_through or self.recipient):
             raise ContractError(f"{key}: a replay via channel {self.via} has no inputs, recipient or pass-through")
+        if self.carried and (self.via is not None or self.recipient or self.also or self.summary):
+            raise ContractError(f"{key}: a carried replay has no via, recipient, riders or summary")
 
 
 # -- sites/<site>/replayers/<id> ------------------------------------------------------------------

@@ -96,7 +96,7 @@ def test_a_value_that_is_not_a_mapping_is_refused():
 def test_unset_optional_fields_are_left_out_and_read_as_unset():
     written = WorkerReplay(7, 0, 100, ("/a",), expect_eor=1, parents=("p/a",)).to_value()
     assert written == {"channel": 7, "since_us": 0, "until_us": 100, "inputs": ["/a"], "expect_eor": 1,
-                       "parents": ["p/a"], "pass_through": False}
+                       "parents": ["p/a"], "pass_through": False, "carried": False}
     assert WorkerReplay.from_value(written).recipient is None
 
 

@@ -400,3 +400,27 @@ def test_a_batch_waits_whole_for_a_worker_being_stopped_and_reads_the_archive_on
     drive(supervisor, lambda: worker_replay(admin, "p/stubborn", through_leaving) and worker_replay(admin, "p/t", other),
           what="both replays wired")
     assert supervisor.counters.replayers_spawned == 1
+
+
+MIDDLE = ReplayPlan("p/a", 0, 100, (SOURCE,), ((SOURCE, "p/a"),), ("p/a", SOURCE))
+THROUGH = ReplayPlan("p/t", 0, 100, (SOURCE,), (("p/a", "p/t"), (SOURCE, "p/a")), ("p/a", SOURCE, "p/t"))
+
+
+def test_a_replay_others_go_on_from_keeps_its_keys_for_them_when_its_client_goes_first(admin, start_supervisor):
+    """Deleted, its target's key would be gone before a worker starting for the replay read it: the
+    worker would never read the inputs, and the replayer would wait for it in vain."""
+    supervisor = start_supervisor(delay_before_replay_s=1.0)
+    middle, through = request_replay(admin, MIDDLE), request_replay(admin, THROUGH)
+    wait_for(lambda: worker_replay(admin, "p/a", through), what="the key going on from middle's target")
+    assert worker_replay(admin, "p/a", through)["via"] == middle
+    target = wait_for(lambda: worker_replay(admin, "p/a", middle), what="middle's target key")
+    assert target["recipient"] == str(paths.recipient_log(middle))
+    admin.delete(keyspace.replay_key(middle))
+    carried = wait_for(lambda: (v := worker_replay(admin, "p/a", middle)) and v.get("carried") and v,
+                       what="middle's target key carried")
+    assert WorkerReplay.from_value(carried) == dataclasses.replace(WorkerReplay.from_value(target), recipient=None,
+                                                                   carried=True)
+    assert supervisor.replays.carried == {middle: {through}}
+    admin.delete(keyspace.replay_key(through))
+    wait_for(lambda: admin.glob(keyspace.function_key(SITE, "*/*", "replays/*")) == [], what="every key gone")
+    assert supervisor.replays.carried == {}

@@ -167,6 +167,35 @@ def test_a_via_replay_whose_client_went_goes_on_for_the_replays_going_on_from_it
     assert client.deleted == [] and rooms.get(7) is None and inputs.users == {Path("a"): set()}
 
 
+CARRIED_7 = {k: v for k, v in TARGET_OF_7.items() if k != "recipient"} | {"carried": True}
+
+
+def test_a_carried_key_read_first_starts_the_replay_for_those_going_on_from_it_alone():
+    """Its client went before this worker read its key (the worker started for the replay): the
+    supervisor kept the key, carried, and the worker reads the inputs for the replays going on."""
+    rooms, inputs, outputs, client = channels()
+    rooms.start(8, part({"channel": 8, "since_us": 0, "until_us": 1, "inputs": [], "expect_eor": 0, "via": 7}))
+    rooms.start(7, part(CARRIED_7))
+    state = rooms.get(7)
+    assert state.output is None and inputs.users == {Path("a"): {7}} and "r7" not in outputs.opened
+    state.send(encode_tuples(pa.record_batch([pa.array([1])], schema=SCHEMA), None, channel=7), 1)
+    rooms.send_end_of_replay(rooms.count_end_of_replay(7, 1, shared=False))
+    replay_log = outputs.opened["replay.logbuffer"]
+    replay_log.write_all()
+    assert tags(replay_log) == [(8, KIND_TUPLES), (8, KIND_END_OF_REPLAY)]
+    assert client.deleted == [] and rooms.get(7) is None and inputs.users == {Path("a"): set()}
+
+
+def test_a_carried_rewrite_of_a_running_targets_key_closes_its_recipient_and_goes_on():
+    rooms, inputs, outputs, _ = channels()
+    rooms.start(8, part({"channel": 8, "since_us": 0, "until_us": 1, "inputs": [], "expect_eor": 0, "via": 7}))
+    rooms.start(7, part(TARGET_OF_7))
+    rooms.start(7, part(CARRIED_7))
+    state = rooms.get(7)
+    assert outputs.opened["r7"].closed and state.output is None and state.recipient is None
+    assert [c for c, _ in state.through] == [8] and inputs.users == {Path("a"): {7}}
+
+
 def test_a_via_replay_whose_client_and_followers_all_went_is_dropped():
     rooms, inputs, _, _ = channels()
     rooms.start(8, part({"channel": 8, "since_us": 0, "until_us": 1, "inputs": [], "expect_eor": 0, "via": 7}))
