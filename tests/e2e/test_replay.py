@@ -221,11 +221,13 @@ def _top_talkers_by_pyarrow(per_minute: pa.Table) -> pa.Table:
     return top_talkers(per_minute).sort_by([("start", "ascending"), ("host", "ascending")])
 
 
-@pytest.mark.parametrize("abandon", [False, True], ids=["both-read", "middle-abandoned"])
+@pytest.mark.parametrize("abandon", [None, "after its replayer", "at once"],
+                         ids=["both-read", "middle-abandoned", "middle-abandoned-at-once"])
 def test_a_replay_through_another_ones_target_goes_on_from_its_output(stack, monkeypatch, abandon):
     """per_minute and top_talkers (computed from per_minute) over one range at once, as a dashboard
     asks them: per_minute is computed once, for both. Should per_minute's client go first, its
-    worker goes on for top_talkers."""
+    worker goes on for top_talkers: even before that worker, starting for the replay, read the key
+    of per_minute's replay (the supervisor keeps it, carried)."""
     monkeypatch.setenv("RAMEN_DIR", str(stack.base))
     since, until = minute_range(8, 4)
     expected = per_minute_by_pyarrow(stack.replay_table("e2e/traffic", since, until))
@@ -239,13 +241,15 @@ def test_a_replay_through_another_ones_target_goes_on_from_its_output(stack, mon
                        what="top_talkers' replay going on from per_minute's")
         assert WorkerReplay.from_value(via.value) == WorkerReplay(top.channel, since, until, (), expect_eor=0,
                                                                   via=middle.channel)
+        if abandon == "at once":
+            middle.close()
         replayers = wait_for(lambda: [e.value for e in client.glob("sites/local/replayers/*")
                                       if {c["channel"] for c in e.value.get("channels", [])}
                                       & {middle.channel, top.channel}], what="the replayer")
         assert [[c["channel"] for c in r["channels"]] for r in replayers] == [[middle.channel]]
-        if abandon:
+        if abandon == "after its replayer":
             middle.close()
-        else:
+        elif abandon is None:
             got = pa.Table.from_batches(list(middle.batches())).sort_by([("start", "ascending"), ("host", "ascending")])
             middle.close()
             assert got["bytes"].to_pylist() == expected["bytes"].to_pylist()
