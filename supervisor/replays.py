@@ -294,16 +294,13 @@ class ReplaySupervision:
         for replayer in self.replayers.values():
             if replayer.lent_to is None and not replayer.channels & set(self.requests):
                 replayer.retiring = True
-        gone = set()
-        for entry in self.client.glob(keyspace.function_key(self.site, "*/*", "replays/*")):
-            channel = entry.key.rpartition("/")[2]
-            if not channel.isdigit():
-                self.client.discard(entry.key)
-            elif int(channel) not in self.requests:
-                gone.add(int(channel))
-        for channel in gone:  # a replay others go on from stays for them, as at a teardown
-            if not self._carry(channel):
-                self._unwire(channel)
+        keys = self._worker_replays()
+        for key, channel, _ in keys:
+            if channel is None:
+                self.client.discard(key)
+        for channel in {c for _, c, _ in keys if c is not None and c not in self.requests}:
+            if not self._carry(channel, keys):  # a replay others go on from stays for them, as at a teardown
+                self._unwire(channel, keys)
         self.relays.found(set(self.requests))
 
     def on_worker_death(self, name: str, description: str) -> None:
@@ -479,13 +476,14 @@ class ReplaySupervision:
         """The replay is over (done, failed, abandoned): unwire it and retire idle replayers. One
         that others go on from keeps its workers' keys for them (`carried`) until they end."""
         request = self.requests.pop(channel, None)
-        if not self._carry(channel):
-            self._unwire(channel)
+        keys = self._worker_replays()
+        if not self._carry(channel, keys):
+            self._unwire(channel, keys)
         for leader in [c for c, followers in self.carried.items() if channel in followers]:
             self.carried[leader].discard(channel)
             if not self.carried[leader]:
                 del self.carried[leader]
-                self._unwire(leader)
+                self._unwire(leader, keys)
         for rider in [r for r in self.requests.values() if r.leader == channel]:
             # The target ends leader and riders together; a leader gone alone took their data with it.
             self.set_error(rider.channel, f"replay {rider.channel} rode with replay {channel}, which ended first")
@@ -499,28 +497,36 @@ class ReplaySupervision:
             self._remove_result_log(request)
             log.info("replay %d torn down", channel)
 
-    def _unwire(self, channel: int) -> None:
-        for entry in self.client.glob(keyspace.function_key(self.site, "*/*", f"replays/{channel}")):
-            self.client.discard(entry.key)
+    def _worker_replays(self) -> list[tuple[str, int | None, WorkerReplay | None]]:
+        """Every `…/replays/<channel>` key of the site's workers: the key, its channel (None: not a
+        number) and its value (None: one that does not read)."""
+        found = []
+        for entry in self.client.glob(keyspace.function_key(self.site, "*/*", "replays/*")):
+            channel = entry.key.rpartition("/")[2]
+            try:
+                part = WorkerReplay.from_value(entry.value, entry.key)
+            except ContractError:
+                part = None
+            found.append((entry.key, int(channel) if channel.isdigit() else None, part))
+        return found
 
-    def _carry(self, channel: int) -> bool:
+    def _unwire(self, channel: int, keys: list[tuple[str, int | None, WorkerReplay | None]]) -> None:
+        for key, found, _ in keys:
+            if found == channel:
+                self.client.discard(key)
+
+    def _carry(self, channel: int, keys: list[tuple[str, int | None, WorkerReplay | None]]) -> bool:
         """Whether live replays go on from `channel`'s target (a worker key of theirs has via = it):
         then its keys stay for them, the target's rewritten without its client (carried), since a
         worker that had not read it yet (one starting for the replay) would otherwise never read
         the inputs they need, and their replayer would wait for it in vain."""
-        keys = self.client.glob(keyspace.function_key(self.site, "*/*", "replays/*"))
-        parts = {}
-        for entry in keys:
-            try:
-                parts[entry.key] = WorkerReplay.from_value(entry.value, entry.key)
-            except ContractError:
-                continue
-        followers = {p.channel for p in parts.values() if p.via == channel and p.channel in self.requests}
+        followers = {part.channel for _, _, part in keys
+                     if part is not None and part.via == channel and part.channel in self.requests}
         if not followers:
             return False
         self.carried[channel] = followers
-        for key, part in parts.items():
-            if part.channel == channel and part.recipient:
+        for key, found, part in keys:
+            if found == channel and part is not None and part.recipient:
                 carried = dataclasses.replace(part, recipient=None, also=(), summary=None, carried=True)
                 self.client.set(key, carried.to_value())
         log.info("replay %d: its client went; its workers go on for replays %s", channel,
