@@ -79,11 +79,16 @@ RAMEN = [sys.executable, "-m", "ramen.cli.main"]
 def running_ramen(name: str, program: Path):
     """`ramen start --daemon` with `program`, in an instance directory of its own (this process's
     RAMEN_DIR too), stopped and removed afterwards; yields that directory and the environment its
-    commands run in."""
+    commands run in.
+
+    The instance runs as a user's does, its imports from cached bytecode: under a shell exporting
+    PYTHONDONTWRITEBYTECODE, every process the supervisor starts behind a replay (a warm replayer,
+    a spare worker) would compile ramen's modules first, CPU that falls into the next render's time."""
     with tempfile.TemporaryDirectory(prefix=f"ramen-bench-{name}-") as tmp:
         base = Path(tmp)
         env = dict(os.environ, RAMEN_DIR=str(base), PYTHONPATH=str(ROOT))
         env.pop("RAMEN_CONFSERVER", None)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         os.environ["RAMEN_DIR"] = str(base)
         progress("starting ramen and back-filling an hour of traffic")
         if subprocess.run([*RAMEN, "start", "--daemon", "--dir", str(base), str(program)], env=env).returncode:

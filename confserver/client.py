@@ -55,7 +55,13 @@ class Watch:
             return None
 
     def drain(self) -> list[Event]:
-        """Every event already received, without waiting."""
+        """Every event already received, without waiting.
+
+        A duty cycle drains its watches on every turn, nearly always empty: looking at the queue's
+        length first (atomic under the GIL; an event appended meanwhile waits one turn) costs 0.1 us
+        where the get_nowait below, its lock and its Empty raised, cost 1.8 us a watch."""
+        if not self._events.queue:
+            return []
         out = []
         while True:
             try:
