@@ -1,7 +1,8 @@
 """`ramen httpd`: run the HTTP service until stopped (`ramen start` runs one, as a service of its own).
 
 It writes its URL to $RAMEN_DIR/run/httpd.url once it listens, and removes it when it stops: how
-`ramen start`, the tests and a user find the page. The default port, 29380, is taken when free; when
+`ramen start`, the tests and a user find the page. A second httpd of the instance (started by hand)
+leaves the file to the first while that one answers. The default port, 29380, is taken when free; when
 another instance holds it (and no --listen was given), a free port is.
 """
 
@@ -13,7 +14,9 @@ import errno
 import logging
 import os
 import signal
+import socket
 import sys
+import urllib.parse
 from pathlib import Path
 
 from aiohttp import web
@@ -33,12 +36,51 @@ let half-sent requests pile up for an hour). Longer than the 90 s Grafana's clie
 connection, so that it is the one to close it, and never sends a request on one we close."""
 RUNNER_OPTIONS = {"access_log": None, "keepalive_timeout": IDLE_CONNECTION_TIMEOUT_S}
 URL_FILE_NAME = "httpd.url"
+URL_CHECK_TIMEOUT_S = 1.0
+"""How long a connection to the httpd another url file names may take before it is deemed gone."""
 IDENTITY = "user"
 """Whom httpd acts as in the confserver: replays are asked as `ramen replay` asks them."""
 
 
 def url_file() -> Path:
     return paths.ramen_dir() / "run" / URL_FILE_NAME
+
+
+def claim_url_file(url: str) -> bool:
+    """Write our URL to url_file(), unless it names another httpd that still answers there (the
+    instance's own, when a user serves a second one by hand, say beyond loopback for a remote
+    Grafana): the file stays the instance's page. Whether we wrote it."""
+    path = url_file()
+    try:
+        theirs = path.read_text().strip()
+    except OSError:
+        theirs = ""
+    if theirs and theirs != url and _answers(theirs):
+        log.info("%s names %s, which answers: left as it is", path, theirs)
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    paths.write_atomically(path, url + "\n")
+    return True
+
+
+def release_url_file(url: str) -> None:
+    """Remove url_file() if it still names us (another httpd may have taken it after we died)."""
+    path = url_file()
+    try:
+        if path.read_text().strip() == url:
+            path.unlink()
+    except OSError:
+        pass
+
+
+def _answers(url: str) -> bool:
+    """Whether something accepts connections at the URL's address."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname, parts.port), timeout=URL_CHECK_TIMEOUT_S):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,14 +108,13 @@ async def serve(args: argparse.Namespace, host: str, port: int, stop: asyncio.Ev
             site = await _listen(runner, host, port, fallback=args.listen is None)
             address = site._server.sockets[0].getsockname()
             url = f"http://{address[0]}:{address[1]}/"
-            url_path = url_file()
-            url_path.parent.mkdir(parents=True, exist_ok=True)
-            paths.write_atomically(url_path, url + "\n")
+            claimed = claim_url_file(url)
             log.info("httpd of site %s serving %s", args.site, url)
             try:
                 await stop.wait()
             finally:
-                url_path.unlink(missing_ok=True)
+                if claimed:
+                    release_url_file(url)
         finally:
             await runner.cleanup()
 
