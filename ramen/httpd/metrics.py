@@ -88,6 +88,8 @@ class HttpdStats:
     bytes_served: int = field(default=0, metadata={"help": "Bytes of response bodies httpd sent."})
     cache_hits: int = field(default=0, metadata={"help": "Ranges a render found (in part) in httpd's cache of closed windows."})
     cache_misses: int = field(default=0, metadata={"help": "Holes in httpd's cache a render had to replay."})
+    connections_refused: int = field(default=0, metadata={"help": "Connections answered 503 and closed: httpd held "
+                                                                  "as many as it takes (ramen/httpd/listener.py)."})
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str, count: int = 1) -> None:

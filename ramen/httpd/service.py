@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import errno
 import logging
 import os
 import signal
@@ -23,6 +22,7 @@ from aiohttp import web
 
 from ramen import keyspace, paths
 from ramen.listen import DEFAULT_HOST, parse_listen
+from ramen.httpd import listener
 from ramen.httpd.app import Httpd, make_app
 from ramen.httpd.auth import AuthError, Credentials, check_listen
 
@@ -105,8 +105,8 @@ async def serve(args: argparse.Namespace, host: str, port: int, stop: asyncio.Ev
         runner = web.AppRunner(make_app(httpd), **RUNNER_OPTIONS)
         await runner.setup()
         try:
-            site = await _listen(runner, host, port, fallback=args.listen is None)
-            address = site._server.sockets[0].getsockname()
+            listening = await listener.listen(runner, host, port, httpd.stats, fallback=args.listen is None)
+            address = listening.sockets[0].getsockname()
             url = f"http://{address[0]}:{address[1]}/"
             claimed = claim_url_file(url)
             log.info("httpd of site %s serving %s", args.site, url)
@@ -115,21 +115,9 @@ async def serve(args: argparse.Namespace, host: str, port: int, stop: asyncio.Ev
             finally:
                 if claimed:
                     release_url_file(url)
+                listening.close()
         finally:
             await runner.cleanup()
-
-
-async def _listen(runner: web.AppRunner, host: str, port: int, *, fallback: bool) -> web.TCPSite:
-    site = web.TCPSite(runner, host, port, reuse_address=True)
-    try:
-        await site.start()
-    except OSError as e:
-        if not (fallback and e.errno == errno.EADDRINUSE):
-            raise
-        log.info("%s:%d is taken (another ramen?): taking a free port", host, port)
-        site = web.TCPSite(runner, host, 0)
-        await site.start()
-    return site
 
 
 def main(argv: list[str] | None = None) -> int:
