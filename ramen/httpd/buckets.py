@@ -2,7 +2,8 @@
 values holding each numeric field's sum and count), and series drawn from them.
 
 The bucket of a row is its event time floored to the function's step: its window (a windowed
-function's rows carry their window's start) or DEFAULT_STEP_S.
+function's rows carry their window's start; one fed by windowed parents alone is charted at their
+window, ramen/httpd/names.py's _charted) or DEFAULT_STEP_S.
 """
 
 from __future__ import annotations

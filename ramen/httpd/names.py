@@ -12,12 +12,13 @@ Matching is per level, so `net.*.bytes` never crosses a dot.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from ramen.program import Function, Program
+from ramen.program import Function, Program, Window
 from ramen.replay.summary import numeric_fields
 
 SEPARATOR = "."
@@ -163,7 +164,38 @@ def _replayable(programs: dict[str, Program]) -> list[Function]:
             memo[name] = function is not None and (function.archived or any(fed(p) for p in function.parents))
         return memo[name]
 
-    return [f for name, f in sorted(by_name.items()) if fed(name) and numeric_fields(f)]
+    windows = _windows(by_name)
+    return [_charted(f, windows[name]) for name, f in sorted(by_name.items()) if fed(name) and numeric_fields(f)]
+
+
+def _windows(by_name: dict[str, Function]) -> dict[str, Window | None]:
+    """The window each function's rows come at: its own; for one without a window (and with an
+    event time), the one its parents all share (top_talkers over per_minute's minutes, whatever it
+    does with them); None where there is none or the parents differ."""
+    memo: dict[str, Window | None] = {}
+
+    def window(name: str) -> Window | None:
+        if name not in memo:
+            memo[name] = None  # a cycle (refused at load) cannot loop here
+            function = by_name.get(name)
+            if function is not None and function.window is not None:
+                memo[name] = function.window
+            elif function is not None and function.event_time is not None and function.parents:
+                shared = {window(p) for p in function.parents}
+                memo[name] = shared.pop() if len(shared) == 1 else None
+        return memo[name]
+
+    return {name: window(name) for name in by_name}
+
+
+def _charted(function: Function, window: Window | None) -> Function:
+    """The function as dashboards chart it: one without a window of its own, whose rows come at its
+    parents' window, is charted at that window's step (and its last window left out until whole,
+    as theirs) rather than at DEFAULT_STEP_S, where 5 points of 6 would be null. A copy for
+    httpd's steps, buckets and cache: a replay names the function, never this copy."""
+    if function.window is not None or window is None:
+        return function
+    return dataclasses.replace(function, window=window)
 
 
 FactorValues = Callable[[Function], list[tuple[str, ...]]]

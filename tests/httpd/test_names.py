@@ -111,3 +111,62 @@ def test_a_tree_over_other_programs_sees_them_not_the_last_ones_walked():
     assert [f.qualified_name for f in MetricTree(before, lambda f: HOSTS).functions] == ["net/total", "net/traffic"]
     renamed = {"net": loads(PROGRAM.replace('"total"', '"sum"', 1))}
     assert [f.qualified_name for f in MetricTree(renamed, lambda f: HOSTS).functions] == ["net/sum", "net/traffic"]
+
+
+WINDOWED = '''[program]
+name = "demo"
+
+[[function]]
+name = "traffic"
+source = { kind = "generator" }
+schema = { ts = "timestamp[us]", host = "string", bytes = "int64" }
+event_time = "ts"
+archive = { retention = "1d" }
+
+[[function]]
+name = "per_minute"
+from = ["traffic"]
+window = { every = "1 minute", lateness = "10s" }
+engine = "spark"
+sql = "SELECT window_start AS start, host, sum(bytes) AS bytes FROM traffic GROUP BY window_start, host"
+schema = { start = "timestamp[us]", host = "string", bytes = "int64" }
+event_time = "start"
+
+[[function]]
+name = "top_talkers"
+from = ["per_minute"]
+engine = "spark"
+sql = "SELECT * FROM per_minute ORDER BY bytes DESC LIMIT 10"
+schema = { start = "timestamp[us]", host = "string", bytes = "int64" }
+event_time = "start"
+
+[[function]]
+name = "loud"
+from = ["top_talkers"]
+engine = "spark"
+sql = "SELECT * FROM top_talkers WHERE bytes > 1000"
+schema = { start = "timestamp[us]", host = "string", bytes = "int64" }
+event_time = "start"
+
+[[function]]
+name = "mixed"
+from = ["traffic", "per_minute"]
+engine = "spark"
+sql = "SELECT ts AS start, host, bytes FROM traffic"
+schema = { start = "timestamp[us]", host = "string", bytes = "int64" }
+event_time = "start"
+'''
+
+
+def test_a_function_without_a_window_is_charted_at_the_window_its_parents_share():
+    """top_talkers' rows come once per_minute's minute closes: charted at 10 s, 5 of its 6 points
+    would be null. It, and what is fed by it alone, is charted at the minute; over parents of
+    different windows (or none), at the default step. The programs themselves are untouched."""
+    programs = {"demo": loads(WINDOWED)}
+    charted = {f.name: f for f in MetricTree(programs, lambda f: []).functions}
+    minute = programs["demo"].function("per_minute").window
+    assert charted["per_minute"].window == minute
+    assert charted["top_talkers"].window == minute and charted["loud"].window == minute
+    assert charted["traffic"].window is None and charted["mixed"].window is None
+    assert programs["demo"].function("top_talkers").window is None
+    assert charted["top_talkers"].qualified_name == "demo/top_talkers"
