@@ -12,11 +12,10 @@ Matching is per level, so `net.*.bytes` never crosses a dot.
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ramen.program import Function, Program, Window
 from ramen.replay.summary import numeric_fields
@@ -195,7 +194,7 @@ def _charted(function: Function, window: Window | None) -> Function:
     httpd's steps, buckets and cache: a replay names the function, never this copy."""
     if function.window is not None or window is None:
         return function
-    return dataclasses.replace(function, window=window)
+    return replace(function, window=window)
 
 
 FactorValues = Callable[[Function], list[tuple[str, ...]]]
