@@ -28,7 +28,7 @@ MAX_CONNECTIONS = 512
 """Connections held open at most: far beyond what Grafana (a pool per data source) and a few
 browsers (six each) open."""
 DESCRIPTOR_SHARE = 4
-"""At most this share of the process's file descriptor limit (RLIMIT_NOFILE) goes to connections."""
+"""Connections take at most 1/DESCRIPTOR_SHARE of the process's file descriptor limit (RLIMIT_NOFILE)."""
 REFUSAL_LINGER_S = 1.0
 """How long a refused connection stays open for its client to read the 503 and close: closing it
 with the request unread would reset it, and the client would see a reset, not the reason."""
