@@ -1,9 +1,11 @@
 """The addresses services listen on (`--listen HOST:PORT`), for the confserver and httpd alike: a
-service beyond loopback must be given credentials, so both ask the same question the same way."""
+service beyond loopback must be given credentials, so both ask the same question the same way. And
+whether something answers at one (httpd's URL file, the Spark Connect server)."""
 
 from __future__ import annotations
 
 import ipaddress
+import socket
 
 DEFAULT_HOST = "127.0.0.1"
 LOOPBACK_NAMES = ("localhost",)
@@ -25,4 +27,13 @@ def is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
+        return False
+
+
+def accepts(host: str, port: int, timeout_s: float) -> bool:
+    """Whether something accepts a TCP connection at host:port now (within timeout_s)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
         return False

@@ -13,7 +13,6 @@ import asyncio
 import logging
 import os
 import signal
-import socket
 import sys
 import urllib.parse
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 from aiohttp import web
 
 from ramen import keyspace, paths
-from ramen.listen import DEFAULT_HOST, parse_listen
+from ramen.listen import DEFAULT_HOST, accepts, parse_listen
 from ramen.httpd import listener
 from ramen.httpd.app import Httpd, make_app
 from ramen.httpd.auth import AuthError, Credentials, check_listen
@@ -75,11 +74,10 @@ def release_url_file(url: str) -> None:
 
 def _answers(url: str) -> bool:
     """Whether something accepts connections at the URL's address."""
-    parts = urllib.parse.urlsplit(url)
     try:
-        with socket.create_connection((parts.hostname, parts.port), timeout=URL_CHECK_TIMEOUT_S):
-            return True
-    except (OSError, ValueError):
+        parts = urllib.parse.urlsplit(url)
+        return parts.hostname is not None and accepts(parts.hostname, parts.port, URL_CHECK_TIMEOUT_S)
+    except ValueError:  # a port that is not a number: not an httpd's
         return False
 
 

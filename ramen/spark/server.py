@@ -16,8 +16,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ramen.spark.defaults import (CONNECT_SERVER_CLASS, DRIVER_MEMORY, LOCAL_HOST, READY_POLL_S, READY_TIMEOUT_S,
-                                  SERVER_CONF)
+from ramen import listen
+from ramen.spark.defaults import (CONNECT_SERVER_CLASS, DRIVER_MEMORY, LOCAL_HOST, PROBE_TIMEOUT_S, READY_POLL_S,
+                                  READY_TIMEOUT_S, SERVER_CONF)
 
 
 class SparkServerError(RuntimeError):
@@ -71,11 +72,8 @@ def java_missing() -> str | None:
 
 
 def accepts(port: int) -> bool:
-    try:
-        with socket.create_connection((LOCAL_HOST, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
+    """Whether the local Connect server's port accepts connections."""
+    return listen.accepts(LOCAL_HOST, port, PROBE_TIMEOUT_S)
 
 
 def wait_ready(port: int, process: subprocess.Popen, log_path: Path, timeout_s: float = READY_TIMEOUT_S,

@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 import os
 import re
-import socket
 import warnings
 from urllib.parse import urlparse
 
+from ramen.listen import accepts
 from ramen.spark.defaults import (DEFAULT_CONNECT_PORT, PROBE_TIMEOUT_S, SESSION_TIME_ZONE_CONF, SPARK_REMOTE_ENV,
                                   SPARK_STAGING_ENV, UTC)
 
@@ -84,12 +84,7 @@ def is_unavailable(error: BaseException, remote: str | None = None) -> bool:
 def reachable(remote: str) -> bool:
     """Whether the Connect server at sc://host:port accepts a TCP connection now."""
     address = urlparse(remote.replace("sc://", "http://", 1))
-    try:
-        with socket.create_connection((address.hostname or "localhost", address.port or DEFAULT_CONNECT_PORT),
-                                      timeout=PROBE_TIMEOUT_S):
-            return True
-    except OSError:
-        return False
+    return accepts(address.hostname or "localhost", address.port or DEFAULT_CONNECT_PORT, PROBE_TIMEOUT_S)
 
 
 def spark_reason(error: BaseException) -> str:
