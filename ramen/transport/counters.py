@@ -240,8 +240,11 @@ class CountersFile:
     # -- allocation -----------------------------------------------------------------------------
 
     def allocate(self, type_id: int, label: str, *, key: bytes = b"", registration_id: int = 0,
-                 owner_id: int | None = None) -> "Counter":
-        """Take a free record, or reclaim one whose owner process is gone, and set it up."""
+                 owner_id: int | None = None, heartbeat_ms: int | None = None) -> "Counter":
+        """Take a free record, or reclaim one whose owner process is gone, and set it up;
+        `heartbeat_ms`: its first heartbeat, on the clock its owner stamps the next ones with (the
+        system's monotonic clock unless said: another clock's reading, older than it, would look
+        like a subscriber silent for the difference and be dropped)."""
         if len(key) > MAX_KEY_LENGTH:
             raise ValueError(f"counter key of {len(key)} bytes exceeds {MAX_KEY_LENGTH}")
         label_bytes = label.encode()[:MAX_LABEL_LENGTH]
@@ -258,7 +261,8 @@ class CountersFile:
             value = self.values_offset + counter_id * COUNTER_LENGTH
             self._buf[value:value + COUNTER_LENGTH] = bytes(COUNTER_LENGTH)
             struct.pack_into("<qqq", self._buf, value, 0, registration_id, owner)
-            struct.pack_into("<q", self._buf, value + HEARTBEAT_OFFSET, monotonic_ms())
+            struct.pack_into("<q", self._buf, value + HEARTBEAT_OFFSET,
+                             monotonic_ms() if heartbeat_ms is None else heartbeat_ms)
             self._buf[meta + KEY_OFFSET:meta + KEY_OFFSET + MAX_KEY_LENGTH] = key.ljust(MAX_KEY_LENGTH, b"\0")
             struct.pack_into("<i", self._buf, meta + LABEL_LENGTH_OFFSET, len(label_bytes))
             self._buf[meta + LABEL_OFFSET:meta + LABEL_OFFSET + MAX_LABEL_LENGTH] = label_bytes.ljust(MAX_LABEL_LENGTH, b"\0")

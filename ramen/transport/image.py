@@ -86,7 +86,8 @@ class Image:
                                      tether_hold_ms=round(tether_hold_s * 1000) if tethered else None)
             suffix = f"{self.session_id} {self.stream_id} {self.name}{' tethered' if tethered else ''}"
             self._sub_pos = counters.allocate(ctr.SUBSCRIBER_POSITION_TYPE_ID, f"sub-pos: {suffix}", key=key,
-                                              registration_id=log_buffer.correlation_id)
+                                              registration_id=log_buffer.correlation_id,
+                                              heartbeat_ms=self._nanos() // 1_000_000)
             self._sub_pos_record, self._sub_pos_index = self._sub_pos.slot()
             self._sub_pos.set(self._position)
             self._unblocked = counters.allocate(ctr.UNBLOCKED_FRAMES_TYPE_ID, f"unblocked: {suffix}", key=key,

@@ -553,6 +553,19 @@ def test_silent_tethered_subscriber_holds_the_writer_for_its_hold_and_is_then_dr
     assert tethered.is_dropped
 
 
+def test_a_subscriber_on_an_injected_clock_is_live_from_its_first_heartbeat(tmp_path):
+    """Its counter's first heartbeat is on its clock, not the system's: a clock far ahead of the
+    system's (a test's, a simulation's) once made a new subscriber look silent for the difference
+    and dropped it before it read anything."""
+    log, counters = make_log(tmp_path)
+    clock = ManualClock(nanos=time.monotonic_ns() + 10_000 * 1_000_000_000)
+    image = Image(log, counters, name="ahead", clock=clock)
+    publication = ExclusivePublication(log, counters, subscriber_liveness_timeout_s=0.5, clock=clock)
+    assert publication.offer(message(1)) > 0
+    assert counter_value(counters, ctr.SUBSCRIBERS_DROPPED_TYPE_ID, log) == 0
+    assert not image.is_dropped and image.poll(lambda *fragment: None, 10) == 1
+
+
 def test_tethered_subscriber_that_reads_within_its_hold_lets_the_writer_on_with_nothing_lost(tmp_path):
     log, counters, tethered, clock, publication, writer = held_by_a_tethered_subscriber(tmp_path)
     clock.advance(30.0)
