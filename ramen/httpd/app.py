@@ -30,7 +30,7 @@ from ramen.httpd.factors import FactorValues
 from ramen.httpd.fetch import FetchError, Fetcher, Progress
 from ramen.httpd.metrics import HttpdStats
 from ramen.httpd.names import MetricTree, PathError
-from ramen.httpd.series import Series
+from ramen.httpd.series import DEFAULT_XFILES_FACTOR, Series
 from ramen.program import Function, Program, ProgramError
 from ramen.replay.contract import DEFAULT_REPLAY_TIMEOUT_S
 from ramen.times import TimeError, parse_time
@@ -269,7 +269,8 @@ MAX_BATCH_RENDERS = 100
 
 
 async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until_s: int, now_s: int, *,
-                           request_id: str | None = None, no_cache: bool = False) -> list[Series]:
+                           request_id: str | None = None, no_cache: bool = False,
+                           xfiles_factor: float = DEFAULT_XFILES_FACTOR) -> list[Series]:
     """The series of Graphite targets over [since_s, until_s): every target parsed first, then
     each function they need fetched at once (one pool job each), then the functions applied."""
     targets = [t for t in targets if t.strip()]
@@ -302,14 +303,14 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
             wanted = [(m.factor_values, m.field, m.path) for m in metrics.values() if m.function == name]
             by_path.update((s.name, s) for s in buckets.to_series(function, tables[name], wanted, since_s, until_s))
         series_of = {e: [by_path[m.path] for m in expanded[e]] for e in expressions}  # evaluate copies them
-        context = graphite_functions.Context(since_s, until_s, now_s)
+        context = graphite_functions.Context(since_s, until_s, now_s, xfiles_factor)
         return [s for node in nodes for s in graphite_functions.evaluate(node, series_of, context)]
     finally:
         progress.done = True
 
 
 async def render_handler(request: web.Request) -> web.Response:
-    """Graphite's /render: `target` repeated, from/until, format, maxDataPoints (json)."""
+    """Graphite's /render: `target` repeated, from/until, format, maxDataPoints (json), xFilesFactor."""
     httpd = request.app[HTTPD]
     httpd.stats.renders += 1
     try:
@@ -321,7 +322,8 @@ async def render_handler(request: web.Request) -> web.Response:
         max_points = _max_data_points(one(values, "maxDataPoints"))
         results = await evaluate_targets(httpd, values.get("target", []), since_s, until_s, now_s,
                                          request_id=one(values, "requestId"),
-                                         no_cache=one(values, "noCache", "0").lower() in ("1", "true"))
+                                         no_cache=one(values, "noCache", "0").lower() in ("1", "true"),
+                                         xfiles_factor=_xfiles_factor(one(values, "xFilesFactor")))
     except Exception:
         httpd.stats.add("render_errors")
         raise
@@ -374,6 +376,18 @@ async def render_batch_handler(request: web.Request) -> web.Response:
 
     answers = await asyncio.gather(*(one_render(spec) for spec in renders))
     return _answer(b"[" + b",".join(answers) + b"]", "json")
+
+
+def _xfiles_factor(text: str | None) -> float:
+    if text is None or text == "":
+        return DEFAULT_XFILES_FACTOR
+    try:
+        share = float(text)
+    except ValueError:
+        raise BadRequest(f"xFilesFactor {text!r} is not a number") from None
+    if not 0 <= share <= 1:
+        raise BadRequest(f"xFilesFactor must be within 0..1, not {text}")
+    return share
 
 
 def _max_data_points(text: str | None) -> int | None:

@@ -22,7 +22,7 @@ from functools import reduce
 
 import numpy as np
 
-from ramen.httpd.series import Series
+from ramen.httpd.series import DEFAULT_XFILES_FACTOR, Series
 from ramen.httpd.target import Call, Literal, Node, PathExpr, TargetError, parse
 from ramen.times import MAX_TIME_US, OFFSET_UNITS
 
@@ -31,8 +31,6 @@ __all__ = ["AGGREGATIONS", "Context", "FUNCTIONS", "FunctionSpec", "Param", "agg
 
 MODULE_NAME = "ramen.httpd.functions"
 """What `/functions` says each function's module is (graphite-web: graphite.render.functions)."""
-DEFAULT_XFILES_FACTOR = 0.0
-"""graphite-web's default: one non-null value among those reduced is enough for a non-null result."""
 MICROS_PER_SECOND = 1_000_000
 INTERVAL_SUGGESTIONS = ["10min", "1h", "1d"]
 WINDOW_SUGGESTIONS = [5, 7, 10, "1min", "5min", "10min", "30min", "1hour"]
@@ -52,7 +50,7 @@ class Context:
     until_s: int
     now_s: int
     xfiles_factor: float = DEFAULT_XFILES_FACTOR
-    """Share of non-null values a reduction needs for a non-null result (graphite-web's xFilesFactor)."""
+    """The render's `xFilesFactor`: what the series it fetches start with (Series.xfiles_factor)."""
 
 
 # Reductions over rows, NaN as null
@@ -145,12 +143,14 @@ def consolidate_values(values: np.ndarray, values_per_point: int, func: str,
                           xfiles_factor=xfiles_factor)
 
 
-def consolidated(series: Series, values_per_point: int, xfiles_factor: float = DEFAULT_XFILES_FACTOR) -> Series:
-    """`series` with `values_per_point` values per point, by its own consolidation function."""
+def consolidated(series: Series, values_per_point: int) -> Series:
+    """`series` with `values_per_point` values per point, by its own consolidation function and
+    xFilesFactor."""
     if values_per_point <= 1:
         return series
     return series.copy(step=series.step * values_per_point,
-                       values=consolidate_values(series.values, values_per_point, series.consolidate, xfiles_factor))
+                       values=consolidate_values(series.values, values_per_point, series.consolidate,
+                                                 series.xfiles_factor))
 
 
 # Intervals
@@ -195,17 +195,16 @@ def _lcm(a: int, b: int) -> int:
     return a * b // math.gcd(a, b)
 
 
-def normalize(series_list: Sequence[Series], xfiles_factor: float = DEFAULT_XFILES_FACTOR
-              ) -> tuple[list[Series], int, int]:
-    """The series at their lowest common step (each consolidated by its own function, as graphite-web
-    does), the start of the earliest, and that step.
+def normalize(series_list: Sequence[Series]) -> tuple[list[Series], int, int]:
+    """The series at their lowest common step (each consolidated by its own function and
+    xFilesFactor, as graphite-web does), the start of the earliest, and that step.
 
     graphite-web then zips the series by position; we place each by its start instead (the same
     when starts agree, which fetches of one range ensure, and right when they do not).
     """
     step = reduce(_lcm, (s.step for s in series_list))
     start = min(s.start for s in series_list)
-    return [consolidated(s, step // s.step, xfiles_factor) for s in series_list], start, step
+    return [consolidated(s, step // s.step) for s in series_list], start, step
 
 
 def _matrix(series_list: Sequence[Series], start: int, step: int) -> np.ndarray:
@@ -233,27 +232,39 @@ def _tagged(series: Series, **tags: object) -> dict[str, str]:
     return {**series.tags, **{key: str(value) for key, value in tags.items()}}
 
 
-def _fresh(name: str, start: int, step: int, values: np.ndarray) -> Series:
-    """A series a function made from several (its tags only its name, as graphite-web's new TimeSeries)."""
-    return Series(name=name, start=start, step=step, values=values, path_expression=name, tags={"name": name})
+def _fresh(name: str, start: int, step: int, values: np.ndarray, of: Sequence[Series] = ()) -> Series:
+    """A series a function made from several (`of`; its tags only its name, as graphite-web's new
+    TimeSeries), as strict about nulls as they are."""
+    return Series(name=name, start=start, step=step, values=values, path_expression=name, tags={"name": name},
+                  xfiles_factor=_xfiles_factor(of) if of else DEFAULT_XFILES_FACTOR)
 
 
 # The functions. Each takes the context and its bound parameters, and returns a new list.
 
 
-def _aggregate(context: Context, series_lists: list[list[Series]], func: str) -> list[Series]:
+def _xfiles_factor(series_list: Sequence[Series]) -> float:
+    """What a reduction across series needs of their values at a point: the strictest of theirs (the
+    render's, or what setXFilesFactor set on them; graphite-web's request-wide value, there set by
+    whichever setXFilesFactor ran last, even in another target)."""
+    return max(s.xfiles_factor for s in series_list)
+
+
+def _aggregate(context: Context, series_lists: list[list[Series]], func: str, xfiles_factor: float | None = None
+               ) -> list[Series]:
     series_list = [s for sublist in series_lists for s in sublist]
     if not series_list:
         return []
-    normalized, start, step = normalize(series_list, context.xfiles_factor)
+    xff = _xfiles_factor(series_list) if xfiles_factor is None else xfiles_factor
+    normalized, start, step = normalize(series_list)
     name = f"{func}Series({_path_expressions(series_list)})"
-    values = aggregate_rows(func, _matrix(normalized, start, step), xfiles_factor=context.xfiles_factor)
+    values = aggregate_rows(func, _matrix(normalized, start, step), xfiles_factor=xff)
     tags = dict(series_list[0].tags)
     for s in series_list[1:]:
         tags = {key: value for key, value in tags.items() if s.tags.get(key) == value}
     tags.setdefault("name", name)
     tags["aggregatedBy"] = func
-    return [Series(name=name, start=start, step=step, values=values, path_expression=name, tags=tags)]
+    return [Series(name=name, start=start, step=step, values=values, path_expression=name, tags=tags,
+                   xfiles_factor=xff)]
 
 
 def sum_series(context: Context, seriesLists: list[list[Series]]) -> list[Series]:
@@ -284,9 +295,7 @@ def aggregate(context: Context, seriesList: list[Series], func: str, xFilesFacto
     """Combines the series into one by an aggregation function (sum, average, max, ...), named
     `<func>Series(<path expressions>)`; `aggregate(x, "sum")` is `sumSeries(x)`."""
     func = func[:-len("Series")] if func.endswith("Series") else func
-    if xFilesFactor is not None:
-        context = Context(context.from_s, context.until_s, context.now_s, xFilesFactor)
-    return _aggregate(context, [seriesList], func)
+    return _aggregate(context, [seriesList], func, xFilesFactor)
 
 
 def alias(context: Context, seriesList: list[Series], newName: str) -> list[Series]:
@@ -387,7 +396,7 @@ def summarize(context: Context, seriesList: list[Series], intervalString: str, f
         matrix[bucket_of, position] = s.values
         real[bucket_of, position] = True
         values = aggregate_rows(func, matrix, real=real, denominator=interval / s.step,
-                                xfiles_factor=context.xfiles_factor)
+                                xfiles_factor=s.xfiles_factor)
         name = f'summarize({s.name}, "{intervalString}", "{func}"{", true" if alignToFrom else ""})'
         results.append(_named(s, name, start=new_start, step=interval, values=values,
                               tags=_tagged(s, summarize=intervalString, summarizeFunction=func)))
@@ -400,6 +409,16 @@ def consolidate_by(context: Context, seriesList: list[Series], consolidationFunc
     first, last."""
     return [_named(s, f'consolidateBy({s.name},"{consolidationFunc}")', consolidate=consolidationFunc,
                    tags=_tagged(s, consolidateBy=consolidationFunc)) for s in seriesList]
+
+
+def set_xfiles_factor(context: Context, seriesList: list[Series], xFilesFactor: float) -> list[Series]:
+    """Sets the share (0 to 1) of a run of values that must not be null for its reduction to be: when
+    the series is consolidated (maxDataPoints, a coarser series beside it), summarised, averaged over
+    a moving window, or combined with others (sumSeries & co take the strictest of their series').
+    0, the default: one value is enough; 1: all of them. Short form: xFilesFactor."""
+    if not 0 <= xFilesFactor <= 1:
+        raise TargetError(f"setXFilesFactor: xFilesFactor must be within 0..1, not {xFilesFactor:g}")
+    return [s.copy(xfiles_factor=xFilesFactor, tags=_tagged(s, xFilesFactor=xFilesFactor)) for s in seriesList]
 
 
 def keep_last_value(context: Context, seriesList: list[Series], limit: float = math.inf) -> list[Series]:
@@ -466,9 +485,9 @@ def moving_average(context: Context, seriesList: list[Series], windowSize: int |
     full window; ramen fetches only [from, until), so the first point is null and the first window
     of points averages fewer values (its xFilesFactor still counts the full window).
     """
-    xff = context.xfiles_factor if xFilesFactor is None else xFilesFactor
     results = []
     for s in seriesList:
+        xff = s.xfiles_factor if xFilesFactor is None else xFilesFactor
         if isinstance(windowSize, str):
             points = abs(parse_interval_s(windowSize)) // s.step
             name = f'movingAverage({s.name},"{windowSize}")'
@@ -544,25 +563,24 @@ def as_percent(context: Context, seriesList: list[Series], total: object = None,
         return _as_percent_by_nodes(context, seriesList, total, nodes)
     if not seriesList:
         return []
-    xff = context.xfiles_factor
     if isinstance(total, list) and len(total) == len(seriesList) and len(total) > 1:
         results = []
         for part, whole in zip(sorted(seriesList, key=lambda s: s.name), sorted(total, key=lambda s: s.name)):
-            pair, start, step = normalize([part, whole], xff)
+            pair, start, step = normalize([part, whole])
             matrix = _matrix(pair, start, step)
             results.append(_fresh(f"asPercent({part.name},{whole.name})", start, step,
-                                  _percent(matrix[:, 0], matrix[:, 1])))
+                                  _percent(matrix[:, 0], matrix[:, 1]), (part, whole)))
         return results
     if isinstance(total, list) and len(total) != 1:
         raise TargetError(f"asPercent: total must be a number, one series or {len(seriesList)} series "
                           f"(as many as the first argument), not {len(total)}")
     if isinstance(total, list):
-        normalized, start, step = normalize([*seriesList, total[0]], xff)
+        normalized, start, step = normalize([*seriesList, total[0]])
         matrix = _matrix(normalized, start, step)
         totals, total_text = matrix[:, -1], total[0].name
         matrix = matrix[:, :-1]
     else:
-        normalized, start, step = normalize(seriesList, xff)
+        normalized, start, step = normalize(seriesList)
         matrix = _matrix(normalized, start, step)
         if total is None:
             totals = aggregate_rows("sum", matrix)
@@ -572,7 +590,7 @@ def as_percent(context: Context, seriesList: list[Series], total: object = None,
             total_text = str(total)
         else:
             raise TargetError(f"asPercent: total must be a number, a series list or None, not {total!r}")
-    return [_fresh(f"asPercent({s.name},{total_text})", start, step, _percent(matrix[:, column], totals))
+    return [_fresh(f"asPercent({s.name},{total_text})", start, step, _percent(matrix[:, column], totals), (s,))
             for column, s in enumerate(seriesList)]
 
 
@@ -580,7 +598,6 @@ def _as_percent_by_nodes(context: Context, seriesList: list[Series], total: obje
                          nodes: list[int | str]) -> list[Series]:
     if total is not None and not isinstance(total, list):
         raise TargetError(f"asPercent: with nodes, total must be None or a series list, not {total!r}")
-    xff = context.xfiles_factor
 
     def key(s: Series) -> str:
         return ".".join(_node(s, node) for node in nodes)
@@ -588,9 +605,9 @@ def _as_percent_by_nodes(context: Context, seriesList: list[Series], total: obje
     def summed(group_list: list[Series]) -> Series:
         if len(group_list) == 1:
             return group_list[0]
-        normalized, start, step = normalize(group_list, xff)
+        normalized, start, step = normalize(group_list)
         return _fresh(f"sumSeries({_path_expressions(group_list)})", start, step,
-                      aggregate_rows("sum", _matrix(normalized, start, step)))
+                      aggregate_rows("sum", _matrix(normalized, start, step)), group_list)
 
     groups: dict[str, list[Series]] = {}
     for s in seriesList:
@@ -607,18 +624,18 @@ def _as_percent_by_nodes(context: Context, seriesList: list[Series], total: obje
         if k not in groups:
             whole = totals[k]
             results.append(_fresh(f"asPercent(MISSING,{whole.name})", whole.start, whole.step,
-                                  np.full(len(whole.values), np.nan)))
+                                  np.full(len(whole.values), np.nan), (whole,)))
             continue
         for part in groups[k]:
             if k not in totals:
                 results.append(_fresh(f"asPercent({part.name},MISSING)", part.start, part.step,
-                                      np.full(len(part.values), np.nan)))
+                                      np.full(len(part.values), np.nan), (part,)))
                 continue
             whole = totals[k]
-            pair, start, step = normalize([part, whole], xff)
+            pair, start, step = normalize([part, whole])
             matrix = _matrix(pair, start, step)
             results.append(_fresh(f"asPercent({part.name},{whole.name})", start, step,
-                                  _percent(matrix[:, 0], matrix[:, 1])))
+                                  _percent(matrix[:, 0], matrix[:, 1]), (part, whole)))
     return results
 
 
@@ -716,6 +733,8 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
     _spec("perSecond", per_second, "Transform", _SERIES, Param("maxValue", "float"), Param("minValue", "float")),
     _spec("consolidateBy", consolidate_by, "Special", _SERIES,
           Param("consolidationFunc", "string", required=True, options=_CONSOLIDATION_OPTIONS)),
+    *(_spec(name, set_xfiles_factor, "Special", _SERIES, Param("xFilesFactor", "float", required=True))
+      for name in ("setXFilesFactor", "xFilesFactor")),
     _spec("movingAverage", moving_average, "Calculate", _SERIES,
           Param("windowSize", "intOrInterval", required=True, suggestions=tuple(WINDOW_SUGGESTIONS)),
           Param("xFilesFactor", "float")),
@@ -758,7 +777,8 @@ def _value(node: Node, fetched: dict[str, list[Series]], context: Context) -> ob
     if isinstance(node, Literal):
         return node.value
     if isinstance(node, PathExpr):
-        return [s.copy(path_expression=node.text) for s in fetched.get(node.text, [])]
+        return [s.copy(path_expression=node.text, xfiles_factor=context.xfiles_factor)
+                for s in fetched.get(node.text, [])]
     spec = FUNCTIONS.get(node.name)
     if spec is None:
         raise TargetError(f"unknown function {node.name!r}")

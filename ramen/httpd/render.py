@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ramen.arrow_text import text_bytes
-from ramen.httpd.functions import DEFAULT_XFILES_FACTOR, consolidate_values
+from ramen.httpd.functions import consolidate_values
 from ramen.httpd.names import Node
 from ramen.httpd.series import Series
 
@@ -55,7 +55,8 @@ def consolidate(series: Series, max_data_points: int, from_s: int, until_s: int)
         return series
     if max_data_points == 1:
         return series.copy(step=series.step * len(series.values),
-                           values=consolidate_values(series.values, len(series.values), series.consolidate))
+                           values=consolidate_values(series.values, len(series.values), series.consolidate,
+                                                         series.xfiles_factor))
     points = (until_s - from_s) / series.step
     if max_data_points >= points:
         return series
@@ -66,7 +67,7 @@ def consolidate(series: Series, max_data_points: int, from_s: int, until_s: int)
     skipped = (first_band - series.start) // series.step
     return series.copy(start=first_band, step=seconds_per_point,
                        values=consolidate_values(series.values[skipped:], values_per_point, series.consolidate,
-                                                 DEFAULT_XFILES_FACTOR))
+                                                 series.xfiles_factor))
 
 
 def _time_range(series_list: Sequence[Series]) -> tuple[int, int]:
@@ -133,7 +134,7 @@ def _series_info(s: Series) -> dict:
     end, step and values; pathExpression groups the results), plus tags."""
     return {"name": s.name, "pathExpression": s.path_expression, "start": int(s.start), "end": int(s.end),
             "step": int(s.step), "values": _plain_values(s.values), "valuesPerPoint": 1,
-            "consolidationFunc": s.consolidate, "xFilesFactor": DEFAULT_XFILES_FACTOR, "tags": dict(s.tags)}
+            "consolidationFunc": s.consolidate, "xFilesFactor": s.xfiles_factor, "tags": dict(s.tags)}
 
 
 def _serialize(payload: list, fmt: str) -> bytes:

@@ -15,6 +15,8 @@ import numpy as np
 CONSOLIDATIONS = ("average", "sum", "min", "max", "first", "last", "avg", "avg_zero", "median", "multiply")
 """The consolidation functions `consolidateBy` accepts, as graphite-web names them."""
 DEFAULT_CONSOLIDATION = "average"
+DEFAULT_XFILES_FACTOR = 0.0
+"""graphite-web's default: one non-null value among those reduced is enough for a non-null result."""
 
 
 @dataclass
@@ -33,6 +35,10 @@ class Series:
     """graphite-web's tags: at least {"name": <metric path>} for a plain metric."""
     consolidate: str = DEFAULT_CONSOLIDATION
     """How to consolidate points when there are more than maxDataPoints (consolidateBy sets it)."""
+    xfiles_factor: float = DEFAULT_XFILES_FACTOR
+    """Share of non-null values a reduction of its points needs for a non-null result (graphite-web's
+    xFilesFactor): the render's `xFilesFactor`, or what setXFilesFactor set; consolidation, summarize,
+    movingAverage and the series functions over it use it unless told another."""
 
     def __post_init__(self) -> None:
         if self.step <= 0:

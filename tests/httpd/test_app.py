@@ -54,7 +54,9 @@ async def test_bad_requests_are_one_line_400s(client):
                               ("target=a.b&from=-3d", "longer than 2 days"),
                               ("target=a.b&from=now&until=-1h", "is not before until"),
                               ("target=a.b&from=yesterdayish", "from:"),
-                              ("target=a.b&maxDataPoints=lots", "maxDataPoints")):
+                              ("target=a.b&maxDataPoints=lots", "maxDataPoints"),
+                              ("target=a.b&xFilesFactor=most", "xFilesFactor"),
+                              ("target=a.b&xFilesFactor=2", "xFilesFactor must be within 0..1")):
             answer = await http.get(f"/render?{query}")
             text = await answer.text()
             assert answer.status == 400, (query, text)

@@ -186,6 +186,27 @@ def test_summarize_of_an_all_null_bucket_is_null_not_zero():
     same(result.values.tolist(), [NAN, 6, NAN])
 
 
+def test_xfiles_factor_of_the_render_and_of_set_xfiles_factor():
+    data = {"a": [series("a", [1, 2, NAN, 4, 5, 6], step=10)], "b": [series("b", [1, NAN, NAN, 4, 5, 6], step=10)]}
+    # [0,30): 2 of 3 values; [30,60): 3 of 3
+    same(run('summarize(a, "30s")', data)[0].values.tolist(), [3, 15, NAN])
+    strict = Context(from_s=0, until_s=60, now_s=60, xfiles_factor=0.7)  # the render's xFilesFactor
+    same(run('summarize(a, "30s")', data, strict)[0].values.tolist(), [NAN, 15, NAN])
+    [marked] = run("setXFilesFactor(a, 0.5)", data)
+    assert (marked.xfiles_factor, marked.tags["xFilesFactor"], marked.name) == (0.5, "0.5", "a")
+    same(run('summarize(xFilesFactor(a, 0.5), "30s")', data, strict)[0].values.tolist(), [3, 15, NAN])
+    same(run("movingAverage(xFilesFactor(a, 1), 2)", data)[0].values.tolist(), [NAN, NAN, 1.5, NAN, NAN, 4.5])
+    # across series: the strictest of theirs, unless the call says
+    same(run("sumSeries(a, b)", data)[0].values.tolist(), [2, 2, NAN, 8, 10, 12])
+    same(run("sumSeries(a, xFilesFactor(b, 1))", data)[0].values.tolist(), [2, NAN, NAN, 8, 10, 12])
+    same(run("aggregate(xFilesFactor(group(a, b), 1), 'sum', 0)", data)[0].values.tolist(), [2, 2, NAN, 8, 10, 12])
+    [total] = run("sumSeries(a, xFilesFactor(b, 1))", data)
+    assert total.xfiles_factor == 1  # and its consolidation then takes as much
+    for bad in ("setXFilesFactor(a, 1.5)", "xFilesFactor(a, -0.1)"):
+        with pytest.raises(TargetError, match="within 0..1"):
+            run(bad, data)
+
+
 def test_keep_last_value_fills_runs_up_to_the_limit_and_not_before_the_first_value():
     data = {"a": [series("a", [NAN, 1, NAN, NAN, 4, NAN, NAN, NAN, 8, NAN])]}
     same(run("keepLastValue(a)", data)[0].values.tolist(), [NAN, 1, 1, 1, 4, 4, 4, 4, 8, 8])
@@ -345,7 +366,7 @@ def test_functions_table_describes_every_required_function_in_graphite_webs_shap
 def test_function_params_match_graphite_webs_where_it_is_importable(graphite):
     from graphite.render import functions as graphite_functions
     for name, spec in FUNCTIONS.items():
-        theirs = [p.toJSON() for p in getattr(graphite_functions, name).params]
+        theirs = [p.toJSON() for p in graphite_functions.SeriesFunctions[name].params]
         ours = [p.to_json() for p in spec.params]
         for param in ours + theirs:
             param.pop("suggestions", None)
@@ -411,6 +432,11 @@ CROSS_CHECKS = [
     ("asPercent(x.*.used, x.{a,c}.total, 1)", lambda f, d: f.asPercent({}, d["x.*.used"], d["x.{a,c}.total"], 1)),
     ("asPercent(x.*.used, None, 2)", lambda f, d: f.asPercent({}, d["x.*.used"], None, 2)),
     ("group(prog.func.*.bytes, prog.slow.x)", lambda f, d: f.group({}, d["prog.func.*.bytes"], d["prog.slow.x"])),
+    # graphite-web sets the request's xFilesFactor too, which its sumSeries then takes
+    ("sumSeries(setXFilesFactor(prog.func.*.bytes, 1))",
+     lambda f, d: (lambda context: f.sumSeries(context, f.setXFilesFactor(context, d["prog.func.*.bytes"], 1.0)))({})),
+    ('summarize(xFilesFactor(prog.func.*.bytes, 0.6), "30s")',
+     lambda f, d: f.summarize({}, f.setXFilesFactor({}, d["prog.func.*.bytes"], 0.6), "30s")),
 ]
 
 

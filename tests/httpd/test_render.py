@@ -69,6 +69,13 @@ def test_consolidation_uses_the_series_function_and_all_null_bands_stay_null():
     same(consolidate(s, 3, 0, 60).values.tolist(), [1.5, NAN, 2.5])
 
 
+def test_consolidation_takes_the_series_xfiles_factor():
+    s = series("a", [1, NAN, NAN, 4, 5, 6], start=0)
+    same(consolidate(s, 2, 0, 60).values.tolist(), [1, 5])
+    same(consolidate(series("a", s.values, start=0, xfiles_factor=0.5), 2, 0, 60).values.tolist(), [NAN, 5])
+    same(consolidate(series("a", s.values, start=0, xfiles_factor=0.5), 1, 0, 60).values.tolist(), [4])
+
+
 def test_one_data_point_consolidates_everything():
     s = series("a", [1, 2, 3, NAN], start=0)
     result = consolidate(s, 1, 0, 40)
@@ -137,12 +144,13 @@ def test_csv_lines_are_name_time_value_with_empty_nulls():
 
 
 def test_local_pickle_and_msgpack_hold_what_graphite_webs_remote_reader_reads():
-    s = series("prog.f.x", [1.0, NAN, 3.0], start=100, step=10, path_expression="prog.f.*", consolidate="max")
+    s = series("prog.f.x", [1.0, NAN, 3.0], start=100, step=10, path_expression="prog.f.*", consolidate="max",
+               xfiles_factor=0.5)
     for fmt, load in (("pickle", pickle.loads), ("msgpack", lambda b: msgpack.unpackb(b, raw=False))):
         [info] = load(to_local([s], fmt))
         assert info == {"name": "prog.f.x", "pathExpression": "prog.f.*", "start": 100, "end": 130, "step": 10,
                         "values": [1.0, None, 3.0], "valuesPerPoint": 1, "consolidationFunc": "max",
-                        "xFilesFactor": 0.0, "tags": {"name": "prog.f.x"}}, fmt
+                        "xFilesFactor": 0.5, "tags": {"name": "prog.f.x"}}, fmt
         assert type(info["start"]) is int and type(info["values"][0]) is float
 
 

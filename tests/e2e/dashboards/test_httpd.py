@@ -97,6 +97,13 @@ def test_a_range_partly_outside_the_archive_charts_what_exists(dashboard_site):
     values = [v for v, _ in answer[0]["datapoints"]]
     assert len(values) == 35
     assert values[0] is None and values[-1] is not None
+    # one sum over the 35 minutes: of what exists, unless the render's xFilesFactor asks them all
+    target = 'summarize(sumSeries(web.per_minute.*.bytes), "35min", "sum", true)'
+    lenient, strict = (dashboard_site.json("/render", target=target, xFilesFactor=share,
+                                           **{"from": str(since), "until": str(until)})[0]["datapoints"]
+                       for share in ("0", "1"))
+    assert lenient == [[sum(v for v in values if v is not None), since]]
+    assert strict == [[None, since]]
 
 
 @pytest.mark.parametrize("params, reason", [
