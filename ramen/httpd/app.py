@@ -218,7 +218,8 @@ async def version(request: web.Request) -> web.Response:
 
 
 async def empty_list(request: web.Request) -> web.Response:
-    """/tags/...: ramen has no tags; Grafana asks, and takes an empty answer."""
+    """/tags/... and /events/get_data: ramen has neither tags nor events; Grafana asks (its query
+    editor, an annotation query on a Graphite data source), and takes an empty answer."""
     return web.json_response([])
 
 
@@ -422,7 +423,7 @@ def make_app(httpd: Httpd) -> web.Application:
     app.router.add_get("/functions", functions)
     app.router.add_get("/progress", progress)
     metrics.add_routes(app, client=httpd.client, site=httpd.site, stats=httpd.stats)
-    for path in ("/tags", "/tags/{rest:.*}"):
+    for path in ("/tags", "/tags/{rest:.*}", "/events/get_data"):
         app.router.add_route("*", path, empty_list)
     assets.add_routes(app)
     dashboards.add_routes(app, httpd.client)

@@ -35,11 +35,12 @@ async def serve(conf, **options) -> TestClient:
 
 
 @sync
-async def test_graphite_version_and_empty_tags(client):
+async def test_graphite_version_and_empty_tags_and_events(client):
     http = await serve(client)
     try:
         assert await (await http.get("/version")).text() == GRAPHITE_VERSION
         assert await (await http.get("/tags/autoComplete/tags")).json() == []
+        assert await (await http.get("/events/get_data?from=-1h&until=now&tags=deploy")).json() == []
         assert await (await http.get("/progress?requestId=nope")).json() == {"state": "unknown"}
     finally:
         await http.close()
