@@ -290,6 +290,58 @@ def min_series(context: Context, seriesLists: list[list[Series]]) -> list[Series
     return _aggregate(context, seriesLists, "min")
 
 
+def diff_series(context: Context, seriesLists: list[list[Series]]) -> list[Series]:
+    """The first series less all the others, point by point, as one series named `diffSeries(...)`
+    (a null in the first counts as 0 once another has a value there)."""
+    return _aggregate(context, seriesLists, "diff")
+
+
+def multiply_series(context: Context, seriesLists: list[list[Series]]) -> list[Series]:
+    """The series multiplied point by point, as one series named `multiplySeries(...)`; null where
+    any is null. A lone series is returned as it is, as graphite-web does."""
+    if len(seriesLists) == 1 and len(seriesLists[0]) == 1:
+        return seriesLists[0]
+    return _aggregate(context, seriesLists, "multiply")
+
+
+def divide_series(context: Context, dividendSeriesList: list[Series], divisorSeries: list[Series]) -> list[Series]:
+    """Each series divided point by point by the one divisor series, named `divideSeries(<a>,<b>)`;
+    null where either is null or the divisor is 0. No divisor: every point null,
+    `divideSeries(<a>,MISSING)`."""
+    if not divisorSeries:
+        return [_named(s, f"divideSeries({s.name},MISSING)", values=np.full(len(s.values), np.nan))
+                for s in dividendSeriesList]
+    if len(divisorSeries) > 1:
+        raise TargetError(f"divideSeries: the divisor must be exactly one series, not {len(divisorSeries)}")
+    divisor = divisorSeries[0]
+    results = []
+    for dividend in dividendSeriesList:
+        pair, start, step = normalize([dividend, divisor])
+        matrix = _matrix(pair, start, step)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            values = np.where(matrix[:, 1] != 0, matrix[:, 0] / matrix[:, 1], np.nan)
+        results.append(_fresh(f"divideSeries({dividend.name},{divisor.name})", start, step, values, pair))
+    return results
+
+
+def group_by_nodes(context: Context, seriesList: list[Series], callback: str, nodes: list[int | str]
+                   ) -> list[Series]:
+    """The series grouped by some elements of their paths (or tags), each group combined by
+    `callback` (an aggregation, or sumSeries & co) into one series named by those elements joined
+    by dots: `groupByNodes(prog.per_minute.*.bytes, "sum", 2)` is one series per host."""
+    groups: dict[str, list[Series]] = {}
+    for s in seriesList:
+        groups.setdefault(".".join(_node(s, node) for node in nodes), []).append(s)
+    func = callback[:-len("Series")] if callback.endswith("Series") else callback
+    return [s.copy(name=key) for key, members in groups.items() for s in _aggregate(context, [members], func)]
+
+
+def group_by_node(context: Context, seriesList: list[Series], nodeNum: int | str, callback: str = "average"
+                  ) -> list[Series]:
+    """groupByNodes with one element: `groupByNode(prog.per_minute.*.bytes, 2, "sum")`."""
+    return group_by_nodes(context, seriesList, callback, [nodeNum])
+
+
 def aggregate(context: Context, seriesList: list[Series], func: str, xFilesFactor: float | None = None
               ) -> list[Series]:
     """Combines the series into one by an aggregation function (sum, average, max, ...), named
@@ -340,6 +392,15 @@ def alias_by_node(context: Context, seriesList: list[Series], nodes: list[int | 
     names each series by its function. Elements count from 0 (negative from the end); a name
     instead of a number takes that tag's value."""
     return [s.copy(name=".".join(_node(s, node) for node in nodes)) for s in seriesList]
+
+
+def alias_sub(context: Context, seriesList: list[Series], search: str, replace: str) -> list[Series]:
+    """Names each series by a regular expression's substitution in its name (`\\1` for a group)."""
+    try:
+        pattern = re.compile(search)
+        return [s.copy(name=pattern.sub(replace, s.name)) for s in seriesList]
+    except (re.error, IndexError) as e:
+        raise TargetError(f"aliasSub: {e}") from None
 
 
 def alias_by_metric(context: Context, seriesList: list[Series]) -> list[Series]:
@@ -419,6 +480,48 @@ def set_xfiles_factor(context: Context, seriesList: list[Series], xFilesFactor: 
     if not 0 <= xFilesFactor <= 1:
         raise TargetError(f"setXFilesFactor: xFilesFactor must be within 0..1, not {xFilesFactor:g}")
     return [s.copy(xfiles_factor=xFilesFactor, tags=_tagged(s, xFilesFactor=xFilesFactor)) for s in seriesList]
+
+
+def transform_null(context: Context, seriesList: list[Series], default: float = 0,
+                   referenceSeries: list[Series] | None = None) -> list[Series]:
+    """Nulls become `default` (0); with reference series, only at the points where one of them
+    has a value."""
+    results = []
+    for s in seriesList:
+        fill = np.isnan(s.values)
+        if referenceSeries:
+            present = np.zeros(len(s.values), dtype=bool)
+            for reference in referenceSeries:  # by position, as graphite-web zips them
+                length = min(len(reference.values), len(present))
+                present[:length] |= ~np.isnan(reference.values[:length])
+            fill &= present
+        text = f"transformNull({s.name},{default:g}{',referenceSeries' if referenceSeries else ''})"
+        tags = _tagged(s, transformNull=default, **({"referenceSeries": 1} if referenceSeries else {}))
+        results.append(_named(s, text, values=np.where(fill, float(default), s.values), tags=tags))
+    return results
+
+
+def absolute(context: Context, seriesList: list[Series]) -> list[Series]:
+    """Each value's absolute value."""
+    return [_named(s, f"absolute({s.name})", values=np.abs(s.values), tags=_tagged(s, absolute=1))
+            for s in seriesList]
+
+
+def derivative(context: Context, seriesList: list[Series]) -> list[Series]:
+    """Each value less the one before it (null after a null); see nonNegativeDerivative and
+    perSecond for counters."""
+    return [_named(s, f"derivative({s.name})", values=np.concatenate(([np.nan], np.diff(s.values)))[:len(s.values)],
+                   tags=_tagged(s, derivative=1)) for s in seriesList]
+
+
+def integral(context: Context, seriesList: list[Series]) -> list[Series]:
+    """The running sum of the values from `from` on; a null stays null (and adds nothing)."""
+    results = []
+    for s in seriesList:
+        present = ~np.isnan(s.values)
+        values = np.where(present, np.cumsum(np.where(present, s.values, 0.0)), np.nan)
+        results.append(_named(s, f"integral({s.name})", values=values, tags=_tagged(s, integral=1)))
+    return results
 
 
 def keep_last_value(context: Context, seriesList: list[Series], limit: float = math.inf) -> list[Series]:
@@ -507,8 +610,9 @@ def moving_average(context: Context, seriesList: list[Series], windowSize: int |
     return results
 
 
-def _sorted_by(series_list: list[Series], func: str) -> list[Series]:
-    """Highest first by `func` over each series' values; all-null series last; ties keep their order."""
+def _sorted_by(series_list: list[Series], func: str, *, lowest: bool = False) -> list[Series]:
+    """Highest first by `func` over each series' values, all-null series last (`lowest`: lowest
+    first, all-null series first, as graphite-web ranks a null as -inf); ties keep their order."""
     if not series_list:
         return []
     width = max(len(s.values) for s in series_list)
@@ -517,7 +621,7 @@ def _sorted_by(series_list: list[Series], func: str) -> list[Series]:
         matrix[row, :len(s.values)] = s.values
         real[row, :len(s.values)] = True
     keys = [-math.inf if math.isnan(key) else key for key in aggregate_rows(func, matrix, real=real).tolist()]
-    order = sorted(range(len(series_list)), key=lambda i: keys[i], reverse=True)
+    order = sorted(range(len(series_list)), key=lambda i: keys[i], reverse=not lowest)
     return [series_list[i] for i in order]
 
 
@@ -531,6 +635,25 @@ def highest(context: Context, seriesList: list[Series], n: int = 1, func: str = 
     return _sorted_by(seriesList, func)[:n]
 
 
+def lowest_average(context: Context, seriesList: list[Series], n: int) -> list[Series]:
+    """The `n` series with the lowest mean over the range, lowest first (all-null ones before any)."""
+    return _sorted_by(seriesList, "average", lowest=True)[:n]
+
+
+def remove_below_value(context: Context, seriesList: list[Series], n: float) -> list[Series]:
+    """Values below `n` become null."""
+    with np.errstate(invalid="ignore"):
+        return [_named(s, f"removeBelowValue({s.name}, {n:g})", values=np.where(s.values < n, np.nan, s.values))
+                for s in seriesList]
+
+
+def remove_above_value(context: Context, seriesList: list[Series], n: float) -> list[Series]:
+    """Values above `n` become null."""
+    with np.errstate(invalid="ignore"):
+        return [_named(s, f"removeAboveValue({s.name}, {n:g})", values=np.where(s.values > n, np.nan, s.values))
+                for s in seriesList]
+
+
 def limit(context: Context, seriesList: list[Series], n: int) -> list[Series]:
     """The first `n` series only."""
     return list(seriesList[:n])
@@ -539,6 +662,14 @@ def limit(context: Context, seriesList: list[Series], n: int) -> list[Series]:
 def sort_by_maxima(context: Context, seriesList: list[Series]) -> list[Series]:
     """The series by their largest value, highest first."""
     return _sorted_by(seriesList, "max")
+
+
+def sort_by_name(context: Context, seriesList: list[Series], natural: bool = False, reverse: bool = False
+                 ) -> list[Series]:
+    """By name; `natural`: numbers in names by their value (server2 before server11)."""
+    def natural_key(s: Series) -> str:
+        return re.sub(r"\d+", lambda number: f"{int(number.group(0)):010}", s.name)
+    return sorted(seriesList, key=natural_key if natural else (lambda s: s.name), reverse=reverse)
 
 
 def group(context: Context, seriesLists: list[list[Series]]) -> list[Series]:
@@ -702,6 +833,9 @@ _SERIES = Param("seriesList", "seriesList", required=True)
 _SERIES_LISTS = Param("seriesLists", "seriesList", required=True, multiple=True)
 _AGG_OPTIONS = tuple(_aggregation_names())
 _CONSOLIDATION_OPTIONS = ("sum", "average", "avg", "avg_zero", "min", "max", "first", "last")
+_CALLBACK_OPTIONS = (*_AGG_OPTIONS, "averageSeries", "diffSeries", "maxSeries", "minSeries", "multiplySeries",
+                     "sumSeries")
+"""What groupByNode(s) combine a group with: an aggregation, or a function of ours that aggregates."""
 
 
 def _spec(name: str, call: Callable[..., list[Series]], group_name: str, *params: Param) -> FunctionSpec:
@@ -712,10 +846,21 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
     _spec("alias", alias, "Alias", _SERIES, Param("newName", "string", required=True)),
     _spec("aliasByNode", alias_by_node, "Alias", _SERIES, Param("nodes", "nodeOrTag", required=True, multiple=True)),
     _spec("aliasByMetric", alias_by_metric, "Alias", _SERIES),
+    _spec("aliasSub", alias_sub, "Alias", _SERIES, Param("search", "string", required=True),
+          Param("replace", "string", required=True)),
     _spec("sumSeries", sum_series, "Combine", _SERIES_LISTS),
     _spec("averageSeries", average_series, "Combine", _SERIES_LISTS),
     _spec("maxSeries", max_series, "Combine", _SERIES_LISTS),
     _spec("minSeries", min_series, "Combine", _SERIES_LISTS),
+    _spec("diffSeries", diff_series, "Combine", _SERIES_LISTS),
+    _spec("multiplySeries", multiply_series, "Combine", _SERIES_LISTS),
+    _spec("divideSeries", divide_series, "Combine", Param("dividendSeriesList", "seriesList", required=True),
+          Param("divisorSeries", "seriesList", required=True)),
+    _spec("groupByNode", group_by_node, "Combine", _SERIES, Param("nodeNum", "nodeOrTag", required=True),
+          Param("callback", "aggOrSeriesFunc", default="average", options=_CALLBACK_OPTIONS)),
+    _spec("groupByNodes", group_by_nodes, "Combine", _SERIES,
+          Param("callback", "aggOrSeriesFunc", required=True, options=_CALLBACK_OPTIONS),
+          Param("nodes", "nodeOrTag", multiple=True)),
     _spec("aggregate", aggregate, "Combine", _SERIES, Param("func", "aggFunc", required=True, options=_AGG_OPTIONS),
           Param("xFilesFactor", "float")),
     _spec("group", group, "Combine", Param("seriesLists", "seriesList", multiple=True)),
@@ -727,6 +872,11 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
           Param("intervalString", "interval", required=True, suggestions=tuple(INTERVAL_SUGGESTIONS)),
           Param("func", "aggFunc", default="sum", options=_AGG_OPTIONS),
           Param("alignToFrom", "boolean", default=False)),
+    _spec("transformNull", transform_null, "Transform", _SERIES, Param("default", "float", default=0),
+          Param("referenceSeries", "seriesList")),
+    _spec("absolute", absolute, "Transform", _SERIES),
+    _spec("derivative", derivative, "Transform", _SERIES),
+    _spec("integral", integral, "Transform", _SERIES),
     _spec("keepLastValue", keep_last_value, "Transform", _SERIES, Param("limit", "intOrInf", default=math.inf)),
     _spec("nonNegativeDerivative", non_negative_derivative, "Transform", _SERIES, Param("maxValue", "float"),
           Param("minValue", "float")),
@@ -741,8 +891,13 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
     _spec("highestAverage", highest_average, "Filter Series", _SERIES, Param("n", "integer", required=True)),
     _spec("highest", highest, "Filter Series", _SERIES, Param("n", "integer", required=True),
           Param("func", "aggFunc", default="average", options=_AGG_OPTIONS)),
+    _spec("lowestAverage", lowest_average, "Filter Series", _SERIES, Param("n", "integer", required=True)),
+    _spec("removeBelowValue", remove_below_value, "Filter Data", _SERIES, Param("n", "float", required=True)),
+    _spec("removeAboveValue", remove_above_value, "Filter Data", _SERIES, Param("n", "float", required=True)),
     _spec("limit", limit, "Filter Series", _SERIES, Param("n", "integer", required=True)),
     _spec("sortByMaxima", sort_by_maxima, "Sorting", _SERIES),
+    _spec("sortByName", sort_by_name, "Sorting", _SERIES, Param("natural", "boolean", default=False),
+          Param("reverse", "boolean", default=False)),
 )}
 """Every function a target may call, by the name a target calls it."""
 
@@ -871,7 +1026,7 @@ def _checked(spec: FunctionSpec, param: Param, value: object) -> object:
         if is_number and float(value).is_integer() and value > 0:
             return int(value)
         raise bad('a number of points (> 0) or an interval string such as "5min"')
-    if kind in ("string", "aggFunc"):
+    if kind in ("string", "aggFunc", "aggOrSeriesFunc"):
         if not isinstance(value, str):
             raise bad("a string")
         if param.options and value not in param.options:

@@ -5,7 +5,9 @@ whose arguments are targets, strings in either quote, numbers, booleans, `None`,
 arguments (`f(a.b, 2, key=value)`); graphite-web's pipes (`a.b|scale(2)`, the same as
 `scale(a.b, 2)`) read too. The facts follow graphite-web's render/grammar.py: a number is only a
 number when a `,` or `)` follows it (so `1h` or `2xx` is a path), a backslash escapes one of
-`(){},.'"\\|=` inside a path, and whitespace may separate tokens but not split a path.
+`(){},.'"\\|=` inside a path, a string is what its quotes hold, as written (a backslash and the
+character after it both stay, so a regular expression's `\\d` or `\\1` reaches aliasSub; an escaped
+or doubled quote does not end it), and whitespace may separate tokens but not split a path.
 
 `path_expressions` lists every path a target needs, so the caller resolves and fetches them all
 at once (a dashboard's refresh is then one replay per function, not one per reference).
@@ -250,15 +252,16 @@ class _Parser:
         return self.expression()
 
     def string(self) -> Literal:
-        """A quoted string; a backslash keeps the next character (so `'it\\'s'` reads)."""
+        """A quoted string, as graphite-web reads one: the text between its quotes, backslashes
+        included; a quote after a backslash, or doubled, does not end it."""
         quote = self.peek()
         start = self.pos
         self.pos += 1
         chars: list[str] = []
         while self.pos < len(self.text):
             char = self.text[self.pos]
-            if char == "\\" and self.pos + 1 < len(self.text):
-                chars.append(self.text[self.pos + 1])
+            if (char == "\\" and self.pos + 1 < len(self.text)) or self.text.startswith(quote * 2, self.pos):
+                chars.append(self.text[self.pos:self.pos + 2])
                 self.pos += 2
             elif char == quote:
                 self.pos += 1

@@ -207,6 +207,27 @@ def test_xfiles_factor_of_the_render_and_of_set_xfiles_factor():
             run(bad, data)
 
 
+def test_divide_group_by_node_and_their_mistakes():
+    data = {"a": [series("a", [6, 4, NAN, 1])], "b": [series("b", [3, 0, 2, NAN])],
+            "two": [series("c", [1]), series("d", [2])],
+            "p.*.x": [series("p.h1.x", [1, 2]), series("p.h2.x", [3, NAN]), series("q.h1.x", [5, 5])]}
+    [quotient] = run("divideSeries(a, b)", data)
+    assert quotient.name == "divideSeries(a,b)"
+    same(quotient.values.tolist(), [2, NAN, NAN, NAN])  # by 0, or a null on either side: null
+    with pytest.raises(TargetError, match="exactly one series, not 2"):
+        run("divideSeries(a, two)", data)
+    by_host = run("groupByNode(p.*.x, 1, 'sum')", data)
+    assert [s.name for s in by_host] == ["h1", "h2"]
+    same([v for s in by_host for v in s.values.tolist()], [6, 7, 3, NAN])
+    assert [s.name for s in run("groupByNodes(p.*.x, 'averageSeries', 0, 1)", data)] == ["p.h1", "p.h2", "q.h1"]
+    with pytest.raises(TargetError, match="parameter 'callback' must be one of"):
+        run("groupByNode(p.*.x, 1, 'loudest')", data)
+    with pytest.raises(TargetError, match="aliasSub: "):
+        run("aliasSub(a, '(', 'x')", data)
+    assert [s.name for s in run(r"aliasSub(p.*.x, '^(\w)\.(\w+)\..*', '\2 of \1')", data)] == \
+        ["h1 of p", "h2 of p", "h1 of q"]
+
+
 def test_keep_last_value_fills_runs_up_to_the_limit_and_not_before_the_first_value():
     data = {"a": [series("a", [NAN, 1, NAN, NAN, 4, NAN, NAN, NAN, 8, NAN])]}
     same(run("keepLastValue(a)", data)[0].values.tolist(), [NAN, 1, 1, 1, 4, 4, 4, 4, 8, 8])
@@ -360,7 +381,7 @@ def test_functions_table_describes_every_required_function_in_graphite_webs_shap
     assert described["keepLastValue"]["params"][1] == {"name": "limit", "type": "intOrInf", "default": "inf"}
     assert set(describe_functions(grouped=True)) >= {"Alias", "Combine", "Transform", "Calculate", "Filter Series",
                                                      "Sorting", "Special"}
-    assert set(describe_functions(group_name="Alias")) == {"alias", "aliasByNode", "aliasByMetric"}
+    assert set(describe_functions(group_name="Alias")) == {"alias", "aliasByNode", "aliasByMetric", "aliasSub"}
 
 
 def test_function_params_match_graphite_webs_where_it_is_importable(graphite):
@@ -372,6 +393,9 @@ def test_function_params_match_graphite_webs_where_it_is_importable(graphite):
             param.pop("suggestions", None)
             if param.get("default") == math.inf:
                 param["default"] = "inf"
+        for mine, their in zip(ours, theirs):  # a callback: an aggregation, or one of our functions of theirs
+            if mine["type"] == "aggOrSeriesFunc":
+                assert set(mine.pop("options")) <= set(their.pop("options")), name
         assert ours == theirs, name
 
 
@@ -432,6 +456,37 @@ CROSS_CHECKS = [
     ("asPercent(x.*.used, x.{a,c}.total, 1)", lambda f, d: f.asPercent({}, d["x.*.used"], d["x.{a,c}.total"], 1)),
     ("asPercent(x.*.used, None, 2)", lambda f, d: f.asPercent({}, d["x.*.used"], None, 2)),
     ("group(prog.func.*.bytes, prog.slow.x)", lambda f, d: f.group({}, d["prog.func.*.bytes"], d["prog.slow.x"])),
+    ("diffSeries(prog.func.*.bytes, prog.slow.x)",
+     lambda f, d: f.diffSeries({}, d["prog.func.*.bytes"], d["prog.slow.x"])),
+    ("multiplySeries(prog.func.*.bytes)", lambda f, d: f.multiplySeries({}, d["prog.func.*.bytes"])),
+    ("multiplySeries(prog.slow.x)", lambda f, d: f.multiplySeries({}, d["prog.slow.x"])),
+    ("divideSeries(prog.func.*.bytes, prog.slow.x)",
+     lambda f, d: f.divideSeries({}, d["prog.func.*.bytes"], d["prog.slow.x"])),
+    ("divideSeries(x.*.used, prog.func.h1.bytes)",
+     lambda f, d: f.divideSeries({}, d["x.*.used"], d["prog.func.h1.bytes"])),
+    ("divideSeries(prog.slow.x, nothing.*)", lambda f, d: f.divideSeries({}, d["prog.slow.x"], d["nothing.*"])),
+    ("groupByNode(x.*.used, 2, 'sum')", lambda f, d: f.groupByNode({}, d["x.*.used"], 2, "sum")),
+    ("groupByNode(prog.func.*.bytes, 1)", lambda f, d: f.groupByNode({}, d["prog.func.*.bytes"], 1)),
+    ("groupByNodes(group(x.*.used, x.{a,c}.total), 'maxSeries', 1)",
+     lambda f, d: f.groupByNodes({}, f.group({}, d["x.*.used"], d["x.{a,c}.total"]), "maxSeries", 1)),
+    ("groupByNodes(sumSeries(prog.func.*.bytes), 'sum', 0, 2)",
+     lambda f, d: f.groupByNodes({}, f.sumSeries({}, d["prog.func.*.bytes"]), "sum", 0, 2)),
+    ("transformNull(prog.func.*.bytes)", lambda f, d: f.transformNull({}, d["prog.func.*.bytes"])),
+    ("transformNull(prog.func.*.bytes, -1.5, x.*.used)",
+     lambda f, d: f.transformNull({}, d["prog.func.*.bytes"], -1.5, d["x.*.used"])),
+    ("absolute(offset(prog.func.*.bytes, -5))",
+     lambda f, d: f.absolute({}, f.offset({}, d["prog.func.*.bytes"], -5.0))),
+    ("derivative(prog.wrap.n)", lambda f, d: f.derivative({}, d["prog.wrap.n"])),
+    ("derivative(prog.func.*.bytes)", lambda f, d: f.derivative({}, d["prog.func.*.bytes"])),
+    ("integral(prog.func.*.bytes)", lambda f, d: f.integral({}, d["prog.func.*.bytes"])),
+    ("lowestAverage(group(prog.func.*.bytes, nothing.*, x.*.used), 3)",
+     lambda f, d: f.lowestAverage({}, f.group({}, d["prog.func.*.bytes"], d["nothing.*"], d["x.*.used"]), 3)),
+    ("removeBelowValue(prog.func.*.bytes, 4)", lambda f, d: f.removeBelowValue({}, d["prog.func.*.bytes"], 4.0)),
+    ("removeAboveValue(prog.func.*.bytes, 4.5)", lambda f, d: f.removeAboveValue({}, d["prog.func.*.bytes"], 4.5)),
+    ("sortByName(group(x.*.used, prog.func.*.bytes), false, true)",
+     lambda f, d: f.sortByName({}, f.group({}, d["x.*.used"], d["prog.func.*.bytes"]), False, True)),
+    ("aliasSub(prog.func.*.bytes, '^prog\\.func\\.(\\w+)\\..*', 'host \\1')",
+     lambda f, d: f.aliasSub({}, d["prog.func.*.bytes"], r"^prog\.func\.(\w+)\..*", r"host \1")),
     # graphite-web sets the request's xFilesFactor too, which its sumSeries then takes
     ("sumSeries(setXFilesFactor(prog.func.*.bytes, 1))",
      lambda f, d: (lambda context: f.sumSeries(context, f.setXFilesFactor(context, d["prog.func.*.bytes"], 1.0)))({})),

@@ -41,10 +41,24 @@ def test_whitespace_between_tokens_is_ignored():
         Call("sumSeries", (PathExpr("a.b"), Call("scale", (PathExpr("c.d"), Literal(2)))))
 
 
-def test_strings_keep_the_other_quote_and_escaped_quotes():
+STRINGS = [r"""alias(a.b, "it's")""", r"alias(a.b, 'it\'s')", r"alias(a.b, 'it''s')", 'alias(a.b, "x,y)z")',
+           r"aliasSub(a.b, '^a\.(\w+)$', '\1')", "alias(a.b, '')"]
+
+
+def test_strings_are_what_their_quotes_hold_as_written():
     assert parse("""alias(a.b, "it's")""", KNOWN).args[1] == Literal("it's")
-    assert parse(r"alias(a.b, 'it\'s')", KNOWN).args[1] == Literal("it's")
+    assert parse(r"alias(a.b, 'it\'s')", KNOWN).args[1] == Literal(r"it\'s")
+    assert parse("alias(a.b, 'it''s')", KNOWN).args[1] == Literal("it''s")
     assert parse('alias(a.b, "x,y)z")', KNOWN).args[1] == Literal("x,y)z")
+    assert parse(r"aliasSub(a.b, '^a\.(\w+)$', '\1')", KNOWN | {"aliasSub"}).args[1:] == \
+        (Literal(r"^a\.(\w+)$"), Literal(r"\1"))
+
+
+@pytest.mark.parametrize("text", STRINGS)
+def test_same_strings_as_graphite_webs_grammar(text):
+    grammar, = graphite_modules("graphite.render.grammar")
+    theirs = [a.string[1:-1] for a in grammar.grammar.parseString(text).expression.call.args if a.string]
+    assert [a.value for a in parse(text, KNOWN | {"aliasSub"}).args[1:]] == theirs
 
 
 def test_backslash_escapes_a_symbol_in_a_path():
