@@ -27,3 +27,15 @@ def wait_for(condition: Callable[[], T], what: str = "condition", *, timeout_s: 
         if time.monotonic() > deadline:
             pytest.fail(f"{what} not met within {timeout_s:g} s")
         time.sleep(poll_s)
+
+
+def quiet_supervisor_stats(client, site: str):
+    """The site supervisor's stats key as written after this call and with no replay running: its
+    counters then hold every spawn before (the key is rewritten every second, so the one read at once
+    may predate the last replays of an earlier test)."""
+    from ramen import supervisor_stats
+
+    asked_us = time.time_ns() // 1000
+    return wait_for(lambda: (found := supervisor_stats.read(client, site)) is not None
+                    and found.updated_us > asked_us and not found.replays and found,
+                    what=f"site {site}'s supervisor stats of a moment without replays")

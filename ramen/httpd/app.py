@@ -283,28 +283,35 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
     progress = httpd.track(request_id)
     loop = asyncio.get_running_loop()
     try:
+        context = graphite_functions.Context(since_s, until_s, now_s, xfiles_factor)
+        wanted = sorted({w for node in nodes for w in graphite_functions.fetches(node, context)})
         programs = await loop.run_in_executor(httpd.pool, httpd.programs)
         tree = MetricTree(programs, httpd.factor_values)
-        expressions = sorted({e for node in nodes for e in target.path_expressions(node)})
-        functions = {f.qualified_name: f for e in expressions for f in tree.functions_matching(e)}
+        # Each function over each range (a timeShift's is moved) it is needed over, as (name, shift_s).
+        functions = {(f.qualified_name, shift): f for e, shift in wanted for f in tree.functions_matching(e)}
         # Every function's buckets at once (a pool job each: their replays meet in the merge delay);
         # a glob over factor values then matches the values these hold, so a render never needs
         # the archive's newest hour (completion's factor values) on top of its own range.
         tables = dict(zip(functions, await asyncio.gather(*(
-            loop.run_in_executor(httpd.pool, httpd.buckets_of, programs, f, since_s, until_s, progress, no_cache)
-            for f in functions.values()))))
-        present = MetricTree(programs, lambda f: sorted(buckets.factor_values(f, tables[f.qualified_name])))
-        expanded = {e: present.expand(e) for e in expressions}
-        metrics = {m.path: m for found in expanded.values() for m in found}
+            loop.run_in_executor(httpd.pool, httpd.buckets_of, programs, f, since_s + shift, until_s + shift,
+                                 progress, no_cache)
+            for (_, shift), f in functions.items()))))
+        expanded = {}  # (path expression, shift_s) -> the metrics it names there
+        for shift in {shift for _, shift in wanted}:
+            present = MetricTree(programs, lambda f, at=shift: sorted(buckets.factor_values(
+                f, tables[f.qualified_name, at])))
+            expanded.update(((e, at), present.expand(e)) for e, at in wanted if at == shift)
+        metrics = {(m.path, shift): m for (_, shift), found in expanded.items() for m in found}
         if len(metrics) > httpd.limits.max_metrics:
             raise BadRequest(f"render: the targets name {len(metrics):,} series, more than "
                              f"{httpd.limits.max_metrics:,}")
         by_path = {}
-        for name, function in functions.items():
-            wanted = [(m.factor_values, m.field, m.path) for m in metrics.values() if m.function == name]
-            by_path.update((s.name, s) for s in buckets.to_series(function, tables[name], wanted, since_s, until_s))
-        series_of = {e: [by_path[m.path] for m in expanded[e]] for e in expressions}  # evaluate copies them
-        context = graphite_functions.Context(since_s, until_s, now_s, xfiles_factor)
+        for (name, shift), function in functions.items():
+            drawn = [(m.factor_values, m.field, m.path) for (_, at), m in metrics.items()
+                     if (m.function, at) == (name, shift)]
+            by_path.update(((s.name, shift), s) for s in buckets.to_series(function, tables[name, shift], drawn,
+                                                                          since_s + shift, until_s + shift))
+        series_of = {(e, at): [by_path[m.path, at] for m in found] for (e, at), found in expanded.items()}
         return [s for node in nodes for s in graphite_functions.evaluate(node, series_of, context)]
     finally:
         progress.done = True

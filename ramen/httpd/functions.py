@@ -8,13 +8,16 @@ Graphite's null: a reduction over nothing but nulls is null, never 0. Where grap
 we keep its names but not the bug; each such place says so.
 
 The caller resolves globs and fetches: `evaluate` gets, for each path expression of the target
-(target.path_expressions), the series it matched. Nothing here reads data past [from, until).
+and the shift of its range (`fetches`: timeShift moves it), the series it matched. Nothing here
+reads data past the range it is given.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +30,7 @@ from ramen.httpd.target import Call, Literal, Node, PathExpr, TargetError, parse
 from ramen.times import MAX_TIME_US, OFFSET_UNITS
 
 __all__ = ["AGGREGATIONS", "Context", "FUNCTIONS", "FunctionSpec", "Param", "aggregate_rows", "describe_functions",
-           "evaluate", "parse_interval_s", "TargetError"]
+           "evaluate", "fetches", "parse_interval_s", "TargetError"]
 
 MODULE_NAME = "ramen.httpd.functions"
 """What `/functions` says each function's module is (graphite-web: graphite.render.functions)."""
@@ -51,6 +54,13 @@ class Context:
     now_s: int
     xfiles_factor: float = DEFAULT_XFILES_FACTOR
     """The render's `xFilesFactor`: what the series it fetches start with (Series.xfiles_factor)."""
+    shift_s: int = 0
+    """Seconds the range is moved by, inside timeShift: from_s and until_s are already moved, and a
+    path's series are those fetched over the moved range."""
+
+    def shifted(self, seconds: int) -> Context:
+        return dataclasses.replace(self, from_s=self.from_s + seconds, until_s=self.until_s + seconds,
+                                   shift_s=self.shift_s + seconds)
 
 
 # Reductions over rows, NaN as null
@@ -524,6 +534,44 @@ def integral(context: Context, seriesList: list[Series]) -> list[Series]:
     return results
 
 
+def _time_shift_text(timeShift: str) -> str:
+    """graphite-web's reading: back in time unless it says + ("1d" is "-1d")."""
+    return "-" + timeShift if timeShift[:1].isdigit() else timeShift
+
+
+def time_shift_s(context: Context, timeShift: str, alignDst: bool = False) -> int:
+    """Seconds timeShift moves the range by (negative: back); with alignDst, an hour more or less
+    when the range and the moved one are each wholly in or out of daylight saving time, and not
+    alike (local time, as graphite-web's server reads it)."""
+    shift = parse_interval_s(_time_shift_text(timeShift))
+    if alignDst:
+        def in_dst(epoch_s: int) -> bool:
+            return time.localtime(epoch_s).tm_isdst > 0
+        now = (in_dst(context.from_s), in_dst(context.until_s))
+        then = (in_dst(context.from_s + shift), in_dst(context.until_s + shift))
+        if all(now) and not any(then):
+            shift += 3600
+        elif not any(now) and all(then):
+            shift -= 3600
+    return shift
+
+
+def time_shift(context: Context, seriesList: list[Series], timeShift: str, resetEnd: bool = True,
+               alignDst: bool = False) -> list[Series]:
+    """The series as they were at another time, drawn over this range: `timeShift(x, "7d")` beside
+    `x` compares with a week before (back in time unless the shift says +). Named
+    `timeShift(<name>, "-7d")`. resetEnd: no more points than the range has (the default)."""
+    text = _time_shift_text(timeShift)
+    shift = time_shift_s(context, timeShift, alignDst)
+    results = []
+    for s in seriesList:  # fetched over the moved range (evaluate): moved back by whole steps
+        start = s.start - shift // s.step * s.step
+        values = s.values[:max(0, -((start - context.until_s) // s.step))] if resetEnd else s.values
+        results.append(_named(s, f'timeShift({s.name}, "{text}")', start=start, values=values.copy(),
+                              tags=_tagged(s, timeShift=text)))
+    return results
+
+
 def keep_last_value(context: Context, seriesList: list[Series], limit: float = math.inf) -> list[Series]:
     """Fills each run of nulls with the value before it, if the run is at most `limit` points long
     (any length by default). A run at the very start has nothing to repeat and stays null."""
@@ -877,6 +925,10 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
     _spec("absolute", absolute, "Transform", _SERIES),
     _spec("derivative", derivative, "Transform", _SERIES),
     _spec("integral", integral, "Transform", _SERIES),
+    _spec("timeShift", time_shift, "Transform", _SERIES,
+          Param("timeShift", "interval", required=True,
+                suggestions=("1h", "6h", "12h", "1d", "2d", "7d", "14d", "30d")),
+          Param("resetEnd", "boolean", default=True), Param("alignDst", "boolean", default=False)),
     _spec("keepLastValue", keep_last_value, "Transform", _SERIES, Param("limit", "intOrInf", default=math.inf)),
     _spec("nonNegativeDerivative", non_negative_derivative, "Transform", _SERIES, Param("maxValue", "float"),
           Param("minValue", "float")),
@@ -918,27 +970,68 @@ def describe_functions(group_name: str | None = None, grouped: bool = False) -> 
 # Evaluation
 
 
-def evaluate(node: Node, fetched: dict[str, list[Series]], context: Context) -> list[Series]:
-    """The series a target yields. `fetched` maps each of its path expressions to the series that
-    matched (a path absent or matching nothing yields no series, as in graphite-web). The fetched
-    series are not modified."""
+Fetched = dict[tuple[str, int], list[Series]]
+"""(path expression, shift_s) -> the series it matched over the range moved by shift_s (`fetches`)."""
+
+
+def fetches(node: Node, context: Context) -> list[tuple[str, int]]:
+    """Every (path expression, shift in seconds) the target needs fetched, once each: a path under
+    timeShift over the range moved by its shift (nested ones add up), any other over the range.
+    A timeShift whose shift is not a literal interval is a TargetError here, before any fetch."""
+    found: dict[tuple[str, int], None] = {}
+    stack = [(node, context)]
+    while stack:
+        current, where = stack.pop()
+        if isinstance(current, PathExpr):
+            found.setdefault((current.text, where.shift_s))
+        elif isinstance(current, Call):
+            shifted = where.shifted(_shift_of(current, where)) if current.name == TIME_SHIFT else where
+            args = [(arg, shifted if index == 0 else where) for index, arg in enumerate(current.args)]
+            args += [(arg, shifted if name == "seriesList" else where) for name, arg in current.kwargs]
+            stack.extend(reversed(args))
+    return list(found)
+
+
+TIME_SHIFT = "timeShift"
+
+
+def _shift_of(node: Call, context: Context) -> int:
+    """The seconds a timeShift call moves its series' range by, from its literal arguments."""
+    spec = FUNCTIONS[TIME_SHIFT]
+    literals = [arg.value if isinstance(arg, Literal) else [] for arg in node.args]
+    kwargs = {name: arg.value if isinstance(arg, Literal) else [] for name, arg in node.kwargs}
+    if node.args:
+        literals[0] = []  # the series: not needed to know the shift
+    kwargs.pop("seriesList", None)
+    bound = _bind(spec, literals if node.args else [[]], kwargs)
+    shift = time_shift_s(context, bound["timeShift"], bound.get("alignDst", False))
+    if context.from_s + shift < 0 or (context.until_s + shift) * MICROS_PER_SECOND > MAX_TIME_US:
+        raise TargetError(f"timeShift: {bound['timeShift']!r} moves the range out of 1970 to 9999")
+    return shift
+
+
+def evaluate(node: Node, fetched: Fetched, context: Context) -> list[Series]:
+    """The series a target yields. `fetched` holds the series each (path expression, shift) of
+    `fetches` matched (a path absent or matching nothing yields no series, as in graphite-web).
+    The fetched series are not modified."""
     value = _value(node, fetched, context)
     if not isinstance(value, list):
         raise TargetError(f"a target must yield series, not the literal {value!r}")
     return value
 
 
-def _value(node: Node, fetched: dict[str, list[Series]], context: Context) -> object:
+def _value(node: Node, fetched: Fetched, context: Context) -> object:
     if isinstance(node, Literal):
         return node.value
     if isinstance(node, PathExpr):
         return [s.copy(path_expression=node.text, xfiles_factor=context.xfiles_factor)
-                for s in fetched.get(node.text, [])]
+                for s in fetched.get((node.text, context.shift_s), [])]
     spec = FUNCTIONS.get(node.name)
     if spec is None:
         raise TargetError(f"unknown function {node.name!r}")
-    args = [_value(arg, fetched, context) for arg in node.args]
-    kwargs = {name: _value(arg, fetched, context) for name, arg in node.kwargs}
+    shifted = context.shifted(_shift_of(node, context)) if node.name == TIME_SHIFT else context
+    args = [_value(arg, fetched, shifted if index == 0 else context) for index, arg in enumerate(node.args)]
+    kwargs = {name: _value(arg, fetched, shifted if name == "seriesList" else context) for name, arg in node.kwargs}
     return spec.call(context, **_bind(spec, args, kwargs))
 
 
@@ -989,7 +1082,9 @@ def _checked(spec: FunctionSpec, param: Param, value: object) -> object:
     if kind == "any":
         return value
     if isinstance(value, list):
-        raise bad({"float": "a number", "integer": "an integer", "node": "an integer"}.get(kind, f"a {kind}"))
+        raise bad({"float": "a number", "integer": "an integer", "node": "an integer", "intOrInf": "an integer or inf",
+                   "interval": 'an interval string such as "1h"', "intOrInterval": "a number of points or an interval",
+                   "aggFunc": "a string", "aggOrSeriesFunc": "a string"}.get(kind, f"a {kind}"))
     if kind == "float":
         if not is_number:
             raise bad("a number")

@@ -9,8 +9,8 @@ number when a `,` or `)` follows it (so `1h` or `2xx` is a path), a backslash es
 character after it both stay, so a regular expression's `\\d` or `\\1` reaches aliasSub; an escaped
 or doubled quote does not end it), and whitespace may separate tokens but not split a path.
 
-`path_expressions` lists every path a target needs, so the caller resolves and fetches them all
-at once (a dashboard's refresh is then one replay per function, not one per reference).
+ramen.httpd.functions.fetches lists every path a target needs, so the caller resolves and fetches
+them all at once (a dashboard's refresh is then one replay per function, not one per reference).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
-__all__ = ["Call", "Literal", "Node", "PathExpr", "TargetError", "parse", "path_expressions"]
+__all__ = ["Call", "Literal", "Node", "PathExpr", "TargetError", "parse"]
 
 PATH_SYMBOLS = "(){},.'\"\\|"
 """Characters a path element may not hold unescaped (graphite-web's `symbols`)."""
@@ -73,23 +73,6 @@ def parse(text: str, functions: Collection[str] | None = None) -> Node:
         from ramen.httpd.functions import FUNCTIONS  # late: functions imports this module
         functions = FUNCTIONS
     return _Parser(text, functions).target()
-
-
-def path_expressions(node: Node) -> list[str]:
-    """Every path expression in `node`, once each, in the order written."""
-    found: dict[str, None] = {}
-
-    def walk(current: Node) -> None:
-        if isinstance(current, PathExpr):
-            found.setdefault(current.text)
-        elif isinstance(current, Call):
-            for arg in current.args:
-                walk(arg)
-            for _name, value in current.kwargs:
-                walk(value)
-
-    walk(node)
-    return list(found)
 
 
 def _depth(node: Node) -> int:

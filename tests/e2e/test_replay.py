@@ -24,7 +24,7 @@ from ramen.archive.coverage import archive_coverage
 from ramen.program import Program
 from ramen.replay.client import Replay, ReplayFailed
 from ramen.replay.contract import WorkerReplay
-from tests.waiting import wait_for
+from tests.waiting import quiet_supervisor_stats, wait_for
 
 RATE = 1000
 BACKFILL_MIN = 10
@@ -191,8 +191,7 @@ def test_concurrent_replays_of_one_range_are_merged_and_read_the_archive_once(st
     monkeypatch.setenv("RAMEN_DIR", str(stack.base))
     since, until = minute_range(9, 5)
     with stack.client() as client:
-        stats = supervisor_stats.read(client, "local")
-        before = stats.counters["replayers_spawned"] if stats else 0
+        before = quiet_supervisor_stats(client, "local").counters["replayers_spawned"]
         programs = stack.programs(client)
         replays = [Replay(client, programs, "e2e/per_minute", since, until, site="local") for _ in range(3)]
         for replay in replays:  # all three within the merge delay

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from ramen.httpd.functions import FUNCTIONS, Context, describe_functions, evaluate, parse_interval_s
+from ramen.httpd.functions import FUNCTIONS, Context, describe_functions, evaluate, fetches, parse_interval_s
 from ramen.httpd.series import Series
 from ramen.httpd.target import Literal, TargetError, parse
 from tests.httpd.graphite_web import graphite_modules
@@ -37,8 +37,13 @@ def fetched():
     }
 
 
+def at(data, shift_s=0):
+    """Series by path expression as `evaluate` takes them: fetched over the range moved by shift_s."""
+    return {(path, shift_s): found for path, found in data.items()}
+
+
 def run(target, data=None, context=CONTEXT):
-    return evaluate(parse(target), fetched() if data is None else data, context)
+    return evaluate(parse(target), at(fetched() if data is None else data), context)
 
 
 def values(result):
@@ -228,6 +233,32 @@ def test_divide_group_by_node_and_their_mistakes():
         ["h1 of p", "h2 of p", "h1 of q"]
 
 
+def test_time_shift_draws_the_series_of_the_moved_range_over_this_one():
+    context = Context(from_s=1_000_000, until_s=1_000_060, now_s=1_000_060)
+    day_before = at({"a": [series("a", [10, 20, 30, 40, 50, 60, 70], start=913_600)]}, -86_400)
+    [shifted] = evaluate(parse('timeShift(a, "1d")'), day_before, context)
+    assert shifted.name == 'timeShift(a, "-1d")' and shifted.tags["timeShift"] == "-1d"
+    assert (shifted.start, shifted.step) == (1_000_000, 10)
+    same(shifted.values.tolist(), [10, 20, 30, 40, 50, 60])  # resetEnd: no more points than the range has
+    [longer] = evaluate(parse('timeShift(a, "1d", false)'), day_before, context)
+    assert len(longer.values) == 7
+    [cut] = evaluate(parse('timeShift(a, "1d")'), day_before, Context(1_000_000, 1_000_051, 1_000_051))
+    assert len(cut.values) == 6  # the last step begins before until
+
+    nested = parse('sumSeries(a, timeShift(scale(timeShift(a, "30s"), 2), "1d"))')
+    assert fetches(nested, context) == [("a", 0), ("a", -86_430)]  # nested shifts add up
+    data = {**at({"a": [series("a", [1, 2, 3, 4, 5, 6], start=1_000_000)]}),
+            **at({"a": [series("a", [10, 20, 30, 40, 50, 60], start=913_570)]}, -86_430)}
+    [total] = evaluate(nested, data, context)
+    assert total.start == 1_000_000
+    same(total.values.tolist(), [21, 42, 63, 84, 105, 126])
+    assert total.name == 'sumSeries(a,timeShift(scale(timeShift(a, "-30s"),2), "-1d"))'
+    assert fetches(parse('timeShift(a, "+1h")'), context) == [("a", 3600)]
+    for bad, reason in (('timeShift(a, b.c)', "must be an interval"), ('timeShift(a, "30d")', "out of 1970")):
+        with pytest.raises(TargetError, match=reason):
+            fetches(parse(bad), context)
+
+
 def test_keep_last_value_fills_runs_up_to_the_limit_and_not_before_the_first_value():
     data = {"a": [series("a", [NAN, 1, NAN, NAN, 4, NAN, NAN, NAN, 8, NAN])]}
     same(run("keepLastValue(a)", data)[0].values.tolist(), [NAN, 1, 1, 1, 4, 4, 4, 4, 8, 8])
@@ -310,7 +341,7 @@ def test_evaluate_leaves_the_fetched_series_untouched():
     before = {path: [(s.name, s.values.tolist(), s.path_expression) for s in found] for path, found in data.items()}
     for target in ("scale(prog.func.*.bytes, 2)", "keepLastValue(prog.func.*.bytes)", "alias(prog.slow.x, 'y')",
                    "consolidateBy(prog.slow.x, 'sum')", "sortByMaxima(prog.func.*.bytes)"):
-        evaluate(parse(target), data, CONTEXT)
+        evaluate(parse(target), at(data), CONTEXT)
     after = {path: [(s.name, s.values.tolist(), s.path_expression) for s in found] for path, found in data.items()}
     assert repr(after) == repr(before)
 

@@ -19,7 +19,7 @@ from ramen.cli.ps import collect
 from ramen.httpd import buckets
 from ramen.worker_keys import WorkerStats
 from tests.e2e.dashboards.site import HOST_NAMES, minute_range
-from tests.waiting import wait_for
+from tests.waiting import quiet_supervisor_stats, wait_for
 
 
 def test_the_tree_lists_programs_functions_factor_values_and_fields(dashboard_site):
@@ -73,7 +73,7 @@ def test_renders_at_once_are_merged_into_one_read_and_a_refresh_replays_nothing(
         # it (its next process must read them): start from none running, as a dashboard opened anew.
         wait_for(lambda: not any(r["running"] for r in collect(client, "local") if r["function"] == "web/per_minute"),
                  "web/per_minute stopped after the earlier replays")
-        before = supervisor_stats.read(client, "local").counters["replayers_spawned"]
+        before = quiet_supervisor_stats(client, "local").counters["replayers_spawned"]
         with ThreadPoolExecutor(len(targets)) as pool:
             answers = list(pool.map(lambda t: dashboard_site.json("/render", target=t, requestId=f"first-{t}", **window),
                                     targets))
@@ -104,6 +104,19 @@ def test_a_range_partly_outside_the_archive_charts_what_exists(dashboard_site):
                        for share in ("0", "1"))
     assert lenient == [[sum(v for v in values if v is not None), since]]
     assert strict == [[None, since]]
+
+
+def test_time_shift_draws_an_earlier_range_over_this_one(dashboard_site):
+    since, until = minute_range(5, 3)
+    target = "sumSeries(web.per_minute.*.bytes)"
+    shifted, plain, earlier = dashboard_site.json(
+        "/render", target=[f'timeShift({target}, "3min")', target, f'timeShift({target}, "+0s")'],
+        **{"from": str(since), "until": str(until)})
+    before = dashboard_site.json("/render", target=target, **{"from": str(since - 180), "until": str(until - 180)})
+    assert shifted["target"] == f'timeShift({target}, "-3min")'
+    assert shifted["datapoints"] == [[value, at + 180] for value, at in before[0]["datapoints"]]
+    assert all(value is not None for value, _ in shifted["datapoints"]) and shifted != plain
+    assert earlier["datapoints"] == plain["datapoints"]
 
 
 @pytest.mark.parametrize("params, reason", [
