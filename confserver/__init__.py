@@ -11,11 +11,11 @@ from confserver.client import ConfClient, Lock, Watch
 from confserver.errors import (BadRequest, ConfError, Disconnected, KeyExists, LockTimeout, NoSuchKey,
                                PermissionDenied, SessionExpired, VersionMismatch)
 from confserver.model import Entry, Event, EventKind
-from confserver.url import TOKEN_ENV, ConfServerURL, parse_url
+from confserver.url import CONFSERVER_ENV, TOKEN_ENV, ConfServerURL, parse_url
 
 __all__ = ["connect", "ConfClient", "Lock", "Watch", "Entry", "Event", "EventKind", "ConfServerURL",
            "ConfError", "BadRequest", "Disconnected", "KeyExists", "LockTimeout", "NoSuchKey",
-           "PermissionDenied", "SessionExpired", "VersionMismatch", "resolve_token"]
+           "PermissionDenied", "SessionExpired", "VersionMismatch", "resolve_token", "CONFSERVER_ENV"]
 
 AUTH_FILE_ENV = "RAMEN_CONFSERVER_AUTH"
 #: How long a session survives without contact (a dead client's ephemeral keys last this long).

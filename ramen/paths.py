@@ -25,6 +25,8 @@ removed when it stops: how a command finds the confserver of the instance its --
 READY_FILE_NAME = "ready"
 """The confserver URL, written by `ramen start` into DIR/run once it is ready, removed when it stops."""
 SITE_FILE_NAME = "site"
+PID_FILE_NAME = "ramen.pid"
+"""`ramen start`'s pid, in DIR/run, locked for as long as it runs (a stale file is not locked)."""
 """The site `ramen start` runs, in DIR/run while it runs."""
 AUTH_FILE_NAME = "confserver-auth"
 """The path of the auth file `ramen start --confserver` was given ($RAMEN_CONFSERVER_AUTH: another
@@ -42,6 +44,10 @@ def confserver_address_file() -> Path:
 
 def ready_file() -> Path:
     return ramen_dir() / "run" / READY_FILE_NAME
+
+
+def pid_file() -> Path:
+    return ramen_dir() / "run" / PID_FILE_NAME
 
 
 def local_confserver_url() -> str | None:

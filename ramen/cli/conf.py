@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
+import time
 from collections.abc import Iterator
 
 from ramen import keyspace, paths
 from ramen.cli import argtypes
 from ramen.cli.errors import UserError
+from ramen.locks import holders
 
 START_HINT = ("is ramen running? start it with `ramen start`, or name its instance with --dir DIR "
               "or its confserver with --confserver URL")
@@ -20,6 +23,12 @@ START_HINT = ("is ramen running? start it with `ramen start`, or name its instan
 directory), else $RAMEN_CONFSERVER or --confserver."""
 #: A person at a terminal would rather hear at once that nothing answers.
 CONNECT_TIMEOUT_S = 2.0
+RESTART_WAIT_S = 15.0
+"""How long a command waits for the confserver of the instance it names (--dir, $RAMEN_DIR) to
+answer again while that instance's `ramen start` runs: it restarts a confserver that died, after
+0.5 to 10 s of back-off (ramen/cli/keeper.py), and a command asked meanwhile (a dashboard's
+script, a cron job) should ride through that rather than fail."""
+RETRY_INTERVAL_S = 0.25
 
 
 def add_arguments(parser, identity: str, *, site: bool = False) -> None:
@@ -52,13 +61,40 @@ def connected(args) -> Iterator:
         if explicit and token is None:
             raise UserError(f"cannot act as {identity}: the auth file {confserver.default_auth_file()} is missing "
                             f"or unreadable, and no token was given (--token or ${confserver.TOKEN_ENV})")
-        with confserver.connect(args.confserver, identity=identity, token=token,
-                                connect_timeout_s=CONNECT_TIMEOUT_S) as client:
+        with _connect(args, identity, token) as client:
             yield client
     except confserver.Disconnected as e:
         raise UserError(f"{e}; {START_HINT}") from None
     except confserver.ConfError as e:
         raise UserError(str(e)) from None
+
+
+def _connect(args, identity: str | None, token: str | None):
+    import confserver
+    waited_since = None
+    while True:
+        try:
+            return confserver.connect(args.confserver, identity=identity, token=token,
+                                      connect_timeout_s=CONNECT_TIMEOUT_S)
+        except confserver.Disconnected:
+            if not _kept_by_its_instance(args):
+                raise
+            now = time.monotonic()
+            if waited_since is None:
+                waited_since = now
+                print(f"ramen: the confserver of {paths.ramen_dir()} does not answer; its `ramen start` runs "
+                      f"(and restarts it): waiting up to {RESTART_WAIT_S:g} s", file=sys.stderr, flush=True)
+            elif now - waited_since > RESTART_WAIT_S:
+                raise
+            time.sleep(RETRY_INTERVAL_S)
+
+
+def _kept_by_its_instance(args) -> bool:
+    """Whether the confserver asked is the one of the instance in --dir/$RAMEN_DIR (no --confserver,
+    no $RAMEN_CONFSERVER) and that instance's `ramen start` runs, which restarts it."""
+    import confserver
+    return (not args.confserver and not os.environ.get(confserver.CONFSERVER_ENV)
+            and bool(holders([paths.pid_file()])))
 
 
 def loaded_programs(client) -> dict:

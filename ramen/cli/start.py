@@ -48,7 +48,7 @@ CONFSERVER_MODULE = "confserver.server"
 CONFSERVER_ANSWERED_WITHIN_S = 3.0
 """Spark's turns call the confserver only if it answered a probe this recently (a call to a stuck
 one only waits)."""
-PID_FILE = "ramen.pid"
+PID_FILE = paths.PID_FILE_NAME
 HEARTBEAT_SUFFIX = ".heartbeat"
 READY_FILE = paths.READY_FILE_NAME
 INSTANCE_FILE = "instance"

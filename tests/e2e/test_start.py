@@ -267,3 +267,41 @@ def test_start_kills_and_restarts_a_confserver_stopped_with_sigstop_and_its_serv
         process.send_signal(signal.SIGINT)
         assert process.wait(STARTUP_S) == 0
     assert stderr_path.read_text().strip().endswith("ramen: stopped")
+
+
+def test_a_command_rides_through_a_restart_of_its_instances_confserver_and_without_one_fails_at_once(tmp_path):
+    """While `ramen start` runs, a command whose confserver does not answer (it died, and is being
+    restarted) waits for it, saying so, instead of failing; with no `ramen start` running there, it
+    fails at once in one line. `ramen start` is frozen meanwhile, so that the command surely finds
+    the confserver gone, and then let go to restart it."""
+    env = dict(os.environ, RAMEN_DIR=str(tmp_path))
+    env.pop("RAMEN_CONFSERVER", None)
+    stderr_path = tmp_path / "start.stderr"
+    with open(stderr_path, "w") as stderr:
+        process = subprocess.Popen([sys.executable, "-m", "ramen.cli.main", "start", "--dir", str(tmp_path),
+                                    "--no-httpd"], env=env, stderr=stderr, text=True)
+    command = [sys.executable, "-m", "ramen.cli.main", "confclient", "set", "rode-through", "1"]
+    try:
+        deadline = time.monotonic() + STARTUP_S
+        while not (tmp_path / "run" / "ready").exists():
+            assert process.poll() is None and time.monotonic() < deadline, stderr_path.read_text()
+            time.sleep(0.1)
+        (confserver,) = [p for p, args in _processes_with(f"RAMEN_DIR={tmp_path}").items()
+                         if "-m confserver.server" in args]
+        os.kill(process.pid, signal.SIGSTOP)
+        try:
+            os.kill(confserver, signal.SIGKILL)
+            waiting = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            said = waiting.stderr.readline()
+            assert "does not answer; its `ramen start` runs (and restarts it): waiting up to" in said, said
+        finally:
+            os.kill(process.pid, signal.SIGCONT)
+        _, err = waiting.communicate(timeout=STARTUP_S)
+        assert waiting.returncode == 0, err
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(STARTUP_S) == 0
+    failed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=STARTUP_S)
+    assert failed.returncode != 0 and "is ramen running?" in failed.stderr and failed.stderr.count("\n") == 1, \
+        failed.stderr
+    assert "waiting" not in failed.stderr
