@@ -273,7 +273,8 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
                            request_id: str | None = None, no_cache: bool = False,
                            xfiles_factor: float = DEFAULT_XFILES_FACTOR) -> list[Series]:
     """The series of Graphite targets over [since_s, until_s): every target parsed first, then
-    each function they need fetched at once (one pool job each), then the functions applied."""
+    each function they need fetched at once over each range it is needed over (one pool job each;
+    a timeShift moves a range), then the functions applied."""
     targets = [t for t in targets if t.strip()]
     if not targets:
         raise BadRequest("render: at least one target is needed")

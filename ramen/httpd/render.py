@@ -56,7 +56,7 @@ def consolidate(series: Series, max_data_points: int, from_s: int, until_s: int)
     if max_data_points == 1:
         return series.copy(step=series.step * len(series.values),
                            values=consolidate_values(series.values, len(series.values), series.consolidate,
-                                                         series.xfiles_factor))
+                                                     series.xfiles_factor))
     points = (until_s - from_s) / series.step
     if max_data_points >= points:
         return series
