@@ -154,7 +154,7 @@ class ReplaySupervision:
                 self.counters.replayer_failures += 1
                 for channel in sorted(channels):
                     self.set_error(channel, f"replayer {replayer_id} of {replayer.source} died before the end of "
-                                            f"its range, while the supervisor was down")
+                                            f"its range, while the supervisor was down", lost=True)
             self.replayers[replayer_id] = replayer
 
     def on_replay(self, channel: int, value: dict | None, *, existing: bool = False) -> None:
@@ -307,7 +307,7 @@ class ReplaySupervision:
         """A worker that should run ended: every launched replay through it fails."""
         for request in self.requests.values():
             if request.launched and request.plan is not None and name in request.plan.workers:
-                self.set_error(request.channel, f"worker {name} died ({description}) during the replay")
+                self.set_error(request.channel, f"worker {name} died ({description}) during the replay", lost=True)
 
     # -- duty cycle ----------------------------------------------------------------------------
 
@@ -439,7 +439,7 @@ class ReplaySupervision:
                 log.error("%s", description)
                 for channel in sorted(replayer.channels):
                     if channel in self.requests or replayer.lent_to is not None:
-                        self.set_error(channel, description)
+                        self.set_error(channel, description, lost=True)
             else:
                 log.info("replayer %d of %s ended (%s)", replayer.id, replayer.source, child.describe_exit())
             return 1
@@ -561,14 +561,15 @@ class ReplaySupervision:
                 self.client.discard(keyspace.replay_key(request.channel))
         return expired
 
-    def set_error(self, channel: int, message: str) -> None:
-        """Add `error` to replays/<channel>, keeping the rest; the first error stays."""
+    def set_error(self, channel: int, message: str, *, lost: bool = False) -> None:
+        """Add `error` to replays/<channel>, keeping the rest; the first error stays. `lost`: a
+        process on its path died under it (the client may ask again)."""
         request = self.requests.get(channel)
         if request is not None:
             if request.failed:
                 return
             request.failed = True
-        if not fail_replay(self.client, channel, message):
+        if not fail_replay(self.client, channel, message, lost=lost):
             return  # gone, changed under us (the next fault will say again), or failed already
         self.counters.replay_errors += 1
         log.error("replay %d failed: %s", channel, message)

@@ -37,6 +37,10 @@ the buckets, whatever the range."""
 COMBINE_PARTS = 4
 """... or this many parts: added up as they come (a target's folds come every few hundred
 messages), so that what is left when the replay ends, and a render waits for, is little."""
+LOST_REPLAY_ATTEMPTS = 2
+"""Times a render asks for a replay whose failure is a process that died under it (a replayer or a
+worker killed, crashed): nothing of it reached the chart yet, so the panel waits for a second
+replay rather than show an error; a second loss is reported."""
 
 
 def _close(replay: Replay) -> None:
@@ -123,19 +127,39 @@ class Fetcher:
         since_us, until_us = since_s * buckets.US_PER_S, until_s * buckets.US_PER_S
         # The target folds its rows into buckets: an hour of a source's rows never leaves its worker.
         options = dict(site=self.site, timeout_s=self.timeout_s, strict=False, summary=buckets.summary_of(function))
-        try:
-            replay = (replay_to_newest if until_s >= now_s else Replay)(
-                self.client, programs, function.qualified_name, since_us, until_us, **options)
-        except ReplayGapError:
-            # No archive holds any of the range: nothing to chart there (graphite answers nulls).
-            reach_s = until_s if until_s < now_s - SETTLE_S else since_s
-            nothing = buckets.empty(function)
-            self.cache.put(function, since_s, reach_s, nothing)
-            return nothing
-        except (ReplayPlanError, ReplayFailed, SummaryError) as e:
-            raise FetchError(str(e)) from None
-        self.stats.add("replays_started")
-        progress.replays += 1
+        for attempt in range(1, LOST_REPLAY_ATTEMPTS + 1):
+            try:
+                replay = (replay_to_newest if until_s >= now_s else Replay)(
+                    self.client, programs, function.qualified_name, since_us, until_us, **options)
+            except ReplayGapError:
+                # No archive holds any of the range: nothing to chart there (graphite answers nulls).
+                reach_s = until_s if until_s < now_s - SETTLE_S else since_s
+                nothing = buckets.empty(function)
+                self.cache.put(function, since_s, reach_s, nothing)
+                return nothing
+            except (ReplayPlanError, ReplayFailed, SummaryError) as e:
+                raise FetchError(str(e)) from None
+            self.stats.add("replays_started")
+            progress.replays += 1
+            try:
+                table = self._read(function, replay, progress)
+                break
+            except ReplayFailed as e:
+                if not e.lost or attempt == LOST_REPLAY_ATTEMPTS:
+                    raise FetchError(str(e)) from None
+                log.warning("replay %d of %s over [%d, %d): %s: asking again", replay.channel,
+                            function.qualified_name, since_s, until_s, e)
+                self.stats.add("replays_retried")
+        if function.window is not None:
+            # A window the replay did not hold whole (the one still open, where the archives end)
+            # would chart a fraction of its rows as a dip: it is left out, null, until it is whole.
+            step = buckets.step_s(function)
+            table = buckets.between(table, since_s, int(replay.plan.until_us // buckets.US_PER_S) // step * step)
+        self.cache.put(function, since_s, self._settled_until(function, replay, until_s, now_s), table)
+        return table
+
+    def _read(self, function: Function, replay: Replay, progress: Progress) -> pa.Table:
+        """The buckets a replay's target writes, added up as they come."""
         table, pending, pending_rows = buckets.empty(function), [], 0
         try:
             replay.start()
@@ -145,24 +169,15 @@ class Fetcher:
                 progress.rows += batch.num_rows
                 if pending_rows >= COMBINE_ROWS or len(pending) >= COMBINE_PARTS:
                     table, pending, pending_rows = buckets.combine(function, [table, *pending]), [], 0
-        except BaseException as e:
+        except BaseException:
             replay.close()
-            if isinstance(e, ReplayFailed):
-                raise FetchError(str(e)) from None
             raise
         finally:
             progress.replays_done += 1
         # Its request withdrawn and its log removed behind the answer, not before it: 7-19 ms a
         # replay (a key deleted, a 48 MiB log unlinked) that a dashboard's renders waited for.
         self._closer.submit(_close, replay)
-        table = buckets.combine(function, [table, *pending])
-        if function.window is not None:
-            # A window the replay did not hold whole (the one still open, where the archives end)
-            # would chart a fraction of its rows as a dip: it is left out, null, until it is whole.
-            step = buckets.step_s(function)
-            table = buckets.between(table, since_s, int(replay.plan.until_us // buckets.US_PER_S) // step * step)
-        self.cache.put(function, since_s, self._settled_until(function, replay, until_s, now_s), table)
-        return table
+        return buckets.combine(function, [table, *pending])
 
     @staticmethod
     def _settled_until(function: Function, replay: Replay, until_s: int, now_s: float) -> int:

@@ -85,6 +85,8 @@ class HttpdStats:
     renders: int = field(default=0, metadata={"help": "Requests to /render answered."})
     render_errors: int = field(default=0, metadata={"help": "Requests to /render answered with an error (4xx or 5xx)."})
     replays_started: int = field(default=0, metadata={"help": "Replays httpd asked for to answer renders."})
+    replays_retried: int = field(default=0, metadata={"help": "Replays asked again because a process on their path "
+                                                              "died under them."})
     bytes_served: int = field(default=0, metadata={"help": "Bytes of response bodies httpd sent."})
     cache_hits: int = field(default=0, metadata={"help": "Ranges a render found (in part) in httpd's cache of closed windows."})
     cache_misses: int = field(default=0, metadata={"help": "Holes in httpd's cache a render had to replay."})

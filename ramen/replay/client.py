@@ -69,7 +69,12 @@ def recipient_params(channel: int) -> LogBufferParams:
 class ReplayFailed(Exception):
     """The replay could not deliver its result; the message is one line for the user: a damaged
     archive met while planning, or the `error` a replayer (naming the file and offset of the damage
-    it met) or the supervisor put into the request."""
+    it met) or the supervisor put into the request. `lost`: a process on its path died under it,
+    so the same replay asked again may succeed."""
+
+    def __init__(self, message: str, *, lost: bool = False) -> None:
+        super().__init__(message)
+        self.lost = lost
 
 
 class SupervisorPresence:
@@ -351,11 +356,11 @@ class Replay:
         for event in self._watch.drain():
             if event.entry is not None:
                 try:
-                    error = ReplayRequest.from_value(event.entry.value, event.key).error
+                    request = ReplayRequest.from_value(event.entry.value, event.key)
                 except ContractError as e:
                     raise ReplayFailed(str(e)) from None
-                if error:
-                    raise ReplayFailed(error)
+                if request.error:
+                    raise ReplayFailed(request.error, lost=request.lost)
             if event.kind.value == "deleted" and not self.relay:
                 # The target deletes the key after writing END_OF_REPLAY: read what is left first.
                 # (Relayed, the supervisor then writes the end key, with an error if there was no end.)

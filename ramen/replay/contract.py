@@ -75,6 +75,9 @@ class ReplayRequest(KeyValue):
     """The client's process."""
     error: str | None = None
     """Why the replay failed, one line for the user (see with_error)."""
+    lost: bool = False
+    """The error is a process on its path that died under it (killed, crashed), not something in
+    the request or the archive: the same replay asked again may well succeed."""
     summary: Summary | None = None
     """The target writes the result's buckets, not its rows."""
     site: str = keyspace.DEFAULT_SITE
@@ -105,11 +108,12 @@ def error_of(value: Any) -> str | None:
     return (value.get("error") or None) if isinstance(value, dict) else None
 
 
-def with_error(value: Any, message: str) -> dict:
-    """replays/<channel> with `error` set, the rest kept: the one way a replayer or the supervisor
-    fails a replay. A request too broken to read gets its error too, so that its client hears why."""
+def with_error(value: Any, message: str, *, lost: bool = False) -> dict:
+    """replays/<channel> with `error` set (and `lost`, for a process that died under it), the rest
+    kept: the one way a replayer or the supervisor fails a replay. A request too broken to read gets
+    its error too, so that its client hears why."""
     try:
-        return dataclasses.replace(ReplayRequest.from_value(value), error=message).to_value()
+        return dataclasses.replace(ReplayRequest.from_value(value), error=message, lost=lost).to_value()
     except ContractError:
         return dict(value, error=message) if isinstance(value, dict) else {"request": value, "error": message}
 

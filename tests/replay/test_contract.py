@@ -106,3 +106,6 @@ def test_the_first_error_of_a_request_stays_and_a_broken_request_gets_one_too():
     assert error_of(REQUEST.to_value()) is None
     assert with_error({"target": "p/t"}, "no plan") == {"target": "p/t", "error": "no plan"}
     assert error_of(with_error("nonsense", "unreadable")) == "unreadable"
+    assert not ReplayRequest.from_value(failed).lost
+    lost = ReplayRequest.from_value(with_error(REQUEST.to_value(), "worker p/t died (killed by signal 9)", lost=True))
+    assert lost.lost and lost.error == "worker p/t died (killed by signal 9)"

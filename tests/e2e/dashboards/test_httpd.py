@@ -6,6 +6,8 @@ bad requests refused in one line."""
 from __future__ import annotations
 
 import io
+import os
+import signal
 import json
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
@@ -186,3 +188,24 @@ def test_a_source_is_charted_from_the_rollups_its_archived_messages_carry(dashbo
         host = series["target"].split(".")[2]
         assert [[pytest.approx(expected[(t, host)]), t] for _, t in series["datapoints"]] == series["datapoints"]
         assert len(series["datapoints"]) == (until - since) // step
+
+
+def test_a_render_whose_replayer_is_killed_under_it_asks_again_and_answers(dashboard_site):
+    """The warm replayer a render's replay will take is frozen, then killed once the replay is
+    assigned to it: the supervisor fails the replay as lost, httpd asks again, and the render
+    answers what it answers undisturbed."""
+    since, until = minute_range(6, 3)
+    window = {"from": str(since), "until": str(until), "format": "json", "noCache": "1"}
+    target = "sumSeries(web.per_minute.*.bytes)"
+    undisturbed = dashboard_site.json("/render", target=target, **window)
+    with dashboard_site.client() as client:
+        warm = wait_for(lambda: quiet_supervisor_stats(client, "local").warm_replayer, what="a warm replayer").pid
+        os.kill(warm, signal.SIGSTOP)
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(dashboard_site.json, "/render", target=target, **window)
+            wait_for(lambda: any(e.value.get("pid") == warm for e in client.glob("sites/local/replayers/*")),
+                     what="the render's replay assigned to the frozen replayer")
+            os.kill(warm, signal.SIGKILL)
+            assert answer.result(timeout=120) == undisturbed
+    status, metrics = dashboard_site.get("/metrics")
+    assert status == 200 and b'ramen_httpd_replays_retried_total{site="local"} 1.0' in metrics, metrics[-2000:]
