@@ -72,7 +72,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ramen.replay.client import DEFAULT_REPLAY_TIMEOUT_S, ReplayFailed
+    from ramen.replay.client import DEFAULT_REPLAY_TIMEOUT_S, LOST_REPLAY_ATTEMPTS, ReplayFailed
     from ramen.replay.plan import ReplayPlanError, check_range
     from ramen.times import TimeError, parse_time
     output_format = rows.output_format(args)
@@ -98,18 +98,28 @@ def run(args) -> int:
             raise UserError(str(e)) from None
         rows.warn_of_uncovered(replay, "replay")
         _warn_of_partial_windows(replay)
-        reorder = rows.reorder_buffer(replay, programs, args.site)
         progress = _Progress() if sys.stderr.isatty() else None
         sink = open_sink(args.output)
         complete = failed = False
         try:
             writer = rows.open_row_writer(args, output_format, sink, replay.schema, fields)
-            with replay:
-                replay.start()
+            for attempt in range(1, LOST_REPLAY_ATTEMPTS + 1):
                 try:
-                    complete = _stream(replay.batches(progress), filters, reorder, fields, writer, args.limit)
-                    writer.close()
-                except ReplayFailed as e:
+                    if attempt > 1:
+                        replay = _plan(client, programs, args.target, since_us, until_us,
+                                       to_newest=until_us >= now_us, whole_windows=args.whole_windows, **options)
+                    reorder = rows.reorder_buffer(replay, programs, args.site)
+                    with replay:
+                        replay.start()
+                        complete = _stream(replay.batches(progress), filters, reorder, fields, writer, args.limit)
+                        writer.close()
+                    break
+                except (ReplayFailed, ReplayPlanError) as e:
+                    # Lost to a process's death before a row was written: the same replay asked again
+                    # may well succeed, and prints nothing twice.
+                    if isinstance(e, ReplayFailed) and e.lost and writer.rows == 0 and attempt < LOST_REPLAY_ATTEMPTS:
+                        print(f"ramen: replay: {e}: asking again", file=sys.stderr, flush=True)
+                        continue
                     failed = True
                     writer.abandon()
                     raise UserError(str(e)) from None

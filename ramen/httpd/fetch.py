@@ -22,7 +22,7 @@ from ramen.httpd import buckets
 from ramen.httpd.cache import ResultCache
 from ramen.httpd.metrics import HttpdStats
 from ramen.program import Function, Program
-from ramen.replay.client import Replay, ReplayFailed, replay_to_newest
+from ramen.replay.client import LOST_REPLAY_ATTEMPTS, Replay, ReplayFailed, replay_to_newest
 from ramen.replay.plan import ReplayGapError, ReplayPlanError
 from ramen.replay.summary import SummaryError
 
@@ -37,10 +37,6 @@ the buckets, whatever the range."""
 COMBINE_PARTS = 4
 """... or this many parts: added up as they come (a target's folds come every few hundred
 messages), so that what is left when the replay ends, and a render waits for, is little."""
-LOST_REPLAY_ATTEMPTS = 2
-"""Times a render asks for a replay whose failure is a process that died under it (a replayer or a
-worker killed, crashed): nothing of it reached the chart yet, so the panel waits for a second
-replay rather than show an error; a second loss is reported."""
 
 
 def _close(replay: Replay) -> None:
@@ -144,7 +140,7 @@ class Fetcher:
             try:
                 table = self._read(function, replay, progress)
                 break
-            except ReplayFailed as e:
+            except ReplayFailed as e:  # none of its buckets reached the chart: lost, it is asked again
                 if not e.lost or attempt == LOST_REPLAY_ATTEMPTS:
                     raise FetchError(str(e)) from None
                 log.warning("replay %d of %s over [%d, %d): %s: asking again", replay.channel,

@@ -66,6 +66,12 @@ def recipient_params(channel: int) -> LogBufferParams:
                            session_id=channel, stream_id=channel)
 
 
+LOST_REPLAY_ATTEMPTS = 2
+"""Times a consumer asks for a replay that was lost (ReplayFailed.lost: a replayer or worker on its
+path died under it) before it reports the loss: httpd's renders, and `ramen replay` while it has
+written no row."""
+
+
 class ReplayFailed(Exception):
     """The replay could not deliver its result; the message is one line for the user: a damaged
     archive met while planning, or the `error` a replayer (naming the file and offset of the damage

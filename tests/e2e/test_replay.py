@@ -573,3 +573,28 @@ def test_explain_prints_the_plan_without_replaying_even_when_nothing_is_covered(
     nothing = stack.ramen("replay", "--explain", "--since", "-3d", "--until", "-2d", "e2e/per_minute")
     assert nothing.returncode == 0, nothing.stderr
     assert "covered    nothing" in nothing.stdout and "note       no archive of e2e/traffic" in nothing.stdout
+
+
+def test_a_replay_whose_replayer_is_killed_before_any_row_is_asked_again(stack):
+    """The warm replayer `ramen replay` will take is frozen, then killed once the replay is assigned
+    to it: nothing was printed yet, so the command asks again, says so, and prints the same rows
+    as an undisturbed replay, once each."""
+    since, until = minute_range(8, 3)
+    undisturbed = stack.replay_table("e2e/per_minute", since, until)
+    with stack.client() as client:
+        warm = wait_for(lambda: quiet_supervisor_stats(client, "local").warm_replayer, what="a warm replayer").pid
+        os.kill(warm, signal.SIGSTOP)
+        command = subprocess.Popen([sys.executable, "-m", "ramen.cli.main", "replay", "--since", f"{since / 1e6:.6f}",
+                                    "--until", f"{until / 1e6:.6f}", "--format", "csv", "--with-header",
+                                    "e2e/per_minute"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   env=stack.env)
+        wait_for(lambda: any(e.value.get("pid") == warm for e in client.glob("sites/local/replayers/*")),
+                 what="the replay assigned to the frozen replayer")
+        os.kill(warm, signal.SIGKILL)
+        out, err = command.communicate(timeout=120)
+    assert command.returncode == 0, err
+    assert f"died (killed by signal {signal.SIGKILL})" in err and ": asking again" in err, err
+    import io
+
+    import pyarrow.csv as pacsv
+    assert pacsv.read_csv(io.BytesIO(out.encode())).equals(undisturbed)
