@@ -302,7 +302,8 @@ def min_series(context: Context, seriesLists: list[list[Series]]) -> list[Series
 
 def diff_series(context: Context, seriesLists: list[list[Series]]) -> list[Series]:
     """The first series less all the others, point by point, as one series named `diffSeries(...)`
-    (a null in the first counts as 0 once another has a value there)."""
+    (nulls skipped, as graphite-web: where the first is null, the first non-null one is the
+    minuend)."""
     return _aggregate(context, seriesLists, "diff")
 
 
