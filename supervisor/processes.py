@@ -120,6 +120,13 @@ class Child:
         end = self.ended_us if self.ended_us is not None else self.clock.epoch_us()
         return max(0.0, (end - self.started_us) / 1e6)
 
+    @property
+    def ended_by_signal(self) -> bool:
+        """It was killed or crashed (or is an adopted process whose exit nobody saw), rather than
+        exiting on an error of its own, which would come again: the replays through it were lost
+        to its death, and asked again may succeed."""
+        return self.returncode is None or self.returncode < 0
+
     def describe_exit(self) -> str:
         """How it ended, with the one-line error it printed last if it failed: a replay through a
         worker that failed then says why (the Spark job that stalled, the callable that raised)."""

@@ -303,11 +303,12 @@ class ReplaySupervision:
                 self._unwire(channel, keys)
         self.relays.found(set(self.requests))
 
-    def on_worker_death(self, name: str, description: str) -> None:
-        """A worker that should run ended: every launched replay through it fails."""
+    def on_worker_death(self, name: str, description: str, lost: bool) -> None:
+        """A worker that should run ended: every launched replay through it fails (`lost` when it
+        was killed or crashed rather than failing on an error of its own)."""
         for request in self.requests.values():
             if request.launched and request.plan is not None and name in request.plan.workers:
-                self.set_error(request.channel, f"worker {name} died ({description}) during the replay", lost=True)
+                self.set_error(request.channel, f"worker {name} died ({description}) during the replay", lost=lost)
 
     # -- duty cycle ----------------------------------------------------------------------------
 
@@ -439,7 +440,7 @@ class ReplaySupervision:
                 log.error("%s", description)
                 for channel in sorted(replayer.channels):
                     if channel in self.requests or replayer.lent_to is not None:
-                        self.set_error(channel, description, lost=True)
+                        self.set_error(channel, description, lost=child.ended_by_signal)
             else:
                 log.info("replayer %d of %s ended (%s)", replayer.id, replayer.source, child.describe_exit())
             return 1

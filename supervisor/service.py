@@ -94,8 +94,8 @@ class Supervisor:
             client.watch(keyspace.net_endpoint_key("*"), lambda event: self.events.put((_ENDPOINTS, event))),
         ]
 
-    def _on_worker_death(self, name: str, description: str) -> None:
-        self.replays.on_worker_death(name, description)
+    def _on_worker_death(self, name: str, description: str, lost: bool) -> None:
+        self.replays.on_worker_death(name, description, lost)
 
     # -- duty cycle ----------------------------------------------------------------------------
 

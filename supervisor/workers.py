@@ -89,7 +89,7 @@ class WorkerSupervision:
     def __init__(self, client: ConfClient, site: str, counters: SupervisorCounters, *,
                  command: Sequence[str] = DEFAULT_WORKER_COMMAND, env: Mapping[str, str],
                  policy: RestartPolicy = RestartPolicy(), stop_grace_s: float = defaults.STOP_GRACE_S,
-                 on_death: Callable[[str, str], None] = lambda name, description: None,
+                 on_death: Callable[[str, str, bool], None] = lambda name, description, lost: None,
                  spares: bool = True, busy: Callable[[], bool] = lambda: False,
                  linger_s: float = defaults.LAZY_LINGER_S, clock: Clock = SYSTEM_CLOCK):
         self.client = client
@@ -300,7 +300,7 @@ class WorkerSupervision:
             self.counters.crashes += 1
             state.crashed = True
             quarantined_until_us = self._count_failure(state, child, now)
-            self.on_death(state.name, child.describe_exit())
+            self.on_death(state.name, child.describe_exit(), child.ended_by_signal)
         self._record_run(state.name, state.signature, child, run, quarantined_until_us)
 
     def _count_failure(self, state: WorkerState, child: Child, now: float) -> int | None:

@@ -76,8 +76,9 @@ class ReplayRequest(KeyValue):
     error: str | None = None
     """Why the replay failed, one line for the user (see with_error)."""
     lost: bool = False
-    """The error is a process on its path that died under it (killed, crashed), not something in
-    the request or the archive: the same replay asked again may well succeed."""
+    """The error is a process on its path that died under it (killed, crashed: ended by a signal),
+    not an error of its own (a worker's failing Spark job, a damaged archive) nor of the request:
+    the same replay asked again may well succeed."""
     summary: Summary | None = None
     """The target writes the result's buckets, not its rows."""
     site: str = keyspace.DEFAULT_SITE

@@ -166,6 +166,7 @@ def test_a_replayer_that_fails_sets_the_error_of_its_replays(admin, start_superv
     value = wait_for(lambda: (v := value_of(admin, keyspace.replay_key(channel))).get("error") and v)
     replayer_id = next(iter(replayers(admin)))
     assert value["error"] == f"replayer {replayer_id} of {SOURCE} died (exit 1)"
+    assert not value["lost"]  # an exit on an error of its own: it would fail again
     assert value["target"] == "p/t" and value["recipient"] == str(paths.recipient_log(channel))
 
 
@@ -178,6 +179,7 @@ def test_a_worker_on_the_path_that_dies_fails_the_replay(admin, start_supervisor
     os.kill(pid, signal.SIGKILL)
     value = wait_for(lambda: (v := value_of(admin, keyspace.replay_key(channel))).get("error") and v)
     assert value["error"] == "worker p/t died (killed by signal 9) during the replay"
+    assert value["lost"]  # killed under it: asked again, it may succeed
 
 
 def test_a_replay_older_than_its_timeout_is_deleted(admin, start_supervisor):
@@ -249,6 +251,7 @@ def test_a_replayer_that_died_while_no_supervisor_watched_fails_its_replay_at_ad
                      what="the replay's error")
     assert value["error"] == (f"replayer {replayer['id']} of {SOURCE} died before the end of its range, "
                               f"while the supervisor was down")
+    assert value["lost"]
     assert second.counters.replayer_failures == 1 and second.counters.adopted == 0
 
 
