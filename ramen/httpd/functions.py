@@ -343,8 +343,7 @@ def group_by_nodes(context: Context, seriesList: list[Series], callback: str, no
     groups: dict[str, list[Series]] = {}
     for s in seriesList:
         groups.setdefault(".".join(_node(s, node) for node in nodes), []).append(s)
-    func = callback[:-len("Series")] if callback.endswith("Series") else callback
-    return [s.copy(name=key) for key, members in groups.items() for s in _aggregate(context, [members], func)]
+    return [s.copy(name=key) for key, members in groups.items() for s in aggregate(context, members, callback)]
 
 
 def group_by_node(context: Context, seriesList: list[Series], nodeNum: int | str, callback: str = "average"
@@ -986,14 +985,20 @@ def fetches(node: Node, context: Context) -> list[tuple[str, int]]:
         if isinstance(current, PathExpr):
             found.setdefault((current.text, where.shift_s))
         elif isinstance(current, Call):
-            shifted = where.shifted(_shift_of(current, where)) if current.name == TIME_SHIFT else where
-            args = [(arg, shifted if index == 0 else where) for index, arg in enumerate(current.args)]
-            args += [(arg, shifted if name == "seriesList" else where) for name, arg in current.kwargs]
-            stack.extend(reversed(args))
+            args, kwargs = _scoped_args(current, where)
+            stack.extend(reversed(args + [(arg, scope) for _, arg, scope in kwargs]))
     return list(found)
 
 
 TIME_SHIFT = "timeShift"
+
+
+def _scoped_args(node: Call, context: Context) -> tuple[list[tuple[Node, Context]], list[tuple[str, Node, Context]]]:
+    """A call's arguments, each with the context it is evaluated in: a timeShift's series (its
+    first, or `seriesList=`) in the moved range, everything else in the call's own."""
+    shifted = context.shifted(_shift_of(node, context)) if node.name == TIME_SHIFT else context
+    args = [(arg, shifted if index == 0 else context) for index, arg in enumerate(node.args)]
+    return args, [(name, arg, shifted if name == "seriesList" else context) for name, arg in node.kwargs]
 
 
 def _shift_of(node: Call, context: Context) -> int:
@@ -1030,9 +1035,9 @@ def _value(node: Node, fetched: Fetched, context: Context) -> object:
     spec = FUNCTIONS.get(node.name)
     if spec is None:
         raise TargetError(f"unknown function {node.name!r}")
-    shifted = context.shifted(_shift_of(node, context)) if node.name == TIME_SHIFT else context
-    args = [_value(arg, fetched, shifted if index == 0 else context) for index, arg in enumerate(node.args)]
-    kwargs = {name: _value(arg, fetched, shifted if name == "seriesList" else context) for name, arg in node.kwargs}
+    scoped_args, scoped_kwargs = _scoped_args(node, context)
+    args = [_value(arg, fetched, scope) for arg, scope in scoped_args]
+    kwargs = {name: _value(arg, fetched, scope) for name, arg, scope in scoped_kwargs}
     return spec.call(context, **_bind(spec, args, kwargs))
 
 

@@ -348,9 +348,8 @@ class SenderAgent:
             f"sub-pos: {sender.session_id} {sender.stream_id} {log_buffer.path.name} -> {publication.channel.endpoint}",
             key=ctr.subscriber_key(log_buffer.correlation_id, sender.session_id, sender.stream_id,
                                    tether_hold_ms=publication.tether_hold_ms, network_sender=True),
-            registration_id=log_buffer.correlation_id)
+            registration_id=log_buffer.correlation_id, heartbeat_ms=now // _NANOS_PER_MILLI)
         counter.set(sender.sender_position)
-        counter.heartbeat(now // _NANOS_PER_MILLI)
         publication.subscriber_position = counter
         publication.silent = False
         self._release_succeeded(publication)
