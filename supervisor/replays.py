@@ -117,6 +117,9 @@ class ReplaySupervision:
         self._last_busy = -defaults.QUIET_AFTER_REPLAYS_S
         """Clock seconds when a replay was last under way."""
         self._next_timeout_check = 0.0
+        self._unserved: set[int] = set()
+        """Channels launched whose replayers were not all given them (the confserver failed in the
+        middle of the launch): they fail, `lost`, as soon as the confserver takes the error."""
         self.relays = Relays(client, site, fail=self.set_error, max_bytes=max_bytes_from_env(self.env), clock=clock)
         """Reads the result logs of relayed requests (their own agent of the duty cycle)."""
         self.endpoints: dict[str, str] = {}
@@ -230,7 +233,12 @@ class ReplaySupervision:
         assignment = ReplayerAssignment(ours, lent.source, str(paths.replayer_log(self.site, ours)),
                                         str(paths.archive_dir(self.site)), lent.channels, sent_to=lent.to_site,
                                         stream_id=replayer_id)
-        self._spawn(assignment, wiring.Group(lent.source, tuple(c.channel for c in lent.channels)), child)
+        try:
+            self._spawn(assignment, wiring.Group(lent.source, tuple(c.channel for c in lent.channels)), child)
+        except confserver.ConfError:
+            if child is not None:  # the key is seen again once the confserver is back
+                self._retire_taken(ours, lent.source, child)
+            raise
         self.replayers[ours].lent_to, self.replayers[ours].lent_id = lent.to_site, replayer_id
 
     def _lent(self, lent_id: int) -> Replayer | None:
@@ -330,6 +338,8 @@ class ReplaySupervision:
         if self._warm is None and self.keep_warm and not self.busy():
             self._ensure_warm()
             work += 1
+        if self._unserved:
+            work += self._fail_unserved()
         pending, held = self._pending()
         unmerged = [r for r in pending if r.spec.no_merge and r not in held]  # no merge window: no wait
         if unmerged:
@@ -369,27 +379,60 @@ class ReplaySupervision:
     def launch(self, batch: list[Request]) -> None:
         specs = {r.channel: r.spec for r in batch}
         served = wiring.batch_of(specs, allow_merge=self.merge)
-        ids = []
-        warm_children: dict[int, Child] = {}
-        for group in served.groups:
-            if group.site(specs) is None and self._warm is not None and not self._warm[1].poll():
-                replayer_id, warm_children[replayer_id] = self._warm
-                self._warm = None
-            else:
-                replayer_id = self.client.next_sequence(defaults.REPLAYER_SEQUENCE)
-            ids.append(replayer_id)
-        wired = wiring.wire(self.site, specs, served, ids)
-        for key, value in wired.workers.items():
-            self.client.set(key, value.to_value())
-        for request in batch:
-            request.launched = True
-            request.leader = wired.riders.get(request.channel)
-            self.counters.replays_wired += 1
+        ids: list[int] = []
+        taken: dict[int, Child] = {}
+        try:
+            for group in served.groups:
+                if group.site(specs) is None and self._warm is not None and not self._warm[1].poll():
+                    replayer_id, taken[replayer_id] = self._warm
+                    self._warm = None
+                else:
+                    replayer_id = self.client.next_sequence(defaults.REPLAYER_SEQUENCE)
+                ids.append(replayer_id)
+            wired = wiring.wire(self.site, specs, served, ids)
+            for key, value in wired.workers.items():
+                self.client.set(key, value.to_value())
+            for request in batch:
+                request.launched = True
+                request.leader = wired.riders.get(request.channel)
+                self.counters.replays_wired += 1
+            for replayer_id, group in zip(ids, served.groups):
+                if replayer_id in wired.lent:
+                    self._borrow(wired.lent[replayer_id], group)
+                else:
+                    self._spawn(wired.replayers[replayer_id], group, taken.get(replayer_id))
+        except confserver.ConfError:
+            self._abandon(served, ids, taken)
+            raise
+
+    def _abandon(self, served: wiring.Batch, ids: list[int], taken: dict[int, Child]) -> None:
+        """A launch the confserver failed in the middle of. The warm replayers it took and gave no
+        channels retire (their key and log go with them, whether or not the key was written). Had
+        the requests been marked launched, the channels of the groups left without a replayer fail
+        `lost` (launched again, they would be wired anew while workers may follow the keys written);
+        otherwise they are still pending, and launched again next cycle."""
         for replayer_id, group in zip(ids, served.groups):
-            if replayer_id in wired.lent:
-                self._borrow(wired.lent[replayer_id], group)
-            else:
-                self._spawn(wired.replayers[replayer_id], group, warm_children.get(replayer_id))
+            if replayer_id not in self.replayers:
+                self._unserved.update(c for c in (*group.channels, *group.riders)
+                                      if (r := self.requests.get(c)) is not None and r.launched)
+        for replayer_id, child in taken.items():
+            self._retire_taken(replayer_id, served.groups[ids.index(replayer_id)].source, child)
+
+    def _retire_taken(self, replayer_id: int, source: str, child: Child) -> None:
+        """The warm replayer `child` was taken for work the confserver failed in the middle of
+        giving it: unless it got its channels, it is stopped, and its key and log removed."""
+        if replayer_id not in self.replayers:
+            self.replayers[replayer_id] = Replayer(replayer_id, source, set(), child, retiring=True)
+            log.warning("replayer %d, started ahead, retires: the confserver failed as it was given channels",
+                        replayer_id)
+
+    def _fail_unserved(self) -> int:
+        failed = 0
+        for channel in sorted(self._unserved):
+            self.set_error(channel, f"the confserver failed while replay {channel} was launched", lost=True)
+            self._unserved.discard(channel)
+            failed += 1
+        return failed
 
     def _borrow(self, lent: wiring.Lent, group: wiring.Group) -> None:
         """Ask another site for a group's replayer: our netd's receive first (it starts our netd,
@@ -566,11 +609,12 @@ class ReplaySupervision:
         """Add `error` to replays/<channel>, keeping the rest; the first error stays. `lost`: a
         process on its path died under it (the client may ask again)."""
         request = self.requests.get(channel)
+        if request is not None and request.failed:
+            return
+        written = fail_replay(self.client, channel, message, lost=lost)  # raising, it is not marked failed
         if request is not None:
-            if request.failed:
-                return
             request.failed = True
-        if not fail_replay(self.client, channel, message, lost=lost):
+        if not written:
             return  # gone, changed under us (the next fault will say again), or failed already
         self.counters.replay_errors += 1
         log.error("replay %d failed: %s", channel, message)

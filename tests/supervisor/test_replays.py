@@ -9,6 +9,7 @@ import os
 import signal
 import time
 
+import confserver
 from ramen import keyspace, paths
 from ramen.clocks import ManualClock
 from ramen.replay.contract import ReplayerStats, ReplayRequest, WorkerReplay
@@ -307,6 +308,76 @@ def test_the_next_warm_replayer_waits_until_replays_ended_a_moment_ago(admin, st
     clock.advance(0.1)
     follower = drive(supervisor, lambda: supervisor.replays.warm, what="the next replayer started ahead")
     assert follower.pid != warm.pid and not supervisor.replays.busy()
+
+
+def _lose_the_confserver_once_on(supervisor, prefix: str) -> list[str]:
+    """The supervisor's next set of a key under prefix raises, as when the confserver dies
+    mid-call; the keys it failed on are listed."""
+    failed, real_set = [], supervisor.client.set
+
+    def set_(key, value, **options):
+        if key.startswith(prefix) and not failed:
+            failed.append(key)
+            raise confserver.Disconnected("connection to the confserver lost mid-call")
+        return real_set(key, value, **options)
+    supervisor.client.set = set_
+    return failed
+
+
+def _drive_through_errors(supervisor, condition, what: str):
+    def step():
+        try:
+            supervisor.do_work()
+        except confserver.ConfError:
+            pass  # the service's loop logs it and goes on
+        return condition()
+    return wait_for(step, what=what)
+
+
+def test_a_launch_the_confserver_failed_before_the_wiring_is_retried_and_its_warm_replayer_retires(admin,
+                                                                                                 start_supervisor):
+    """Seen in the chaos soak: the warm replayer taken, then the confserver killed before the
+    workers' keys were written; the launch was retried with another replayer and the first waited
+    out its 10 minutes, its log buffer left behind."""
+    clock = ManualClock()
+    supervisor = start_supervisor(spares=True, delay_before_replay_s=0.1, clock=clock, thread=False)
+    warm = drive(supervisor, lambda: supervisor.replays.warm, what="a replayer started ahead")
+    warm_id = int(warm.popen.args[warm.popen.args.index("--id") + 1])
+    paths.replayer_log(SITE, warm_id).parent.mkdir(parents=True, exist_ok=True)
+    paths.replayer_log(SITE, warm_id).write_bytes(b"as the replayer creates it while it waits")
+    failed = _lose_the_confserver_once_on(supervisor, keyspace.workers_prefix(SITE))
+    channel = request_replay(admin)
+    drive(supervisor, lambda: channel in supervisor.replays.requests, what="the request seen")
+    clock.advance(0.1)
+    found = _drive_through_errors(supervisor, lambda: (r := replayers(admin)) and all("pid" in v for v in r.values())
+                                  and r, what="the replayer key")
+    assert failed  # the first launch did fail
+    (replayer,) = found.values()
+    assert replayer["pid"] != warm.pid and channels_of(replayer) == [channel]
+    _drive_through_errors(supervisor, lambda: not pid_alive(warm.pid) and warm_id not in supervisor.replays.replayers,
+                          what="the replayer taken ahead stopped and removed")
+    assert not paths.replayer_log(SITE, warm_id).exists()
+    assert "error" not in value_of(admin, keyspace.replay_key(channel))
+
+
+def test_a_launch_the_confserver_failed_as_it_gave_a_replayer_its_channels_fails_them_lost(admin, start_supervisor):
+    """The workers may already follow their keys: the replay is not wired again, it fails `lost`
+    (its client asks again), and the replayer taken ahead, which may have read its key, retires."""
+    clock = ManualClock()
+    supervisor = start_supervisor(spares=True, delay_before_replay_s=0.1, clock=clock, thread=False)
+    warm = drive(supervisor, lambda: supervisor.replays.warm, what="a replayer started ahead")
+    warm_id = int(warm.popen.args[warm.popen.args.index("--id") + 1])
+    failed = _lose_the_confserver_once_on(supervisor, keyspace.replayers_prefix(SITE))
+    channel = request_replay(admin)
+    drive(supervisor, lambda: channel in supervisor.replays.requests, what="the request seen")
+    clock.advance(0.1)
+    value = _drive_through_errors(supervisor, lambda: (v := value_of(admin, keyspace.replay_key(channel)))
+                                  .get("error") and v, what="the replay's error")
+    assert failed == [keyspace.replayer_key(SITE, warm_id)]
+    assert value["error"] == f"the confserver failed while replay {channel} was launched" and value["lost"]
+    _drive_through_errors(supervisor, lambda: not pid_alive(warm.pid) and warm_id not in supervisor.replays.replayers,
+                          what="the replayer taken ahead stopped and removed")
+    assert value_of(admin, keyspace.replayer_key(SITE, warm_id)) is None
 
 
 def test_identical_requests_ride_on_one_channel_and_the_target_writes_to_each(admin, start_supervisor):
