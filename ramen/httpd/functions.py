@@ -315,6 +315,91 @@ def multiply_series(context: Context, seriesLists: list[list[Series]]) -> list[S
     return _aggregate(context, seriesLists, "multiply")
 
 
+def range_of_series(context: Context, seriesLists: list[list[Series]]) -> list[Series]:
+    """The largest less the smallest of the series' values at each point, as one series named
+    `rangeOfSeries(...)`."""
+    return _aggregate(context, seriesLists, "rangeOf")
+
+
+def stddev_series(context: Context, seriesLists: list[list[Series]]) -> list[Series]:
+    """The standard deviation of the series' values at each point, as one series named
+    `stddevSeries(...)`."""
+    return _aggregate(context, seriesLists, "stddev")
+
+
+def count_series(context: Context, seriesLists: list[list[Series]]) -> list[Series]:
+    """How many series there are, at every point, as one series named `countSeries(...)` (a
+    constant line at 0 when there are none)."""
+    series_list = [s for sublist in seriesLists for s in sublist]
+    if not series_list:
+        [line] = constant_line(context, 0)
+        return [line.copy(path_expression="countSeries()")]
+    normalized, start, step = normalize(series_list)
+    length = _matrix(normalized, start, step).shape[0]
+    return [_fresh(f"countSeries({_path_expressions(series_list)})", start, step,
+                   np.full(length, float(len(series_list))), series_list)]
+
+
+def percentile_of_series(context: Context, seriesList: list[Series], n: float, interpolate: bool = False
+                         ) -> list[Series]:
+    """The `n`th percentile of the series' values at each point, as one series named
+    `percentileOfSeries(<path expression>,<n>)`: the value at that rank among the non-null ones,
+    or with `interpolate` between the two around it."""
+    _check_percent("percentileOfSeries", n)
+    if not seriesList:
+        return []
+    normalized, start, step = normalize(seriesList)
+    values = _percentiles(_matrix(normalized, start, step), n, interpolate)
+    return [_fresh(f"percentileOfSeries({seriesList[0].path_expression},{n:g})", start, step, values, seriesList)]
+
+
+def _check_percent(name: str, n: float) -> None:
+    if not 0 < n <= 100:
+        raise TargetError(f"{name}: the percentile must be within (0, 100], not {n:g}")
+
+
+def _percentiles(matrix: np.ndarray, n: float, interpolate: bool) -> np.ndarray:
+    """graphite-web's percentile of each row's non-null values: the value of rank n% of (count + 1),
+    rounded up, or interpolated to the next one; null where a row has none."""
+    rows, width = matrix.shape
+    if width == 0:
+        return np.full(rows, np.nan)
+    ordered = np.sort(matrix, axis=1)  # nulls last
+    count = np.count_nonzero(~np.isnan(matrix), axis=1)
+    fractional = n / 100.0 * (count + 1)
+    rank = fractional.astype(np.int64)
+    fraction = fractional - rank
+    if not interpolate:
+        rank = rank + np.ceil(fraction).astype(np.int64)
+    index = np.where(rank == 0, 0, np.where(rank - 1 >= count, count - 1, rank - 1))
+    every = np.arange(rows)
+    result = ordered[every, np.clip(index, 0, width - 1)]
+    if interpolate:
+        following = ordered[every, np.clip(rank, 0, width - 1)]
+        result = np.where((rank > 0) & (rank < count), result + fraction * (following - result), result)
+    return np.where(count > 0, result, np.nan)
+
+
+def aggregate_with_wildcards(context: Context, seriesList: list[Series], func: str, position: list[int]
+                             ) -> list[Series]:
+    """The series grouped by their paths without the elements at `position`s, each group combined by
+    `func` into one series named by what is left: `aggregateWithWildcards(prog.f.*.bytes, "sum", 2)`
+    is `prog.f.bytes`, the sum over the hosts."""
+    groups: dict[str, list[Series]] = {}
+    for s in seriesList:
+        key = ".".join(part for index, part in enumerate(s.name.split(".")) if index not in position)
+        groups.setdefault(key, []).append(s)
+    return [s.copy(name=key) for key, members in groups.items() for s in aggregate(context, members, func)]
+
+
+def _with_wildcards(func: str) -> Callable[..., list[Series]]:
+    def combined(context: Context, seriesList: list[Series], position: list[int]) -> list[Series]:
+        return aggregate_with_wildcards(context, seriesList, func, position)
+    combined.__doc__ = (f"aggregateWithWildcards by {func}: the series grouped by their paths without the "
+                        f"elements at `position`s, each group's {func} named by what is left.")
+    return combined
+
+
 def divide_series(context: Context, dividendSeriesList: list[Series], divisorSeries: list[Series]) -> list[Series]:
     """Each series divided point by point by the one divisor series, named `divideSeries(<a>,<b>)`;
     null where either is null or the divisor is 0. No divisor: every point null,
@@ -534,6 +619,112 @@ def integral(context: Context, seriesList: list[Series]) -> list[Series]:
     return results
 
 
+def _power(seriesList: list[Series], exponent: float, name: str, **tags: object) -> list[Series]:
+    """Each value to `exponent`; null where that is not a real number (a negative's root, 1/0)."""
+    results = []
+    for s in seriesList:
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            values = np.power(s.values, exponent)
+        results.append(_named(s, name.format(s.name), values=np.where(np.isfinite(values), values, np.nan),
+                              tags=_tagged(s, **tags)))
+    return results
+
+
+def square_root(context: Context, seriesList: list[Series]) -> list[Series]:
+    """Each value's square root; null for a negative one."""
+    return _power(seriesList, 0.5, "squareRoot({})", squareRoot=1)
+
+
+def power(context: Context, seriesList: list[Series], factor: float) -> list[Series]:
+    """Each value to the power `factor`; null where that is no real number."""
+    return _power(seriesList, factor, f"pow({{}},{factor:g})", pow=factor)
+
+
+def invert(context: Context, seriesList: list[Series]) -> list[Series]:
+    """1 divided by each value; null for 0."""
+    return _power(seriesList, -1.0, "invert({})", invert=1)
+
+
+def logarithm(context: Context, seriesList: list[Series], base: int = 10) -> list[Series]:
+    """Each value's logarithm in `base` (10); null for a value of 0 or less."""
+    if base <= 0 or base == 1:
+        raise TargetError(f"log: the base must be above 0 and not 1, not {base}")
+    results = []
+    for s in seriesList:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            values = np.where(s.values > 0, np.log(s.values) / math.log(base), np.nan)
+        results.append(_named(s, f"log({s.name}, {base})", values=values, tags=_tagged(s, log=base)))
+    return results
+
+
+def delay(context: Context, seriesList: list[Series], steps: int) -> list[Series]:
+    """Each value moved `steps` points later (earlier if negative), nulls where nothing moved in:
+    unlike timeShift, no other range is fetched."""
+    results = []
+    for s in seriesList:
+        values = np.full(len(s.values), np.nan)
+        if steps >= 0:
+            values[steps:] = s.values[:len(s.values) - steps] if steps < len(s.values) else []
+        else:
+            values[:steps] = s.values[-steps:] if -steps < len(s.values) else []
+        results.append(_named(s, f"delay({s.name},{steps})", values=values, tags=_tagged(s, delay=steps)))
+    return results
+
+
+def offset_to_zero(context: Context, seriesList: list[Series]) -> list[Series]:
+    """Each series less its smallest value, so that its lowest point is 0."""
+    results = []
+    for s in seriesList:
+        present = s.values[~np.isnan(s.values)]
+        minimum = float(present.min()) if len(present) else None
+        values = s.values - minimum if minimum is not None else s.values
+        results.append(_named(s, f"offsetToZero({s.name})", values=values,
+                              tags=_tagged(s, offsetToZero=minimum)))
+    return results
+
+
+def changed(context: Context, seriesList: list[Series]) -> list[Series]:
+    """1 where the value differs from the last value before it, else 0 (also where null, and at the
+    first value)."""
+    results = []
+    for s in seriesList:
+        present = ~np.isnan(s.values)
+        index = np.arange(len(s.values))
+        last = np.maximum.accumulate(np.where(present, index, -1)) if len(index) else index
+        before = np.concatenate(([-1], last[:-1]))  # the last value before each point
+        previous = s.values[np.maximum(before, 0)]
+        values = (present & (before >= 0) & (s.values != previous)).astype(np.float64)
+        results.append(_named(s, f"changed({s.name})", values=values))
+    return results
+
+
+def is_non_null(context: Context, seriesList: list[Series]) -> list[Series]:
+    """1 where there is a value, 0 where it is null: count series with sumSeries(isNonNull(...))."""
+    return [_named(s, f"isNonNull({s.name})", values=(~np.isnan(s.values)).astype(np.float64),
+                   tags=_tagged(s, isNonNull=1)) for s in seriesList]
+
+
+def n_percentile(context: Context, seriesList: list[Series], n: float) -> list[Series]:
+    """Each series as one flat line at its `n`th percentile over the range (a series without values
+    is left out)."""
+    _check_percent("nPercentile", n)
+    results = []
+    for s in seriesList:
+        [value] = _percentiles(s.values.reshape(1, -1), n, False).tolist()
+        if not math.isnan(value):
+            results.append(_named(s, f"nPercentile({s.name}, {n:g})", values=np.full(len(s.values), value),
+                                  tags=_tagged(s, nPercentile=n)))
+    return results
+
+
+def constant_line(context: Context, value: float) -> list[Series]:
+    """A flat line at `value` across the range (three points, as graphite-web draws it)."""
+    step = max((context.until_s - context.from_s) // 2, 1)
+    text = str(value)
+    return [Series(name=text, start=context.from_s, step=step, values=np.full(3, float(value)),
+                   path_expression=f"constantLine({text})", tags={"name": text}, xfiles_factor=context.xfiles_factor)]
+
+
 def _time_shift_text(timeShift: str) -> str:
     """graphite-web's reading: back in time unless it says + ("1d" is "-1d")."""
     return "-" + timeShift if timeShift[:1].isdigit() else timeShift
@@ -627,40 +818,80 @@ def per_second(context: Context, seriesList: list[Series], maxValue: float | Non
                    tags=_tagged(s, perSecond=1)) for s in seriesList]
 
 
-def moving_average(context: Context, seriesList: list[Series], windowSize: int | str,
-                   xFilesFactor: float | None = None) -> list[Series]:
-    """Each point becomes the mean of the non-null values of the points before it (not itself, as
-    in graphite-web) within the window: a number of points, or a time ("5min").
+MOVING_WINDOW_CELLS = 1 << 20
+"""Window cells a moving min, max or median reduces at once: a week of seconds with a 5 min window
+is 181 M cells, reduced a slice at a time in bounded memory."""
 
-    No bootstrap: graphite-web fetches one more window before `from` so the first points average a
+
+def moving_window(context: Context, seriesList: list[Series], windowSize: int | str, func: str = "average",
+                  xFilesFactor: float | None = None) -> list[Series]:
+    """Each point becomes `func` (average, sum, min, max, median, ...) of the non-null values of the
+    points before it (not itself, as in graphite-web) within the window: a number of points, or a
+    time ("5min"). Named `moving<Func>(<name>,<window>)`.
+
+    No bootstrap: graphite-web fetches one more window before `from` so the first points reduce a
     full window; ramen fetches only [from, until), so the first point is null and the first window
-    of points averages fewer values (its xFilesFactor still counts the full window).
+    of points reduces fewer values (its xFilesFactor still counts the full window).
     """
+    tag = "moving" + func.capitalize()
     results = []
     for s in seriesList:
-        xff = s.xfiles_factor if xFilesFactor is None else xFilesFactor
         if isinstance(windowSize, str):
             points = abs(parse_interval_s(windowSize)) // s.step
-            name = f'movingAverage({s.name},"{windowSize}")'
+            name = f'{tag}({s.name},"{windowSize}")'
         else:
             points = windowSize
-            name = f"movingAverage({s.name},{windowSize})"
-        present = ~np.isnan(s.values)
-        sums = np.concatenate(([0.0], np.cumsum(np.where(present, s.values, 0.0))))
-        counts = np.concatenate(([0], np.cumsum(present)))
-        end = np.arange(len(s.values))  # the window is [end - points, end)
-        begin = np.maximum(end - points, 0)
-        count = counts[end] - counts[begin]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            values = (sums[end] - sums[begin]) / count
-            ok = (count > 0) & (count / max(points, 1) >= xff) & (points > 0)
-        results.append(_named(s, name, values=np.where(ok, values, np.nan), tags=_tagged(s, movingAverage=windowSize)))
+            name = f"{tag}({s.name},{windowSize})"
+        xff = s.xfiles_factor if xFilesFactor is None else xFilesFactor
+        results.append(_named(s, name, values=_moving(s.values, points, func, xff),
+                              tags=_tagged(s, **{tag: windowSize})))
     return results
 
 
-def _sorted_by(series_list: list[Series], func: str, *, lowest: bool = False) -> list[Series]:
-    """Highest first by `func` over each series' values, all-null series last (`lowest`: lowest
-    first, all-null series first, as graphite-web ranks a null as -inf); ties keep their order."""
+def _moving(values: np.ndarray, points: int, func: str, xff: float) -> np.ndarray:
+    """`func` over each point's window [i - points, i), padding before the first point not counted."""
+    n = len(values)
+    if points <= 0 or n == 0:
+        return np.full(n, np.nan)
+    func = AGGREGATION_ALIASES.get(func, func)
+    present = ~np.isnan(values)
+    if func in ("average", "sum"):  # running sums: no window is materialised
+        sums = np.concatenate(([0.0], np.cumsum(np.where(present, values, 0.0))))
+        counts = np.concatenate(([0], np.cumsum(present)))
+        end = np.arange(n)
+        begin = np.maximum(end - points, 0)
+        count = counts[end] - counts[begin]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            reduced = sums[end] - sums[begin]
+            if func == "average":
+                reduced = reduced / count
+            ok = (count > 0) & (count / points >= xff)
+        return np.where(ok, reduced, np.nan)
+    padded = np.concatenate((np.full(points, np.nan), values))
+    real = np.concatenate((np.zeros(points, dtype=bool), np.ones(n, dtype=bool)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, points)[:n]
+    real_windows = np.lib.stride_tricks.sliding_window_view(real, points)[:n]
+    result = np.empty(n)
+    rows = max(1, MOVING_WINDOW_CELLS // points)
+    for first in range(0, n, rows):
+        last = first + rows
+        result[first:last] = aggregate_rows(func, windows[first:last], real=real_windows[first:last],
+                                            denominator=points, xfiles_factor=xff)
+    return result
+
+
+def _moving_by(func: str) -> Callable[..., list[Series]]:
+    def moving(context: Context, seriesList: list[Series], windowSize: int | str,
+               xFilesFactor: float | None = None) -> list[Series]:
+        return moving_window(context, seriesList, windowSize, func, xFilesFactor)
+    moving.__doc__ = f"""Each point becomes the {func} of the non-null values of the points before it within the
+        window: a number of points, or a time ("5min"). As movingWindow, with no data before `from`."""
+    return moving
+
+
+def _reduced(series_list: list[Series], func: str) -> list[float]:
+    """`func` over each series' values (NaN: nothing to reduce), as graphite-web's aggregation
+    functions reduce a whole series (no xFilesFactor)."""
     if not series_list:
         return []
     width = max(len(s.values) for s in series_list)
@@ -668,14 +899,15 @@ def _sorted_by(series_list: list[Series], func: str, *, lowest: bool = False) ->
     for row, s in enumerate(series_list):  # one reduction for all (a row each, padded where shorter)
         matrix[row, :len(s.values)] = s.values
         real[row, :len(s.values)] = True
-    keys = [-math.inf if math.isnan(key) else key for key in aggregate_rows(func, matrix, real=real).tolist()]
+    return aggregate_rows(func, matrix, real=real).tolist()
+
+
+def _sorted_by(series_list: list[Series], func: str, *, lowest: bool = False) -> list[Series]:
+    """Highest first by `func` over each series' values, all-null series last (`lowest`: lowest
+    first, all-null series first, as graphite-web ranks a null as -inf); ties keep their order."""
+    keys = [-math.inf if math.isnan(key) else key for key in _reduced(series_list, func)]
     order = sorted(range(len(series_list)), key=lambda i: keys[i], reverse=not lowest)
     return [series_list[i] for i in order]
-
-
-def highest_average(context: Context, seriesList: list[Series], n: int) -> list[Series]:
-    """The `n` series with the highest mean over the range, highest first."""
-    return _sorted_by(seriesList, "average")[:n]
 
 
 def highest(context: Context, seriesList: list[Series], n: int = 1, func: str = "average") -> list[Series]:
@@ -683,9 +915,78 @@ def highest(context: Context, seriesList: list[Series], n: int = 1, func: str = 
     return _sorted_by(seriesList, func)[:n]
 
 
-def lowest_average(context: Context, seriesList: list[Series], n: int) -> list[Series]:
-    """The `n` series with the lowest mean over the range, lowest first (all-null ones before any)."""
-    return _sorted_by(seriesList, "average", lowest=True)[:n]
+def lowest(context: Context, seriesList: list[Series], n: int = 1, func: str = "average") -> list[Series]:
+    """The `n` series with the lowest value of `func` (average, min, last, ...) over the range,
+    lowest first (all-null ones before any)."""
+    return _sorted_by(seriesList, func, lowest=True)[:n]
+
+
+def _ranked_by(func: str, *, lowest: bool = False) -> Callable[..., list[Series]]:
+    def ranked(context: Context, seriesList: list[Series], n: int) -> list[Series]:
+        return _sorted_by(seriesList, func, lowest=lowest)[:n]
+    ranked.__doc__ = (f"The `n` series with the {'lowest' if lowest else 'highest'} "
+                      f"{'last value' if func == 'last' else func} over the range.")
+    return ranked
+
+
+OPERATORS: dict[str, Callable[[float, float], bool]] = {
+    "=": lambda value, threshold: not math.isnan(value) and value == threshold,
+    "!=": lambda value, threshold: math.isnan(value) or value != threshold,
+    ">": lambda value, threshold: not math.isnan(value) and value > threshold,
+    ">=": lambda value, threshold: not math.isnan(value) and value >= threshold,
+    "<": lambda value, threshold: math.isnan(value) or value < threshold,
+    "<=": lambda value, threshold: math.isnan(value) or value <= threshold,
+}
+"""filterSeries' comparisons, a series with nothing to reduce (NaN) judged as graphite-web's None:
+less than anything, equal to nothing."""
+
+
+def filter_series(context: Context, seriesList: list[Series], func: str, operator: str, threshold: float
+                  ) -> list[Series]:
+    """The series whose `func` over the range (average, max, last, ...) compares with `threshold`
+    by `operator` (=, !=, >, >=, <, <=): `filterSeries(x, "max", ">", 1000)`."""
+    compare = OPERATORS[operator]
+    return [s for s, value in zip(seriesList, _reduced(seriesList, func)) if compare(value, threshold)]
+
+
+def _filtered_by(func: str, operator: str) -> Callable[..., list[Series]]:
+    def filtered(context: Context, seriesList: list[Series], n: float) -> list[Series]:
+        return filter_series(context, seriesList, func, operator, n)
+    what = {"last": "last value", "average": "average", "max": "maximum", "min": "minimum"}[func]
+    filtered.__doc__ = (f"The series whose {what} over the range is "
+                        f"{'above `n`' if operator == '>' else 'at most `n` (or that have no value)'}.")
+    return filtered
+
+
+def _regex(name: str, pattern: str) -> re.Pattern:
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise TargetError(f"{name}: bad regular expression {pattern!r}: {e}") from None
+
+
+def exclude(context: Context, seriesList: list[Series], pattern: str) -> list[Series]:
+    """The series whose names do not match the regular expression `pattern`."""
+    regex = _regex("exclude", pattern)
+    return [s for s in seriesList if not regex.search(s.name)]
+
+
+def grep(context: Context, seriesList: list[Series], pattern: str) -> list[Series]:
+    """The series whose names match the regular expression `pattern`."""
+    regex = _regex("grep", pattern)
+    return [s for s in seriesList if regex.search(s.name)]
+
+
+def remove_empty_series(context: Context, seriesList: list[Series], xFilesFactor: float | None = None
+                        ) -> list[Series]:
+    """The series with at least one value, or with at least that share of non-null values."""
+    xff = 0.0 if xFilesFactor is None else xFilesFactor
+    kept = []
+    for s in seriesList:
+        present = int(np.count_nonzero(~np.isnan(s.values)))
+        if present and present / len(s.values) >= xff:
+            kept.append(s)
+    return kept
 
 
 def remove_below_value(context: Context, seriesList: list[Series], n: float) -> list[Series]:
@@ -718,6 +1019,24 @@ def sort_by_name(context: Context, seriesList: list[Series], natural: bool = Fal
     def natural_key(s: Series) -> str:
         return re.sub(r"\d+", lambda number: f"{int(number.group(0)):010}", s.name)
     return sorted(seriesList, key=natural_key if natural else (lambda s: s.name), reverse=reverse)
+
+
+def sort_by(context: Context, seriesList: list[Series], func: str = "average", reverse: bool = False
+            ) -> list[Series]:
+    """By `func` over the range (average, max, sum, last, ...), lowest first (all-null ones before
+    any); `reverse`: highest first."""
+    return _sorted_by(seriesList, func, lowest=not reverse)
+
+
+def sort_by_total(context: Context, seriesList: list[Series]) -> list[Series]:
+    """By the sum of their values, highest first."""
+    return _sorted_by(seriesList, "sum")
+
+
+def sort_by_minima(context: Context, seriesList: list[Series]) -> list[Series]:
+    """The series with a value above 0, by their smallest value, lowest first."""
+    positive = [s for s, top in zip(seriesList, _reduced(seriesList, "max")) if top > 0]
+    return _sorted_by(positive, "min", lowest=True)
 
 
 def group(context: Context, seriesLists: list[list[Series]]) -> list[Series]:
@@ -879,6 +1198,10 @@ class FunctionSpec:
 
 _SERIES = Param("seriesList", "seriesList", required=True)
 _SERIES_LISTS = Param("seriesLists", "seriesList", required=True, multiple=True)
+_POSITIONS = Param("position", "node", multiple=True)
+_THRESHOLD = Param("n", "float", required=True)
+_COUNT = Param("n", "integer", required=True)
+_WINDOW = Param("windowSize", "intOrInterval", required=True, suggestions=tuple(WINDOW_SUGGESTIONS))
 _AGG_OPTIONS = tuple(_aggregation_names())
 _CONSOLIDATION_OPTIONS = ("sum", "average", "avg", "avg_zero", "min", "max", "first", "last")
 _CALLBACK_OPTIONS = (*_AGG_OPTIONS, "averageSeries", "diffSeries", "maxSeries", "minSeries", "multiplySeries",
@@ -912,6 +1235,15 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
     _spec("aggregate", aggregate, "Combine", _SERIES, Param("func", "aggFunc", required=True, options=_AGG_OPTIONS),
           Param("xFilesFactor", "float")),
     _spec("group", group, "Combine", Param("seriesLists", "seriesList", multiple=True)),
+    _spec("rangeOfSeries", range_of_series, "Combine", _SERIES_LISTS),
+    _spec("stddevSeries", stddev_series, "Combine", _SERIES_LISTS),
+    _spec("countSeries", count_series, "Combine", Param("seriesLists", "seriesList", multiple=True)),
+    _spec("percentileOfSeries", percentile_of_series, "Combine", _SERIES, Param("n", "float", required=True),
+          Param("interpolate", "boolean", default=False)),
+    _spec("aggregateWithWildcards", aggregate_with_wildcards, "Combine", _SERIES,
+          Param("func", "aggFunc", required=True, options=_AGG_OPTIONS), _POSITIONS),
+    *(_spec(f"{func}SeriesWithWildcards", _with_wildcards(func), "Combine", _SERIES, _POSITIONS)
+      for func in ("sum", "average", "multiply")),
     _spec("asPercent", as_percent, "Combine", _SERIES, Param("total", "any"),
           Param("nodes", "nodeOrTag", multiple=True)),
     _spec("scale", scale, "Transform", _SERIES, Param("factor", "float", required=True)),
@@ -929,6 +1261,15 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
           Param("timeShift", "interval", required=True,
                 suggestions=("1h", "6h", "12h", "1d", "2d", "7d", "14d", "30d")),
           Param("resetEnd", "boolean", default=True), Param("alignDst", "boolean", default=False)),
+    _spec("squareRoot", square_root, "Transform", _SERIES),
+    _spec("pow", power, "Transform", _SERIES, Param("factor", "float", required=True)),
+    _spec("invert", invert, "Transform", _SERIES),
+    _spec("log", logarithm, "Transform", _SERIES, Param("base", "integer", default=10)),
+    _spec("delay", delay, "Transform", _SERIES, Param("steps", "integer", required=True)),
+    _spec("offsetToZero", offset_to_zero, "Transform", _SERIES),
+    _spec("isNonNull", is_non_null, "Transform", _SERIES),
+    _spec("changed", changed, "Special", _SERIES),
+    _spec("constantLine", constant_line, "Special", Param("value", "float", required=True)),
     _spec("keepLastValue", keep_last_value, "Transform", _SERIES, Param("limit", "intOrInf", default=math.inf)),
     _spec("nonNegativeDerivative", non_negative_derivative, "Transform", _SERIES, Param("maxValue", "float"),
           Param("minValue", "float")),
@@ -937,18 +1278,41 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
           Param("consolidationFunc", "string", required=True, options=_CONSOLIDATION_OPTIONS)),
     *(_spec(name, set_xfiles_factor, "Special", _SERIES, Param("xFilesFactor", "float", required=True))
       for name in ("setXFilesFactor", "xFilesFactor")),
-    _spec("movingAverage", moving_average, "Calculate", _SERIES,
-          Param("windowSize", "intOrInterval", required=True, suggestions=tuple(WINDOW_SUGGESTIONS)),
-          Param("xFilesFactor", "float")),
-    _spec("highestAverage", highest_average, "Filter Series", _SERIES, Param("n", "integer", required=True)),
-    _spec("highest", highest, "Filter Series", _SERIES, Param("n", "integer", required=True),
+    _spec("movingWindow", moving_window, "Calculate", _SERIES, _WINDOW,
+          Param("func", "aggFunc", default="average", options=_AGG_OPTIONS), Param("xFilesFactor", "float")),
+    *(_spec(f"moving{func.capitalize()}", _moving_by(func), "Calculate", _SERIES, _WINDOW,
+            Param("xFilesFactor", "float"))
+      for func in ("average", "sum", "min", "max", "median")),
+    _spec("nPercentile", n_percentile, "Calculate", _SERIES, Param("n", "float", required=True)),
+    _spec("highestAverage", _ranked_by("average"), "Filter Series", _SERIES, _COUNT),
+    _spec("highestCurrent", _ranked_by("last"), "Filter Series", _SERIES, _COUNT),
+    _spec("highestMax", _ranked_by("max"), "Filter Series", _SERIES, _COUNT),
+    _spec("highest", highest, "Filter Series", _SERIES, _COUNT,
           Param("func", "aggFunc", default="average", options=_AGG_OPTIONS)),
-    _spec("lowestAverage", lowest_average, "Filter Series", _SERIES, Param("n", "integer", required=True)),
-    _spec("removeBelowValue", remove_below_value, "Filter Data", _SERIES, Param("n", "float", required=True)),
-    _spec("removeAboveValue", remove_above_value, "Filter Data", _SERIES, Param("n", "float", required=True)),
-    _spec("limit", limit, "Filter Series", _SERIES, Param("n", "integer", required=True)),
+    _spec("lowestAverage", _ranked_by("average", lowest=True), "Filter Series", _SERIES, _COUNT),
+    _spec("lowestCurrent", _ranked_by("last", lowest=True), "Filter Series", _SERIES, _COUNT),
+    _spec("lowest", lowest, "Filter Series", _SERIES, _COUNT,
+          Param("func", "aggFunc", default="average", options=_AGG_OPTIONS)),
+    _spec("filterSeries", filter_series, "Filter Series", _SERIES,
+          Param("func", "aggFunc", required=True, options=_AGG_OPTIONS),
+          Param("operator", "string", required=True, options=tuple(OPERATORS)),
+          Param("threshold", "float", required=True)),
+    *(_spec(f"{what}{'Above' if operator == '>' else 'Below'}", _filtered_by(func, operator), "Filter Series",
+            _SERIES, _THRESHOLD)
+      for what, func in (("current", "last"), ("average", "average"), ("maximum", "max"), ("minimum", "min"))
+      for operator in (">", "<=")),
+    _spec("exclude", exclude, "Filter Series", _SERIES, Param("pattern", "string", required=True)),
+    _spec("grep", grep, "Filter Series", _SERIES, Param("pattern", "string", required=True)),
+    _spec("removeEmptySeries", remove_empty_series, "Filter Series", _SERIES, Param("xFilesFactor", "float")),
+    _spec("removeBelowValue", remove_below_value, "Filter Data", _SERIES, _THRESHOLD),
+    _spec("removeAboveValue", remove_above_value, "Filter Data", _SERIES, _THRESHOLD),
+    _spec("limit", limit, "Filter Series", _SERIES, _COUNT),
     _spec("sortByMaxima", sort_by_maxima, "Sorting", _SERIES),
     _spec("sortByName", sort_by_name, "Sorting", _SERIES, Param("natural", "boolean", default=False),
+          Param("reverse", "boolean", default=False)),
+    _spec("sortByTotal", sort_by_total, "Sorting", _SERIES),
+    _spec("sortByMinima", sort_by_minima, "Sorting", _SERIES),
+    _spec("sortBy", sort_by, "Sorting", _SERIES, Param("func", "aggFunc", default="average", options=_AGG_OPTIONS),
           Param("reverse", "boolean", default=False)),
 )}
 """Every function a target may call, by the name a target calls it."""
@@ -1094,7 +1458,7 @@ def _checked(spec: FunctionSpec, param: Param, value: object) -> object:
     if kind == "float":
         if not is_number:
             raise bad("a number")
-        return float(value)
+        return value  # an int stays one, as graphite-web has it: a tag `scale=2`, not `2.0`
     if kind in ("integer", "node"):
         if not isinstance(value, int) or isinstance(value, bool):
             raise bad("an integer")

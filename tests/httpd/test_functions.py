@@ -303,6 +303,45 @@ def test_moving_average_of_a_time_window_and_its_xfiles_factor():
     same(run("movingAverage(a, 2, 1)", data)[0].values.tolist(), [NAN, NAN, 3, NAN, NAN, 9])
 
 
+def test_moving_windows_reduce_the_points_before_each_by_their_function():
+    data = {"a": [series("a", [2, 4, NAN, 8, 10, 1])]}
+    # windows [i-2, i): -, [2], [2,4], [4,null], [null,8], [8,10]
+    for target, expected in (("movingSum(a, 2)", [NAN, 2, 6, 4, 8, 18]), ("movingMin(a, 2)", [NAN, 2, 2, 4, 8, 8]),
+                             ("movingMax(a, '20s')", [NAN, 2, 4, 4, 8, 10]),
+                             ("movingMedian(a, 3)", [NAN, 2, 3, 3, 6, 9]),
+                             ("movingWindow(a, 2, 'range')", [NAN, 0, 2, 0, 0, 2]),
+                             ("movingWindow(a, 2)", [NAN, 2, 3, 4, 8, 9]),
+                             ("movingMax(a, 2, 1)", [NAN, NAN, 4, NAN, NAN, 10])):
+        [result] = run(target, data)
+        same(result.values.tolist(), expected)
+    names = [run(t, data)[0].name for t in ("movingSum(a, 2)", "movingMedian(a, '20s')", "movingWindow(a, 2, 'max')")]
+    assert names == ["movingSum(a,2)", 'movingMedian(a,"20s")', "movingMax(a,2)"]
+    assert run("movingMin(a, 2)", data)[0].tags == {"name": "a", "movingMin": "2"}
+
+
+def test_a_long_moving_window_is_reduced_a_slice_at_a_time_to_the_same_values():
+    rng = np.random.default_rng(7)
+    values = rng.normal(size=20_000)
+    values[rng.random(20_000) < 0.1] = NAN
+    data = {"a": [series("a", values.tolist(), step=1)]}
+    [result] = run("movingMedian(a, 300)", data)  # 6 M window cells: six slices
+    padded = np.concatenate((np.full(300, NAN), values))
+    expected = [NAN] + [float(np.nanmedian(padded[i:i + 300])) for i in range(1, 20_000)]
+    same(result.values.tolist(), expected)
+
+
+def test_constant_line_and_count_series_of_nothing():
+    [line] = run("constantLine(5)")
+    assert (line.name, line.path_expression, line.start, line.step) == ("5", "constantLine(5)", 0, 30)
+    same(line.values.tolist(), [5, 5, 5])
+    [none] = run("countSeries()")
+    assert (none.name, none.path_expression) == ("0", "countSeries()")
+    same(none.values.tolist(), [0, 0, 0])
+    [counted] = run("countSeries(nothing.*, prog.func.*.bytes)")
+    assert counted.name == "countSeries(prog.func.*.bytes)"
+    same(counted.values.tolist(), [2] * 6)
+
+
 def test_highest_average_limit_and_sort_by_maxima():
     data = {"s.*": [series("s.a", [1, 1]), series("s.b", [NAN, NAN]), series("s.c", [5, 0]), series("s.d", [3, 3])]}
     assert [s.name for s in run("highestAverage(s.*, 2)", data)] == ["s.d", "s.c"]
@@ -363,6 +402,12 @@ def test_evaluate_leaves_the_fetched_series_untouched():
     ("alias(prog.slow.x, 'a', 'b')", "alias: too many arguments (3; it takes 2)"),
     ("alias(prog.slow.x, nosuch='a')", "alias: no parameter 'nosuch'"),
     ("keepLastValue(prog.slow.x, 'x')", "keepLastValue: parameter 'limit' must be an integer or inf"),
+    ("log(prog.slow.x, 1)", "log: the base must be above 0 and not 1, not 1"),
+    ("nPercentile(prog.slow.x, 0)", "nPercentile: the percentile must be within (0, 100], not 0"),
+    ("percentileOfSeries(prog.slow.x, 101)", "percentileOfSeries: the percentile must be within (0, 100], not 101"),
+    ("grep(prog.slow.x, '(')", "grep: bad regular expression '(': missing ), unterminated subpattern"),
+    ("filterSeries(prog.slow.x, 'max', '=>', 1)", "filterSeries: parameter 'operator' must be one of"),
+    ("movingWindow(prog.slow.x, 2, 'mean')", "movingWindow: parameter 'func' must be one of average"),
 ])
 def test_bad_arguments_raise_one_line_target_errors(target, message):
     with pytest.raises(TargetError) as raised:
@@ -458,7 +503,7 @@ CROSS_CHECKS = [
     ("minSeries(prog.func.h1.bytes, prog.slow.x)",
      lambda f, d: f.minSeries({}, d["prog.func.h1.bytes"], d["prog.slow.x"])),
     ("scale(prog.func.*.bytes, 2.5)", lambda f, d: f.scale({}, d["prog.func.*.bytes"], 2.5)),
-    ("offset(prog.func.*.bytes, -3)", lambda f, d: f.offset({}, d["prog.func.*.bytes"], -3.0)),
+    ("offset(prog.func.*.bytes, -3)", lambda f, d: f.offset({}, d["prog.func.*.bytes"], -3)),
     ("alias(prog.slow.x, 'x')", lambda f, d: f.alias({}, d["prog.slow.x"], "x")),
     ("aliasByNode(prog.func.*.bytes, 1, 2)", lambda f, d: f.aliasByNode({}, d["prog.func.*.bytes"], 1, 2)),
     ("aliasByMetric(prog.func.*.bytes)", lambda f, d: f.aliasByMetric({}, d["prog.func.*.bytes"])),
@@ -506,7 +551,7 @@ CROSS_CHECKS = [
     ("transformNull(prog.func.*.bytes, -1.5, x.*.used)",
      lambda f, d: f.transformNull({}, d["prog.func.*.bytes"], -1.5, d["x.*.used"])),
     ("absolute(offset(prog.func.*.bytes, -5))",
-     lambda f, d: f.absolute({}, f.offset({}, d["prog.func.*.bytes"], -5.0))),
+     lambda f, d: f.absolute({}, f.offset({}, d["prog.func.*.bytes"], -5))),
     ("derivative(prog.wrap.n)", lambda f, d: f.derivative({}, d["prog.wrap.n"])),
     ("derivative(prog.func.*.bytes)", lambda f, d: f.derivative({}, d["prog.func.*.bytes"])),
     ("integral(prog.func.*.bytes)", lambda f, d: f.integral({}, d["prog.func.*.bytes"])),
@@ -520,9 +565,76 @@ CROSS_CHECKS = [
      lambda f, d: f.aliasSub({}, d["prog.func.*.bytes"], r"^prog\.func\.(\w+)\..*", r"host \1")),
     # graphite-web sets the request's xFilesFactor too, which its sumSeries then takes
     ("sumSeries(setXFilesFactor(prog.func.*.bytes, 1))",
-     lambda f, d: (lambda context: f.sumSeries(context, f.setXFilesFactor(context, d["prog.func.*.bytes"], 1.0)))({})),
+     lambda f, d: (lambda context: f.sumSeries(context, f.setXFilesFactor(context, d["prog.func.*.bytes"], 1)))({})),
     ('summarize(xFilesFactor(prog.func.*.bytes, 0.6), "30s")',
      lambda f, d: f.summarize({}, f.setXFilesFactor({}, d["prog.func.*.bytes"], 0.6), "30s")),
+    # filters and sorts over a whole series: x.b.used and nothing else has a null at its end
+    ("lowest(group(prog.func.*.bytes, x.*.used), 2, 'max')",
+     lambda f, d: f.lowest({}, f.group({}, d["prog.func.*.bytes"], d["x.*.used"]), 2, "max")),
+    ("highestCurrent(group(prog.func.*.bytes, x.*.used), 2)",
+     lambda f, d: f.highestCurrent({}, f.group({}, d["prog.func.*.bytes"], d["x.*.used"]), 2)),
+    ("highestMax(prog.func.*.bytes, 1)", lambda f, d: f.highestMax({}, d["prog.func.*.bytes"], 1)),
+    ("lowestCurrent(group(prog.func.*.bytes, x.*.used), 2)",
+     lambda f, d: f.lowestCurrent({}, f.group({}, d["prog.func.*.bytes"], d["x.*.used"]), 2)),
+    *((f"{name}(group(prog.func.*.bytes, x.*.used), {n})",
+       lambda f, d, name=name, n=n: getattr(f, name)({}, f.group({}, d["prog.func.*.bytes"], d["x.*.used"]), float(n)))
+      for name in ("currentAbove", "currentBelow", "averageAbove", "averageBelow", "maximumAbove", "maximumBelow",
+                   "minimumAbove", "minimumBelow") for n in (2, 6)),
+    *((f"filterSeries(group(prog.func.*.bytes, x.*.used), 'sum', '{op}', 13)",
+       lambda f, d, op=op: f.filterSeries({}, f.group({}, d["prog.func.*.bytes"], d["x.*.used"]), "sum", op, 13.0))
+      for op in ("=", "!=", ">", ">=", "<", "<=")),
+    ("exclude(prog.func.*.bytes, 'h[2-9]')", lambda f, d: f.exclude({}, d["prog.func.*.bytes"], "h[2-9]")),
+    ("grep(group(prog.func.*.bytes, x.*.used), 'used$')",
+     lambda f, d: f.grep({}, f.group({}, d["prog.func.*.bytes"], d["x.*.used"]), "used$")),
+    ("removeEmptySeries(group(transformNull(prog.slow.x, 1), removeAboveValue(x.*.used, 0)))",
+     lambda f, d: f.removeEmptySeries({}, f.group({}, f.transformNull({}, d["prog.slow.x"], 1),
+                                                  f.removeAboveValue({}, d["x.*.used"], 0.0)))),
+    ("removeEmptySeries(prog.func.*.bytes, 0.7)", lambda f, d: f.removeEmptySeries({}, d["prog.func.*.bytes"], 0.7)),
+    ("sortBy(group(prog.func.*.bytes, nothing.*, x.*.used), 'max')",
+     lambda f, d: f.sortBy({}, f.group({}, d["prog.func.*.bytes"], d["nothing.*"], d["x.*.used"]), "max")),
+    ("sortBy(group(prog.func.*.bytes, x.*.used), 'last', true)",
+     lambda f, d: f.sortBy({}, f.group({}, d["prog.func.*.bytes"], d["x.*.used"]), "last", True)),
+    ("sortByTotal(group(x.*.used, prog.func.*.bytes))",
+     lambda f, d: f.sortByTotal({}, f.group({}, d["x.*.used"], d["prog.func.*.bytes"]))),
+    ("sortByMinima(group(prog.func.*.bytes, offset(x.*.used, -3)))",
+     lambda f, d: f.sortByMinima({}, f.group({}, d["prog.func.*.bytes"], f.offset({}, d["x.*.used"], -3)))),
+    # combinations
+    ("rangeOfSeries(prog.func.*.bytes, prog.slow.x)",
+     lambda f, d: f.rangeOfSeries({}, d["prog.func.*.bytes"], d["prog.slow.x"])),
+    ("stddevSeries(prog.func.*.bytes)", lambda f, d: f.stddevSeries({}, d["prog.func.*.bytes"])),
+    ("countSeries(prog.func.*.bytes, x.*.used)", lambda f, d: f.countSeries({}, d["prog.func.*.bytes"], d["x.*.used"])),
+    *((f"percentileOfSeries(group(prog.func.*.bytes, prog.counter.n, prog.wrap.n), {n}, {str(i).lower()})",
+       lambda f, d, n=n, i=i: f.percentileOfSeries(
+           {}, f.group({}, d["prog.func.*.bytes"], d["prog.counter.n"], d["prog.wrap.n"]), float(n), i))
+      for n in (10, 50, 75, 99.9) for i in (False, True)),
+    ("sumSeriesWithWildcards(group(x.*.used, x.{a,c}.total), 1)",
+     lambda f, d: f.sumSeriesWithWildcards({}, f.group({}, d["x.*.used"], d["x.{a,c}.total"]), 1)),
+    ("averageSeriesWithWildcards(group(x.*.used, x.{a,c}.total), 2)",
+     lambda f, d: f.averageSeriesWithWildcards({}, f.group({}, d["x.*.used"], d["x.{a,c}.total"]), 2)),
+    ("multiplySeriesWithWildcards(prog.func.*.bytes, 2)",
+     lambda f, d: f.multiplySeriesWithWildcards({}, d["prog.func.*.bytes"], 2)),
+    ("aggregateWithWildcards(group(x.*.used, x.{a,c}.total), 'max', 1, 2)",
+     lambda f, d: f.aggregateWithWildcards({}, f.group({}, d["x.*.used"], d["x.{a,c}.total"]), "max", 1, 2)),
+    # transforms
+    ("squareRoot(offset(prog.func.*.bytes, -3))",
+     lambda f, d: f.squareRoot({}, f.offset({}, d["prog.func.*.bytes"], -3))),
+    ("pow(offset(prog.func.*.bytes, -3), 2)", lambda f, d: f.pow({}, f.offset({}, d["prog.func.*.bytes"], -3), 2)),
+    ("pow(offset(prog.func.*.bytes, -4), -0.5)",
+     lambda f, d: f.pow({}, f.offset({}, d["prog.func.*.bytes"], -4), -0.5)),
+    ("invert(offset(prog.func.*.bytes, -4))", lambda f, d: f.invert({}, f.offset({}, d["prog.func.*.bytes"], -4))),
+    ("log(offset(prog.func.*.bytes, -2))", lambda f, d: f.logarithm({}, f.offset({}, d["prog.func.*.bytes"], -2))),
+    ("log(prog.func.*.bytes, 2)", lambda f, d: f.logarithm({}, d["prog.func.*.bytes"], 2)),
+    *((f"delay(prog.func.*.bytes, {steps})", lambda f, d, steps=steps: f.delay({}, d["prog.func.*.bytes"], steps))
+      for steps in (2, -1, 6, -9)),
+    ("offsetToZero(group(prog.func.*.bytes, removeAboveValue(x.*.used, 0)))",
+     lambda f, d: f.offsetToZero({}, f.group({}, d["prog.func.*.bytes"], f.removeAboveValue({}, d["x.*.used"], 0)))),
+    ("changed(group(prog.func.*.bytes, prog.wrap.n, keepLastValue(prog.func.h1.bytes)))",
+     lambda f, d: f.changed({}, f.group({}, d["prog.func.*.bytes"], d["prog.wrap.n"],
+                                         f.keepLastValue({}, d["prog.func.h1.bytes"])))),
+    ("isNonNull(prog.func.*.bytes)", lambda f, d: f.isNonNull({}, d["prog.func.*.bytes"])),
+    *((f"nPercentile(group(prog.func.*.bytes, nothing.*, prog.wrap.n), {n})",
+       lambda f, d, n=n: f.nPercentile({}, f.group({}, d["prog.func.*.bytes"], d["nothing.*"], d["prog.wrap.n"]), n))
+      for n in (25, 50, 90, 100)),
 ]
 
 
