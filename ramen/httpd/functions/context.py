@@ -1,0 +1,64 @@
+"""What a render asks of the functions (its range, `now`, its xFilesFactor, the shift of a
+timeShift), and Graphite's interval strings (`"5min"`, `"1d"`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+from ramen.httpd.series import DEFAULT_XFILES_FACTOR
+from ramen.httpd.target import TargetError
+from ramen.times import MAX_TIME_US, OFFSET_UNITS
+
+
+MICROS_PER_SECOND = 1_000_000
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a render asks for, as the functions need it."""
+    from_s: int
+    until_s: int
+    now_s: int
+    xfiles_factor: float = DEFAULT_XFILES_FACTOR
+    """The render's `xFilesFactor`: what the series it fetches start with (Series.xfiles_factor)."""
+    shift_s: int = 0
+    """Seconds the range is moved by, inside timeShift: from_s and until_s are already moved, and a
+    path's series are those fetched over the moved range."""
+
+    def shifted(self, seconds: int) -> Context:
+        return dataclasses.replace(self, from_s=self.from_s + seconds, until_s=self.until_s + seconds,
+                                   shift_s=self.shift_s + seconds)
+
+
+_INTERVAL_PART = re.compile(r"(\d+)([A-Za-z]+)")
+
+
+def parse_interval_s(text: str) -> int:
+    """Seconds in a Graphite interval (`1h`, `30min`, `1d12h`, `-5min`), graphite-web's units by prefix
+    (s, min, h, d, w, mon = 30 d, y = 365 d); `m` alone is minutes, as everywhere in ramen."""
+    if not isinstance(text, str) or not text:
+        raise TargetError(f"bad interval {text!r}: expected a number and a unit, e.g. \"1h\" or \"5min\"")
+    sign, body = (-1, text[1:]) if text[0] == "-" else (1, text[1:] if text[0] == "+" else text)
+    total_us, pos = 0, 0
+    while pos < len(body):
+        part = _INTERVAL_PART.match(body, pos)
+        if part is None:
+            raise TargetError(f"bad interval {text!r}: expected a number and a unit, e.g. \"1h\" or \"5min\"")
+        total_us += int(part.group(1)) * _unit_us(part.group(2), text)
+        pos = part.end()
+    if pos == 0:
+        raise TargetError(f"bad interval {text!r}: expected a number and a unit, e.g. \"1h\" or \"5min\"")
+    if total_us > MAX_TIME_US:  # longer than any range a render may have: numpy's int64 would overflow
+        raise TargetError(f"bad interval {text!r}: longer than any time range (1970 to 9999)")
+    return sign * total_us // MICROS_PER_SECOND
+
+
+def _unit_us(spelled: str, text: str) -> int:
+    if spelled == "m":
+        return 60 * MICROS_PER_SECOND
+    for prefix, micros in OFFSET_UNITS:
+        if spelled.lower().startswith(prefix):
+            return micros
+    raise TargetError(f"bad interval {text!r}: no unit {spelled!r} (s, min, h, d, w, mon, y)")

@@ -1,0 +1,153 @@
+"""Functions that keep, drop or reorder whole series (highest, filterSeries, grep, sortBy, ...) or
+drop values (removeBelowValue)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+
+import numpy as np
+
+from ramen.httpd.functions.context import Context
+from ramen.httpd.functions.reductions import reduce_each
+from ramen.httpd.functions.results import named
+from ramen.httpd.series import Series
+from ramen.httpd.target import TargetError
+
+
+def _sorted_by(series_list: list[Series], func: str, *, lowest: bool = False) -> list[Series]:
+    """Highest first by `func` over each series' values, all-null series last (`lowest`: lowest
+    first, all-null series first, as graphite-web ranks a null as -inf); ties keep their order."""
+    keys = [-math.inf if math.isnan(key) else key for key in reduce_each(series_list, func)]
+    order = sorted(range(len(series_list)), key=lambda i: keys[i], reverse=not lowest)
+    return [series_list[i] for i in order]
+
+
+def highest(context: Context, seriesList: list[Series], n: int = 1, func: str = "average") -> list[Series]:
+    """The `n` series with the highest value of `func` (average, max, sum, ...) over the range."""
+    return _sorted_by(seriesList, func)[:n]
+
+
+def lowest(context: Context, seriesList: list[Series], n: int = 1, func: str = "average") -> list[Series]:
+    """The `n` series with the lowest value of `func` (average, min, last, ...) over the range,
+    lowest first (all-null ones before any)."""
+    return _sorted_by(seriesList, func, lowest=True)[:n]
+
+
+def ranked_by(func: str, *, lowest: bool = False) -> Callable[..., list[Series]]:
+    def ranked(context: Context, seriesList: list[Series], n: int) -> list[Series]:
+        return _sorted_by(seriesList, func, lowest=lowest)[:n]
+    ranked.__doc__ = (f"The `n` series with the {'lowest' if lowest else 'highest'} "
+                      f"{'last value' if func == 'last' else func} over the range.")
+    return ranked
+
+
+OPERATORS: dict[str, Callable[[float, float], bool]] = {
+    "=": lambda value, threshold: not math.isnan(value) and value == threshold,
+    "!=": lambda value, threshold: math.isnan(value) or value != threshold,
+    ">": lambda value, threshold: not math.isnan(value) and value > threshold,
+    ">=": lambda value, threshold: not math.isnan(value) and value >= threshold,
+    "<": lambda value, threshold: math.isnan(value) or value < threshold,
+    "<=": lambda value, threshold: math.isnan(value) or value <= threshold,
+}
+"""filterSeries' comparisons, a series with nothing to reduce (NaN) judged as graphite-web's None:
+less than anything, equal to nothing."""
+
+
+def filter_series(context: Context, seriesList: list[Series], func: str, operator: str, threshold: float
+                  ) -> list[Series]:
+    """The series whose `func` over the range (average, max, last, ...) compares with `threshold`
+    by `operator` (=, !=, >, >=, <, <=): `filterSeries(x, "max", ">", 1000)`."""
+    compare = OPERATORS[operator]
+    return [s for s, value in zip(seriesList, reduce_each(seriesList, func)) if compare(value, threshold)]
+
+
+def filtered_by(func: str, operator: str) -> Callable[..., list[Series]]:
+    def filtered(context: Context, seriesList: list[Series], n: float) -> list[Series]:
+        return filter_series(context, seriesList, func, operator, n)
+    what = {"last": "last value", "average": "average", "max": "maximum", "min": "minimum"}[func]
+    filtered.__doc__ = (f"The series whose {what} over the range is "
+                        f"{'above `n`' if operator == '>' else 'at most `n` (or that have no value)'}.")
+    return filtered
+
+
+def _regex(name: str, pattern: str) -> re.Pattern:
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise TargetError(f"{name}: bad regular expression {pattern!r}: {e}") from None
+
+
+def exclude(context: Context, seriesList: list[Series], pattern: str) -> list[Series]:
+    """The series whose names do not match the regular expression `pattern`."""
+    regex = _regex("exclude", pattern)
+    return [s for s in seriesList if not regex.search(s.name)]
+
+
+def grep(context: Context, seriesList: list[Series], pattern: str) -> list[Series]:
+    """The series whose names match the regular expression `pattern`."""
+    regex = _regex("grep", pattern)
+    return [s for s in seriesList if regex.search(s.name)]
+
+
+def remove_empty_series(context: Context, seriesList: list[Series], xFilesFactor: float | None = None
+                        ) -> list[Series]:
+    """The series with at least one value, or with at least that share of non-null values."""
+    xff = 0.0 if xFilesFactor is None else xFilesFactor
+    kept = []
+    for s in seriesList:
+        present = int(np.count_nonzero(~np.isnan(s.values)))
+        if present and present / len(s.values) >= xff:
+            kept.append(s)
+    return kept
+
+
+def remove_below_value(context: Context, seriesList: list[Series], n: float) -> list[Series]:
+    """Values below `n` become null."""
+    with np.errstate(invalid="ignore"):
+        return [named(s, f"removeBelowValue({s.name}, {n:g})", values=np.where(s.values < n, np.nan, s.values))
+                for s in seriesList]
+
+
+def remove_above_value(context: Context, seriesList: list[Series], n: float) -> list[Series]:
+    """Values above `n` become null."""
+    with np.errstate(invalid="ignore"):
+        return [named(s, f"removeAboveValue({s.name}, {n:g})", values=np.where(s.values > n, np.nan, s.values))
+                for s in seriesList]
+
+
+def limit(context: Context, seriesList: list[Series], n: int) -> list[Series]:
+    """The first `n` series only."""
+    return list(seriesList[:n])
+
+
+def sort_by_maxima(context: Context, seriesList: list[Series]) -> list[Series]:
+    """The series by their largest value, highest first."""
+    return _sorted_by(seriesList, "max")
+
+
+def sort_by_name(context: Context, seriesList: list[Series], natural: bool = False, reverse: bool = False
+                 ) -> list[Series]:
+    """By name; `natural`: numbers in names by their value (server2 before server11)."""
+    def natural_key(s: Series) -> str:
+        return re.sub(r"\d+", lambda number: f"{int(number.group(0)):010}", s.name)
+    return sorted(seriesList, key=natural_key if natural else (lambda s: s.name), reverse=reverse)
+
+
+def sort_by(context: Context, seriesList: list[Series], func: str = "average", reverse: bool = False
+            ) -> list[Series]:
+    """By `func` over the range (average, max, sum, last, ...), lowest first (all-null ones before
+    any); `reverse`: highest first."""
+    return _sorted_by(seriesList, func, lowest=not reverse)
+
+
+def sort_by_total(context: Context, seriesList: list[Series]) -> list[Series]:
+    """By the sum of their values, highest first."""
+    return _sorted_by(seriesList, "sum")
+
+
+def sort_by_minima(context: Context, seriesList: list[Series]) -> list[Series]:
+    """The series with a value above 0, by their smallest value, lowest first."""
+    positive = [s for s, top in zip(seriesList, reduce_each(seriesList, "max")) if top > 0]
+    return _sorted_by(positive, "min", lowest=True)

@@ -1,0 +1,216 @@
+"""The table of every function a target may call: its parameters as graphite-web's Param.toJSON
+describes them (so Grafana's function editor offers them), and what `GET /functions` answers."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ramen.httpd.functions import calculate, combine, filters, transform
+from ramen.httpd.functions.reductions import aggregation_names
+from ramen.httpd.series import Series
+
+
+MODULE_NAME = "ramen.httpd.functions"
+"""What `/functions` says each function's module is (graphite-web: graphite.render.functions)."""
+
+
+INTERVAL_SUGGESTIONS = ["10min", "1h", "1d"]
+WINDOW_SUGGESTIONS = [5, 7, 10, "1min", "5min", "10min", "30min", "1hour"]
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter, as graphite-web's Param.toJSON describes it."""
+    name: str
+    type: str
+    """graphite-web's type names: seriesList, seriesLists, float, integer, intOrInf, intOrInterval,
+    interval, string, boolean, aggFunc, node, nodeOrTag, any."""
+    required: bool = False
+    default: object = None
+    multiple: bool = False
+    options: tuple = ()
+    suggestions: tuple = ()
+
+    def to_json(self) -> dict:
+        """Only what is set, as graphite-web writes it (Grafana reads absence as false/none)."""
+        described: dict = {"name": self.name, "type": self.type}
+        if self.required:
+            described["required"] = True
+        if self.default is not None:
+            described["default"] = "inf" if self.default == math.inf else self.default
+        if self.multiple:
+            described["multiple"] = True
+        if self.options:
+            described["options"] = sorted(self.options, key=str)
+        if self.suggestions:
+            described["suggestions"] = list(self.suggestions)
+        return described
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    name: str
+    call: Callable[..., list[Series]]
+    group: str
+    params: tuple[Param, ...]
+    description: str = field(default="")
+
+    def signature(self) -> str:
+        """As graphite-web shows it: `summarize(seriesList, intervalString, func='sum', alignToFrom=False)`."""
+        parts = []
+        for param in self.params:
+            if param.multiple:
+                parts.append(f"*{param.name}")
+            elif param.default is not None:
+                parts.append(f"{param.name}={param.default!r}")
+            elif not param.required and param.type != "seriesList":
+                parts.append(f"{param.name}=None")
+            else:
+                parts.append(param.name)
+        return f"{self.name}({', '.join(parts)})"
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "function": self.signature(), "description": self.description,
+                "module": MODULE_NAME, "group": self.group, "params": [p.to_json() for p in self.params]}
+
+
+_SERIES = Param("seriesList", "seriesList", required=True)
+_SERIES_LISTS = Param("seriesLists", "seriesList", required=True, multiple=True)
+_POSITIONS = Param("position", "node", multiple=True)
+_THRESHOLD = Param("n", "float", required=True)
+_COUNT = Param("n", "integer", required=True)
+_WINDOW = Param("windowSize", "intOrInterval", required=True, suggestions=tuple(WINDOW_SUGGESTIONS))
+_AGG_OPTIONS = tuple(aggregation_names())
+_CONSOLIDATION_OPTIONS = ("sum", "average", "avg", "avg_zero", "min", "max", "first", "last")
+_CALLBACK_OPTIONS = (*_AGG_OPTIONS, "averageSeries", "diffSeries", "maxSeries", "minSeries", "multiplySeries",
+                     "sumSeries")
+"""What groupByNode(s) combine a group with: an aggregation, or a function of ours that aggregates."""
+
+
+def _spec(name: str, call: Callable[..., list[Series]], group_name: str, *params: Param) -> FunctionSpec:
+    return FunctionSpec(name, call, group_name, params, " ".join((call.__doc__ or "").split()))
+
+
+FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
+    _spec("alias", transform.alias, "Alias", _SERIES, Param("newName", "string", required=True)),
+    _spec("aliasByNode", transform.alias_by_node, "Alias", _SERIES,
+          Param("nodes", "nodeOrTag", required=True, multiple=True)),
+    _spec("aliasByMetric", transform.alias_by_metric, "Alias", _SERIES),
+    _spec("aliasSub", transform.alias_sub, "Alias", _SERIES, Param("search", "string", required=True),
+          Param("replace", "string", required=True)),
+    _spec("sumSeries", combine.sum_series, "Combine", _SERIES_LISTS),
+    _spec("averageSeries", combine.average_series, "Combine", _SERIES_LISTS),
+    _spec("maxSeries", combine.max_series, "Combine", _SERIES_LISTS),
+    _spec("minSeries", combine.min_series, "Combine", _SERIES_LISTS),
+    _spec("diffSeries", combine.diff_series, "Combine", _SERIES_LISTS),
+    _spec("multiplySeries", combine.multiply_series, "Combine", _SERIES_LISTS),
+    _spec("divideSeries", combine.divide_series, "Combine", Param("dividendSeriesList", "seriesList", required=True),
+          Param("divisorSeries", "seriesList", required=True)),
+    _spec("groupByNode", combine.group_by_node, "Combine", _SERIES, Param("nodeNum", "nodeOrTag", required=True),
+          Param("callback", "aggOrSeriesFunc", default="average", options=_CALLBACK_OPTIONS)),
+    _spec("groupByNodes", combine.group_by_nodes, "Combine", _SERIES,
+          Param("callback", "aggOrSeriesFunc", required=True, options=_CALLBACK_OPTIONS),
+          Param("nodes", "nodeOrTag", multiple=True)),
+    _spec("aggregate", combine.aggregate, "Combine", _SERIES,
+          Param("func", "aggFunc", required=True, options=_AGG_OPTIONS),
+          Param("xFilesFactor", "float")),
+    _spec("group", combine.group, "Combine", Param("seriesLists", "seriesList", multiple=True)),
+    _spec("rangeOfSeries", combine.range_of_series, "Combine", _SERIES_LISTS),
+    _spec("stddevSeries", combine.stddev_series, "Combine", _SERIES_LISTS),
+    _spec("countSeries", combine.count_series, "Combine", Param("seriesLists", "seriesList", multiple=True)),
+    _spec("percentileOfSeries", combine.percentile_of_series, "Combine", _SERIES, Param("n", "float", required=True),
+          Param("interpolate", "boolean", default=False)),
+    _spec("aggregateWithWildcards", combine.aggregate_with_wildcards, "Combine", _SERIES,
+          Param("func", "aggFunc", required=True, options=_AGG_OPTIONS), _POSITIONS),
+    *(_spec(f"{func}SeriesWithWildcards", combine.with_wildcards(func), "Combine", _SERIES, _POSITIONS)
+      for func in ("sum", "average", "multiply")),
+    _spec("asPercent", combine.as_percent, "Combine", _SERIES, Param("total", "any"),
+          Param("nodes", "nodeOrTag", multiple=True)),
+    _spec("scale", transform.scale, "Transform", _SERIES, Param("factor", "float", required=True)),
+    _spec("offset", transform.offset, "Transform", _SERIES, Param("factor", "float", required=True)),
+    _spec("summarize", transform.summarize, "Transform", _SERIES,
+          Param("intervalString", "interval", required=True, suggestions=tuple(INTERVAL_SUGGESTIONS)),
+          Param("func", "aggFunc", default="sum", options=_AGG_OPTIONS),
+          Param("alignToFrom", "boolean", default=False)),
+    _spec("transformNull", transform.transform_null, "Transform", _SERIES, Param("default", "float", default=0),
+          Param("referenceSeries", "seriesList")),
+    _spec("absolute", transform.absolute, "Transform", _SERIES),
+    _spec("derivative", transform.derivative, "Transform", _SERIES),
+    _spec("integral", transform.integral, "Transform", _SERIES),
+    _spec("timeShift", transform.time_shift, "Transform", _SERIES,
+          Param("timeShift", "interval", required=True,
+                suggestions=("1h", "6h", "12h", "1d", "2d", "7d", "14d", "30d")),
+          Param("resetEnd", "boolean", default=True), Param("alignDst", "boolean", default=False)),
+    _spec("squareRoot", transform.square_root, "Transform", _SERIES),
+    _spec("pow", transform.power, "Transform", _SERIES, Param("factor", "float", required=True)),
+    _spec("invert", transform.invert, "Transform", _SERIES),
+    _spec("log", transform.logarithm, "Transform", _SERIES, Param("base", "integer", default=10)),
+    _spec("delay", transform.delay, "Transform", _SERIES, Param("steps", "integer", required=True)),
+    _spec("offsetToZero", transform.offset_to_zero, "Transform", _SERIES),
+    _spec("isNonNull", transform.is_non_null, "Transform", _SERIES),
+    _spec("changed", transform.changed, "Special", _SERIES),
+    _spec("constantLine", transform.constant_line, "Special", Param("value", "float", required=True)),
+    _spec("keepLastValue", transform.keep_last_value, "Transform", _SERIES,
+          Param("limit", "intOrInf", default=math.inf)),
+    _spec("nonNegativeDerivative", transform.non_negative_derivative, "Transform", _SERIES, Param("maxValue", "float"),
+          Param("minValue", "float")),
+    _spec("perSecond", transform.per_second, "Transform", _SERIES, Param("maxValue", "float"),
+          Param("minValue", "float")),
+    _spec("consolidateBy", transform.consolidate_by, "Special", _SERIES,
+          Param("consolidationFunc", "string", required=True, options=_CONSOLIDATION_OPTIONS)),
+    *(_spec(name, transform.set_xfiles_factor, "Special", _SERIES, Param("xFilesFactor", "float", required=True))
+      for name in ("setXFilesFactor", "xFilesFactor")),
+    _spec("movingWindow", calculate.moving_window, "Calculate", _SERIES, _WINDOW,
+          Param("func", "aggFunc", default="average", options=_AGG_OPTIONS), Param("xFilesFactor", "float")),
+    *(_spec(f"moving{func.capitalize()}", calculate.moving_by(func), "Calculate", _SERIES, _WINDOW,
+            Param("xFilesFactor", "float"))
+      for func in ("average", "sum", "min", "max", "median")),
+    _spec("nPercentile", calculate.n_percentile, "Calculate", _SERIES, Param("n", "float", required=True)),
+    _spec("highestAverage", filters.ranked_by("average"), "Filter Series", _SERIES, _COUNT),
+    _spec("highestCurrent", filters.ranked_by("last"), "Filter Series", _SERIES, _COUNT),
+    _spec("highestMax", filters.ranked_by("max"), "Filter Series", _SERIES, _COUNT),
+    _spec("highest", filters.highest, "Filter Series", _SERIES, _COUNT,
+          Param("func", "aggFunc", default="average", options=_AGG_OPTIONS)),
+    _spec("lowestAverage", filters.ranked_by("average", lowest=True), "Filter Series", _SERIES, _COUNT),
+    _spec("lowestCurrent", filters.ranked_by("last", lowest=True), "Filter Series", _SERIES, _COUNT),
+    _spec("lowest", filters.lowest, "Filter Series", _SERIES, _COUNT,
+          Param("func", "aggFunc", default="average", options=_AGG_OPTIONS)),
+    _spec("filterSeries", filters.filter_series, "Filter Series", _SERIES,
+          Param("func", "aggFunc", required=True, options=_AGG_OPTIONS),
+          Param("operator", "string", required=True, options=tuple(filters.OPERATORS)),
+          Param("threshold", "float", required=True)),
+    *(_spec(f"{what}{'Above' if operator == '>' else 'Below'}", filters.filtered_by(func, operator), "Filter Series",
+            _SERIES, _THRESHOLD)
+      for what, func in (("current", "last"), ("average", "average"), ("maximum", "max"), ("minimum", "min"))
+      for operator in (">", "<=")),
+    _spec("exclude", filters.exclude, "Filter Series", _SERIES, Param("pattern", "string", required=True)),
+    _spec("grep", filters.grep, "Filter Series", _SERIES, Param("pattern", "string", required=True)),
+    _spec("removeEmptySeries", filters.remove_empty_series, "Filter Series", _SERIES, Param("xFilesFactor", "float")),
+    _spec("removeBelowValue", filters.remove_below_value, "Filter Data", _SERIES, _THRESHOLD),
+    _spec("removeAboveValue", filters.remove_above_value, "Filter Data", _SERIES, _THRESHOLD),
+    _spec("limit", filters.limit, "Filter Series", _SERIES, _COUNT),
+    _spec("sortByMaxima", filters.sort_by_maxima, "Sorting", _SERIES),
+    _spec("sortByName", filters.sort_by_name, "Sorting", _SERIES, Param("natural", "boolean", default=False),
+          Param("reverse", "boolean", default=False)),
+    _spec("sortByTotal", filters.sort_by_total, "Sorting", _SERIES),
+    _spec("sortByMinima", filters.sort_by_minima, "Sorting", _SERIES),
+    _spec("sortBy", filters.sort_by, "Sorting", _SERIES,
+          Param("func", "aggFunc", default="average", options=_AGG_OPTIONS),
+          Param("reverse", "boolean", default=False)),
+)}
+"""Every function a target may call, by the name a target calls it."""
+
+
+def describe_functions(group_name: str | None = None, grouped: bool = False) -> dict:
+    """What `GET /functions` answers (graphite-web's shape), optionally one group or grouped by group."""
+    described: dict = {}
+    for name, spec in FUNCTIONS.items():
+        if group_name is not None and spec.group != group_name:
+            continue
+        if grouped:
+            described.setdefault(spec.group, {})[name] = spec.to_json()
+        else:
+            described[name] = spec.to_json()
+    return described

@@ -1,0 +1,344 @@
+"""Functions that map each series to one other: aliases, arithmetic, counters' derivatives,
+summarize, timeShift, nulls filled or marked."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+
+import numpy as np
+
+from ramen.httpd.functions.context import Context, parse_interval_s
+from ramen.httpd.functions.reductions import AGGREGATIONS, AGGREGATION_ALIASES, aggregate_rows, aggregation_names
+from ramen.httpd.functions.results import named, node_of, tagged
+from ramen.httpd.series import Series
+from ramen.httpd.target import TargetError
+
+
+def alias(context: Context, seriesList: list[Series], newName: str) -> list[Series]:
+    """Names every series `newName` in the legend."""
+    return [s.copy(name=newName) for s in seriesList]
+
+
+def alias_by_node(context: Context, seriesList: list[Series], nodes: list[int | str]) -> list[Series]:
+    """Names each series by some elements of its path, joined by dots: `aliasByNode(prog.*.x, 1)`
+    names each series by its function. Elements count from 0 (negative from the end); a name
+    instead of a number takes that tag's value."""
+    return [s.copy(name=".".join(node_of(s, node) for node in nodes)) for s in seriesList]
+
+
+def alias_sub(context: Context, seriesList: list[Series], search: str, replace: str) -> list[Series]:
+    """Names each series by a regular expression's substitution in its name (`\\1` for a group)."""
+    try:
+        pattern = re.compile(search)
+        return [s.copy(name=pattern.sub(replace, s.name)) for s in seriesList]
+    except (re.error, IndexError) as e:
+        raise TargetError(f"aliasSub: {e}") from None
+
+
+def alias_by_metric(context: Context, seriesList: list[Series]) -> list[Series]:
+    """Names each series by the last element of its path (the field, in ramen), also inside a
+    function's result name."""
+    renamed = []
+    for s in seriesList:
+        inner = s.name[s.name.rfind("(") + 1:]
+        closing = inner.find(")")
+        inner = inner if closing < 0 else inner[:closing]
+        renamed.append(s.copy(name=re.sub(",.*$", "", inner.split(".")[-1])))
+    return renamed
+
+
+def scale(context: Context, seriesList: list[Series], factor: float) -> list[Series]:
+    """Multiplies every value by `factor`; nulls stay null."""
+    return [named(s, f"scale({s.name},{factor:g})", values=s.values * factor, tags=tagged(s, scale=factor))
+            for s in seriesList]
+
+
+def offset(context: Context, seriesList: list[Series], factor: float) -> list[Series]:
+    """Adds `factor` to every value; nulls stay null."""
+    return [named(s, f"offset({s.name},{factor:g})", values=s.values + factor, tags=tagged(s, offset=factor))
+            for s in seriesList]
+
+
+def summarize(context: Context, seriesList: list[Series], intervalString: str, func: str = "sum",
+              alignToFrom: bool = False) -> list[Series]:
+    """Reduces each series to one point per interval (`"1h"`, `"10min"`) by `func` (sum by default;
+    average, max, min, last, ...). Buckets start at multiples of the interval since the epoch, or at
+    the series' start with alignToFrom=true. Named `summarize(<name>, "<interval>", "<func>")`.
+    As in graphite-web, when the series ends on a bucket boundary the last bucket is an empty one."""
+    interval = parse_interval_s(intervalString)
+    if interval <= 0:
+        raise TargetError(f"summarize: interval {intervalString!r} must be longer than 0 s")
+    func_known = AGGREGATION_ALIASES.get(func, func)
+    if func_known not in AGGREGATIONS:
+        raise TargetError(f"summarize: unknown function {func!r} (known: {', '.join(aggregation_names())})")
+    results = []
+    for s in seriesList:
+        if alignToFrom:
+            new_start = s.start
+            buckets = -(-(s.end - s.start) // interval)
+        else:
+            new_start = s.start - s.start % interval
+            buckets = (s.end - s.end % interval + interval - new_start) // interval
+        bucket_of = (s.timestamps() - new_start) // interval
+        counts = np.bincount(bucket_of, minlength=buckets)[:buckets]
+        width = int(counts.max(initial=0))
+        matrix = np.full((buckets, max(width, 1)), np.nan)
+        real = np.zeros(matrix.shape, dtype=bool)
+        first_of = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        position = np.arange(len(s.values)) - first_of[bucket_of]
+        matrix[bucket_of, position] = s.values
+        real[bucket_of, position] = True
+        values = aggregate_rows(func, matrix, real=real, denominator=interval / s.step,
+                                xfiles_factor=s.xfiles_factor)
+        name = f'summarize({s.name}, "{intervalString}", "{func}"{", true" if alignToFrom else ""})'
+        results.append(named(s, name, start=new_start, step=interval, values=values,
+                              tags=tagged(s, summarize=intervalString, summarizeFunction=func)))
+    return results
+
+
+def consolidate_by(context: Context, seriesList: list[Series], consolidationFunc: str) -> list[Series]:
+    """Sets how a series is consolidated when it has more points than the chart has room for
+    (maxDataPoints) or is combined with a coarser series: average (the default), sum, min, max,
+    first, last."""
+    return [named(s, f'consolidateBy({s.name},"{consolidationFunc}")', consolidate=consolidationFunc,
+                   tags=tagged(s, consolidateBy=consolidationFunc)) for s in seriesList]
+
+
+def set_xfiles_factor(context: Context, seriesList: list[Series], xFilesFactor: float) -> list[Series]:
+    """Sets the share (0 to 1) of a run of values that must not be null for its reduction to be: when
+    the series is consolidated (maxDataPoints, a coarser series beside it), summarised, averaged over
+    a moving window, or combined with others (sumSeries & co take the strictest of their series').
+    0, the default: one value is enough; 1: all of them. Short form: xFilesFactor."""
+    if not 0 <= xFilesFactor <= 1:
+        raise TargetError(f"setXFilesFactor: xFilesFactor must be within 0..1, not {xFilesFactor:g}")
+    return [s.copy(xfiles_factor=xFilesFactor, tags=tagged(s, xFilesFactor=xFilesFactor)) for s in seriesList]
+
+
+def transform_null(context: Context, seriesList: list[Series], default: float = 0,
+                   referenceSeries: list[Series] | None = None) -> list[Series]:
+    """Nulls become `default` (0); with reference series, only at the points where one of them
+    has a value."""
+    results = []
+    for s in seriesList:
+        fill = np.isnan(s.values)
+        if referenceSeries:
+            present = np.zeros(len(s.values), dtype=bool)
+            for reference in referenceSeries:  # by position, as graphite-web zips them
+                length = min(len(reference.values), len(present))
+                present[:length] |= ~np.isnan(reference.values[:length])
+            fill &= present
+        text = f"transformNull({s.name},{default:g}{',referenceSeries' if referenceSeries else ''})"
+        tags = tagged(s, transformNull=default, **({"referenceSeries": 1} if referenceSeries else {}))
+        results.append(named(s, text, values=np.where(fill, float(default), s.values), tags=tags))
+    return results
+
+
+def absolute(context: Context, seriesList: list[Series]) -> list[Series]:
+    """Each value's absolute value."""
+    return [named(s, f"absolute({s.name})", values=np.abs(s.values), tags=tagged(s, absolute=1))
+            for s in seriesList]
+
+
+def derivative(context: Context, seriesList: list[Series]) -> list[Series]:
+    """Each value less the one before it (null after a null); see nonNegativeDerivative and
+    perSecond for counters."""
+    return [named(s, f"derivative({s.name})", values=np.concatenate(([np.nan], np.diff(s.values)))[:len(s.values)],
+                   tags=tagged(s, derivative=1)) for s in seriesList]
+
+
+def integral(context: Context, seriesList: list[Series]) -> list[Series]:
+    """The running sum of the values from `from` on; a null stays null (and adds nothing)."""
+    results = []
+    for s in seriesList:
+        present = ~np.isnan(s.values)
+        values = np.where(present, np.cumsum(np.where(present, s.values, 0.0)), np.nan)
+        results.append(named(s, f"integral({s.name})", values=values, tags=tagged(s, integral=1)))
+    return results
+
+
+def _power(seriesList: list[Series], exponent: float, name: str, **tags: object) -> list[Series]:
+    """Each value to `exponent`; null where that is not a real number (a negative's root, 1/0)."""
+    results = []
+    for s in seriesList:
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            values = np.power(s.values, exponent)
+        results.append(named(s, name.format(s.name), values=np.where(np.isfinite(values), values, np.nan),
+                              tags=tagged(s, **tags)))
+    return results
+
+
+def square_root(context: Context, seriesList: list[Series]) -> list[Series]:
+    """Each value's square root; null for a negative one."""
+    return _power(seriesList, 0.5, "squareRoot({})", squareRoot=1)
+
+
+def power(context: Context, seriesList: list[Series], factor: float) -> list[Series]:
+    """Each value to the power `factor`; null where that is no real number."""
+    return _power(seriesList, factor, f"pow({{}},{factor:g})", pow=factor)
+
+
+def invert(context: Context, seriesList: list[Series]) -> list[Series]:
+    """1 divided by each value; null for 0."""
+    return _power(seriesList, -1.0, "invert({})", invert=1)
+
+
+def logarithm(context: Context, seriesList: list[Series], base: int = 10) -> list[Series]:
+    """Each value's logarithm in `base` (10); null for a value of 0 or less."""
+    if base <= 0 or base == 1:
+        raise TargetError(f"log: the base must be above 0 and not 1, not {base}")
+    results = []
+    for s in seriesList:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            values = np.where(s.values > 0, np.log(s.values) / math.log(base), np.nan)
+        results.append(named(s, f"log({s.name}, {base})", values=values, tags=tagged(s, log=base)))
+    return results
+
+
+def delay(context: Context, seriesList: list[Series], steps: int) -> list[Series]:
+    """Each value moved `steps` points later (earlier if negative), nulls where nothing moved in:
+    unlike timeShift, no other range is fetched."""
+    results = []
+    for s in seriesList:
+        values = np.full(len(s.values), np.nan)
+        if steps >= 0:
+            values[steps:] = s.values[:len(s.values) - steps] if steps < len(s.values) else []
+        else:
+            values[:steps] = s.values[-steps:] if -steps < len(s.values) else []
+        results.append(named(s, f"delay({s.name},{steps})", values=values, tags=tagged(s, delay=steps)))
+    return results
+
+
+def offset_to_zero(context: Context, seriesList: list[Series]) -> list[Series]:
+    """Each series less its smallest value, so that its lowest point is 0."""
+    results = []
+    for s in seriesList:
+        present = s.values[~np.isnan(s.values)]
+        minimum = float(present.min()) if len(present) else None
+        values = s.values - minimum if minimum is not None else s.values
+        results.append(named(s, f"offsetToZero({s.name})", values=values,
+                              tags=tagged(s, offsetToZero=minimum)))
+    return results
+
+
+def changed(context: Context, seriesList: list[Series]) -> list[Series]:
+    """1 where the value differs from the last value before it, else 0 (also where null, and at the
+    first value)."""
+    results = []
+    for s in seriesList:
+        present = ~np.isnan(s.values)
+        index = np.arange(len(s.values))
+        last = np.maximum.accumulate(np.where(present, index, -1)) if len(index) else index
+        before = np.concatenate(([-1], last[:-1]))  # the last value before each point
+        previous = s.values[np.maximum(before, 0)]
+        values = (present & (before >= 0) & (s.values != previous)).astype(np.float64)
+        results.append(named(s, f"changed({s.name})", values=values))
+    return results
+
+
+def is_non_null(context: Context, seriesList: list[Series]) -> list[Series]:
+    """1 where there is a value, 0 where it is null: count series with sumSeries(isNonNull(...))."""
+    return [named(s, f"isNonNull({s.name})", values=(~np.isnan(s.values)).astype(np.float64),
+                   tags=tagged(s, isNonNull=1)) for s in seriesList]
+
+
+def constant_line(context: Context, value: float) -> list[Series]:
+    """A flat line at `value` across the range (three points, as graphite-web draws it)."""
+    step = max((context.until_s - context.from_s) // 2, 1)
+    text = str(value)
+    return [Series(name=text, start=context.from_s, step=step, values=np.full(3, float(value)),
+                   path_expression=f"constantLine({text})", tags={"name": text}, xfiles_factor=context.xfiles_factor)]
+
+
+def time_shift_text(timeShift: str) -> str:
+    """graphite-web's reading: back in time unless it says + ("1d" is "-1d")."""
+    return "-" + timeShift if timeShift[:1].isdigit() else timeShift
+
+
+def time_shift_s(context: Context, timeShift: str, alignDst: bool = False) -> int:
+    """Seconds timeShift moves the range by (negative: back); with alignDst, an hour more or less
+    when the range and the moved one are each wholly in or out of daylight saving time, and not
+    alike (local time, as graphite-web's server reads it)."""
+    shift = parse_interval_s(time_shift_text(timeShift))
+    if alignDst:
+        def in_dst(epoch_s: int) -> bool:
+            return time.localtime(epoch_s).tm_isdst > 0
+        now = (in_dst(context.from_s), in_dst(context.until_s))
+        then = (in_dst(context.from_s + shift), in_dst(context.until_s + shift))
+        if all(now) and not any(then):
+            shift += 3600
+        elif not any(now) and all(then):
+            shift -= 3600
+    return shift
+
+
+def time_shift(context: Context, seriesList: list[Series], timeShift: str, resetEnd: bool = True,
+               alignDst: bool = False) -> list[Series]:
+    """The series as they were at another time, drawn over this range: `timeShift(x, "7d")` beside
+    `x` compares with a week before (back in time unless the shift says +). Named
+    `timeShift(<name>, "-7d")`. resetEnd: no more points than the range has (the default)."""
+    text = time_shift_text(timeShift)
+    shift = time_shift_s(context, timeShift, alignDst)
+    results = []
+    for s in seriesList:  # fetched over the moved range (evaluate): moved back by whole steps
+        start = s.start - shift // s.step * s.step
+        values = s.values[:max(0, -((start - context.until_s) // s.step))] if resetEnd else s.values
+        results.append(named(s, f'timeShift({s.name}, "{text}")', start=start, values=values.copy(),
+                              tags=tagged(s, timeShift=text)))
+    return results
+
+
+def keep_last_value(context: Context, seriesList: list[Series], limit: float = math.inf) -> list[Series]:
+    """Fills each run of nulls with the value before it, if the run is at most `limit` points long
+    (any length by default). A run at the very start has nothing to repeat and stays null."""
+    results = []
+    for s in seriesList:
+        values = s.values.copy()
+        present = ~np.isnan(values)
+        index = np.arange(len(values))
+        last_before = np.maximum.accumulate(np.where(present, index, -1)) if len(values) else index
+        next_after = np.minimum.accumulate(np.where(present, index, len(values))[::-1])[::-1] if len(values) \
+            else index
+        run = next_after - last_before - 1
+        fill = ~present & (last_before >= 0) & (run <= limit)
+        values[fill] = values[last_before[fill]]
+        results.append(named(s, f"keepLastValue({s.name})", values=values))
+    return results
+
+
+def _non_negative_delta(values: np.ndarray, maxValue: float | None, minValue: float | None) -> np.ndarray:
+    """graphite-web's counter deltas: a value out of [minValue, maxValue] is null (and no previous
+    value for the next); a decrease is a wrap at maxValue, a reset to minValue, or null."""
+    values = values.copy()
+    with np.errstate(invalid="ignore"):
+        if maxValue is not None:
+            values[values > maxValue] = np.nan
+        if minValue is not None:
+            values[values < minValue] = np.nan
+        previous = np.concatenate(([np.nan], values[:-1]))
+        delta = values - previous
+        wrapped = delta < 0
+        if maxValue is not None:
+            delta[wrapped] = maxValue + 1 + values[wrapped] - previous[wrapped] - (minValue or 0)
+        elif minValue is not None:
+            delta[wrapped] = values[wrapped] - minValue
+        else:
+            delta[wrapped] = np.nan
+    return delta
+
+
+def non_negative_derivative(context: Context, seriesList: list[Series], maxValue: float | None = None,
+                            minValue: float | None = None) -> list[Series]:
+    """The increase of a counter from each point to the next; a decrease (a reset) is null, unless
+    maxValue says where the counter wraps (or minValue what it restarts from)."""
+    return [named(s, f"nonNegativeDerivative({s.name})", values=_non_negative_delta(s.values, maxValue, minValue),
+                   tags=tagged(s, nonNegativeDerivative=1)) for s in seriesList]
+
+
+def per_second(context: Context, seriesList: list[Series], maxValue: float | None = None,
+               minValue: float | None = None) -> list[Series]:
+    """nonNegativeDerivative divided by the step in seconds: a counter's rate per second."""
+    return [named(s, f"perSecond({s.name})", values=np.round(_non_negative_delta(s.values, maxValue, minValue)
+                                                               / s.step, 6),
+                   tags=tagged(s, perSecond=1)) for s in seriesList]
