@@ -313,7 +313,9 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
             by_path.update(((s.name, shift), s) for s in buckets.to_series(function, tables[name, shift], drawn,
                                                                           since_s + shift, until_s + shift))
         series_of = {(e, at): [by_path[m.path, at] for m in found] for (e, at), found in expanded.items()}
-        return [s for node in nodes for s in graphite_functions.evaluate(node, series_of, context)]
+        # On the pool: a moving median over a long range takes seconds the loop owes other requests.
+        return await loop.run_in_executor(httpd.pool, lambda: [
+            s for node in nodes for s in graphite_functions.evaluate(node, series_of, context)])
     finally:
         progress.done = True
 

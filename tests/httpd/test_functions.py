@@ -6,7 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from ramen.httpd.functions import FUNCTIONS, Context, describe_functions, evaluate, fetches, parse_interval_s
+from ramen.httpd.functions import (AGGREGATIONS, FUNCTIONS, Context, describe_functions, evaluate, fetches,
+                                  parse_interval_s)
 from ramen.httpd.series import Series
 from ramen.httpd.target import Literal, TargetError, parse
 from tests.httpd.graphite_web import graphite_modules
@@ -328,6 +329,37 @@ def test_a_long_moving_window_is_reduced_a_slice_at_a_time_to_the_same_values():
     padded = np.concatenate((np.full(300, NAN), values))
     expected = [NAN] + [float(np.nanmedian(padded[i:i + 300])) for i in range(1, 20_000)]
     same(result.values.tolist(), expected)
+
+
+@pytest.mark.parametrize("func", [*AGGREGATIONS, "rangeOf", "avg", "total", "current"])
+def test_moving_windows_of_every_aggregation_agree_with_graphite_webs_over_a_windows_non_null_values(graphite,
+                                                                                                     func):
+    """graphite-web's movingWindow hands each window's non-null values to its aggregation function:
+    ours by running sums, van Herk's blocks, last indexes or laid-out windows, whichever fits the
+    function, must agree with it, for windows shorter and longer than the series."""
+    from graphite.functions import getAggFunc
+    rng = np.random.default_rng(3)
+    values = rng.integers(-50, 50, size=40).astype(np.float64)
+    values[rng.random(40) < 0.3] = NAN
+    values[10:16] = NAN  # a run of nulls longer than the shorter windows
+    theirs = getAggFunc(func)
+    for points in (1, 3, 7, 45):
+        for xff in (0.0, 0.5):
+            [result] = run(f"movingWindow(a, {points}, '{func}', {xff})", {"a": [series("a", values.tolist())]})
+            expected = []
+            for i in range(len(values)):
+                present = [v for v in values[max(0, i - points):i].tolist() if not math.isnan(v)]
+                ok = present and len(present) / points >= xff
+                expected.append(theirs(present) if ok else NAN)
+            same(result.values.tolist(), [NAN if v is None else v for v in expected])
+
+
+def test_a_moving_median_too_long_to_compute_is_refused_in_one_line_and_a_moving_max_is_not():
+    data = {"a": [series("a", np.arange(30_000, dtype=np.float64).tolist(), step=1)]}
+    with pytest.raises(TargetError, match="a moving median of 20000 points over 30000 points is 600,000,000 values"):
+        run("movingMedian(a, 20000)", data)
+    [result] = run("movingMax(a, 20000)", data)  # in time proportional to the points
+    same(result.values[[0, 1, 25_000]].tolist(), [NAN, 0, 24_999])
 
 
 def test_constant_line_and_count_series_of_nothing():

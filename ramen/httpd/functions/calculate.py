@@ -12,6 +12,7 @@ from ramen.httpd.functions.context import Context, parse_interval_s
 from ramen.httpd.functions.reductions import AGGREGATION_ALIASES, aggregate_rows, check_percent, percentiles
 from ramen.httpd.functions.results import named, tagged
 from ramen.httpd.series import Series
+from ramen.httpd.target import TargetError
 
 
 def n_percentile(context: Context, seriesList: list[Series], n: float) -> list[Series]:
@@ -27,9 +28,13 @@ def n_percentile(context: Context, seriesList: list[Series], n: float) -> list[S
     return results
 
 
-MOVING_WINDOW_CELLS = 1 << 20
-"""Window cells a moving min, max or median reduces at once: a week of seconds with a 5 min window
-is 181 M cells, reduced a slice at a time in bounded memory."""
+MOVING_WINDOW_SLICE_CELLS = 1 << 20
+"""Window cells a moving median (stddev, ...) reduces at once: its windows are reduced a slice of
+them at a time, in bounded memory."""
+MOVING_WINDOW_MAX_CELLS = 50_000_000
+"""The most window cells a moving median (stddev, ...) reduces, about two seconds here: beyond, a
+one-line error rather than a render that runs for minutes (sums, averages, counts, minima, maxima
+and last values take time in proportion to the points alone, whatever the window)."""
 
 
 def moving_window(context: Context, seriesList: list[Series], windowSize: int | str, func: str = "average",
@@ -58,33 +63,71 @@ def moving_window(context: Context, seriesList: list[Series], windowSize: int | 
 
 
 def _moving(values: np.ndarray, points: int, func: str, xff: float) -> np.ndarray:
-    """`func` over each point's window [i - points, i), padding before the first point not counted."""
+    """`func` over each point's window [i - points, i) of the non-null values, null unless the share
+    of non-null ones in `points` reaches `xff` (graphite-web's xff over its window)."""
     n = len(values)
     if points <= 0 or n == 0:
         return np.full(n, np.nan)
     func = AGGREGATION_ALIASES.get(func, func)
+    width = min(points, n)  # a window before point i < n holds at most n points, however long it is
     present = ~np.isnan(values)
-    if func in ("average", "sum"):  # running sums: no window is materialised
+    counts = np.concatenate(([0], np.cumsum(present)))
+    end = np.arange(n)
+    begin = np.maximum(end - width, 0)
+    count = counts[end] - counts[begin]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ok = (count > 0) & (count / points >= xff)
+    if func in ("sum", "average", "avg_zero", "count"):  # running sums
         sums = np.concatenate(([0.0], np.cumsum(np.where(present, values, 0.0))))
-        counts = np.concatenate(([0], np.cumsum(present)))
-        end = np.arange(n)
-        begin = np.maximum(end - points, 0)
-        count = counts[end] - counts[begin]
+        total = sums[end] - sums[begin]
         with np.errstate(invalid="ignore", divide="ignore"):
-            reduced = sums[end] - sums[begin]
-            if func == "average":
-                reduced = reduced / count
-            ok = (count > 0) & (count / points >= xff)
-        return np.where(ok, reduced, np.nan)
-    padded = np.concatenate((np.full(points, np.nan), values))
-    real = np.concatenate((np.zeros(points, dtype=bool), np.ones(n, dtype=bool)))
-    windows = np.lib.stride_tricks.sliding_window_view(padded, points)[:n]
-    real_windows = np.lib.stride_tricks.sliding_window_view(real, points)[:n]
+            # avg_zero too: graphite-web hands a window's non-null values alone to the function
+            reduced = total if func == "sum" else count.astype(np.float64) if func == "count" else total / count
+    elif func in ("min", "max", "range"):
+        reduced = _sliding(values, width, np.fmax) - _sliding(values, width, np.fmin) if func == "range" \
+            else _sliding(values, width, np.fmin if func == "min" else np.fmax)
+    elif func == "last":  # the last non-null value before each point, if it is within the window
+        index = np.arange(n)
+        last = np.concatenate(([-1], np.maximum.accumulate(np.where(present, index, -1))[:-1]))
+        reduced = np.where(last >= end - width, values[np.maximum(last, 0)], np.nan)
+    else:
+        reduced = _windows_reduced(values, width, points, func, xff)
+    return np.where(ok, reduced, np.nan)
+
+
+def _sliding(values: np.ndarray, width: int, fold: np.ufunc) -> np.ndarray:
+    """fold (np.fmin or np.fmax: nulls skipped) over each window [i - width, i), in time
+    proportional to the points whatever the width (van Herk / Gil-Werman: each window is the
+    fold of a block's suffix and the next block's prefix)."""
+    n = len(values)
+    padded_length = -(-(n + width) // width) * width
+    padded = np.full(padded_length, np.nan)
+    padded[width:width + n] = values  # window i is padded[i:i + width]
+    blocks = padded.reshape(-1, width)
+    prefix = fold.accumulate(blocks, axis=1).ravel()
+    suffix = fold.accumulate(blocks[:, ::-1], axis=1)[:, ::-1].ravel()
+    start = np.arange(n)
+    return fold(suffix[start], prefix[start + width - 1])
+
+
+def _windows_reduced(values: np.ndarray, width: int, points: int, func: str, xff: float) -> np.ndarray:
+    """Any aggregation over the non-null values of each window [i - width, i) (a null is no factor
+    of a product, as graphite-web hands a window's non-null values alone to the function), the
+    windows laid out a slice at a time."""
+    n = len(values)
+    if n * width > MOVING_WINDOW_MAX_CELLS:
+        raise TargetError(f"a moving {func} of {points} points over {n} points is {n * width:,} values to "
+                          f"reduce, more than {MOVING_WINDOW_MAX_CELLS:,}: ask a shorter window or range")
+    padded = np.concatenate((np.full(width, np.nan), values))
+    real = np.concatenate((np.zeros(width, dtype=bool), np.ones(n, dtype=bool)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, width)[:n]
+    real_windows = np.lib.stride_tricks.sliding_window_view(real, width)[:n]
     result = np.empty(n)
-    rows = max(1, MOVING_WINDOW_CELLS // points)
+    rows = max(1, MOVING_WINDOW_SLICE_CELLS // width)
     for first in range(0, n, rows):
         last = first + rows
-        result[first:last] = aggregate_rows(func, windows[first:last], real=real_windows[first:last],
+        window = windows[first:last]
+        result[first:last] = aggregate_rows(func, window, real=real_windows[first:last] & ~np.isnan(window),
                                             denominator=points, xfiles_factor=xff)
     return result
 
