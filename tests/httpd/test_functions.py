@@ -1,6 +1,7 @@
 """Target functions against hand-computed values, and against graphite-web's own functions where
 Debian's graphite-web can be imported."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -44,7 +45,8 @@ def at(data, shift_s=0):
 
 
 def run(target, data=None, context=CONTEXT):
-    return evaluate(parse(target), at(fetched() if data is None else data), context)
+    """The target's series, in a render of its own (stacked's totals start anew)."""
+    return evaluate(parse(target), at(fetched() if data is None else data), dataclasses.replace(context, stacks={}))
 
 
 def values(result):
@@ -362,6 +364,29 @@ def test_a_moving_median_too_long_to_compute_is_refused_in_one_line_and_a_moving
     same(result.values[[0, 1, 25_000]].tolist(), [NAN, 0, 24_999])
 
 
+def test_stacks_go_on_across_a_renders_targets_and_threshold_is_a_labelled_constant_line(graphite):
+    functions, TimeSeries = graphite
+    context = Context(from_s=0, until_s=60, now_s=60)
+    data = at(fetched())
+    first = evaluate(parse("stacked(prog.func.*.bytes, 'a')"), data, context)
+    second = evaluate(parse("stacked(prog.wrap.n, 'a')"), data, context)
+    theirs_context = {}
+    converted = {p: [to_graphite(TimeSeries, s) for s in found] for p, found in fetched().items()}
+    expected = (functions.stacked(theirs_context, converted["prog.func.*.bytes"], "a")
+                + functions.stacked(theirs_context, converted["prog.wrap.n"], "a"))
+    assert [s.name for s in first + second] == [s.name for s in expected]
+    for mine, their in zip(first + second, expected):
+        same(mine.values.tolist(), [NAN if v is None else v for v in their])
+    [line] = run("threshold(5, 'limit', 'red')")
+    assert (line.name, line.path_expression, line.values.tolist()) == ("limit", "constantLine(5)", [5, 5, 5])
+    assert run("threshold(7)")[0].name == "7"
+
+
+def test_legend_value_computes_the_series_forms_graphite_web_offers_but_prints_as_unknown():
+    [result] = run("legendValue(prog.func.h1.bytes, 'lastSeries', 'sumSeries')")
+    assert result.name == "prog.func.h1.bytes (lastSeries: 6.0) (sumSeries: 13.0)"  # graphite-web: "(?)" each
+
+
 def test_constant_line_and_count_series_of_nothing():
     [line] = run("constantLine(5)")
     assert (line.name, line.path_expression, line.start, line.step) == ("5", "constantLine(5)", 0, 30)
@@ -489,7 +514,8 @@ def test_functions_table_describes_every_required_function_in_graphite_webs_shap
     assert described["keepLastValue"]["params"][1] == {"name": "limit", "type": "intOrInf", "default": "inf"}
     assert set(describe_functions(grouped=True)) >= {"Alias", "Combine", "Transform", "Calculate", "Filter Series",
                                                      "Sorting", "Special"}
-    assert set(describe_functions(group_name="Alias")) == {"alias", "aliasByNode", "aliasByMetric", "aliasSub"}
+    assert set(describe_functions(group_name="Alias")) == {"alias", "aliasByNode", "aliasByMetric", "aliasSub",
+                                                           "aliasByTags", "legendValue"}
 
 
 def test_function_params_match_graphite_webs_where_it_is_importable(graphite):
@@ -664,6 +690,28 @@ CROSS_CHECKS = [
      lambda f, d: f.changed({}, f.group({}, d["prog.func.*.bytes"], d["prog.wrap.n"],
                                          f.keepLastValue({}, d["prog.func.h1.bytes"])))),
     ("isNonNull(prog.func.*.bytes)", lambda f, d: f.isNonNull({}, d["prog.func.*.bytes"])),
+    # graphite-web's PNG styles: series kept, some renamed
+    ("color(prog.func.*.bytes, 'red')", lambda f, d: f.color({}, d["prog.func.*.bytes"], "red")),
+    ("alpha(prog.func.*.bytes, 0.5)", lambda f, d: f.alpha({}, d["prog.func.*.bytes"], 0.5)),
+    ("lineWidth(prog.func.*.bytes, 2)", lambda f, d: f.lineWidth({}, d["prog.func.*.bytes"], 2)),
+    ("dashed(prog.func.*.bytes)", lambda f, d: f.dashed({}, d["prog.func.*.bytes"])),
+    ("dashed(prog.func.*.bytes, 3)", lambda f, d: f.dashed({}, d["prog.func.*.bytes"], 3)),
+    ("secondYAxis(prog.func.*.bytes)", lambda f, d: f.secondYAxis({}, d["prog.func.*.bytes"])),
+    ("drawAsInfinite(prog.wrap.n)", lambda f, d: f.drawAsInfinite({}, d["prog.wrap.n"])),
+    ("stacked(group(prog.func.*.bytes, prog.wrap.n))",
+     lambda f, d: f.stacked({}, f.group({}, d["prog.func.*.bytes"], d["prog.wrap.n"]))),
+    ("stacked(group(prog.func.*.bytes, x.*.used), 'mine')",
+     lambda f, d: f.stacked({}, f.group({}, d["prog.func.*.bytes"], d["x.*.used"]), "mine")),
+    ("aliasByTags(prog.func.*.bytes, 'name', 2)", lambda f, d: f.aliasByTags({}, d["prog.func.*.bytes"], "name", 2)),
+    ("legendValue(group(prog.func.*.bytes, removeAboveValue(x.*.used, 0)), 'avg', 'max', 'current')",
+     lambda f, d: f.legendValue({}, f.group({}, d["prog.func.*.bytes"], f.removeAboveValue({}, d["x.*.used"], 0)),
+                                "avg", "max", "current")),
+    *((f"legendValue(group(scale(prog.func.*.bytes, {factor}), removeAboveValue(x.*.used, 0)), 'sum', 'min', "
+       f"'{system}')",
+       lambda f, d, factor=factor, system=system: f.legendValue(
+           {}, f.group({}, f.scale({}, d["prog.func.*.bytes"], factor), f.removeAboveValue({}, d["x.*.used"], 0)),
+           "sum", "min", system))
+      for factor in (1, 1000, 123456789) for system in ("si", "binary")),
     *((f"nPercentile(group(prog.func.*.bytes, nothing.*, prog.wrap.n), {n})",
        lambda f, d, n=n: f.nPercentile({}, f.group({}, d["prog.func.*.bytes"], d["nothing.*"], d["prog.wrap.n"]), n))
       for n in (25, 50, 90, 100)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ramen.httpd.series import DEFAULT_XFILES_FACTOR
 from ramen.httpd.target import TargetError
@@ -26,6 +26,8 @@ class Context:
     shift_s: int = 0
     """Seconds the range is moved by, inside timeShift: from_s and until_s are already moved, and a
     path's series are those fetched over the moved range."""
+    stacks: dict = field(default_factory=dict, compare=False)
+    """stacked's running totals by stack name, over the render's targets (shared by shifted copies)."""
 
     def shifted(self, seconds: int) -> Context:
         return dataclasses.replace(self, from_s=self.from_s + seconds, until_s=self.until_s + seconds,

@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ramen.httpd.functions import calculate, combine, filters, transform
+from ramen.httpd.functions import calculate, combine, filters, graph, transform
 from ramen.httpd.functions.reductions import aggregation_names
 from ramen.httpd.series import Series
 
@@ -84,6 +84,7 @@ _COUNT = Param("n", "integer", required=True)
 _WINDOW = Param("windowSize", "intOrInterval", required=True, suggestions=tuple(WINDOW_SUGGESTIONS))
 _AGG_OPTIONS = tuple(aggregation_names())
 _CONSOLIDATION_OPTIONS = ("sum", "average", "avg", "avg_zero", "min", "max", "first", "last")
+_LEGEND_OPTIONS = (*_AGG_OPTIONS, *(f"{name}Series" for name in _AGG_OPTIONS), *transform.UNIT_SYSTEMS)
 _CALLBACK_OPTIONS = (*_AGG_OPTIONS, "averageSeries", "diffSeries", "maxSeries", "minSeries", "multiplySeries",
                      "sumSeries")
 """What groupByNode(s) combine a group with: an aggregation, or a function of ours that aggregates."""
@@ -100,6 +101,10 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
     _spec("aliasByMetric", transform.alias_by_metric, "Alias", _SERIES),
     _spec("aliasSub", transform.alias_sub, "Alias", _SERIES, Param("search", "string", required=True),
           Param("replace", "string", required=True)),
+    _spec("aliasByTags", transform.alias_by_tags, "Alias", _SERIES,
+          Param("tags", "nodeOrTag", required=True, multiple=True)),
+    _spec("legendValue", transform.legend_value, "Alias", _SERIES,
+          Param("valuesTypes", "string", multiple=True, options=_LEGEND_OPTIONS)),
     _spec("sumSeries", combine.sum_series, "Combine", _SERIES_LISTS),
     _spec("averageSeries", combine.average_series, "Combine", _SERIES_LISTS),
     _spec("maxSeries", combine.max_series, "Combine", _SERIES_LISTS),
@@ -152,6 +157,15 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
     _spec("isNonNull", transform.is_non_null, "Transform", _SERIES),
     _spec("changed", transform.changed, "Special", _SERIES),
     _spec("constantLine", transform.constant_line, "Special", Param("value", "float", required=True)),
+    _spec("color", graph.color, "Graph", _SERIES, Param("theColor", "string", required=True)),
+    _spec("alpha", graph.alpha, "Graph", _SERIES, Param("alpha", "float", required=True)),
+    _spec("lineWidth", graph.line_width, "Graph", _SERIES, Param("width", "float", required=True)),
+    _spec("dashed", graph.dashed, "Graph", _SERIES, Param("dashLength", "integer", default=5)),
+    _spec("secondYAxis", graph.second_y_axis, "Graph", _SERIES),
+    _spec("drawAsInfinite", graph.draw_as_infinite, "Graph", _SERIES),
+    _spec("stacked", graph.stacked, "Graph", _SERIES, Param("stack", "string")),
+    _spec("threshold", graph.threshold, "Graph", Param("value", "float", required=True), Param("label", "string"),
+          Param("color", "string")),
     _spec("keepLastValue", transform.keep_last_value, "Transform", _SERIES,
           Param("limit", "intOrInf", default=math.inf)),
     _spec("nonNegativeDerivative", transform.non_negative_derivative, "Transform", _SERIES, Param("maxValue", "float"),

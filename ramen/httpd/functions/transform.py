@@ -10,7 +10,8 @@ import time
 import numpy as np
 
 from ramen.httpd.functions.context import Context, parse_interval_s
-from ramen.httpd.functions.reductions import AGGREGATIONS, AGGREGATION_ALIASES, aggregate_rows, aggregation_names
+from ramen.httpd.functions.reductions import (AGGREGATIONS, AGGREGATION_ALIASES, aggregate_rows, aggregation_names,
+                                              reduce_each)
 from ramen.httpd.functions.results import named, node_of, tagged
 from ramen.httpd.series import Series
 from ramen.httpd.target import TargetError
@@ -47,6 +48,46 @@ def alias_by_metric(context: Context, seriesList: list[Series]) -> list[Series]:
         inner = inner if closing < 0 else inner[:closing]
         renamed.append(s.copy(name=re.sub(",.*$", "", inner.split(".")[-1])))
     return renamed
+
+
+def alias_by_tags(context: Context, seriesList: list[Series], tags: list[int | str]) -> list[Series]:
+    """aliasByNode by tag names (ramen's series have one: `name`) or path elements."""
+    return alias_by_node(context, seriesList, tags)
+
+
+UNIT_SYSTEMS = {"si": (("P", 1000.0 ** 5), ("T", 1000.0 ** 4), ("G", 1000.0 ** 3), ("M", 1000.0 ** 2), ("k", 1000.0)),
+                "binary": (("Pi", 1024.0 ** 5), ("Ti", 1024.0 ** 4), ("Gi", 1024.0 ** 3), ("Mi", 1024.0 ** 2),
+                           ("Ki", 1024.0))}
+"""legendValue's unit prefixes, as graphite-web's glyph.UnitSystems."""
+
+
+def _with_unit(value: float, system: str) -> str:
+    """`value` as graphite-web's legends print it in a unit system: 2 decimals and a prefix."""
+    prefix = next(((p, size) for p, size in UNIT_SYSTEMS[system] if abs(value) >= size), None)
+    scaled, unit = (value / prefix[1], prefix[0]) if prefix else (value, "")
+    if scaled - math.floor(scaled) < 1e-11 and value > 1:
+        scaled = float(math.floor(scaled))
+    return f"{scaled:.2f}{unit}"
+
+
+def legend_value(context: Context, seriesList: list[Series], valuesTypes: list[str]) -> list[Series]:
+    """Appends to each name the series' value of each aggregation (`legendValue(x, "avg", "max")`:
+    `x (avg: 3.5) (max: 8.0)`); a last "si" or "binary" prints them in columns with unit prefixes
+    (1.20k, 3.00Mi)."""
+    types, system = list(valuesTypes), None
+    if types and types[-1] in UNIT_SYSTEMS:
+        system = types.pop()
+    names = [s.name for s in seriesList]
+    for value_type in types:
+        func = value_type[:-len("Series")] if value_type.endswith("Series") else value_type
+        values = [None if math.isnan(v) else v for v in reduce_each(seriesList, func)]
+        for index, value in enumerate(values):
+            if system is None:
+                names[index] += f" ({value_type}: {value})"
+            else:
+                shown = "None" if value is None else _with_unit(value, system)
+                names[index] = f"{names[index]:<20}{value_type:<5}{shown:<10}"
+    return [s.copy(name=name) for s, name in zip(seriesList, names)]
 
 
 def scale(context: Context, seriesList: list[Series], factor: float) -> list[Series]:
