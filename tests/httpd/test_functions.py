@@ -358,7 +358,7 @@ def test_moving_windows_of_every_aggregation_agree_with_graphite_webs_over_a_win
 
 def test_a_moving_median_too_long_to_compute_is_refused_in_one_line_and_a_moving_max_is_not():
     data = {"a": [series("a", np.arange(30_000, dtype=np.float64).tolist(), step=1)]}
-    with pytest.raises(TargetError, match="a moving median of 20000 points over 30000 points is 600,000,000 values"):
+    with pytest.raises(TargetError, match="movingMedian: a window of 20,000 points over 30,000 points is 600,000,000 values"):
         run("movingMedian(a, 20000)", data)
     [result] = run("movingMax(a, 20000)", data)  # in time proportional to the points
     same(result.values[[0, 1, 25_000]].tolist(), [NAN, 0, 24_999])

@@ -57,12 +57,12 @@ def moving_window(context: Context, seriesList: list[Series], windowSize: int | 
             points = windowSize
             name = f"{tag}({s.name},{windowSize})"
         xff = s.xfiles_factor if xFilesFactor is None else xFilesFactor
-        results.append(named(s, name, values=_moving(s.values, points, func, xff),
+        results.append(named(s, name, values=_moving(tag, s.values, points, func, xff),
                               tags=tagged(s, **{tag: windowSize})))
     return results
 
 
-def _moving(values: np.ndarray, points: int, func: str, xff: float) -> np.ndarray:
+def _moving(name: str, values: np.ndarray, points: int, func: str, xff: float) -> np.ndarray:
     """`func` over each point's window [i - points, i) of the non-null values, null unless the share
     of non-null ones in `points` reaches `xff` (graphite-web's xff over its window)."""
     n = len(values)
@@ -91,7 +91,7 @@ def _moving(values: np.ndarray, points: int, func: str, xff: float) -> np.ndarra
         last = np.concatenate(([-1], np.maximum.accumulate(np.where(present, index, -1))[:-1]))
         reduced = np.where(last >= end - width, values[np.maximum(last, 0)], np.nan)
     else:
-        reduced = _windows_reduced(values, width, points, func, xff)
+        reduced = _windows_reduced(name, values, width, points, func, xff)
     return np.where(ok, reduced, np.nan)
 
 
@@ -110,13 +110,13 @@ def _sliding(values: np.ndarray, width: int, fold: np.ufunc) -> np.ndarray:
     return fold(suffix[start], prefix[start + width - 1])
 
 
-def _windows_reduced(values: np.ndarray, width: int, points: int, func: str, xff: float) -> np.ndarray:
+def _windows_reduced(name: str, values: np.ndarray, width: int, points: int, func: str, xff: float) -> np.ndarray:
     """Any aggregation over the non-null values of each window [i - width, i) (a null is no factor
     of a product, as graphite-web hands a window's non-null values alone to the function), the
     windows laid out a slice at a time."""
     n = len(values)
     if n * width > MOVING_WINDOW_MAX_CELLS:
-        raise TargetError(f"a moving {func} of {points} points over {n} points is {n * width:,} values to "
+        raise TargetError(f"{name}: a window of {points:,} points over {n:,} points is {n * width:,} values to "
                           f"reduce, more than {MOVING_WINDOW_MAX_CELLS:,}: ask a shorter window or range")
     padded = np.concatenate((np.full(width, np.nan), values))
     real = np.concatenate((np.zeros(width, dtype=bool), np.ones(n, dtype=bool)))
