@@ -45,6 +45,9 @@ MAX_TARGETS = 100
 MAX_METRICS = 10_000
 """Series one render may fetch, after globs: a glob that matches more is refused, not run."""
 MAX_RANGE_S = 400 * 86400
+MAX_POINTS = 50_000_000
+"""Points of all the series one render draws, 400 MB of them: a range that many steps of a function
+long is refused before it is replayed, not run out of memory with."""
 MAX_DATA_POINTS = 100_000
 DEFAULT_FROM, DEFAULT_UNTIL = "-24h", "now"
 THREADS = 64
@@ -71,6 +74,7 @@ class Limits:
     max_targets: int = MAX_TARGETS
     max_metrics: int = MAX_METRICS
     max_range_s: int = MAX_RANGE_S
+    max_points: int = MAX_POINTS
 
 
 class Httpd:
@@ -290,6 +294,8 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
         tree = MetricTree(programs, httpd.factor_values)
         # Each function over each range (a timeShift's is moved) it is needed over, as (name, shift_s).
         functions = {(f.qualified_name, shift): f for e, shift in wanted for f in tree.functions_matching(e)}
+        points = {name: (until_s - since_s) // buckets.step_s(f) for (name, _), f in functions.items()}
+        _check_points(sum(points[name] for name, _ in functions), len(functions), "function", httpd.limits)
         # Every function's buckets at once (a pool job each: their replays meet in the merge delay);
         # a glob over factor values then matches the values these hold, so a render never needs
         # the archive's newest hour (completion's factor values) on top of its own range.
@@ -306,6 +312,7 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
         if len(metrics) > httpd.limits.max_metrics:
             raise BadRequest(f"render: the targets name {len(metrics):,} series, more than "
                              f"{httpd.limits.max_metrics:,}")
+        _check_points(sum(points[m.function] for m in metrics.values()), len(metrics), "series", httpd.limits)
         by_path = {}
         for (name, shift), function in functions.items():
             drawn = [(m.factor_values, m.field, m.path) for (_, at), m in metrics.items()
@@ -318,6 +325,15 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
             s for node in nodes for s in graphite_functions.evaluate(node, series_of, context)])
     finally:
         progress.done = True
+
+
+def _check_points(total: int, count: int, kind: str, limits: Limits) -> None:
+    """A render whose series would hold more than limits.max_points is refused in one line: before
+    its replays when one series of each function is already too many."""
+    if total > limits.max_points:
+        kinds = kind if count == 1 or kind == "series" else kind + "s"
+        raise BadRequest(f"render: the range holds {total:,} points of {count:,} {kinds} at their steps, more than "
+                         f"{limits.max_points:,}: ask a shorter range or fewer series")
 
 
 async def render_handler(request: web.Request) -> web.Response:

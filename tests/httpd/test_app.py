@@ -9,6 +9,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 import confserver
+from ramen import keyspace
+from ramen.program import loads
 from ramen.httpd.app import GRAPHITE_VERSION, Httpd, Limits, make_app
 from ramen.httpd.auth import AuthError, Credentials, addressed_to_loopback, check_listen
 from ramen.httpd.service import IDLE_CONNECTION_TIMEOUT_S, RUNNER_OPTIONS
@@ -169,5 +171,23 @@ async def test_a_target_of_no_path_is_answered_without_a_replay(client):
         line, count = await answer.json()
         assert (line["target"], line["datapoints"]) == ("3", [[3, 1000], [3, 1300], [3, 1600]])
         assert (count["target"], [v for v, _ in count["datapoints"]]) == ("0", [0, 0, 0])
+    finally:
+        await http.close()
+
+
+@sync
+async def test_a_render_too_many_points_long_is_refused_before_its_replays(client):
+    """No supervisor runs here: a render that got as far as its replays would fail another way."""
+    program = loads('[program]\nname = "p"\n\n[[function]]\nname = "f"\n'
+                    'source = { kind = "generator", rate = 10, hosts = 2 }\n'
+                    'schema = { ts = "timestamp[us]", host = "string", bytes = "int64" }\nevent_time = "ts"\n'
+                    'factors = ["host"]\narchive = { retention = "1d" }\n')
+    client.set(f"{keyspace.PROGRAMS}/p", program.to_dict())
+    http = await serve(client, limits=Limits(max_points=8_000))
+    try:
+        answer = await http.get("/render?target=sumSeries(p.f.*.bytes)&from=-1d")  # 8,640 steps of 10 s
+        assert answer.status == 400
+        assert await answer.text() == ("render: the range holds 8,640 points of 1 function at their steps, more "
+                                       "than 8,000: ask a shorter range or fewer series\n")
     finally:
         await http.close()
