@@ -178,7 +178,8 @@ def _run(args) -> int:
     except OSError as e:
         if args.debug or e.errno not in DISK_FULL_ERRNOS:
             raise
-        print(f"ramen: {args.command}: {e.strerror}" + (f" ({e.filename})" if e.filename else ""), file=sys.stderr)
+        # worded as an OutputError (ramen/cli/errors.py writing) says it
+        print(f"ramen: {args.command}: cannot write {e.filename or 'the output'}: {e.strerror}", file=sys.stderr)
         return EXIT_USER_ERROR
 
 

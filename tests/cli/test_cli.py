@@ -56,7 +56,7 @@ def test_an_output_on_a_full_disk_is_a_one_line_error(tmp_path, what):
     with open("/dev/full", "w") as full:
         result = subprocess.run([sys.executable, "-m", "ramen.cli.main", *args], stdout=full, stderr=subprocess.PIPE,
                                 text=True, timeout=120)
-    assert_one_line_error(result, f"ramen: {args[0]}:", "No space left on device")
+    assert_one_line_error(result, f"ramen: {args[0]}: cannot write", "No space left on device")
 
 
 def test_inspect_of_a_missing_file_is_a_one_line_error(tmp_path):
