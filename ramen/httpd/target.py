@@ -63,15 +63,12 @@ class Call:
 Node = PathExpr | Literal | Call
 
 
-def parse(text: str, functions: Collection[str] | None = None) -> Node:
+def parse(text: str, functions: Collection[str]) -> Node:
     """The tree of one target; TargetError names the column and what was expected there.
 
-    A call of a function not in `functions` is refused here (so a typo is a 400 before any
-    replay runs); by default that is ramen.httpd.functions.FUNCTIONS.
+    A call of a function not in `functions` (ramen.httpd.functions.FUNCTIONS, which builds on this
+    module) is refused here, so a typo is a 400 before any replay runs.
     """
-    if functions is None:
-        from ramen.httpd.functions import FUNCTIONS  # late: functions imports this module
-        functions = FUNCTIONS
     return _Parser(text, functions).target()
 
 

@@ -10,7 +10,7 @@ import pytest
 from ramen.httpd.functions import (AGGREGATIONS, FUNCTIONS, Context, describe_functions, evaluate, fetches,
                                   parse_interval_s)
 from ramen.httpd.series import Series
-from ramen.httpd.target import Literal, TargetError, parse
+from ramen.httpd.target import Literal, TargetError, parse as parse_target
 from tests.httpd.graphite_web import graphite_modules
 
 NAN = math.nan
@@ -18,6 +18,10 @@ CONTEXT = Context(from_s=0, until_s=60, now_s=60)
 REQUIRED = ("alias", "aliasByNode", "aliasByMetric", "sumSeries", "averageSeries", "maxSeries", "minSeries", "scale",
             "offset", "summarize", "consolidateBy", "keepLastValue", "nonNegativeDerivative", "perSecond",
             "movingAverage", "highestAverage", "limit", "sortByMaxima", "asPercent", "group")
+
+
+def parse(text):
+    return parse_target(text, FUNCTIONS)
 
 
 def series(name, values, start=0, step=10, **kw):

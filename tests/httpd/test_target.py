@@ -2,7 +2,7 @@
 
 import pytest
 
-from ramen.httpd.functions import Context, fetches
+from ramen.httpd.functions import FUNCTIONS, Context, fetches
 from ramen.httpd.target import MAX_DEPTH, Call, Literal, PathExpr, TargetError, parse
 from tests.httpd.graphite_web import graphite_modules
 
@@ -91,7 +91,7 @@ def test_nodes_are_hashable_so_targets_can_key_a_cache():
 
 
 def test_default_function_table_is_the_evaluators():
-    assert parse("perSecond(a.b)") == Call("perSecond", (PathExpr("a.b"),))
+    assert parse("perSecond(a.b)", FUNCTIONS) == Call("perSecond", (PathExpr("a.b"),))
 
 
 @pytest.mark.parametrize("text, message", [
@@ -155,8 +155,8 @@ def test_same_path_expressions_as_graphite_webs_grammar(text):
 
 def test_a_quoted_name_is_one_path_element_kept_as_written():
     from ramen.httpd.names import split_path
-    node = parse('sumSeries(net.traffic."10.0.0.1".bytes, net.traffic."say ""hi""".bytes)')
+    node = parse('sumSeries(net.traffic."10.0.0.1".bytes, net.traffic."say ""hi""".bytes)', FUNCTIONS)
     assert path_expressions(node) == ['net.traffic."10.0.0.1".bytes', 'net.traffic."say ""hi""".bytes']
     assert split_path(path_expressions(node)[0]) == ["net", "traffic", '"10.0.0.1"', "bytes"]
     with pytest.raises(TargetError, match="unterminated quoted name"):
-        parse('net."10.0')
+        parse('net."10.0', FUNCTIONS)
