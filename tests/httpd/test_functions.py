@@ -2,6 +2,7 @@
 Debian's graphite-web can be imported."""
 
 import dataclasses
+import datetime
 import math
 
 import numpy as np
@@ -14,6 +15,7 @@ from ramen.httpd.target import Literal, TargetError, parse as parse_target
 from tests.httpd.graphite_web import graphite_modules
 
 NAN = math.nan
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 CONTEXT = Context(from_s=0, until_s=60, now_s=60)
 REQUIRED = ("alias", "aliasByNode", "aliasByMetric", "sumSeries", "averageSeries", "maxSeries", "minSeries", "scale",
             "offset", "summarize", "consolidateBy", "keepLastValue", "nonNegativeDerivative", "perSecond",
@@ -362,7 +364,8 @@ def test_moving_windows_of_every_aggregation_agree_with_graphite_webs_over_a_win
 
 def test_a_moving_median_too_long_to_compute_is_refused_in_one_line_and_a_moving_max_is_not():
     data = {"a": [series("a", np.arange(30_000, dtype=np.float64).tolist(), step=1)]}
-    with pytest.raises(TargetError, match="movingMedian: a window of 20,000 points over 30,000 points is 600,000,000 values"):
+    with pytest.raises(TargetError,
+                       match="movingMedian: a window of 20,000 points over 30,000 points is 600,000,000 values"):
         run("movingMedian(a, 20000)", data)
     [result] = run("movingMax(a, 20000)", data)  # in time proportional to the points
     same(result.values[[0, 1, 25_000]].tolist(), [NAN, 0, 24_999])
@@ -389,6 +392,15 @@ def test_stacks_go_on_across_a_renders_targets_and_threshold_is_a_labelled_const
 def test_legend_value_computes_the_series_forms_graphite_web_offers_but_prints_as_unknown():
     [result] = run("legendValue(prog.func.h1.bytes, 'lastSeries', 'sumSeries')")
     assert result.name == "prog.func.h1.bytes (lastSeries: 6.0) (sumSeries: 13.0)"  # graphite-web: "(?)" each
+
+
+def test_time_slice_nulls_the_points_outside_its_times_read_as_from_and_until_read_them():
+    [result] = run("timeSlice(prog.func.h1.bytes, '20', '40')")  # epoch seconds; the range is [0, 60)
+    assert result.name == "timeSlice(prog.func.h1.bytes, 20, 40)"
+    assert result.tags == {"name": "prog.func.h1.bytes", "timeSliceStart": "20", "timeSliceEnd": "40"}
+    same(result.values.tolist(), [NAN, NAN, NAN, 4, NAN, NAN])  # [1, 2, null, 4, null, 6] at 0, 10, ... 50
+    [until_now] = run("timeSlice(prog.func.h1.bytes, '-30s')", context=Context(from_s=0, until_s=60, now_s=60))
+    same(until_now.values.tolist(), [NAN, NAN, NAN, 4, NAN, 6])
 
 
 def test_constant_line_and_count_series_of_nothing():
@@ -469,6 +481,11 @@ def test_evaluate_leaves_the_fetched_series_untouched():
     ("grep(prog.slow.x, '(')", "grep: bad regular expression '(': missing ), unterminated subpattern"),
     ("filterSeries(prog.slow.x, 'max', '=>', 1)", "filterSeries: parameter 'operator' must be one of"),
     ("movingWindow(prog.slow.x, 2, 'mean')", "movingWindow: parameter 'func' must be one of average"),
+    ("sumSeriesLists(x.*.used, prog.slow.x)", "aggregateSeriesLists: the two lists hold 2 and 1 series"),
+    ("divideSeriesLists(x.*.used, prog.slow.x)", "divideSeriesLists: the two lists hold 2 and 1 series"),
+    ("integralByInterval(prog.slow.x, '0s')", "integralByInterval: interval '0s' must be longer than 0 s"),
+    ("timeSlice(prog.slow.x, 'yesterdayish')", "timeSlice: "),
+    ("removeAbovePercentile(prog.slow.x, 0)", "removeAbovePercentile: the percentile must be within (0, 100]"),
 ])
 def test_bad_arguments_raise_one_line_target_errors(target, message):
     with pytest.raises(TargetError) as raised:
@@ -716,6 +733,63 @@ CROSS_CHECKS = [
            {}, f.group({}, f.scale({}, d["prog.func.*.bytes"], factor), f.removeAboveValue({}, d["x.*.used"], 0)),
            "sum", "min", system))
       for factor in (1, 1000, 123456789) for system in ("si", "binary")),
+    # more transforms, filters and combinations
+    ("add(prog.func.*.bytes, 2.5)", lambda f, d: f.add({}, d["prog.func.*.bytes"], 2.5)),
+    ("round(scale(prog.func.*.bytes, 0.37))",
+     lambda f, d: f.roundFunction({}, f.scale({}, d["prog.func.*.bytes"], 0.37))),
+    ("round(scale(prog.func.*.bytes, 37), -1)",
+     lambda f, d: f.roundFunction({}, f.scale({}, d["prog.func.*.bytes"], 37), -1)),
+    ("exp(scale(prog.func.*.bytes, 0.1))", lambda f, d: f.exp({}, f.scale({}, d["prog.func.*.bytes"], 0.1))),
+    ("logit(scale(prog.counter.n, 0.1))", lambda f, d: f.logit({}, f.scale({}, d["prog.counter.n"], 0.1))),
+    ("sigmoid(offset(prog.func.*.bytes, -3))", lambda f, d: f.sigmoid({}, f.offset({}, d["prog.func.*.bytes"], -3))),
+    ("minMax(group(prog.func.*.bytes, prog.slow.x, removeAboveValue(x.*.used, 0)))",
+     lambda f, d: f.minMax({}, f.group({}, d["prog.func.*.bytes"], d["prog.slow.x"],
+                                       f.removeAboveValue({}, d["x.*.used"], 0)))),
+    ("scaleToSeconds(prog.func.*.bytes, 60)", lambda f, d: f.scaleToSeconds({}, d["prog.func.*.bytes"], 60)),
+    ("interpolate(group(prog.func.*.bytes, prog.counter.n))",
+     lambda f, d: f.interpolate({}, f.group({}, d["prog.func.*.bytes"], d["prog.counter.n"]))),
+    ("interpolate(prog.func.*.bytes, 1)", lambda f, d: f.interpolate({}, d["prog.func.*.bytes"], 1)),
+    ("integralByInterval(prog.func.*.bytes, '20s')",
+     lambda f, d: f.integralByInterval({"startTime": EPOCH}, d["prog.func.*.bytes"], "20s")),
+    ("substr(prog.func.*.bytes, 1, 3)", lambda f, d: f.substr({}, d["prog.func.*.bytes"], 1, 3)),
+    ("substr(sumSeries(prog.func.*.bytes), 2)", lambda f, d: f.substr({}, f.sumSeries({}, d["prog.func.*.bytes"]), 2)),
+    ("cumulative(prog.slow.x)", lambda f, d: f.cumulative({}, d["prog.slow.x"])),
+    ("fallbackSeries(nothing.*, prog.slow.x)", lambda f, d: f.fallbackSeries({}, d["nothing.*"], d["prog.slow.x"])),
+    ("fallbackSeries(prog.wrap.n, prog.slow.x)", lambda f, d: f.fallbackSeries({}, d["prog.wrap.n"], d["prog.slow.x"])),
+    ("stdev(prog.func.*.bytes, 3)", lambda f, d: f.stdev({}, d["prog.func.*.bytes"], 3)),
+    ("stdev(prog.func.*.bytes, 2, 1)", lambda f, d: f.stdev({}, d["prog.func.*.bytes"], 2, 1.0)),
+    ("aggregateLine(group(prog.func.*.bytes, removeAboveValue(x.*.used, 0)), 'max', true)",
+     lambda f, d: f.aggregateLine({}, f.group({}, d["prog.func.*.bytes"], f.removeAboveValue({}, d["x.*.used"], 0)),
+                                  "max", True)),
+    *((f"{name}(group(prog.func.*.bytes, prog.counter.n, prog.wrap.n), {n})",
+       lambda f, d, name=name, n=n: getattr(f, name)(
+           {}, f.group({}, d["prog.func.*.bytes"], d["prog.counter.n"], d["prog.wrap.n"]), n))
+      for name in ("removeAbovePercentile", "removeBelowPercentile") for n in (25, 50, 90)),
+    *((f"{name}(group(prog.counter.n, prog.wrap.n, x.*.used, x.{{a,c}}.total), {n})",
+       lambda f, d, name=name, n=n: getattr(f, name)(
+           {}, f.group({}, d["prog.counter.n"], d["prog.wrap.n"], d["x.*.used"], d["x.{a,c}.total"]), n))
+      for name in ("averageOutsidePercentile",) for n in (10, 60, 95)),
+    # graphite-web compares a null with the percentiles and fails (TypeError): series without nulls
+    *((f"removeBetweenPercentile(group(transformNull(prog.counter.n), prog.wrap.n, transformNull(prog.func.*.bytes)), "
+       f"{n})",
+       lambda f, d, n=n: f.removeBetweenPercentile({}, f.group(
+           {}, f.transformNull({}, d["prog.counter.n"]), d["prog.wrap.n"], f.transformNull({}, d["prog.func.*.bytes"])),
+           n)) for n in (30, 70, 95)),
+    ("mostDeviant(group(prog.func.*.bytes, prog.counter.n, prog.wrap.n, removeAboveValue(x.*.used, 0)), 2)",
+     lambda f, d: f.mostDeviant({}, f.group({}, d["prog.func.*.bytes"], d["prog.counter.n"], d["prog.wrap.n"],
+                                              f.removeAboveValue({}, d["x.*.used"], 0)), 2)),
+    ("unique(prog.func.*.bytes, prog.func.h1.bytes, prog.slow.x)",
+     lambda f, d: f.unique({}, d["prog.func.*.bytes"], d["prog.func.h1.bytes"], d["prog.slow.x"])),
+    ("aggregateSeriesLists(x.*.used, x.{a,c}.total, 'max')",
+     lambda f, d: f.aggregateSeriesLists({}, d["x.*.used"], d["x.{a,c}.total"], "max")),
+    *((f"{func}SeriesLists(x.*.used, x.{{a,c}}.total)",
+       lambda f, d, func=func: getattr(f, f"{func}SeriesLists")({}, d["x.*.used"], d["x.{a,c}.total"]))
+      for func in ("sum", "diff", "multiply", "divide")),
+    ("powSeries(prog.wrap.n, offset(prog.counter.n, -2))",
+     lambda f, d: f.powSeries({}, d["prog.wrap.n"], f.offset({}, d["prog.counter.n"], -2))),
+    ("avg(prog.func.*.bytes)", lambda f, d: f.averageSeries({}, d["prog.func.*.bytes"])),
+    ("sum(prog.func.*.bytes, prog.slow.x)", lambda f, d: f.sumSeries({}, d["prog.func.*.bytes"], d["prog.slow.x"])),
+    ("pct(prog.func.*.bytes)", lambda f, d: f.asPercent({}, d["prog.func.*.bytes"])),
     *((f"nPercentile(group(prog.func.*.bytes, nothing.*, prog.wrap.n), {n})",
        lambda f, d, n=n: f.nPercentile({}, f.group({}, d["prog.func.*.bytes"], d["nothing.*"], d["prog.wrap.n"]), n))
       for n in (25, 50, 90, 100)),

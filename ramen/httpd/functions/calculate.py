@@ -9,8 +9,10 @@ from collections.abc import Callable
 import numpy as np
 
 from ramen.httpd.functions.context import Context, parse_interval_s
-from ramen.httpd.functions.reductions import AGGREGATION_ALIASES, aggregate_rows, check_percent, percentiles
+from ramen.httpd.functions.reductions import (AGGREGATION_ALIASES, aggregate_rows, check_percent, percentiles,
+                                              reduce_each)
 from ramen.httpd.functions.results import named, tagged
+from ramen.httpd.functions.transform import constant_line
 from ramen.httpd.series import Series
 from ramen.httpd.target import TargetError
 
@@ -139,3 +141,40 @@ def moving_by(func: str) -> Callable[..., list[Series]]:
     moving.__doc__ = f"""Each point becomes the {func} of the non-null values of the points before it within the
         window: a number of points, or a time ("5min"). As movingWindow, with no data before `from`."""
     return moving
+
+
+def stdev(context: Context, seriesList: list[Series], points: int, windowTolerance: float = 0.1) -> list[Series]:
+    """The standard deviation of each point and the `points` - 1 before it (this one included, unlike
+    movingWindow), null where the window's share of non-null values is below `windowTolerance`."""
+    results = []
+    for s in seriesList:
+        present = ~np.isnan(s.values)
+        zeroed = np.where(present, s.values, 0.0)
+
+        def window(running: np.ndarray) -> np.ndarray:
+            total = np.concatenate(([0], np.cumsum(running)))
+            end = np.arange(1, len(running) + 1)
+            return total[end] - total[np.maximum(end - points, 0)]
+        count, total, squares = window(present.astype(np.int64)), window(zeroed), window(zeroed ** 2)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            deviation = np.sqrt(count * squares - total ** 2) / count
+            ok = (count > 0) & (count / points >= windowTolerance)
+        results.append(named(s, f"stdev({s.name},{int(points)})", values=np.where(ok, deviation, np.nan),
+                             tags=tagged(s, stdev=points)))
+    return results
+
+
+def aggregate_line(context: Context, seriesList: list[Series], func: str = "average", keepStep: bool = False
+                   ) -> list[Series]:
+    """Each series as one flat line at its `func` (average, max, last, ...) over the range, across
+    the range (or at the series' own points with `keepStep`)."""
+    results = []
+    for s, value in zip(seriesList, reduce_each(seriesList, func)):
+        shown = "None" if math.isnan(value) else f"{value:g}"
+        name = f"aggregateLine({s.name}, {shown})"
+        if keepStep:
+            results.append(named(s, name, values=np.full(len(s.values), value)))
+        else:
+            [line] = constant_line(context, value)
+            results.append(line.copy(name=name, path_expression=name))
+    return results

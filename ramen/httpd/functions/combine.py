@@ -129,6 +129,56 @@ def with_wildcards(func: str) -> Callable[..., list[Series]]:
     return combined
 
 
+def aggregate_series_lists(context: Context, seriesListFirstPos: list[Series], seriesListSecondPos: list[Series],
+                           func: str, xFilesFactor: float | None = None) -> list[Series]:
+    """The two lists' series combined pairwise by `func` (the first with the first, ...), each
+    named `<func>Series(<a>,<b>)`; the lists must be as long."""
+    if len(seriesListFirstPos) != len(seriesListSecondPos):
+        raise TargetError(f"aggregateSeriesLists: the two lists hold {len(seriesListFirstPos)} and "
+                          f"{len(seriesListSecondPos)} series; they must be as long")
+    results = []
+    for first, second in zip(seriesListFirstPos, seriesListSecondPos):
+        [combined] = aggregate(context, [first, second], func, xFilesFactor)
+        results.append(combined.copy(name=f"{combined.name[:combined.name.find('Series(')]}Series({first.name},"
+                                          f"{second.name})"))
+    return results
+
+
+def series_lists_by(func: str) -> Callable[..., list[Series]]:
+    def combined(context: Context, seriesListFirstPos: list[Series], seriesListSecondPos: list[Series]
+                 ) -> list[Series]:
+        return aggregate_series_lists(context, seriesListFirstPos, seriesListSecondPos, func)
+    combined.__doc__ = f"aggregateSeriesLists by {func}: the two lists' series pairwise, the first with the first."
+    return combined
+
+
+def divide_series_lists(context: Context, dividendSeriesList: list[Series], divisorSeriesList: list[Series]
+                        ) -> list[Series]:
+    """The first list's series divided by the second's pairwise, each named `divideSeries(<a>,<b>)`;
+    null where the divisor is null or 0. The lists must be as long."""
+    if len(dividendSeriesList) != len(divisorSeriesList):
+        raise TargetError(f"divideSeriesLists: the two lists hold {len(dividendSeriesList)} and "
+                          f"{len(divisorSeriesList)} series; they must be as long")
+    return [s for dividend, divisor in zip(dividendSeriesList, divisorSeriesList)
+            for s in divide_series(context, [dividend], [divisor])]
+
+
+def pow_series(context: Context, seriesList: list[list[Series]]) -> list[Series]:
+    """The first series to the power of the second, that to the third...: one series named
+    `powSeries(<names>)`; null where a value is null or the power no real number."""
+    series_list = [s for sublist in seriesList for s in sublist]
+    if not series_list:
+        return []
+    normalized, start, step = normalize(series_list)
+    matrix = points_matrix(normalized, start, step)
+    values = matrix[:, 0]
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        for column in range(1, matrix.shape[1]):
+            values = np.power(values, matrix[:, column])
+    values = np.where(np.isfinite(values), values, np.nan)
+    return [fresh(f"powSeries({','.join(s.name for s in series_list)})", start, step, values, series_list)]
+
+
 def divide_series(context: Context, dividendSeriesList: list[Series], divisorSeries: list[Series]) -> list[Series]:
     """Each series divided point by point by the one divisor series, named `divideSeries(<a>,<b>)`;
     null where either is null or the divisor is 0. No divisor: every point null,

@@ -10,8 +10,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ramen.httpd.functions.context import Context
-from ramen.httpd.functions.reductions import reduce_each
-from ramen.httpd.functions.results import named
+from ramen.httpd.functions.reductions import check_percent, normalize, percentiles, points_matrix, reduce_each
+from ramen.httpd.functions.results import named, tagged
 from ramen.httpd.series import Series
 from ramen.httpd.target import TargetError
 
@@ -151,3 +151,71 @@ def sort_by_minima(context: Context, seriesList: list[Series]) -> list[Series]:
     """The series with a value above 0, by their smallest value, lowest first."""
     positive = [s for s, top in zip(seriesList, reduce_each(seriesList, "max")) if top > 0]
     return _sorted_by(positive, "min", lowest=True)
+
+
+def _beyond_percentile(seriesList: list[Series], n: float, name: str, drop) -> list[Series]:
+    """Values past each series' own percentile (`drop(values, limit)`) nulled; tagged nPercentile, as
+    graphite-web's are by the nPercentile it asks."""
+    results = []
+    for s in seriesList:
+        [limit] = percentiles(s.values.reshape(1, -1), n, False).tolist()
+        if math.isnan(limit):  # no value: nothing to remove
+            results.append(named(s, f"{name}({s.name}, {n:g})"))
+            continue
+        with np.errstate(invalid="ignore"):
+            values = np.where(drop(s.values, limit), np.nan, s.values)
+        results.append(named(s, f"{name}({s.name}, {n:g})", values=values, tags=tagged(s, nPercentile=n)))
+    return results
+
+
+def remove_above_percentile(context: Context, seriesList: list[Series], n: float) -> list[Series]:
+    """Values above the series' `n`th percentile (nPercentile's) become null."""
+    check_percent("removeAbovePercentile", n)
+    return _beyond_percentile(seriesList, n, "removeAbovePercentile", lambda values, limit: values > limit)
+
+
+def remove_below_percentile(context: Context, seriesList: list[Series], n: float) -> list[Series]:
+    """Values below the series' `n`th percentile (nPercentile's) become null."""
+    check_percent("removeBelowPercentile", n)
+    return _beyond_percentile(seriesList, n, "removeBelowPercentile", lambda values, limit: values < limit)
+
+
+def remove_between_percentile(context: Context, seriesList: list[Series], n: float) -> list[Series]:
+    """The series with a value outside the band between the `n`th and the (100 - n)th percentiles
+    of all the series' values at some point: the outliers."""
+    check_percent("removeBetweenPercentile", n if n >= 50 else 100 - n)
+    if not seriesList:
+        return []
+    n = n if n >= 50 else 100 - n
+    normalized, start, step = normalize(seriesList)
+    matrix = points_matrix(normalized, start, step)
+    low, high = percentiles(matrix, 100 - n, False), percentiles(matrix, n, False)
+    with np.errstate(invalid="ignore"):
+        outside = ~((low[:, None] < matrix) & (matrix < high[:, None])) & ~np.isnan(matrix)
+    return [s for column, s in enumerate(seriesList) if outside[:, column].any()]
+
+
+def average_outside_percentile(context: Context, seriesList: list[Series], n: float) -> list[Series]:
+    """The series whose average is outside the band between the `n`th and the (100 - n)th
+    percentiles of the series' averages."""
+    check_percent("averageOutsidePercentile", n if n >= 50 else 100 - n)
+    n = n if n >= 50 else 100 - n
+    averages = np.array(reduce_each(seriesList, "average"))
+    [low], [high] = (percentiles(averages.reshape(1, -1), p, False) for p in (100 - n, n))
+    return [s for s, average in zip(seriesList, averages) if not low < average < high]
+
+
+def most_deviant(context: Context, seriesList: list[Series], n: int) -> list[Series]:
+    """The `n` series whose values vary the most (the highest variance), most first."""
+    variances = reduce_each(seriesList, "stddev")
+    ranked = sorted((i for i, v in enumerate(variances) if not math.isnan(v)), key=lambda i: variances[i],
+                    reverse=True)
+    return [seriesList[i] for i in ranked[:n]]
+
+
+def unique(context: Context, seriesLists: list[list[Series]]) -> list[Series]:
+    """The series of all the arguments, each name once (its first)."""
+    seen: dict[str, Series] = {}
+    for s in (s for sublist in seriesLists for s in sublist):
+        seen.setdefault(s.name, s)
+    return list(seen.values())

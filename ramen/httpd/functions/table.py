@@ -79,6 +79,8 @@ class FunctionSpec:
 _SERIES = Param("seriesList", "seriesList", required=True)
 _SERIES_LISTS = Param("seriesLists", "seriesList", required=True, multiple=True)
 _POSITIONS = Param("position", "node", multiple=True)
+_TWO_LISTS = (Param("seriesListFirstPos", "seriesList", required=True),
+              Param("seriesListSecondPos", "seriesList", required=True))
 _THRESHOLD = Param("n", "float", required=True)
 _COUNT = Param("n", "integer", required=True)
 _WINDOW = Param("windowSize", "intOrInterval", required=True, suggestions=tuple(WINDOW_SUGGESTIONS))
@@ -131,8 +133,38 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
           Param("func", "aggFunc", required=True, options=_AGG_OPTIONS), _POSITIONS),
     *(_spec(f"{func}SeriesWithWildcards", combine.with_wildcards(func), "Combine", _SERIES, _POSITIONS)
       for func in ("sum", "average", "multiply")),
+    _spec("aggregateSeriesLists", combine.aggregate_series_lists, "Combine", *_TWO_LISTS,
+          Param("func", "aggFunc", required=True, options=_AGG_OPTIONS), Param("xFilesFactor", "float")),
+    *(_spec(f"{func}SeriesLists", combine.series_lists_by(func), "Combine", *_TWO_LISTS)
+      for func in ("sum", "diff", "multiply")),
+    _spec("divideSeriesLists", combine.divide_series_lists, "Combine",
+          Param("dividendSeriesList", "seriesList", required=True),
+          Param("divisorSeriesList", "seriesList", required=True)),
+    _spec("powSeries", combine.pow_series, "Combine", Param("seriesList", "seriesList", required=True, multiple=True)),
+    _spec("avg", combine.average_series, "Combine", _SERIES_LISTS),
+    _spec("sum", combine.sum_series, "Combine", _SERIES_LISTS),
     _spec("asPercent", combine.as_percent, "Combine", _SERIES, Param("total", "any"),
           Param("nodes", "nodeOrTag", multiple=True)),
+    _spec("pct", combine.as_percent, "Combine", _SERIES, Param("total", "any"),
+          Param("nodes", "nodeOrTag", multiple=True)),
+    _spec("add", transform.add, "Transform", _SERIES, Param("constant", "float", required=True)),
+    _spec("round", transform.round_values, "Transform", _SERIES, Param("precision", "integer", default=0)),
+    _spec("exp", transform.exponential, "Transform", _SERIES),
+    _spec("logit", transform.logit, "Transform", _SERIES),
+    _spec("sigmoid", transform.sigmoid, "Transform", _SERIES),
+    _spec("minMax", transform.min_max, "Transform", _SERIES),
+    _spec("scaleToSeconds", transform.scale_to_seconds, "Transform", _SERIES,
+          Param("seconds", "float", required=True)),
+    _spec("interpolate", transform.interpolate, "Transform", _SERIES, Param("limit", "intOrInf", default=math.inf)),
+    _spec("integralByInterval", transform.integral_by_interval, "Transform", _SERIES,
+          Param("intervalUnit", "string", required=True)),
+    _spec("timeSlice", transform.time_slice, "Transform", _SERIES, Param("startSliceAt", "date", required=True),
+          Param("endSliceAt", "date", default="now")),
+    _spec("substr", transform.substr, "Special", _SERIES, Param("start", "node", default=0),
+          Param("stop", "node", default=0)),
+    _spec("cumulative", transform.cumulative, "Special", _SERIES),
+    _spec("fallbackSeries", transform.fallback_series, "Special", _SERIES,
+          Param("fallback", "seriesList", required=True)),
     _spec("scale", transform.scale, "Transform", _SERIES, Param("factor", "float", required=True)),
     _spec("offset", transform.offset, "Transform", _SERIES, Param("factor", "float", required=True)),
     _spec("summarize", transform.summarize, "Transform", _SERIES,
@@ -181,6 +213,11 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
     *(_spec(f"moving{func.capitalize()}", calculate.moving_by(func), "Calculate", _SERIES, _WINDOW,
             Param("xFilesFactor", "float"))
       for func in ("average", "sum", "min", "max", "median")),
+    _spec("stdev", calculate.stdev, "Calculate", _SERIES, Param("points", "integer", required=True),
+          Param("windowTolerance", "float", default=0.1)),
+    _spec("aggregateLine", calculate.aggregate_line, "Calculate", _SERIES,
+          Param("func", "aggFunc", default="average", options=_AGG_OPTIONS),
+          Param("keepStep", "boolean", default=False)),
     _spec("nPercentile", calculate.n_percentile, "Calculate", _SERIES, Param("n", "float", required=True)),
     _spec("highestAverage", filters.ranked_by("average"), "Filter Series", _SERIES, _COUNT),
     _spec("highestCurrent", filters.ranked_by("last"), "Filter Series", _SERIES, _COUNT),
@@ -202,6 +239,12 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
     _spec("exclude", filters.exclude, "Filter Series", _SERIES, Param("pattern", "string", required=True)),
     _spec("grep", filters.grep, "Filter Series", _SERIES, Param("pattern", "string", required=True)),
     _spec("removeEmptySeries", filters.remove_empty_series, "Filter Series", _SERIES, Param("xFilesFactor", "float")),
+    _spec("removeAbovePercentile", filters.remove_above_percentile, "Filter Data", _SERIES, _THRESHOLD),
+    _spec("removeBelowPercentile", filters.remove_below_percentile, "Filter Data", _SERIES, _THRESHOLD),
+    _spec("removeBetweenPercentile", filters.remove_between_percentile, "Filter Series", _SERIES, _THRESHOLD),
+    _spec("averageOutsidePercentile", filters.average_outside_percentile, "Filter Series", _SERIES, _THRESHOLD),
+    _spec("mostDeviant", filters.most_deviant, "Filter Series", _SERIES, _COUNT),
+    _spec("unique", filters.unique, "Filter Series", _SERIES_LISTS),
     _spec("removeBelowValue", filters.remove_below_value, "Filter Data", _SERIES, _THRESHOLD),
     _spec("removeAboveValue", filters.remove_above_value, "Filter Data", _SERIES, _THRESHOLD),
     _spec("limit", filters.limit, "Filter Series", _SERIES, _COUNT),

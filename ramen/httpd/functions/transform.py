@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from ramen.httpd.functions.context import Context, parse_interval_s
+from ramen.httpd.functions.context import MICROS_PER_SECOND, Context, parse_interval_s
 from ramen.httpd.functions.reductions import (AGGREGATIONS, AGGREGATION_ALIASES, aggregate_rows, aggregation_names,
                                               reduce_each)
 from ramen.httpd.functions.results import named, node_of, tagged
@@ -328,6 +328,141 @@ def time_shift(context: Context, seriesList: list[Series], timeShift: str, reset
         results.append(named(s, f'timeShift({s.name}, "{text}")', start=start, values=values.copy(),
                               tags=tagged(s, timeShift=text)))
     return results
+
+
+def add(context: Context, seriesList: list[Series], constant: float) -> list[Series]:
+    """Adds `constant` to every value (offset's newer name); named `add(<name>,<constant>)` with the
+    constant as an integer, as graphite-web prints it."""
+    return [named(s, f"add({s.name},{int(constant)})", values=s.values + constant, tags=tagged(s, add=constant))
+            for s in seriesList]
+
+
+def round_values(context: Context, seriesList: list[Series], precision: int | None = None) -> list[Series]:
+    """Each value rounded to `precision` decimals (0; negative: to tens, hundreds...), halves to even."""
+    name = "round({})" if precision is None else f"round({{}},{precision})"
+    digits = precision or 0
+    return [named(s, name.format(s.name), values=np.round(s.values, digits), tags=tagged(s, round=digits))
+            for s in seriesList]
+
+
+def _mapped(seriesList: list[Series], name: str, apply, **tags: object) -> list[Series]:
+    """Each value through `apply` (numpy, over the whole array: NaN, null, where it has no value)."""
+    results = []
+    for s in seriesList:
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            values = apply(s.values)
+        results.append(named(s, name.format(s.name), values=values, tags=tagged(s, **tags)))
+    return results
+
+
+def exponential(context: Context, seriesList: list[Series]) -> list[Series]:
+    """e to the power of each value."""
+    return _mapped(seriesList, "exp({})", np.exp, exp="e")
+
+
+def logit(context: Context, seriesList: list[Series]) -> list[Series]:
+    """log(v / (1 - v)) of each value: null outside (0, 1)."""
+    return _mapped(seriesList, "logit({})",
+                   lambda v: np.where((v > 0) & (v < 1), np.log(v / (1 - v)), np.nan), logit="logit")
+
+
+def sigmoid(context: Context, seriesList: list[Series]) -> list[Series]:
+    """1 / (1 + e^-v) of each value (graphite-web gives null where e^-v overflows; 0 here)."""
+    return _mapped(seriesList, "sigmoid({})", lambda v: 1 / (1 + np.exp(-v)), sigmoid="sigmoid")
+
+
+def min_max(context: Context, seriesList: list[Series]) -> list[Series]:
+    """Each series scaled to 0..1 between its smallest and largest value (all 0 when they are equal)."""
+    results = []
+    for s in seriesList:
+        present = s.values[~np.isnan(s.values)]
+        low, high = (float(present.min()), float(present.max())) if len(present) else (0.0, 0.0)
+        values = (s.values - low) / (high - low) if high != low else np.where(np.isnan(s.values), np.nan, 0.0)
+        results.append(named(s, f"minMax({s.name})", values=values))
+    return results
+
+
+def scale_to_seconds(context: Context, seriesList: list[Series], seconds: float) -> list[Series]:
+    """A value per step as a value per `seconds` (a count per minute from a 10 s step: times 6)."""
+    return [named(s, f"scaleToSeconds({s.name},{int(seconds)})", values=np.round(s.values * (seconds / s.step), 6),
+                  tags=tagged(s, scaleToSeconds=seconds)) for s in seriesList]
+
+
+def interpolate(context: Context, seriesList: list[Series], limit: float = math.inf) -> list[Series]:
+    """Each run of nulls between two values, if at most `limit` points long, filled on the straight
+    line between them (a run at the start or the end stays null)."""
+    results = []
+    for s in seriesList:
+        values = s.values.copy()
+        present = ~np.isnan(values)
+        index = np.arange(len(values))
+        before = np.maximum.accumulate(np.where(present, index, -1)) if len(values) else index
+        after = np.minimum.accumulate(np.where(present, index, len(values))[::-1])[::-1] if len(values) else index
+        fill = ~present & (before >= 0) & (after < len(values)) & (after - before - 1 <= limit)
+        low, high = before[fill], after[fill]
+        values[fill] = values[low] + (index[fill] - low) * (values[high] - values[low]) / (high - low)
+        results.append(named(s, f"interpolate({s.name})", values=values))
+    return results
+
+
+def integral_by_interval(context: Context, seriesList: list[Series], intervalUnit: str) -> list[Series]:
+    """integral that starts again from 0 at every `intervalUnit` ("1d") from the range's start: a
+    running total per day, per hour."""
+    interval = abs(parse_interval_s(intervalUnit))
+    if interval == 0:
+        raise TargetError(f"integralByInterval: interval {intervalUnit!r} must be longer than 0 s")
+    results = []
+    for s in seriesList:
+        period = (s.timestamps() - context.from_s) // interval
+        zeroed = np.where(np.isnan(s.values), 0.0, s.values)
+        running = np.cumsum(zeroed)
+        starts = np.flatnonzero(np.concatenate(([True], period[1:] != period[:-1])))
+        before = np.concatenate(([0.0], running))[starts]  # the total before each period
+        values = running - np.repeat(before, np.diff(np.concatenate((starts, [len(period)]))))
+        results.append(named(s, f"integralByInterval({s.name},'{intervalUnit}')", values=values,
+                             tags=tagged(s, integralByInterval=intervalUnit)))
+    return results
+
+
+def time_slice(context: Context, seriesList: list[Series], startSliceAt: str, endSliceAt: str = "now"
+               ) -> list[Series]:
+    """Nulls outside [startSliceAt, endSliceAt] (times as `from` and `until` take them: "-1h",
+    "20261125", epoch seconds)."""
+    from ramen.times import TimeError, parse_time
+    try:
+        start, end = (parse_time(str(at), context.now_s * MICROS_PER_SECOND) // MICROS_PER_SECOND
+                      for at in (startSliceAt, endSliceAt))
+    except TimeError as e:
+        raise TargetError(f"timeSlice: {e}") from None
+    results = []
+    for s in seriesList:
+        at = context.from_s + np.arange(len(s.values)) * s.step  # graphite-web counts from the range's start
+        values = np.where((at < start) | (at > end), np.nan, s.values)
+        results.append(named(s, f"timeSlice({s.name}, {start}, {end})", values=values,
+                             tags=tagged(s, timeSliceStart=start, timeSliceEnd=end)))
+    return results
+
+
+def substr(context: Context, seriesList: list[Series], start: int = 0, stop: int = 0) -> list[Series]:
+    """Names each series by the elements [start, stop) of its path (stop 0: to the end), also
+    inside a function's result name: aliasByNode's ancestor."""
+    renamed = []
+    for s in seriesList:
+        left, right = s.name.rfind("(") + 1, s.name.find(")")
+        inner = s.name[left:right if right >= 0 else len(s.name)]
+        parts = inner.split(".")[start:stop or None]
+        renamed.append(s.copy(name=re.sub(",.*$", "", ".".join(parts))))
+    return renamed
+
+
+def cumulative(context: Context, seriesList: list[Series]) -> list[Series]:
+    """consolidateBy(seriesList, "sum"): points that are merged for a chart add up."""
+    return consolidate_by(context, seriesList, "sum")
+
+
+def fallback_series(context: Context, seriesList: list[Series], fallback: list[Series]) -> list[Series]:
+    """`seriesList`, or `fallback` when it has no series (a glob that matched nothing)."""
+    return seriesList if seriesList else fallback
 
 
 def keep_last_value(context: Context, seriesList: list[Series], limit: float = math.inf) -> list[Series]:
