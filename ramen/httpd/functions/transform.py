@@ -388,16 +388,25 @@ def scale_to_seconds(context: Context, seriesList: list[Series], seconds: float)
                   tags=tagged(s, scaleToSeconds=seconds)) for s in seriesList]
 
 
+def _around(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Where values are not null, their indexes, and for each point the index of the last non-null
+    value at or before it (-1: none) and of the first at or after it (len: none)."""
+    present = ~np.isnan(values)
+    index = np.arange(len(values))
+    if not len(values):
+        return present, index, index, index
+    before = np.maximum.accumulate(np.where(present, index, -1))
+    after = np.minimum.accumulate(np.where(present, index, len(values))[::-1])[::-1]
+    return present, index, before, after
+
+
 def interpolate(context: Context, seriesList: list[Series], limit: float = math.inf) -> list[Series]:
     """Each run of nulls between two values, if at most `limit` points long, filled on the straight
     line between them (a run at the start or the end stays null)."""
     results = []
     for s in seriesList:
         values = s.values.copy()
-        present = ~np.isnan(values)
-        index = np.arange(len(values))
-        before = np.maximum.accumulate(np.where(present, index, -1)) if len(values) else index
-        after = np.minimum.accumulate(np.where(present, index, len(values))[::-1])[::-1] if len(values) else index
+        present, index, before, after = _around(values)
         fill = ~present & (before >= 0) & (after < len(values)) & (after - before - 1 <= limit)
         low, high = before[fill], after[fill]
         values[fill] = values[low] + (index[fill] - low) * (values[high] - values[low]) / (high - low)
@@ -471,11 +480,7 @@ def keep_last_value(context: Context, seriesList: list[Series], limit: float = m
     results = []
     for s in seriesList:
         values = s.values.copy()
-        present = ~np.isnan(values)
-        index = np.arange(len(values))
-        last_before = np.maximum.accumulate(np.where(present, index, -1)) if len(values) else index
-        next_after = np.minimum.accumulate(np.where(present, index, len(values))[::-1])[::-1] if len(values) \
-            else index
+        present, _, last_before, next_after = _around(values)
         run = next_after - last_before - 1
         fill = ~present & (last_before >= 0) & (run <= limit)
         values[fill] = values[last_before[fill]]
