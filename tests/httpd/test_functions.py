@@ -403,6 +403,27 @@ def test_time_slice_nulls_the_points_outside_its_times_read_as_from_and_until_re
     same(until_now.values.tolist(), [NAN, NAN, NAN, 4, NAN, 6])
 
 
+@pytest.mark.parametrize("window", [3, 1, '"30s"'])
+def test_exponential_moving_average_is_graphite_webs_over_a_window_of_nulls_before_the_range(graphite, window,
+                                                                                            monkeypatch):
+    """graphite-web fetches the window before the range again (evaluateTarget): given nulls there, as
+    ramen has no data before `from`, its values after the first point are ours."""
+    functions, TimeSeries = graphite
+    [ours] = run(f"exponentialMovingAverage(prog.func.h1.bytes, {window})")
+    [theirs] = [to_graphite(TimeSeries, s) for s in fetched()["prog.func.h1.bytes"]]
+    points = 3 if window == '"30s"' else window
+    preview_s = points * theirs.step
+    before = TimeSeries(theirs.name, theirs.start - preview_s, theirs.end, theirs.step, [None] * points + list(theirs),
+                        tags=dict(theirs.tags))
+    monkeypatch.setattr(functions, "evaluateTarget", lambda context, target: [before])
+    size = window.strip('"') if isinstance(window, str) else window
+    [expected] = functions.exponentialMovingAverage({"startTime": EPOCH, "args": [None]}, [theirs], size)
+    assert (ours.name, ours.start, ours.step) == (expected.name, expected.start, expected.step)
+    assert math.isnan(ours.values[0]) and expected[0] == 0  # graphite-web's average of no value
+    same(ours.values[1:].tolist(), [NAN if v is None else v for v in list(expected)[1:len(ours.values)]])
+    assert ours.tags == dict(expected.tags)
+
+
 def test_constant_line_and_count_series_of_nothing():
     [line] = run("constantLine(5)")
     assert (line.name, line.path_expression, line.start, line.step) == ("5", "constantLine(5)", 0, 30)

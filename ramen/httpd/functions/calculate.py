@@ -178,3 +178,51 @@ def aggregate_line(context: Context, seriesList: list[Series], func: str = "aver
             [line] = constant_line(context, value)
             results.append(line.copy(name=name, path_expression=name))
     return results
+
+
+EMA_BLOCK_POINTS = 32
+"""Points an exponential moving average folds at once (a matrix of decays), short enough that the
+decays' powers stay well within a float's range."""
+
+
+def exponential_moving_average(context: Context, seriesList: list[Series], windowSize: int | str) -> list[Series]:
+    """Each point becomes the exponential moving average of the values before it, weighing each one
+    2 / (window + 1) (window: a number of points, or a time, "5min", whose seconds count as points,
+    as graphite-web reads it); a null point is null and leaves the average as it was. No data before
+    `from` here: the first point is null (graphite-web's is the average of the window before the
+    range, 0 when there is none)."""
+    results = []
+    for s in seriesList:
+        if isinstance(windowSize, str):
+            seconds = abs(parse_interval_s(windowSize))
+            weight, name = 2.0 / (seconds + 1), f'exponentialMovingAverage({s.name},"{windowSize}")'
+        else:
+            weight, name = 2.0 / (windowSize + 1), f"exponentialMovingAverage({s.name},{windowSize})"
+        values = np.full(len(s.values), np.nan)
+        if len(s.values) > 1:
+            present = ~np.isnan(s.values[:-1])
+            averages = np.round(_ema(s.values[:-1][present], weight), 6)
+            values[1:][present] = averages  # the average through a point is drawn at the next one
+        results.append(named(s, name, values=values, tags=tagged(s, exponentialMovingAverage=windowSize)))
+    return results
+
+
+def _ema(values: np.ndarray, weight: float) -> np.ndarray:
+    """e_k = weight * x_k + (1 - weight) * e_(k-1), from e_(-1) = 0, a block of EMA_BLOCK_POINTS at a
+    time: within a block, e = decay^(k+1) * e_before + weight * sum_j decay^(k-j) x_j."""
+    decay, size = 1.0 - weight, EMA_BLOCK_POINTS
+    count = len(values)
+    blocks = -(-count // size)
+    padded = np.zeros(blocks * size)
+    padded[:count] = values
+    k = np.arange(size)
+    lags = k[:, None] - k[None, :]
+    within = np.where(lags >= 0, weight * decay ** np.maximum(lags, 0), 0.0)  # [k, j]
+    partial = padded.reshape(blocks, size) @ within.T  # each block's sums as if it started from 0
+    carried = decay ** (k + 1)
+    ends = np.empty(blocks)
+    before = 0.0
+    for b in range(blocks):  # one step a block: what each block starts from
+        ends[b] = before
+        before = carried[-1] * before + partial[b, -1]
+    return (partial + ends[:, None] * carried[None, :]).ravel()[:count]

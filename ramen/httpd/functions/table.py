@@ -218,6 +218,8 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
     _spec("aggregateLine", calculate.aggregate_line, "Calculate", _SERIES,
           Param("func", "aggFunc", default="average", options=_AGG_OPTIONS),
           Param("keepStep", "boolean", default=False)),
+    _spec("exponentialMovingAverage", calculate.exponential_moving_average, "Calculate", _SERIES,
+          Param("windowSize", "intOrInterval", required=True, suggestions=tuple(WINDOW_SUGGESTIONS))),
     _spec("nPercentile", calculate.n_percentile, "Calculate", _SERIES, Param("n", "float", required=True)),
     _spec("highestAverage", filters.ranked_by("average"), "Filter Series", _SERIES, _COUNT),
     _spec("highestCurrent", filters.ranked_by("last"), "Filter Series", _SERIES, _COUNT),
