@@ -12,8 +12,8 @@ and the shift of its range (`fetches`: timeShift moves it), the series it matche
 reads data past the range it is given.
 
 Each function takes the render's Context and its bound parameters, and returns a new list (the
-series it is given are not modified). They live by graphite-web's groups: combine, transform,
-calculate, filters; table lists them, evaluation runs a target through them.
+series it is given are not modified). They live by graphite-web's groups: aliases, combine,
+transform, calculate, filters, graph; table lists them, evaluation runs a target through them.
 """
 
 from ramen.httpd.functions.context import Context, parse_interval_s

@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ramen.httpd.functions import calculate, combine, filters, graph, transform
+from ramen.httpd.functions import aliases, calculate, combine, filters, graph, transform
 from ramen.httpd.functions.reductions import aggregation_names
 from ramen.httpd.series import Series
 
@@ -86,7 +86,7 @@ _COUNT = Param("n", "integer", required=True)
 _WINDOW = Param("windowSize", "intOrInterval", required=True, suggestions=tuple(WINDOW_SUGGESTIONS))
 _AGG_OPTIONS = tuple(aggregation_names())
 _CONSOLIDATION_OPTIONS = ("sum", "average", "avg", "avg_zero", "min", "max", "first", "last")
-_LEGEND_OPTIONS = (*_AGG_OPTIONS, *(f"{name}Series" for name in _AGG_OPTIONS), *transform.UNIT_SYSTEMS)
+_LEGEND_OPTIONS = (*_AGG_OPTIONS, *(f"{name}Series" for name in _AGG_OPTIONS), *aliases.UNIT_SYSTEMS)
 _CALLBACK_OPTIONS = (*_AGG_OPTIONS, "averageSeries", "diffSeries", "maxSeries", "minSeries", "multiplySeries",
                      "sumSeries")
 """What groupByNode(s) combine a group with: an aggregation, or a function of ours that aggregates."""
@@ -97,15 +97,15 @@ def _spec(name: str, call: Callable[..., list[Series]], group_name: str, *params
 
 
 FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
-    _spec("alias", transform.alias, "Alias", _SERIES, Param("newName", "string", required=True)),
-    _spec("aliasByNode", transform.alias_by_node, "Alias", _SERIES,
+    _spec("alias", aliases.alias, "Alias", _SERIES, Param("newName", "string", required=True)),
+    _spec("aliasByNode", aliases.alias_by_node, "Alias", _SERIES,
           Param("nodes", "nodeOrTag", required=True, multiple=True)),
-    _spec("aliasByMetric", transform.alias_by_metric, "Alias", _SERIES),
-    _spec("aliasSub", transform.alias_sub, "Alias", _SERIES, Param("search", "string", required=True),
+    _spec("aliasByMetric", aliases.alias_by_metric, "Alias", _SERIES),
+    _spec("aliasSub", aliases.alias_sub, "Alias", _SERIES, Param("search", "string", required=True),
           Param("replace", "string", required=True)),
-    _spec("aliasByTags", transform.alias_by_tags, "Alias", _SERIES,
+    _spec("aliasByTags", aliases.alias_by_tags, "Alias", _SERIES,
           Param("tags", "nodeOrTag", required=True, multiple=True)),
-    _spec("legendValue", transform.legend_value, "Alias", _SERIES,
+    _spec("legendValue", aliases.legend_value, "Alias", _SERIES,
           Param("valuesTypes", "string", multiple=True, options=_LEGEND_OPTIONS)),
     _spec("sumSeries", combine.sum_series, "Combine", _SERIES_LISTS),
     _spec("averageSeries", combine.average_series, "Combine", _SERIES_LISTS),
@@ -160,7 +160,7 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
           Param("intervalUnit", "string", required=True)),
     _spec("timeSlice", transform.time_slice, "Transform", _SERIES, Param("startSliceAt", "date", required=True),
           Param("endSliceAt", "date", default="now")),
-    _spec("substr", transform.substr, "Special", _SERIES, Param("start", "node", default=0),
+    _spec("substr", aliases.substr, "Special", _SERIES, Param("start", "node", default=0),
           Param("stop", "node", default=0)),
     _spec("cumulative", transform.cumulative, "Special", _SERIES),
     _spec("fallbackSeries", transform.fallback_series, "Special", _SERIES,

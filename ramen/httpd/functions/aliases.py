@@ -1,0 +1,98 @@
+"""Functions that name series: aliases (a fixed name, path elements, tags, a regular expression's
+substitution) and names that carry values (legendValue)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from ramen.httpd.functions.context import Context
+from ramen.httpd.functions.reductions import reduce_each
+from ramen.httpd.functions.results import node_of
+from ramen.httpd.series import Series
+from ramen.httpd.target import TargetError
+
+
+def alias(context: Context, seriesList: list[Series], newName: str) -> list[Series]:
+    """Names every series `newName` in the legend."""
+    return [s.copy(name=newName) for s in seriesList]
+
+
+def alias_by_node(context: Context, seriesList: list[Series], nodes: list[int | str]) -> list[Series]:
+    """Names each series by some elements of its path, joined by dots: `aliasByNode(prog.*.x, 1)`
+    names each series by its function. Elements count from 0 (negative from the end); a name
+    instead of a number takes that tag's value."""
+    return [s.copy(name=".".join(node_of(s, node) for node in nodes)) for s in seriesList]
+
+
+def alias_sub(context: Context, seriesList: list[Series], search: str, replace: str) -> list[Series]:
+    """Names each series by a regular expression's substitution in its name (`\\1` for a group)."""
+    try:
+        pattern = re.compile(search)
+        return [s.copy(name=pattern.sub(replace, s.name)) for s in seriesList]
+    except (re.error, IndexError) as e:
+        raise TargetError(f"aliasSub: {e}") from None
+
+
+def alias_by_metric(context: Context, seriesList: list[Series]) -> list[Series]:
+    """Names each series by the last element of its path (the field, in ramen), also inside a
+    function's result name."""
+    renamed = []
+    for s in seriesList:
+        inner = s.name[s.name.rfind("(") + 1:]
+        closing = inner.find(")")
+        inner = inner if closing < 0 else inner[:closing]
+        renamed.append(s.copy(name=re.sub(",.*$", "", inner.split(".")[-1])))
+    return renamed
+
+
+def alias_by_tags(context: Context, seriesList: list[Series], tags: list[int | str]) -> list[Series]:
+    """aliasByNode by tag names (ramen's series have one: `name`) or path elements."""
+    return alias_by_node(context, seriesList, tags)
+
+
+UNIT_SYSTEMS = {"si": (("P", 1000.0 ** 5), ("T", 1000.0 ** 4), ("G", 1000.0 ** 3), ("M", 1000.0 ** 2), ("k", 1000.0)),
+                "binary": (("Pi", 1024.0 ** 5), ("Ti", 1024.0 ** 4), ("Gi", 1024.0 ** 3), ("Mi", 1024.0 ** 2),
+                           ("Ki", 1024.0))}
+"""legendValue's unit prefixes, as graphite-web's glyph.UnitSystems."""
+
+
+def _with_unit(value: float, system: str) -> str:
+    """`value` as graphite-web's legends print it in a unit system: 2 decimals and a prefix."""
+    prefix = next(((p, size) for p, size in UNIT_SYSTEMS[system] if abs(value) >= size), None)
+    scaled, unit = (value / prefix[1], prefix[0]) if prefix else (value, "")
+    if scaled - math.floor(scaled) < 1e-11 and value > 1:
+        scaled = float(math.floor(scaled))
+    return f"{scaled:.2f}{unit}"
+
+
+def legend_value(context: Context, seriesList: list[Series], valuesTypes: list[str]) -> list[Series]:
+    """Appends to each name the series' value of each aggregation (`legendValue(x, "avg", "max")`:
+    `x (avg: 3.5) (max: 8.0)`); a last "si" or "binary" prints them in columns with unit prefixes
+    (1.20k, 3.00Mi)."""
+    types, system = list(valuesTypes), None
+    if types and types[-1] in UNIT_SYSTEMS:
+        system = types.pop()
+    names = [s.name for s in seriesList]
+    for value_type in types:
+        func = value_type[:-len("Series")] if value_type.endswith("Series") else value_type
+        values = [None if math.isnan(v) else v for v in reduce_each(seriesList, func)]
+        for index, value in enumerate(values):
+            if system is None:
+                names[index] += f" ({value_type}: {value})"
+            else:
+                shown = "None" if value is None else _with_unit(value, system)
+                names[index] = f"{names[index]:<20}{value_type:<5}{shown:<10}"
+    return [s.copy(name=name) for s, name in zip(seriesList, names)]
+
+
+def substr(context: Context, seriesList: list[Series], start: int = 0, stop: int = 0) -> list[Series]:
+    """Names each series by the elements [start, stop) of its path (stop 0: to the end), also
+    inside a function's result name: aliasByNode's ancestor."""
+    renamed = []
+    for s in seriesList:
+        left, right = s.name.rfind("(") + 1, s.name.find(")")
+        inner = s.name[left:right if right >= 0 else len(s.name)]
+        parts = inner.split(".")[start:stop or None]
+        renamed.append(s.copy(name=re.sub(",.*$", "", ".".join(parts))))
+    return renamed
