@@ -424,6 +424,33 @@ def test_exponential_moving_average_is_graphite_webs_over_a_window_of_nulls_befo
     assert ours.tags == dict(expected.tags)
 
 
+def test_time_stack_draws_each_earlier_range_over_this_one_as_graphite_web_does(graphite, monkeypatch):
+    functions, TimeSeries = graphite
+    day = 86400
+    context = Context(from_s=10 * day, until_s=10 * day + 60, now_s=10 * day + 60)
+    assert fetches(parse('timeStack(a.b, "1d", 0, 3)'), context) == [("a.b", 0), ("a.b", -day), ("a.b", -2 * day)]
+    by_shift = {-k * day: [series("a.b", [k, k + 1, NAN, k + 3, k + 4, k + 5], start=10 * day - k * day)]
+                for k in range(4)}
+    fetched_at = {("a.b", shift): found for shift, found in by_shift.items()}
+    ours = evaluate(parse('timeStack(a.b, "1d", 1, 4)'), fetched_at, context)
+
+    def evaluate_target(request, target):  # graphite-web fetches each moved range again
+        shift = int(request["startTime"].timestamp()) - 10 * day
+        return [to_graphite(TimeSeries, s) for s in by_shift[shift]]
+    monkeypatch.setattr(functions, "evaluateTarget", evaluate_target)
+    start = datetime.datetime.fromtimestamp(10 * day, datetime.timezone.utc)
+    theirs = functions.timeStack({"startTime": start, "endTime": start + datetime.timedelta(seconds=60),
+                                  "args": [None]}, [to_graphite(TimeSeries, s) for s in by_shift[0]], "1d", 1, 4)
+    assert [s.name for s in ours] == [s.name for s in theirs] == [f"timeShift(a.b, -1d, {k})" for k in (1, 2, 3)]
+    for mine, their in zip(ours, theirs):
+        assert (mine.start, mine.step, mine.tags) == (their.start, their.step, dict(their.tags))
+        same(mine.values.tolist(), [NAN if v is None else v for v in their])
+    with pytest.raises(TargetError, match="timeStack: 101 ranges, more than 100"):
+        fetches(parse('timeStack(a.b, "1h", 0, 101)'), context)
+    with pytest.raises(TargetError, match="timeStack: '1d x 11' moves the range out of 1970 to 9999"):
+        fetches(parse('timeStack(a.b, "1d", 0, 12)'), context)
+
+
 def test_constant_line_and_count_series_of_nothing():
     [line] = run("constantLine(5)")
     assert (line.name, line.path_expression, line.start, line.step) == ("5", "constantLine(5)", 0, 30)

@@ -20,8 +20,9 @@ Fetched = dict[tuple[str, int], list[Series]]
 
 def fetches(node: Node, context: Context) -> list[tuple[str, int]]:
     """Every (path expression, shift in seconds) the target needs fetched, once each: a path under
-    timeShift over the range moved by its shift (nested ones add up), any other over the range.
-    A timeShift whose shift is not a literal interval is a TargetError here, before any fetch."""
+    timeShift over the range moved by its shift (nested ones add up), under timeStack over each of
+    its moved ranges, any other over the range. A shift that is not a literal interval is a
+    TargetError here, before any fetch."""
     found: dict[tuple[str, int], None] = {}
     stack = [(node, context)]
     while stack:
@@ -30,34 +31,68 @@ def fetches(node: Node, context: Context) -> list[tuple[str, int]]:
             found.setdefault((current.text, where.shift_s))
         elif isinstance(current, Call):
             args, kwargs = _scoped_args(current, where)
-            stack.extend(reversed(args + [(arg, scope) for _, arg, scope in kwargs]))
+            scoped = [*args, *((arg, scope) for _, arg, scope in kwargs)]
+            stack.extend(reversed([(arg, each) for arg, scope in scoped
+                                   for each in (scope if isinstance(scope, list) else [scope])]))
     return list(found)
 
 
-TIME_SHIFT = "timeShift"
+TIME_SHIFT, TIME_STACK = "timeShift", "timeStack"
+MAX_STACKED_RANGES = 100
+"""Ranges one timeStack may draw (each replayed): a year of weeks fits twice."""
 
 
-def _scoped_args(node: Call, context: Context) -> tuple[list[tuple[Node, Context]], list[tuple[str, Node, Context]]]:
-    """A call's arguments, each with the context it is evaluated in: a timeShift's series (its
-    first, or `seriesList=`) in the moved range, everything else in the call's own."""
-    shifted = context.shifted(_shift_of(node, context)) if node.name == TIME_SHIFT else context
-    args = [(arg, shifted if index == 0 else context) for index, arg in enumerate(node.args)]
-    return args, [(name, arg, shifted if name == "seriesList" else context) for name, arg in node.kwargs]
+Scope = Context | list[Context]
+"""Where an argument is evaluated: a context, or (a timeStack's series) each of a list of them."""
+
+
+def _scoped_args(node: Call, context: Context) -> tuple[list[tuple[Node, Scope]], list[tuple[str, Node, Scope]]]:
+    """A call's arguments, each with where it is evaluated: a timeShift's series (its first, or
+    `seriesList=`) in the moved range, a timeStack's in each of its moved ranges (its argument is
+    then their series lists, one a range), everything else in the call's own context."""
+    series_scope: Scope = context
+    if node.name == TIME_SHIFT:
+        series_scope = context.shifted(_shift_of(node, context))
+    elif node.name == TIME_STACK:
+        series_scope = [context.shifted(shift) for shift in _stack_shifts(node, context)]
+    args = [(arg, series_scope if index == 0 else context) for index, arg in enumerate(node.args)]
+    return args, [(name, arg, series_scope if name == "seriesList" else context) for name, arg in node.kwargs]
+
+
+def _literals(node: Call) -> dict:
+    """A call's literal arguments bound to its parameters (its series left out): what a timeShift
+    or timeStack needs to know its ranges before anything is fetched."""
+    spec = FUNCTIONS[node.name]
+    literals = [arg.value if isinstance(arg, Literal) else [] for arg in node.args]
+    kwargs = {name: arg.value if isinstance(arg, Literal) else [] for name, arg in node.kwargs}
+    if node.args:
+        literals[0] = []  # the series: not needed to know the ranges
+    kwargs.pop("seriesList", None)
+    bound = _bind(spec, literals if node.args else [[]], kwargs)
+    return {**{p.name: p.default for p in spec.params if p.default is not None}, **bound}
+
+
+def _checked_shift(node: Call, context: Context, shift: int, text: str) -> int:
+    if context.from_s + shift < 0 or (context.until_s + shift) * MICROS_PER_SECOND > MAX_TIME_US:
+        raise TargetError(f"{node.name}: {text!r} moves the range out of 1970 to 9999")
+    return shift
 
 
 def _shift_of(node: Call, context: Context) -> int:
     """The seconds a timeShift call moves its series' range by, from its literal arguments."""
-    spec = FUNCTIONS[TIME_SHIFT]
-    literals = [arg.value if isinstance(arg, Literal) else [] for arg in node.args]
-    kwargs = {name: arg.value if isinstance(arg, Literal) else [] for name, arg in node.kwargs}
-    if node.args:
-        literals[0] = []  # the series: not needed to know the shift
-    kwargs.pop("seriesList", None)
-    bound = _bind(spec, literals if node.args else [[]], kwargs)
-    shift = time_shift_s(context, bound["timeShift"], bound.get("alignDst", False))
-    if context.from_s + shift < 0 or (context.until_s + shift) * MICROS_PER_SECOND > MAX_TIME_US:
-        raise TargetError(f"timeShift: {bound['timeShift']!r} moves the range out of 1970 to 9999")
-    return shift
+    bound = _literals(node)
+    return _checked_shift(node, context, time_shift_s(context, bound["timeShift"], bound["alignDst"]),
+                          bound["timeShift"])
+
+
+def _stack_shifts(node: Call, context: Context) -> list[int]:
+    """The seconds each range of a timeStack call is moved by, from its literal arguments."""
+    bound = _literals(node)
+    unit, first, end = bound["timeShiftUnit"], bound["timeShiftStart"], bound["timeShiftEnd"]
+    if end - first > MAX_STACKED_RANGES:
+        raise TargetError(f"timeStack: {end - first} ranges, more than {MAX_STACKED_RANGES}")
+    step = time_shift_s(context, unit)
+    return [_checked_shift(node, context, step * k, f"{unit} x {k}") for k in range(first, end)]
 
 
 def evaluate(node: Node, fetched: Fetched, context: Context) -> list[Series]:
@@ -80,9 +115,15 @@ def _value(node: Node, fetched: Fetched, context: Context) -> object:
     if spec is None:
         raise TargetError(f"unknown function {node.name!r}")
     scoped_args, scoped_kwargs = _scoped_args(node, context)
-    args = [_value(arg, fetched, scope) for arg, scope in scoped_args]
-    kwargs = {name: _value(arg, fetched, scope) for name, arg, scope in scoped_kwargs}
+    args = [_scoped_value(arg, fetched, scope) for arg, scope in scoped_args]
+    kwargs = {name: _scoped_value(arg, fetched, scope) for name, arg, scope in scoped_kwargs}
     return spec.call(context, **_bind(spec, args, kwargs))
+
+
+def _scoped_value(node: Node, fetched: Fetched, scope: Scope) -> object:
+    if isinstance(scope, list):
+        return [_value(node, fetched, each) for each in scope]
+    return _value(node, fetched, scope)
 
 
 def _bind(spec: FunctionSpec, args: list, kwargs: dict) -> dict:

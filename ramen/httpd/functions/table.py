@@ -79,6 +79,7 @@ class FunctionSpec:
 _SERIES = Param("seriesList", "seriesList", required=True)
 _SERIES_LISTS = Param("seriesLists", "seriesList", required=True, multiple=True)
 _POSITIONS = Param("position", "node", multiple=True)
+_SHIFT_SUGGESTIONS = ("1h", "6h", "12h", "1d", "2d", "7d", "14d", "30d")
 _TWO_LISTS = (Param("seriesListFirstPos", "seriesList", required=True),
               Param("seriesListSecondPos", "seriesList", required=True))
 _THRESHOLD = Param("n", "float", required=True)
@@ -178,7 +179,7 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
     _spec("integral", transform.integral, "Transform", _SERIES),
     _spec("timeShift", transform.time_shift, "Transform", _SERIES,
           Param("timeShift", "interval", required=True,
-                suggestions=("1h", "6h", "12h", "1d", "2d", "7d", "14d", "30d")),
+                suggestions=_SHIFT_SUGGESTIONS),
           Param("resetEnd", "boolean", default=True), Param("alignDst", "boolean", default=False)),
     _spec("squareRoot", transform.square_root, "Transform", _SERIES),
     _spec("pow", transform.power, "Transform", _SERIES, Param("factor", "float", required=True)),
@@ -198,6 +199,9 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
     _spec("stacked", graph.stacked, "Graph", _SERIES, Param("stack", "string")),
     _spec("threshold", graph.threshold, "Graph", Param("value", "float", required=True), Param("label", "string"),
           Param("color", "string")),
+    _spec("timeStack", transform.time_stack, "Transform", _SERIES,
+          Param("timeShiftUnit", "interval", default="1d", suggestions=_SHIFT_SUGGESTIONS),
+          Param("timeShiftStart", "integer", default=0), Param("timeShiftEnd", "integer", default=7)),
     _spec("keepLastValue", transform.keep_last_value, "Transform", _SERIES,
           Param("limit", "intOrInf", default=math.inf)),
     _spec("nonNegativeDerivative", transform.non_negative_derivative, "Transform", _SERIES, Param("maxValue", "float"),

@@ -255,6 +255,21 @@ def time_shift(context: Context, seriesList: list[Series], timeShift: str, reset
     return results
 
 
+def time_stack(context: Context, seriesList: list[list[Series]], timeShiftUnit: str = "1d", timeShiftStart: int = 0,
+               timeShiftEnd: int = 7) -> list[Series]:
+    """The series as they were `timeShiftUnit` ago, 2 x ago, ... (from timeShiftStart to timeShiftEnd,
+    its end left out), each drawn over this range: `timeStack(x, "1d", 0, 7)` is the last seven
+    days on top of each other. Named `timeShift(<name>, -1d, <k>)` as graphite-web names them."""
+    unit = time_shift_text(timeShiftUnit)
+    shift = time_shift_s(context, timeShiftUnit)
+    results = []
+    for k, series_list in zip(range(timeShiftStart, timeShiftEnd), seriesList):  # fetched moved by k units
+        for s in series_list:
+            results.append(named(s, f"timeShift({s.name}, {unit}, {k})", start=s.start - shift * k // s.step * s.step,
+                                 values=s.values.copy(), tags=tagged(s, timeShiftUnit=unit, timeShift=k)))
+    return results
+
+
 def add(context: Context, seriesList: list[Series], constant: float) -> list[Series]:
     """Adds `constant` to every value (offset's newer name); named `add(<name>,<constant>)` with the
     constant as an integer, as graphite-web prints it."""

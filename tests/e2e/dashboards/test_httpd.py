@@ -119,6 +119,10 @@ def test_time_shift_draws_an_earlier_range_over_this_one(dashboard_site):
     assert shifted["datapoints"] == [[value, at + 180] for value, at in before[0]["datapoints"]]
     assert all(value is not None for value, _ in shifted["datapoints"]) and shifted != plain
     assert earlier["datapoints"] == plain["datapoints"]
+    now, ago = dashboard_site.json("/render", target=f'timeStack({target}, "3min", 0, 2)',
+                                   **{"from": str(since), "until": str(until)})
+    assert (now["target"], ago["target"]) == (f"timeShift({target}, -3min, 0)", f"timeShift({target}, -3min, 1)")
+    assert (now["datapoints"], ago["datapoints"]) == (plain["datapoints"], shifted["datapoints"])
 
 
 @pytest.mark.parametrize("params, reason", [
