@@ -530,6 +530,8 @@ def test_evaluate_leaves_the_fetched_series_untouched():
     ("filterSeries(prog.slow.x, 'max', '=>', 1)", "filterSeries: parameter 'operator' must be one of"),
     ("movingWindow(prog.slow.x, 2, 'mean')", "movingWindow: parameter 'func' must be one of average"),
     ("sumSeriesLists(x.*.used, prog.slow.x)", "aggregateSeriesLists: the two lists hold 2 and 1 series"),
+    ("hitcount(prog.slow.x, '1h', true)", "hitcount: alignToInterval needs the data before the range"),
+    ("weightedAverage(x.*.used, prog.slow.x)", "weightedAverage: 2 series to average and 1 weights"),
     ("divideSeriesLists(x.*.used, prog.slow.x)", "divideSeriesLists: the two lists hold 2 and 1 series"),
     ("integralByInterval(prog.slow.x, '0s')", "integralByInterval: interval '0s' must be longer than 0 s"),
     ("timeSlice(prog.slow.x, 'yesterdayish')", "timeSlice: "),
@@ -838,6 +840,13 @@ CROSS_CHECKS = [
     ("avg(prog.func.*.bytes)", lambda f, d: f.averageSeries({}, d["prog.func.*.bytes"])),
     ("sum(prog.func.*.bytes, prog.slow.x)", lambda f, d: f.sumSeries({}, d["prog.func.*.bytes"], d["prog.slow.x"])),
     ("pct(prog.func.*.bytes)", lambda f, d: f.asPercent({}, d["prog.func.*.bytes"])),
+    *((f'hitcount(group(prog.func.*.bytes, prog.slow.x), "{interval}")',
+       lambda f, d, interval=interval: f.hitcount({}, f.group({}, d["prog.func.*.bytes"], d["prog.slow.x"]), interval))
+      for interval in ("20s", "25s", "5s", "7s", "1min")),
+    ("weightedAverage(x.*.used, x.{a,c}.total, 1)",
+     lambda f, d: f.weightedAverage({}, d["x.*.used"], d["x.{a,c}.total"], 1)),
+    ("weightedAverage(prog.func.*.bytes, group(prog.counter.n, prog.wrap.n))",
+     lambda f, d: f.weightedAverage({}, d["prog.func.*.bytes"], f.group({}, d["prog.counter.n"], d["prog.wrap.n"]))),
     *((f"nPercentile(group(prog.func.*.bytes, nothing.*, prog.wrap.n), {n})",
        lambda f, d, n=n: f.nPercentile({}, f.group({}, d["prog.func.*.bytes"], d["nothing.*"], d["prog.wrap.n"]), n))
       for n in (25, 50, 90, 100)),

@@ -179,6 +179,46 @@ def pow_series(context: Context, seriesList: list[list[Series]]) -> list[Series]
     return [fresh(f"powSeries({','.join(s.name for s in series_list)})", start, step, values, series_list)]
 
 
+def weighted_average(context: Context, seriesListAvg: list[Series], seriesListWeight: list[Series],
+                     nodes: list[int | str]) -> list[Series]:
+    """The average of the first list's series weighted by the second's, matched by the path
+    elements (or tags) `nodes`: sum(value x weight) / sum(weights) at each point, one series named
+    `weightedAverage(<averages>, <weights>, <nodes>)`. The lists must be as long."""
+    if len(seriesListAvg) != len(seriesListWeight):
+        raise TargetError(f"weightedAverage: {len(seriesListAvg)} series to average and {len(seriesListWeight)} "
+                          f"weights; they must be as many")
+    pairs: dict[str, dict[str, Series]] = {}
+    for average, weight in zip(seriesListAvg, seriesListWeight):
+        pairs.setdefault(".".join(node_of(average, n) for n in nodes), {})["average"] = average
+        pairs.setdefault(".".join(node_of(weight, n) for n in nodes), {})["weight"] = weight
+    products = []
+    for pair in pairs.values():
+        if len(pair) == 2:
+            average, weight = pair["average"], pair["weight"]
+            values = _by_position(average.values, weight.values, np.multiply)  # as graphite-web zips them
+            products.append(fresh(f"product({weight.name},{average.name})", average.start, average.step, values,
+                                  (average, weight)))
+    if not products:
+        return []
+    [total] = _aggregate(context, [products], "sum")
+    [weights] = _aggregate(context, [seriesListWeight], "sum")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        values = _by_position(total.values, np.where(weights.values == 0, np.nan, weights.values), np.divide)
+
+    def expressions(series_list: list[Series]) -> str:
+        return ",".join(sorted({s.path_expression for s in series_list}))
+    nodes_text = ",".join(map(str, nodes))
+    name = f"weightedAverage({expressions(seriesListAvg)}, {expressions(seriesListWeight)}, {nodes_text})"
+    return [fresh(name, total.start, total.step, values, [*seriesListAvg, *seriesListWeight])]
+
+
+def _by_position(a: np.ndarray, b: np.ndarray, op) -> np.ndarray:
+    """op of two arrays point by point from their first, the shorter padded with nulls."""
+    length = max(len(a), len(b))
+    padded = [np.concatenate((x, np.full(length - len(x), np.nan))) for x in (a, b)]
+    return op(*padded)
+
+
 def divide_series(context: Context, dividendSeriesList: list[Series], divisorSeries: list[Series]) -> list[Series]:
     """Each series divided point by point by the one divisor series, named `divideSeries(<a>,<b>)`;
     null where either is null or the divisor is 0. No divisor: every point null,

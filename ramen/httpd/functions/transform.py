@@ -270,6 +270,49 @@ def time_stack(context: Context, seriesList: list[list[Series]], timeShiftUnit: 
     return results
 
 
+def hitcount(context: Context, seriesList: list[Series], intervalString: str, alignToInterval: bool = False
+             ) -> list[Series]:
+    """A rate per second turned into counts per `intervalString` ("1h"): each value times the
+    seconds of its step that fall in each interval, the intervals ending with the series. With
+    alignToInterval graphite-web fetches from the interval's start before the range, which ramen
+    does not: refused."""
+    if alignToInterval:
+        raise TargetError("hitcount: alignToInterval needs the data before the range, which is not fetched")
+    interval = abs(parse_interval_s(intervalString))
+    if interval == 0:
+        raise TargetError(f"hitcount: interval {intervalString!r} must be longer than 0 s")
+    results = []
+    for s in seriesList:
+        count = -(-(s.end - s.start) // interval)
+        new_start = s.end - count * interval
+        present = ~np.isnan(s.values)
+        values, at = s.values[present], s.timestamps()[present]
+        first, first_mod = np.divmod(at - new_start, interval)
+        last, last_mod = np.divmod(at + s.step - new_start, interval)
+        beyond = last >= count
+        last, last_mod = np.where(beyond, count - 1, last), np.where(beyond, interval, last_mod)
+        sums, hits = np.zeros(count + 1), np.zeros(count + 1, dtype=np.int64)  # one more: a difference's end
+
+        def put(bucket: np.ndarray, amount: np.ndarray, where: np.ndarray) -> None:
+            np.add.at(sums, bucket[where], amount[where])
+            np.add.at(hits, bucket[where], 1)
+        one = first == last
+        put(first, values * (last_mod - first_mod), one & (first >= 0))
+        put(first, values * (interval - first_mod), ~one & (first >= 0))
+        put(last, values * last_mod, ~one & (last_mod > 0))
+        between = ~one & (last - first > 1)  # whole intervals within one step: a difference array
+        spread, spread_hits = np.zeros(count + 1), np.zeros(count + 1, dtype=np.int64)
+        np.add.at(spread, first[between] + 1, values[between] * interval)
+        np.add.at(spread, last[between], -values[between] * interval)
+        np.add.at(spread_hits, first[between] + 1, 1)
+        np.add.at(spread_hits, last[between], -1)
+        sums, hits = (sums + np.cumsum(spread))[:count], (hits + np.cumsum(spread_hits))[:count]
+        name = f'hitcount({s.name}, "{intervalString}")'
+        results.append(named(s, name, start=new_start, step=interval, values=np.where(hits > 0, sums, np.nan),
+                             tags=tagged(s, hitcount=intervalString)))
+    return results
+
+
 def add(context: Context, seriesList: list[Series], constant: float) -> list[Series]:
     """Adds `constant` to every value (offset's newer name); named `add(<name>,<constant>)` with the
     constant as an integer, as graphite-web prints it."""
