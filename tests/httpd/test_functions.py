@@ -4,6 +4,8 @@ Debian's graphite-web can be imported."""
 import dataclasses
 import datetime
 import math
+import os
+import time
 
 import numpy as np
 import pytest
@@ -451,6 +453,42 @@ def test_time_stack_draws_each_earlier_range_over_this_one_as_graphite_web_does(
         fetches(parse('timeStack(a.b, "1d", 0, 12)'), context)
 
 
+@pytest.fixture
+def utc():
+    """The process's local time zone UTC for the test: graphite-web's time and sine read local time."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if before is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = before
+    time.tzset()
+
+
+def test_generators_and_vertical_line_are_graphite_webs_over_the_range(graphite, utc):
+    functions, TimeSeries = graphite
+    context = Context(from_s=1_700_000_000, until_s=1_700_000_600, now_s=1_700_000_600)
+    start = datetime.datetime.fromtimestamp(context.from_s, datetime.timezone.utc)
+    request = {"startTime": start, "endTime": start + datetime.timedelta(seconds=600), "tzinfo": datetime.timezone.utc}
+    for target, theirs in (('identity("t")', lambda: functions.identity(request, "t")),
+                           ('time("t", 120)', lambda: functions.timeFunction(request, "t", 120)),
+                           ('sinFunction("s", 3, 90)', lambda: functions.sinFunction(request, "s", 3, 90)),
+                           ("verticalLine('1700000300', 'deploy')",
+                            lambda: functions.verticalLine(request, "1700000300", "deploy"))):
+        [ours] = evaluate(parse(target), {}, context)
+        [their] = theirs()
+        assert (ours.name, ours.start, ours.step, ours.path_expression) == \
+            (their.name, their.start, their.step, their.pathExpression), target
+        same(ours.values.tolist(), list(their))
+    [walk] = evaluate(parse('randomWalk("w", 30)'), {}, context)
+    assert (walk.name, walk.step, len(walk.values), walk.values[0]) == ("w", 30, 20, 0)
+    assert np.all(np.abs(np.diff(walk.values)) <= 0.5)
+    with pytest.raises(TargetError, match="verticalLine: 1600000000 is outside the range"):
+        evaluate(parse("verticalLine('1600000000')"), {}, context)
+
+
 def test_constant_line_and_count_series_of_nothing():
     [line] = run("constantLine(5)")
     assert (line.name, line.path_expression, line.start, line.step) == ("5", "constantLine(5)", 0, 30)
@@ -847,6 +885,15 @@ CROSS_CHECKS = [
      lambda f, d: f.weightedAverage({}, d["x.*.used"], d["x.{a,c}.total"], 1)),
     ("weightedAverage(prog.func.*.bytes, group(prog.counter.n, prog.wrap.n))",
      lambda f, d: f.weightedAverage({}, d["prog.func.*.bytes"], f.group({}, d["prog.counter.n"], d["prog.wrap.n"]))),
+    ("areaBetween(group(prog.func.h1.bytes, prog.wrap.n))",
+     lambda f, d: f.areaBetween({}, f.group({}, d["prog.func.h1.bytes"], d["prog.wrap.n"]))),
+    *((f"cactiStyle(group(scale(prog.func.*.bytes, {factor}), prog.wrap.n, removeAboveValue(x.*.used, 0)){extra})",
+       lambda f, d, factor=factor, args=args: f.cactiStyle(
+           {}, f.group({}, f.scale({}, d["prog.func.*.bytes"], factor), d["prog.wrap.n"],
+                       f.removeAboveValue({}, d["x.*.used"], 0)), *args))
+      for factor in (1, 0.1, 1234.5)
+      for extra, args in (("", ()), (", 'si'", ("si",)), (", 'binary', 'B'", ("binary", "B")),
+                          (", None, 'ms'", (None, "ms")))),
     *((f"nPercentile(group(prog.func.*.bytes, nothing.*, prog.wrap.n), {n})",
        lambda f, d, n=n: f.nPercentile({}, f.group({}, d["prog.func.*.bytes"], d["nothing.*"], d["prog.wrap.n"]), n))
       for n in (25, 50, 90, 100)),

@@ -57,13 +57,15 @@ UNIT_SYSTEMS = {"si": (("P", 1000.0 ** 5), ("T", 1000.0 ** 4), ("G", 1000.0 ** 3
 """legendValue's unit prefixes, as graphite-web's glyph.UnitSystems."""
 
 
-def _with_unit(value: float, system: str) -> str:
-    """`value` as graphite-web's legends print it in a unit system: 2 decimals and a prefix."""
+def _with_unit(value: float, system: str, *, units: str | None = None, space: bool = False) -> str:
+    """`value` as graphite-web's legends print it in a unit system: 2 decimals and a prefix (and
+    `units` after it; `space`: a space between)."""
     prefix = next(((p, size) for p, size in UNIT_SYSTEMS[system] if abs(value) >= size), None)
     scaled, unit = (value / prefix[1], prefix[0]) if prefix else (value, "")
     if scaled - math.floor(scaled) < 1e-11 and value > 1:
         scaled = float(math.floor(scaled))
-    return f"{scaled:.2f}{unit}"
+    unit += units or ""
+    return f"{scaled:.2f}{' ' if space else ''}{unit}"
 
 
 def legend_value(context: Context, seriesList: list[Series], valuesTypes: list[str]) -> list[Series]:
@@ -95,4 +97,27 @@ def substr(context: Context, seriesList: list[Series], start: int = 0, stop: int
         inner = s.name[left:right if right >= 0 else len(s.name)]
         parts = inner.split(".")[start:stop or None]
         renamed.append(s.copy(name=re.sub(",.*$", "", ".".join(parts))))
+    return renamed
+
+
+def cacti_style(context: Context, seriesList: list[Series], system: str | None = None, units: str | None = None
+                ) -> list[Series]:
+    """Each name padded into a column and followed by the last, largest and smallest values, as
+    Cacti's legends: `x   Current:3.00  Max:8.00  Min:1.00 `, in a unit system (si, binary) and
+    `units` if given."""
+    def shown(value: float) -> str:
+        if system:
+            return _with_unit(value, system, units=units, space=bool(units))
+        return f"{value:.2f}" + (f" {units}" if units else "")
+
+    def width(values: list[float]) -> int:  # graphite-web sizes each column by the integer parts
+        return max([0] + [len(shown(float(int(v if not math.isnan(v) and v else 3)))) for v in values]) + 3
+    lasts, maxima, minima = (reduce_each(seriesList, func) for func in ("last", "max", "min"))
+    name_width = max([0] + [len(s.name) for s in seriesList])
+    widths = [width(values) for values in (lasts, maxima, minima)]
+    renamed = []
+    for s, *values in zip(seriesList, lasts, maxima, minima):
+        cells = ["nan" if math.isnan(v) else shown(v) for v in values]
+        renamed.append(s.copy(name=f"{s.name:<{name_width}} Current:{cells[0]:<{widths[0]}} "
+                                   f"Max:{cells[1]:<{widths[1]}} Min:{cells[2]:<{widths[2]}} "))
     return renamed

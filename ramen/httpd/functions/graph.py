@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ramen.httpd.functions.context import Context
+from ramen.httpd.functions.context import MICROS_PER_SECOND, Context
 from ramen.httpd.functions.results import named, tagged
 from ramen.httpd.functions.transform import constant_line
 from ramen.httpd.series import Series
+from ramen.httpd.target import TargetError
 
 DEFAULT_STACK = "__DEFAULT__"
 
@@ -69,3 +70,28 @@ def threshold(context: Context, value: float, label: str | None = None, color: s
     """A flat line at `value` across the range, named `label` (else as constantLine names it)."""
     [line] = constant_line(context, value)
     return [line.copy(name=label)] if label else [line]
+
+
+def area_between(context: Context, seriesList: list[Series]) -> list[Series]:
+    """The area between exactly two series (the lower, then the upper) in graphite-web's PNG charts:
+    both named `areaBetween(<the upper's path expression>)`, with the upper's tags."""
+    if len(seriesList) != 2:
+        raise TargetError(f"areaBetween: exactly 2 series, not {len(seriesList)}")
+    lower, upper = seriesList
+    name = f"areaBetween({upper.path_expression})"
+    tags = tagged(upper, areaBetween=1)
+    return [lower.copy(name=name, tags=tags), upper.copy(name=name, tags=tags)]
+
+
+def vertical_line(context: Context, ts: str, label: str | None = None, color: str | None = None) -> list[Series]:
+    """A vertical line at `ts` (a time as `from` takes it), named `label`: two points, 1 s apart."""
+    from ramen.times import TimeError, parse_time
+    try:
+        at = parse_time(str(ts), context.now_s * MICROS_PER_SECOND) // MICROS_PER_SECOND
+    except TimeError as e:
+        raise TargetError(f"verticalLine: {e}") from None
+    if not context.from_s <= at <= context.until_s:
+        raise TargetError(f"verticalLine: {at} is outside the range ({context.from_s} to {context.until_s})")
+    name = "None" if label is None else label
+    return [Series(name=name, start=at, step=1, values=np.ones(2), path_expression=name, tags={"name": name},
+                   xfiles_factor=context.xfiles_factor)]

@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ramen.httpd.functions import aliases, calculate, combine, filters, graph, transform
+from ramen.httpd.functions import aliases, calculate, combine, filters, generators, graph, transform
 from ramen.httpd.functions.reductions import aggregation_names
 from ramen.httpd.series import Series
 
@@ -198,6 +198,19 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
     _spec("dashed", graph.dashed, "Graph", _SERIES, Param("dashLength", "integer", default=5)),
     _spec("secondYAxis", graph.second_y_axis, "Graph", _SERIES),
     _spec("drawAsInfinite", graph.draw_as_infinite, "Graph", _SERIES),
+    _spec("areaBetween", graph.area_between, "Graph", _SERIES),
+    _spec("verticalLine", graph.vertical_line, "Graph", Param("ts", "date", required=True), Param("label", "string"),
+          Param("color", "string")),
+    _spec("cactiStyle", aliases.cacti_style, "Special", _SERIES, Param("system", "string", options=("binary", "si")),
+          Param("units", "string")),
+    _spec("identity", generators.identity, "Calculate", Param("name", "string", required=True)),
+    *(_spec(name, generators.time_function, "Transform", Param("name", "string", required=True),
+            Param("step", "integer", default=60)) for name in ("timeFunction", "time")),
+    *(_spec(name, generators.sin_function, "Transform", Param("name", "string", required=True),
+            Param("amplitude", "integer", default=1), Param("step", "integer", default=60))
+      for name in ("sinFunction", "sin")),
+    *(_spec(name, generators.random_walk, "Special", Param("name", "string", required=True),
+            Param("step", "integer", default=60)) for name in ("randomWalk", "randomWalkFunction")),
     _spec("stacked", graph.stacked, "Graph", _SERIES, Param("stack", "string")),
     _spec("threshold", graph.threshold, "Graph", Param("value", "float", required=True), Param("label", "string"),
           Param("color", "string")),
