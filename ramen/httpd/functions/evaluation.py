@@ -39,7 +39,7 @@ def fetches(node: Node, context: Context) -> list[tuple[str, int]]:
 
 TIME_SHIFT, TIME_STACK = "timeShift", "timeStack"
 MAX_STACKED_RANGES = 100
-"""Ranges one timeStack may draw (each replayed): a year of weeks fits twice."""
+"""Ranges one timeStack may draw, each replayed: a year of weeks fits, two years do not."""
 
 
 Scope = Context | list[Context]
