@@ -487,6 +487,14 @@ def test_generators_and_vertical_line_are_graphite_webs_over_the_range(graphite,
     assert np.all(np.abs(np.diff(walk.values)) <= 0.5)
     with pytest.raises(TargetError, match="verticalLine: 1600000000 is outside the range"):
         evaluate(parse("verticalLine('1600000000')"), {}, context)
+    year = Context(from_s=1_700_000_000, until_s=1_700_000_000 + 365 * 86400, now_s=1_700_000_000 + 365 * 86400)
+    with pytest.raises(TargetError, match="timeFunction: a point every 1 s over the range is 31,536,000 points, more "
+                                          "than 10,000,000"):
+        evaluate(parse('time("t", 1)'), {}, year)
+    data = {"a": [series("a", [1.0] * 10, start=year.from_s, step=365 * 8640)]}
+    for function in ("summarize", "hitcount"):
+        with pytest.raises(TargetError, match=f"{function}: an interval of 1 s over the range is 31,536,00[01] points"):
+            evaluate(parse(f"{function}(a, '1s')"), at(data), year)
 
 
 def test_constant_line_and_count_series_of_nothing():

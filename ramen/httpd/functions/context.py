@@ -64,3 +64,15 @@ def _unit_us(spelled: str, text: str) -> int:
         if spelled.lower().startswith(prefix):
             return micros
     raise TargetError(f"bad interval {text!r}: no unit {spelled!r} (s, min, h, d, w, mon, y)")
+
+
+MAX_MADE_POINTS = 10_000_000
+"""Points a function may make of nothing or of a series at a finer step than its own (a generated
+series, summarize's or hitcount's intervals): 80 MB, a year of seconds three times over."""
+
+
+def check_made_points(name: str, count: int, what: str) -> None:
+    """A function about to make `count` points is refused past MAX_MADE_POINTS, in one line."""
+    if count > MAX_MADE_POINTS:
+        raise TargetError(f"{name}: {what} over the range is {count:,} points, more than {MAX_MADE_POINTS:,}: "
+                          f"ask a longer step or a shorter range")

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from ramen.httpd.functions.context import MICROS_PER_SECOND, Context, parse_interval_s
+from ramen.httpd.functions.context import MICROS_PER_SECOND, Context, check_made_points, parse_interval_s
 from ramen.httpd.functions.reductions import AGGREGATIONS, AGGREGATION_ALIASES, aggregate_rows, aggregation_names
 from ramen.httpd.functions.results import named, tagged
 from ramen.httpd.series import Series
@@ -47,6 +47,7 @@ def summarize(context: Context, seriesList: list[Series], intervalString: str, f
         else:
             new_start = s.start - s.start % interval
             buckets = (s.end - s.end % interval + interval - new_start) // interval
+        check_made_points("summarize", buckets, f"an interval of {interval} s")
         bucket_of = (s.timestamps() - new_start) // interval
         counts = np.bincount(bucket_of, minlength=buckets)[:buckets]
         width = int(counts.max(initial=0))
@@ -284,6 +285,7 @@ def hitcount(context: Context, seriesList: list[Series], intervalString: str, al
     results = []
     for s in seriesList:
         count = -(-(s.end - s.start) // interval)
+        check_made_points("hitcount", count, f"an interval of {interval} s")
         new_start = s.end - count * interval
         present = ~np.isnan(s.values)
         values, at = s.values[present], s.timestamps()[present]
