@@ -427,12 +427,11 @@ class ReplaySupervision:
                         replayer_id)
 
     def _fail_unserved(self) -> int:
-        failed = 0
-        for channel in sorted(self._unserved):
+        channels = sorted(self._unserved)
+        for channel in channels:  # one raising (the confserver again) leaves the rest for the next cycle
             self.set_error(channel, f"the confserver failed while replay {channel} was launched", lost=True)
             self._unserved.discard(channel)
-            failed += 1
-        return failed
+        return len(channels)
 
     def _borrow(self, lent: wiring.Lent, group: wiring.Group) -> None:
         """Ask another site for a group's replayer: our netd's receive first (it starts our netd,

@@ -73,15 +73,11 @@ def _moving(name: str, values: np.ndarray, points: int, func: str, xff: float) -
     func = AGGREGATION_ALIASES.get(func, func)
     width = min(points, n)  # a window before point i < n holds at most n points, however long it is
     present = ~np.isnan(values)
-    counts = np.concatenate(([0], np.cumsum(present)))
-    end = np.arange(n)
-    begin = np.maximum(end - width, 0)
-    count = counts[end] - counts[begin]
+    count = _window_sums(present, width)
     with np.errstate(invalid="ignore", divide="ignore"):
         ok = (count > 0) & (count / points >= xff)
     if func in ("sum", "average", "avg_zero", "count"):  # running sums
-        sums = np.concatenate(([0.0], np.cumsum(np.where(present, values, 0.0))))
-        total = sums[end] - sums[begin]
+        total = _window_sums(np.where(present, values, 0.0), width)
         with np.errstate(invalid="ignore", divide="ignore"):
             # avg_zero too: graphite-web hands a window's non-null values alone to the function
             reduced = total if func == "sum" else count.astype(np.float64) if func == "count" else total / count
@@ -91,10 +87,18 @@ def _moving(name: str, values: np.ndarray, points: int, func: str, xff: float) -
     elif func == "last":  # the last non-null value before each point, if it is within the window
         index = np.arange(n)
         last = np.concatenate(([-1], np.maximum.accumulate(np.where(present, index, -1))[:-1]))
-        reduced = np.where(last >= end - width, values[np.maximum(last, 0)], np.nan)
+        reduced = np.where(last >= index - width, values[np.maximum(last, 0)], np.nan)
     else:
         reduced = _windows_reduced(name, values, width, points, func, xff)
     return np.where(ok, reduced, np.nan)
+
+
+def _window_sums(values: np.ndarray, width: int, *, inclusive: bool = False) -> np.ndarray:
+    """Sums of `values` over each point's window of `width` points: [i - width, i), the points before
+    it (movingWindow's), or with `inclusive` [i - width + 1, i], it and those before (stdev's)."""
+    running = np.concatenate(([0], np.cumsum(values)))
+    end = np.arange(len(values)) + inclusive
+    return running[end] - running[np.maximum(end - width, 0)]
 
 
 def _sliding(values: np.ndarray, width: int, fold: np.ufunc) -> np.ndarray:
@@ -150,12 +154,7 @@ def stdev(context: Context, seriesList: list[Series], points: int, windowToleran
     for s in seriesList:
         present = ~np.isnan(s.values)
         zeroed = np.where(present, s.values, 0.0)
-
-        def window(running: np.ndarray) -> np.ndarray:
-            total = np.concatenate(([0], np.cumsum(running)))
-            end = np.arange(1, len(running) + 1)
-            return total[end] - total[np.maximum(end - points, 0)]
-        count, total, squares = window(present.astype(np.int64)), window(zeroed), window(zeroed ** 2)
+        count, total, squares = (_window_sums(v, points, inclusive=True) for v in (present, zeroed, zeroed ** 2))
         with np.errstate(invalid="ignore", divide="ignore"):
             deviation = np.sqrt(count * squares - total ** 2) / count
             ok = (count > 0) & (count / points >= windowTolerance)

@@ -9,7 +9,8 @@ import numpy as np
 
 from ramen.httpd.functions.context import Context
 from ramen.httpd.functions.reductions import aggregate_rows, check_percent, normalize, percentiles, points_matrix
-from ramen.httpd.functions.results import fresh, named, node_of, path_expressions, strictest_xfiles_factor
+from ramen.httpd.functions.results import (fresh, named, node_of, path_expressions, real_or_null,
+                                          strictest_xfiles_factor)
 from ramen.httpd.functions.transform import constant_line
 from ramen.httpd.series import Series
 from ramen.httpd.target import TargetError
@@ -129,13 +130,17 @@ def with_wildcards(func: str) -> Callable[..., list[Series]]:
     return combined
 
 
+def _as_long(name: str, first: list[Series], second: list[Series]) -> None:
+    """Two lists combined pairwise must be as long."""
+    if len(first) != len(second):
+        raise TargetError(f"{name}: the two lists hold {len(first)} and {len(second)} series; they must be as long")
+
+
 def aggregate_series_lists(context: Context, seriesListFirstPos: list[Series], seriesListSecondPos: list[Series],
                            func: str, xFilesFactor: float | None = None) -> list[Series]:
     """The two lists' series combined pairwise by `func` (the first with the first, ...), each
     named `<func>Series(<a>,<b>)`; the lists must be as long."""
-    if len(seriesListFirstPos) != len(seriesListSecondPos):
-        raise TargetError(f"aggregateSeriesLists: the two lists hold {len(seriesListFirstPos)} and "
-                          f"{len(seriesListSecondPos)} series; they must be as long")
+    _as_long("aggregateSeriesLists", seriesListFirstPos, seriesListSecondPos)
     results = []
     for first, second in zip(seriesListFirstPos, seriesListSecondPos):
         [combined] = aggregate(context, [first, second], func, xFilesFactor)
@@ -156,9 +161,7 @@ def divide_series_lists(context: Context, dividendSeriesList: list[Series], divi
                         ) -> list[Series]:
     """The first list's series divided by the second's pairwise, each named `divideSeries(<a>,<b>)`;
     null where the divisor is null or 0. The lists must be as long."""
-    if len(dividendSeriesList) != len(divisorSeriesList):
-        raise TargetError(f"divideSeriesLists: the two lists hold {len(dividendSeriesList)} and "
-                          f"{len(divisorSeriesList)} series; they must be as long")
+    _as_long("divideSeriesLists", dividendSeriesList, divisorSeriesList)
     return [s for dividend, divisor in zip(dividendSeriesList, divisorSeriesList)
             for s in divide_series(context, [dividend], [divisor])]
 
@@ -175,8 +178,8 @@ def pow_series(context: Context, seriesList: list[list[Series]]) -> list[Series]
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         for column in range(1, matrix.shape[1]):
             values = np.power(values, matrix[:, column])
-    values = np.where(np.isfinite(values), values, np.nan)
-    return [fresh(f"powSeries({','.join(s.name for s in series_list)})", start, step, values, series_list)]
+    return [fresh(f"powSeries({','.join(s.name for s in series_list)})", start, step, real_or_null(values),
+                  series_list)]
 
 
 def weighted_average(context: Context, seriesListAvg: list[Series], seriesListWeight: list[Series],

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from ramen.httpd.series import DEFAULT_XFILES_FACTOR
 from ramen.httpd.target import TargetError
-from ramen.times import MAX_TIME_US, OFFSET_UNITS
+from ramen.times import MAX_TIME_US, OFFSET_UNITS, TimeError, parse_time
 
 
 MICROS_PER_SECOND = 1_000_000
@@ -32,6 +32,14 @@ class Context:
     def shifted(self, seconds: int) -> Context:
         return dataclasses.replace(self, from_s=self.from_s + seconds, until_s=self.until_s + seconds,
                                    shift_s=self.shift_s + seconds)
+
+    def time_s(self, text: object, function: str) -> int:
+        """A time as `from` and `until` take it ("-1h", "20261125", epoch seconds), in seconds since
+        the epoch, `now` the render's; TargetError naming `function` if it is none."""
+        try:
+            return parse_time(str(text), self.now_s * MICROS_PER_SECOND) // MICROS_PER_SECOND
+        except TimeError as e:
+            raise TargetError(f"{function}: {e}") from None
 
 
 _INTERVAL_PART = re.compile(r"(\d+)([A-Za-z]+)")

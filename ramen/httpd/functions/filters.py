@@ -180,13 +180,19 @@ def remove_below_percentile(context: Context, seriesList: list[Series], n: float
     return _beyond_percentile(seriesList, n, "removeBelowPercentile", lambda values, limit: values < limit)
 
 
+def _upper_percent(name: str, n: float) -> float:
+    """The upper edge of the band between the `n`th and the (100 - n)th percentiles, checked."""
+    upper = n if n >= 50 else 100 - n
+    check_percent(name, upper)
+    return upper
+
+
 def remove_between_percentile(context: Context, seriesList: list[Series], n: float) -> list[Series]:
     """The series with a value outside the band between the `n`th and the (100 - n)th percentiles
     of all the series' values at some point: the outliers."""
-    check_percent("removeBetweenPercentile", n if n >= 50 else 100 - n)
+    n = _upper_percent("removeBetweenPercentile", n)
     if not seriesList:
         return []
-    n = n if n >= 50 else 100 - n
     normalized, start, step = normalize(seriesList)
     matrix = points_matrix(normalized, start, step)
     low, high = percentiles(matrix, 100 - n, False), percentiles(matrix, n, False)
@@ -198,8 +204,7 @@ def remove_between_percentile(context: Context, seriesList: list[Series], n: flo
 def average_outside_percentile(context: Context, seriesList: list[Series], n: float) -> list[Series]:
     """The series whose average is outside the band between the `n`th and the (100 - n)th
     percentiles of the series' averages."""
-    check_percent("averageOutsidePercentile", n if n >= 50 else 100 - n)
-    n = n if n >= 50 else 100 - n
+    n = _upper_percent("averageOutsidePercentile", n)
     averages = np.array(reduce_each(seriesList, "average"))
     [low], [high] = (percentiles(averages.reshape(1, -1), p, False) for p in (100 - n, n))
     return [s for s, average in zip(seriesList, averages) if not low < average < high]

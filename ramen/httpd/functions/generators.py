@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ramen.httpd.functions.context import Context, check_made_points
+from ramen.httpd.functions.results import of_range
 from ramen.httpd.series import Series
 
 
@@ -18,9 +19,7 @@ def _times(name: str, context: Context, step: int) -> np.ndarray:
 
 def _series(context: Context, name: str, step: int, values: np.ndarray, path_expression: str | None = None
             ) -> list[Series]:
-    return [Series(name=name, start=context.from_s, step=max(step, 1), values=values,
-                   path_expression=path_expression or name, tags={"name": name},
-                   xfiles_factor=context.xfiles_factor)]
+    return [of_range(context, name, context.from_s, max(step, 1), values, path_expression)]
 
 
 def identity(context: Context, name: str) -> list[Series]:

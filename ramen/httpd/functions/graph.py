@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ramen.httpd.functions.context import MICROS_PER_SECOND, Context
-from ramen.httpd.functions.results import named, tagged
+from ramen.httpd.functions.context import Context
+from ramen.httpd.functions.results import named, of_range, tagged
 from ramen.httpd.functions.transform import constant_line
 from ramen.httpd.series import Series
 from ramen.httpd.target import TargetError
@@ -85,13 +85,7 @@ def area_between(context: Context, seriesList: list[Series]) -> list[Series]:
 
 def vertical_line(context: Context, ts: str, label: str | None = None, color: str | None = None) -> list[Series]:
     """A vertical line at `ts` (a time as `from` takes it), named `label`: two points, 1 s apart."""
-    from ramen.times import TimeError, parse_time
-    try:
-        at = parse_time(str(ts), context.now_s * MICROS_PER_SECOND) // MICROS_PER_SECOND
-    except TimeError as e:
-        raise TargetError(f"verticalLine: {e}") from None
+    at = context.time_s(ts, "verticalLine")
     if not context.from_s <= at <= context.until_s:
         raise TargetError(f"verticalLine: {at} is outside the range ({context.from_s} to {context.until_s})")
-    name = "None" if label is None else label
-    return [Series(name=name, start=at, step=1, values=np.ones(2), path_expression=name, tags={"name": name},
-                   xfiles_factor=context.xfiles_factor)]
+    return [of_range(context, "None" if label is None else label, at, 1, np.ones(2))]

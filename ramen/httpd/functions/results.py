@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ramen.httpd.functions.context import Context
 from ramen.httpd.series import DEFAULT_XFILES_FACTOR, Series
 from ramen.httpd.target import Call, PathExpr, TargetError, parse
 
@@ -31,6 +32,19 @@ def fresh(name: str, start: int, step: int, values: np.ndarray, of: Sequence[Ser
     TimeSeries), as strict about nulls as they are."""
     return Series(name=name, start=start, step=step, values=values, path_expression=name, tags={"name": name},
                   xfiles_factor=strictest_xfiles_factor(of) if of else DEFAULT_XFILES_FACTOR)
+
+
+def of_range(context: Context, name: str, start: int, step: int, values: np.ndarray,
+             path_expression: str | None = None) -> Series:
+    """A series a function made of the render's range alone (a constant line, the time): its tags
+    only its name, as strict about nulls as the render asks."""
+    return Series(name=name, start=start, step=step, values=values, path_expression=path_expression or name,
+                  tags={"name": name}, xfiles_factor=context.xfiles_factor)
+
+
+def real_or_null(values: np.ndarray) -> np.ndarray:
+    """The values, null where they are no real number (an overflow, a division by 0)."""
+    return np.where(np.isfinite(values), values, np.nan)
 
 
 def strictest_xfiles_factor(series_list: Sequence[Series]) -> float:

@@ -8,9 +8,9 @@ import time
 
 import numpy as np
 
-from ramen.httpd.functions.context import MICROS_PER_SECOND, Context, check_made_points, parse_interval_s
+from ramen.httpd.functions.context import Context, check_made_points, parse_interval_s
 from ramen.httpd.functions.reductions import AGGREGATIONS, AGGREGATION_ALIASES, aggregate_rows, aggregation_names
-from ramen.httpd.functions.results import named, tagged
+from ramen.httpd.functions.results import named, of_range, real_or_null, tagged
 from ramen.httpd.series import Series
 from ramen.httpd.target import TargetError
 
@@ -127,13 +127,7 @@ def integral(context: Context, seriesList: list[Series]) -> list[Series]:
 
 def _power(seriesList: list[Series], exponent: float, name: str, **tags: object) -> list[Series]:
     """Each value to `exponent`; null where that is not a real number (a negative's root, 1/0)."""
-    results = []
-    for s in seriesList:
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            values = np.power(s.values, exponent)
-        results.append(named(s, name.format(s.name), values=np.where(np.isfinite(values), values, np.nan),
-                              tags=tagged(s, **tags)))
-    return results
+    return _mapped(seriesList, name, lambda v: real_or_null(np.power(v, exponent)), **tags)
 
 
 def square_root(context: Context, seriesList: list[Series]) -> list[Series]:
@@ -213,9 +207,7 @@ def is_non_null(context: Context, seriesList: list[Series]) -> list[Series]:
 def constant_line(context: Context, value: float) -> list[Series]:
     """A flat line at `value` across the range (three points, as graphite-web draws it)."""
     step = max((context.until_s - context.from_s) // 2, 1)
-    text = str(value)
-    return [Series(name=text, start=context.from_s, step=step, values=np.full(3, float(value)),
-                   path_expression=f"constantLine({text})", tags={"name": text}, xfiles_factor=context.xfiles_factor)]
+    return [of_range(context, str(value), context.from_s, step, np.full(3, float(value)), f"constantLine({value})")]
 
 
 def time_shift_text(timeShift: str) -> str:
@@ -422,12 +414,7 @@ def time_slice(context: Context, seriesList: list[Series], startSliceAt: str, en
                ) -> list[Series]:
     """Nulls outside [startSliceAt, endSliceAt] (times as `from` and `until` take them: "-1h",
     "20261125", epoch seconds)."""
-    from ramen.times import TimeError, parse_time
-    try:
-        start, end = (parse_time(str(at), context.now_s * MICROS_PER_SECOND) // MICROS_PER_SECOND
-                      for at in (startSliceAt, endSliceAt))
-    except TimeError as e:
-        raise TargetError(f"timeSlice: {e}") from None
+    start, end = context.time_s(startSliceAt, "timeSlice"), context.time_s(endSliceAt, "timeSlice")
     results = []
     for s in seriesList:
         at = context.from_s + np.arange(len(s.values)) * s.step  # graphite-web counts from the range's start
