@@ -497,6 +497,26 @@ def test_generators_and_vertical_line_are_graphite_webs_over_the_range(graphite,
             evaluate(parse(f"{function}(a, '1s')"), at(data), year)
 
 
+def test_every_function_of_one_series_takes_an_empty_one_and_an_all_null_one():
+    """A series of no point (a range shorter than its step) or of nulls only: a result or a
+    one-line TargetError, never another exception (changed() raised IndexError on an empty one)."""
+    def argument(param):
+        if param.type == "seriesList":
+            return "e"
+        if param.options:
+            return "'sum'" if param.type == "aggOrSeriesFunc" else repr(sorted(param.options, key=str)[0])
+        return {"interval": "'1min'", "string": "'x'", "aggFunc": "'sum'", "date": "'-30s'", "any": "None",
+                "boolean": "true"}.get(param.type, "2")
+    for values in ([], [NAN] * 6):
+        data = at({"e": [series("a.b.c", values)]})
+        for name, spec in FUNCTIONS.items():
+            arguments = [argument(p) for p in spec.params if p.required or p.multiple or p.type == "seriesList"]
+            try:
+                evaluate(parse(f"{name}({', '.join(arguments)})"), data, CONTEXT)
+            except TargetError:
+                pass
+
+
 def test_constant_line_and_count_series_of_nothing():
     [line] = run("constantLine(5)")
     assert (line.name, line.path_expression, line.start, line.step) == ("5", "constantLine(5)", 0, 30)

@@ -188,10 +188,8 @@ def changed(context: Context, seriesList: list[Series]) -> list[Series]:
     first value)."""
     results = []
     for s in seriesList:
-        present = ~np.isnan(s.values)
-        index = np.arange(len(s.values))
-        last = np.maximum.accumulate(np.where(present, index, -1)) if len(index) else index
-        before = np.concatenate(([-1], last[:-1]))  # the last value before each point
+        present, _, last, _ = _around(s.values)
+        before = np.concatenate(([-1], last))[:len(last)]  # the last value before each point
         previous = s.values[np.maximum(before, 0)]
         values = (present & (before >= 0) & (s.values != previous)).astype(np.float64)
         results.append(named(s, f"changed({s.name})", values=values))
