@@ -82,9 +82,15 @@ class Rollup:
         offset = _OFFSET.unpack_from(message, ROLLUP_OFFSET_OFFSET)[0]
         if offset < HEADER_LENGTH or offset + _FINGERPRINT.size > len(message):
             return None
-        if _FINGERPRINT.unpack_from(message, offset)[0] != self.fingerprint:
+        return self.decode_tail(pa.py_buffer(message)[offset:])
+
+    def decode_tail(self, tail) -> pa.RecordBatch | None:
+        """The rollup in `tail`, a TUPLES message's bytes from its header's rollup_offset on (what
+        a replayer copies of a recorded message's frames); None as for `decode`. The batch refers
+        to `tail`'s memory, which must outlive it."""
+        if len(tail) < _FINGERPRINT.size or _FINGERPRINT.unpack_from(tail, 0)[0] != self.fingerprint:
             return None
-        body = pa.py_buffer(message)[offset + _FINGERPRINT.size:]
+        body = pa.py_buffer(tail)[_FINGERPRINT.size:]
         try:
             return pa.ipc.read_record_batch(body, self.schema)
         except (pa.ArrowException, OSError, ValueError) as e:  # what a malformed IPC message raises

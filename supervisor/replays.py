@@ -315,7 +315,7 @@ class ReplaySupervision:
         """A worker that should run ended: every launched replay through it fails (`lost` when it
         was killed or crashed rather than failing on an error of its own)."""
         for request in self.requests.values():
-            if request.launched and request.plan is not None and name in request.plan.workers:
+            if request.launched and request.spec is not None and name in request.spec.workers:
                 self.set_error(request.channel, f"worker {name} died ({description}) during the replay", lost=lost)
 
     # -- duty cycle ----------------------------------------------------------------------------
@@ -360,7 +360,7 @@ class ReplaySupervision:
     def _pending(self) -> tuple[list[Request], list[Request]]:
         """The requests not launched yet, and those of them through a worker on its way out."""
         pending = [r for r in self.requests.values() if not r.launched]
-        return pending, [r for r in pending if any(map(self.worker_leaving, r.plan.workers))]
+        return pending, [r for r in pending if any(map(self.worker_leaving, r.spec.workers))]
 
     def launch_due_in(self, now: float) -> float | None:
         """Seconds until the waiting batch's merge delay ends (<= 0: due); None when no batch waits

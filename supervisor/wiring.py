@@ -15,8 +15,10 @@ goes and writes what this returns.
 - Per source, the other requests whose [since, until) ranges overlap share one replayer, which reads
   the archive once for them all; a request with no_merge (or every request when merging is off)
   gets a replayer of its own.
-- Every worker on a request's paths (ReplayPlan.workers) gets its `…/replays/<channel>` value; a
-  source's children read its replayer's log directly, with no hop through the source's worker.
+- Every worker on a request's paths (ReplayRequest.workers) gets its `…/replays/<channel>` value; a
+  source's children read its replayer's log directly, with no hop through the source's worker. A
+  summarised replay of a source (a dashboard's chart of it) has no worker at all: its replayer
+  folds the messages and writes the buckets to the client itself (ChannelRange.recipient).
 - A source archived on another site (ReplayRequest.source_sites) is replayed there: its group is
   lent to that site (a LentReplayer key there, whose supervisor runs the replayer and has its netd
   send the log to ours), and our netd rebuilds the stream (a NetReceive holding it for all its
@@ -174,8 +176,7 @@ def batch_of(requests: Mapping[int, ReplayRequest], *, allow_merge: bool = True)
     identical = collapse_identical(requests, allow=allow_merge)
     leaders = {leader: tuple(channels[1:]) for leader, channels in identical.items()}
     vias = _vias({leader: requests[leader] for leader in leaders}) if allow_merge else {}
-    own = {leader: own_sources(requests[leader].plan, _covered(requests, vias.get(leader, {})))
-           for leader in leaders}
+    own = {leader: own_sources(requests[leader], _covered(requests, vias.get(leader, {}))) for leader in leaders}
     groups = merge({leader: requests[leader] for leader in leaders}, allow=allow_merge, sources=own)
     served = []
     for g in groups:
@@ -200,9 +201,12 @@ def _covered(requests: Mapping[int, ReplayRequest], via: Mapping[str, int]) -> s
     return {name for c in via.values() for name in requests[c].plan.functions}
 
 
-def own_sources(plan: ReplayPlan, covered: set[str]) -> tuple[str, ...]:
-    """The sources a request's own workers (those not `covered` by its vias) read."""
-    own = set(plan.workers) - covered
+def own_sources(request: ReplayRequest, covered: set[str]) -> tuple[str, ...]:
+    """The sources a request's own workers (those not `covered` by its vias) read, or its replayer
+    serves."""
+    if request.served_by_replayer:
+        return request.plan.sources
+    plan, own = request.plan, set(request.workers) - covered
     return tuple(s for s in plan.sources if s in own or any(c in own for c in plan.readers_of(s)))
 
 
@@ -227,7 +231,7 @@ def worker_replays(site: str, channel: int, request: ReplayRequest, replayer_of:
     plan = request.plan
     values = {name: WorkerReplay(channel, request.since_us, request.until_us, (), expect_eor=0, via=other)
               for name, other in (via or {}).items()}
-    for name in plan.workers:
+    for name in request.workers:
         if name in covered:
             continue
         parents = (name,) if name in plan.sources else plan.inputs_of(name)
@@ -249,29 +253,39 @@ def _replayer_log(site: str, replayer_id: int, lent: bool):
     return paths.received_replayer_log(site, replayer_id) if lent else paths.replayer_log(site, replayer_id)
 
 
-def replayer_assignment(site: str, replayer_id: int, group: Group,
-                        requests: Mapping[int, ReplayRequest]) -> ReplayerAssignment:
+def replayer_assignment(site: str, replayer_id: int, group: Group, requests: Mapping[int, ReplayRequest],
+                        riders: Mapping[int, Sequence[int]] | None = None) -> ReplayerAssignment:
     """`readers`: how many workers subscribe to the replayer's log; it waits for them all before
     its first message, so that none joins late and misses the start. Channels of one range are
     tagged with the first of them (ChannelRange.tag): a dashboard's charts of several functions
-    over one source and range share every message of the log, each read once by every reader."""
-    readers = {reader for c in group.channels for reader in requests[c].plan.readers_of(group.source)}
+    over one source and range share every message of the log, each read once by every reader.
+    A channel the replayer serves (ReplayRequest.served_by_replayer) names its recipient, its
+    riders' (`riders`: leader -> the channels riding on it) and its summary, and is not on the log."""
+    riders = riders or {}
+    readers = {reader for c in group.channels if not requests[c].served_by_replayer
+               for reader in requests[c].plan.readers_of(group.source)}
     first: dict[tuple[int, int], int] = {}
     channels = []
     for c in group.channels:
-        span = (requests[c].since_us, requests[c].until_us)
+        request = requests[c]
+        span = (request.since_us, request.until_us)
+        if request.served_by_replayer:
+            also = tuple(Rider(rider, requests[rider].recipient) for rider in riders.get(c, ()))
+            channels.append(ChannelRange(c, *span, recipient=request.recipient, also=also, summary=request.summary))
+            continue
         tag = first.setdefault(span, c)
         channels.append(ChannelRange(c, *span, tag=tag if tag != c else None))
+    served = all(c.served for c in channels)
     return ReplayerAssignment(replayer_id, group.source, str(paths.replayer_log(site, replayer_id)),
-                              str(paths.archive_dir(site)), tuple(channels), readers=max(1, len(readers)),
-                              riders=group.riders)
+                              str(paths.archive_dir(site)), tuple(channels),
+                              readers=0 if served else max(1, len(readers)), riders=group.riders)
 
 
 def wire(site: str, requests: Mapping[int, ReplayRequest], batch: Batch, replayer_ids: Sequence[int]) -> Wiring:
     """The values that launch `batch` (batch_of `requests`), its groups served by `replayer_ids`.
     The keys of the workers computing for another leader (`via`) come first, so that each such
     worker knows of them before the leader's own key, and before any of its data."""
-    assignments = {replayer_id: replayer_assignment(site, replayer_id, group, requests)
+    assignments = {replayer_id: replayer_assignment(site, replayer_id, group, requests, batch.leaders)
                    for replayer_id, group in zip(replayer_ids, batch.groups, strict=True)}
     lent = {}
     for replayer_id, group in zip(replayer_ids, batch.groups):

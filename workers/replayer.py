@@ -38,14 +38,15 @@ import logging
 import os
 import struct
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ramen import message as msg
-from ramen.archive.reader import (RecordingReader, first_payload, group_messages, joined, pad, reassemble,
-                                  write_messages)
+from ramen.archive.reader import (RecordingReader, first_payload, frame_parts, group_messages, joined, joined_from,
+                                  pad, reassemble, write_messages)
 from ramen.archive.replay import FAILED, REPLAY_BUFFER_LENGTH, ReplaySession
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.replay.contract import ChannelRange, ReplayerAssignment
@@ -56,6 +57,7 @@ from ramen.transport.logbuffer import compute_max_message_length
 from ramen.transport.publication import ExclusivePublication
 from ramen.transport.status import ADMIN_ACTION, BACK_PRESSURED, NOT_CONNECTED
 from ramen.tuples import encode_tuples, end_of_replay, tuple_count
+from workers.served import ServedChannel
 
 log = logging.getLogger(__name__)
 
@@ -84,18 +86,21 @@ class ReplayerStats:
     rows_out: int = 0
     channels: dict[int, int] = field(default_factory=dict)
     done: bool = False
+    rollups: int = 0
 
     def to_value(self) -> dict:
         return ReplayerStatsValue(self.bytes_read, self.messages, self.rows_out, dict(self.channels),
-                                  self.done).to_value()
+                                  self.done, self.rollups).to_value()
 
 
 def tags_of(spec: ReplayerAssignment) -> list[tuple[ChannelRange, tuple[int, ...]]]:
     """Per tag (ChannelRange.tag), its range and the channels whose rows it carries: the log holds
-    the rows of channels of one range once, tagged with the first of them."""
+    the rows of channels of one range once, tagged with the first of them. Channels the replayer
+    serves itself are not on the log."""
     members: dict[int, list[int]] = {}
     for c in spec.channels:
-        members.setdefault(c.tagged, []).append(c.channel)
+        if not c.served:
+            members.setdefault(c.tagged, []).append(c.channel)
     ranges = {c.channel: c for c in spec.channels}
     return [(ranges[tag], tuple(channels)) for tag, channels in members.items()]
 
@@ -104,7 +109,11 @@ class Replayer:
     """An agent: each do_work offers what is pending, or reads and splits one chunk of the archive."""
 
     def __init__(self, spec: ReplayerAssignment, schema: pa.Schema, event_time: str, readers: list[RecordingReader],
-                 publication: ExclusivePublication, bytes_counter=None, clock: Clock = SYSTEM_CLOCK) -> None:
+                 publication: ExclusivePublication | None, bytes_counter=None, clock: Clock = SYSTEM_CLOCK,
+                 served: list[ServedChannel] = (), on_served: Callable[[ServedChannel], None] | None = None,
+                 rollups_counter=None) -> None:
+        """`publication`: the log, None when every channel is `served` (the channels this replayer
+        is the target of, workers/served.py); `on_served(channel)` once one of those has ended."""
         self.spec = spec
         self._clock = clock
         self.schema = schema
@@ -112,10 +121,15 @@ class Replayer:
         self.readers = collections.deque(readers)
         self.publication = publication
         self.bytes_counter = bytes_counter
+        self.rollups_counter = rollups_counter
         self.source = spec.id & SOURCE_MASK
         self.stats = ReplayerStats(channels={c.channel: 0 for c in spec.channels})
         self.tags = tags_of(spec)
         """The ranges to split messages by, one per tag, and the channels each one's rows count for."""
+        self.served = list(served)
+        self._on_served = on_served
+        self._serving = list(self.served)
+        """Those not ended yet."""
         # What to offer, in order: encoded messages, or (recorded message, channel) pairs that point
         # into the reader's buffer. It is emptied before the next read, which keeps them valid.
         self._outbox: collections.deque = collections.deque()
@@ -146,8 +160,9 @@ class Replayer:
     def do_work(self) -> int:
         if self.done:
             return 0
+        work = self._flush_served() if self._serving else 0
         if self._outbox:
-            return self._offer()
+            return self._offer() + work
         if self.in_place is not None:
             return self._replay_in_place()
         if self.readers:
@@ -164,15 +179,33 @@ class Replayer:
         if not self._ended:
             self._ended = True
             for c in self.spec.channels:
-                self._outbox.append(end_of_replay(c.channel, self.source))
+                if not c.served:
+                    self._outbox.append(end_of_replay(c.channel, self.source))
+            for served in self.served:
+                served.finish()
             return 1
+        if self._serving:
+            return work
         self.done = self.stats.done = True
         return 1
+
+    def _flush_served(self) -> int:
+        work = 0
+        for served in list(self._serving):
+            work += served.flush()
+            if served.ended:
+                self._serving.remove(served)
+                if self._on_served is not None:
+                    self._on_served(served)
+                work += 1
+        return work
 
     def close(self) -> None:
         for reader in self.readers:
             reader.close()
         self.readers.clear()
+        for served in self.served:
+            served.close()
         if self.in_place is not None:
             self.in_place.close()
             self.in_place = None
@@ -209,17 +242,18 @@ class Replayer:
                 first_length = self._set_length(window, start, pad(window, start, end), first_length)
                 continue
             self.stats.messages += 1
+            batch = self._serve(window, parts, head, header) if self.served else None
             low, high = header.min_event_time_us, header.max_event_time_us
             if high < c.since_us or low >= c.until_us:
                 first_length = self._set_length(window, start, pad(window, start, end), first_length)
                 continue
             if c.since_us <= low and high < c.until_us and taggable:
                 _SOURCE_FIELDS.pack_into(window, start + _FIRST_CHANNEL_OFFSET, c.channel, self.source)
-                rows = tuple_count(head)
+                rows = tuple_count(head) if batch is None else batch.num_rows
                 if rows is None:
                     rows = self._decode(joined(window, parts)).num_rows
             else:
-                part = self._filter(self._decode(joined(window, parts)), c)
+                part = self._filter(batch if batch is not None else self._decode(joined(window, parts)), c)
                 rows = part.num_rows
                 if rows == 0:
                     first_length = self._set_length(window, start, pad(window, start, end), first_length)
@@ -302,7 +336,7 @@ class Replayer:
             return
         self.stats.messages += 1
         low, high = header.min_event_time_us, header.max_event_time_us
-        batch = None
+        batch = self._serve(frames, frame_parts(frames), first, header) if self.served else None
         for c, members in self.tags:
             if high < c.since_us or low >= c.until_us:
                 continue
@@ -324,6 +358,40 @@ class Replayer:
                     continue
                 self._outbox.extend(self._encode(part, c.channel))
             self._count(rows, members)
+
+    def _serve(self, window, parts: list[tuple[int, int]], head, header: msg.MessageHeader) -> pa.RecordBatch | None:
+        """A TUPLES message (its frames at `parts` of `window`, `head` its first payload or the
+        whole message) for each channel this replayer serves whose range it meets: a message inside
+        the range whole by its rollup (only the rollup copied out of the frames), else its rows
+        inside the range. Returns its rows when it had to decode them, for the log's channels."""
+        low, high = header.min_event_time_us, header.max_event_time_us
+        batch = tail = None
+        for served in self.served:
+            c = served.spec
+            if high < c.since_us or low >= c.until_us:
+                continue
+            if c.since_us <= low and high < c.until_us:
+                if header.rollup_offset and served.takes_rollups and (rows := tuple_count(head)) is not None:
+                    if tail is None:
+                        tail = joined_from(window, parts, header.rollup_offset)
+                    if served.add_rollup(tail):
+                        self._count(rows, (c.channel,))
+                        self.stats.rollups += 1
+                        if self.rollups_counter is not None:
+                            self.rollups_counter.add(1)
+                        continue
+                if batch is None:
+                    batch = self._decode(joined(window, parts))
+                served.add_rows(batch)
+                self._count(batch.num_rows, (c.channel,))
+            else:
+                if batch is None:
+                    batch = self._decode(joined(window, parts))
+                part = self._filter(batch, c)
+                if part.num_rows:
+                    served.add_rows(part)
+                    self._count(part.num_rows, (c.channel,))
+        return batch
 
     def _count(self, rows: int, members: tuple[int, ...]) -> None:
         """Rows written once under a tag, for each channel it carries."""

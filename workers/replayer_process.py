@@ -38,7 +38,8 @@ from ramen.transport.idle import BackoffIdleStrategy
 from ramen.transport.logbuffer import LogBuffer, LogBufferError, LogBufferParams
 from ramen.transport.publication import ExclusivePublication
 from ramen.transport.replay_publication import ReplayPublication
-from workers.replayer import SUBSCRIBER_WAIT_TIMEOUT_S, Replayer, ReplayerError, ReplayerStats, tags_of
+from workers.replayer import SOURCE_MASK, SUBSCRIBER_WAIT_TIMEOUT_S, Replayer, ReplayerError, ReplayerStats, tags_of
+from workers.served import ServedChannel, ServedError
 from workers.spare import wait_for_key, warm_up_arrow
 
 log = logging.getLogger(__name__)
@@ -238,14 +239,21 @@ def _replay(client, site: str, replayer_id: int, spec: ReplayerAssignment,
     readers = open_readers(spec, counters)
     stats_key = keyspace.replayer_stats_key(site, replayer_id)
     bytes_counter = allocate_service_counter(counters, "replayer", "bytes_read", str(replayer_id))
+    rollups_counter = allocate_service_counter(counters, "replayer", "rollups", str(replayer_id))
     # Not freed at exit: the figure stays readable by `ramen stat` (and reclaimed once the file fills).
-    candidate = in_place_candidate(spec, readers)
-    publication, aligned = open_output(Path(spec.log), counters, candidate, stream_id=spec.stream_id)
-    replayer = Replayer(spec, function.schema, function.event_time, readers, publication, bytes_counter)
+    served = open_served(spec, function, counters)
+    publication, aligned = None, False
+    if spec.readers:  # else every channel is served here: no log
+        candidate = in_place_candidate(spec, readers)
+        publication, aligned = open_output(Path(spec.log), counters, candidate, stream_id=spec.stream_id)
+    replayer = Replayer(spec, function.schema, function.event_time, readers, publication, bytes_counter,
+                        served=served, on_served=lambda channel: end_served(client, channel),
+                        rollups_counter=rollups_counter)
     if aligned:
         replayer.attach_in_place(candidate, spec.archive_dir)
     try:
-        wait_for_reader(publication, stop, spec.readers, sent_to=spec.sent_to)
+        if publication is not None:
+            wait_for_reader(publication, stop, spec.readers, sent_to=spec.sent_to)
         idle = BackoffIdleStrategy(max_park_s=IDLE_MAX_PARK_S)
         next_stats_s = clock.seconds() + STATS_INTERVAL_S
         while not stop.is_set() and not replayer.done:
@@ -260,7 +268,33 @@ def _replay(client, site: str, replayer_id: int, spec: ReplayerAssignment,
         return replayer.stats
     finally:
         replayer.close()
-        publication.close(end_of_stream=replayer.done)
+        if publication is not None:
+            publication.close(end_of_stream=replayer.done)
+
+
+def open_served(spec: ReplayerAssignment, function, counters: CountersFile) -> list[ServedChannel]:
+    """The channels this replayer is the target of, their recipients open."""
+    served: list[ServedChannel] = []
+    try:
+        for c in spec.channels:
+            if c.served:
+                served.append(ServedChannel(c, function, spec.id & SOURCE_MASK, counters))
+    except ServedError as e:
+        for channel in served:
+            channel.close()
+        raise ReplayerError(str(e)) from None
+    return served
+
+
+def end_served(client, served: ServedChannel) -> None:
+    """A channel this replayer served has written its END_OF_REPLAYs: as its target, the replayer
+    ends its replays (the supervisor then tears them down), the riders' first."""
+    from confserver.errors import ConfError
+    for channel in served.channels:
+        try:
+            client.delete(keyspace.replay_key(channel))
+        except ConfError as e:  # the client or the supervisor may have removed it first
+            log.info("replays/%d: %s", channel, e)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,9 +71,24 @@ class Summariser:
         if rows is None:  # no rollup taken (or metadata that does not read): the rows themselves
             batch = decode_tuples(message, schema)
             return self.add(batch), batch.num_rows
+        return self._add_rolled_up(rolled_up), rows
+
+    @property
+    def takes_rollups(self) -> bool:
+        """Whether the function's rollups make this summary's buckets (else every row is folded)."""
+        return self._rollup is not None
+
+    def add_rollup(self, tail) -> list[tuple[bytes, int]] | None:
+        """A whole message's rollup, `tail` being its bytes from its header's rollup_offset on (a
+        replayer's copy of them: the batch keeps referring to them); with `add`'s messages, or None
+        when it holds no rollup this summary takes (its rows are to be added instead)."""
+        rolled_up = self._rollup.decode_tail(tail) if self._rollup is not None else None
+        return None if rolled_up is None else self._add_rolled_up(rolled_up)
+
+    def _add_rolled_up(self, rolled_up: pa.RecordBatch) -> list[tuple[bytes, int]]:
         self.rollups += 1
         self._rolled_up.append(rolled_up)
-        return self._gathered(rolled_up.num_rows), rows
+        return self._gathered(rolled_up.num_rows)
 
     def finish(self) -> list[tuple[bytes, int]]:
         """The buckets of every row added and not written yet, as messages of this channel."""

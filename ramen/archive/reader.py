@@ -211,18 +211,37 @@ def first_payload(frames: memoryview) -> memoryview:
 
 def reassemble(frames: memoryview) -> bytes:
     """The message held by recorded frames, in one piece."""
-    pieces = []
+    return joined(frames, frame_parts(frames))
+
+
+def frame_parts(frames: memoryview) -> list[tuple[int, int]]:
+    """(offset, length) of each of the recorded frames that hold one message, back to back."""
+    parts = []
     at = 0
     while at < len(frames):
         length = frame.INT32.unpack_from(frames, at)[0]
-        pieces.append(frames[at + HEADER_LENGTH:at + length])
+        parts.append((at, length))
         at += (length + ALIGN_UP) & ALIGN_MASK
-    return b"".join(pieces)
+    return parts
 
 
 def joined(window, frames: list[tuple[int, int]]) -> bytes:
     """The message held by frames at (offset, length) in a window, in one piece."""
     return b"".join([window[at + HEADER_LENGTH:at + length] for at, length in frames])
+
+
+def joined_from(window, frames: list[tuple[int, int]], start: int) -> bytes:
+    """The message held by frames at (offset, length) in a window, from its byte `start` on, in one
+    piece: a rollup at a message's end is copied without the rows before it."""
+    pieces = []
+    for at, length in frames:
+        payload = length - HEADER_LENGTH
+        if start >= payload:
+            start -= payload
+            continue
+        pieces.append(window[at + HEADER_LENGTH + start:at + length])
+        start = 0
+    return b"".join(pieces)
 
 
 def group_messages(starts: list[int], ends: list[int], types: list[int], flags: list[int], base: int,

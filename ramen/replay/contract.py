@@ -102,6 +102,24 @@ class ReplayRequest(KeyValue):
         if self.site in self.source_sites.values():
             raise ContractError(f"{key}: source_sites names the replay's own site {self.site}")
 
+    @property
+    def served_by_replayer(self) -> bool:
+        """A summarised replay of a source archived on this site is served by the source's replayer
+        itself (ChannelRange.recipient): it reads every message anyway, so it folds them (their
+        rollups) and writes the buckets to the recipient, and the source's worker takes no part.
+        A dashboard's charts of a source then cost no reader of the replayer's log, no copy of
+        each message out of it, and no duty cycle waiting on its slowest reader."""
+        return (self.summary is not None and self.plan.target in self.plan.sources
+                and self.plan.target not in self.source_sites)
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        """Sorted: the functions whose processes the replay goes through (ReplayPlan.workers, less a
+        source target its replayer serves)."""
+        if self.served_by_replayer:
+            return tuple(name for name in self.plan.workers if name != self.plan.target)
+        return self.plan.workers
+
 
 def error_of(value: Any) -> str | None:
     """The error of replays/<channel>, read even when the rest of it does not follow the contract
@@ -228,14 +246,33 @@ class ChannelRange(KeyValue):
     tag: int | None = None
     """The channel its rows are tagged with on the log, when another channel of the same range
     leads (the lowest): the rows of channels of one range are written once, for them all."""
+    recipient: str | None = None
+    """The replayer is this channel's target (ReplayRequest.served_by_replayer): it writes the
+    buckets of the channel's rows (`summary`) to this client's log, and to its riders' (`also`),
+    then their END_OF_REPLAYs, and deletes their replay keys; nothing of the channel goes to its
+    own log."""
+    also: tuple[Rider, ...] = ()
+    summary: Summary | None = None
 
     def _check(self, key: str) -> None:
         if self.until_us <= self.since_us:
             raise ContractError(f"{key}: channel {self.channel}: empty range [{self.since_us}, {self.until_us})")
+        if (self.recipient is None) != (self.summary is None):
+            raise ContractError(f"{key}: channel {self.channel}: a recipient and a summary go together "
+                                f"(the replayer serves summarised replays only)")
+        if self.recipient is None and self.also:
+            raise ContractError(f"{key}: channel {self.channel}: riders without a recipient")
+        if self.recipient is not None and self.tag is not None:
+            raise ContractError(f"{key}: channel {self.channel}: a channel the replayer serves is not on its log")
 
     @property
     def tagged(self) -> int:
         return self.channel if self.tag is None else self.tag
+
+    @property
+    def served(self) -> bool:
+        """The replayer is its target: its rows go to no reader of the log."""
+        return self.recipient is not None
 
 
 @dataclass(frozen=True)
@@ -249,7 +286,8 @@ class ReplayerAssignment(KeyValue):
     archive_dir: str
     channels: tuple[ChannelRange, ...]
     readers: int = 1
-    """How many workers subscribe to the log: the replay starts once they all have."""
+    """How many workers subscribe to the log: the replay starts once they all have. 0: every
+    channel is served by the replayer itself, which then writes no log."""
     riders: tuple[int, ...] = ()
     """Replays that need this replayer without it writing their channels (identical ones riding on
     its channels, and those going on from their targets' output): a restarted supervisor takes them
@@ -269,6 +307,11 @@ class ReplayerAssignment(KeyValue):
             raise ContractError(f"{key}: no channels")
         if (self.sent_to is None) != (self.stream_id == 0):
             raise ContractError(f"{key}: a lent replayer has a stream id, and only a lent one")
+        if self.readers < 0 or (self.readers == 0) != all(c.served for c in self.channels):
+            raise ContractError(f"{key}: {self.readers} readers of its log: 0 exactly when the replayer "
+                                f"serves every channel itself")
+        if self.sent_to is not None and any(c.served for c in self.channels):
+            raise ContractError(f"{key}: a lent replayer serves no channel itself")
 
     @property
     def since_us(self) -> int:
@@ -311,3 +354,5 @@ class ReplayerStats(KeyValue):
     done: bool
     """Every channel ended: what a supervisor that adopted this replayer (and so cannot read its
     exit status) checks once the process is gone."""
+    rollups: int = 0
+    """Messages folded by their rollups for the channels it serves itself (ChannelRange.recipient)."""

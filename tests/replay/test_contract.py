@@ -88,6 +88,37 @@ def test_rules_across_fields_are_checked():
         WorkerReplay.from_value(dict(WORKER.to_value(), via=3))
 
 
+SERVED = ChannelRange(7, 0, 100, recipient="/ramen/replays/7.logbuffer", also=(Rider(9, "/ramen/replays/9.logbuffer"),),
+                      summary=Summary(60, ("host",), ("bytes",)))
+SERVING = ReplayerAssignment(3, "p/src", "/r/3.logbuffer", "/archive", (SERVED,), readers=0)
+
+
+def test_a_channel_the_replayer_serves_reads_back_and_its_rules_are_checked():
+    assert ReplayerAssignment.from_value(SERVING.to_value()) == SERVING and SERVED.served
+    mixed = ReplayerAssignment(3, "p/src", "/r/3.logbuffer", "/archive", (SERVED, ChannelRange(8, 0, 100)), readers=1)
+    assert ReplayerAssignment.from_value(mixed.to_value()) == mixed
+    channel = SERVED.to_value()
+    for broken, problem in [(dict(channel, summary=None), "a recipient and a summary go together"),
+                            (dict(channel, recipient=None), "a recipient and a summary go together"),
+                            (dict(channel, recipient=None, summary=None), "riders without a recipient"),
+                            (dict(channel, tag=5), "a channel the replayer serves is not on its log")]:
+        with pytest.raises(ContractError, match=rf"^sites/<site>/replayers/<id>: .*channel 7: {problem}"):
+            ReplayerAssignment.from_value(dict(SERVING.to_value(), channels=[broken]))
+    for readers, channels in [(1, [channel]), (0, [channel, ChannelRange(8, 0, 100).to_value()])]:
+        with pytest.raises(ContractError, match=r"readers of its log: 0 exactly when the replayer serves every"):
+            ReplayerAssignment.from_value(dict(SERVING.to_value(), readers=readers, channels=channels))
+    with pytest.raises(ContractError, match=r"a lent replayer serves no channel itself"):
+        ReplayerAssignment.from_value(dict(mixed.to_value(), sent_to="s2", stream_id=4))
+
+
+def test_a_summarised_replay_of_a_source_here_goes_through_no_worker():
+    source = ReplayPlan("p/src", 0, 100, ("p/src",), (), ("p/src",))
+    request = ReplayRequest("p/src", 0, 100, source, "/r", created_us=0, timeout_s=1.0, no_merge=False,
+                            summary=Summary(60))
+    assert request.served_by_replayer and request.workers == ()
+    assert not REQUEST.served_by_replayer and REQUEST.workers == PLAN.workers  # its target is not the source
+
+
 def test_a_value_that_is_not_a_mapping_is_refused():
     with pytest.raises(ContractError, match=r"^replays/7: not a mapping but list \[1, 2\]$"):
         ReplayRequest.from_value([1, 2], "replays/7")

@@ -12,7 +12,7 @@ import time
 import confserver
 from ramen import keyspace, paths
 from ramen.clocks import ManualClock
-from ramen.replay.contract import ReplayerStats, ReplayRequest, WorkerReplay
+from ramen.replay.contract import ReplayerStats, ReplayRequest, Summary, WorkerReplay
 from ramen.replay.plan import ReplayPlan
 from supervisor import defaults
 from tests.supervisor.conftest import SITE, drive, pid_alive, set_worker, value_of, wait_for
@@ -181,6 +181,27 @@ def test_a_worker_on_the_path_that_dies_fails_the_replay(admin, start_supervisor
     value = wait_for(lambda: (v := value_of(admin, keyspace.replay_key(channel))).get("error") and v)
     assert value["error"] == "worker p/t died (killed by signal 9) during the replay"
     assert value["lost"]  # killed under it: asked again, it may succeed
+
+
+def test_a_chart_of_a_source_is_served_by_its_replayer_and_outlives_the_sources_worker(admin, start_supervisor):
+    """A summarised replay of a source goes through no worker (ReplayRequest.served_by_replayer):
+    the replayer is its target, so the death of the source's worker fails only the replay of the
+    same range that passes through it."""
+    set_worker(admin, SOURCE)
+    start_supervisor()
+    pid = wait_for(lambda: value_of(admin, keyspace.function_key(SITE, SOURCE, "instance")))["pid"]
+    plan = ReplayPlan(SOURCE, 0, 100, (SOURCE,), (), (SOURCE,))
+    chart = request_replay(admin, plan, summary=Summary(60))
+    rows = request_replay(admin, plan)
+    (replayer,) = wait_for(lambda: list(replayers(admin).values()), what="the replays launched")
+    wait_for(lambda: worker_replay(admin, SOURCE, rows), what="the source's key for the replay of its rows")
+    assert worker_replay(admin, SOURCE, chart) is None
+    assert [(c["channel"], c.get("recipient")) for c in replayer["channels"]] == [
+        (chart, str(paths.recipient_log(chart))), (rows, None)]
+    assert replayer["readers"] == 1  # the source's worker, for `rows` only
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: value_of(admin, keyspace.replay_key(rows)).get("error"), what="the death to fail `rows`")
+    assert "error" not in value_of(admin, keyspace.replay_key(chart))
 
 
 def test_a_replay_older_than_its_timeout_is_deleted(admin, start_supervisor):

@@ -149,3 +149,52 @@ def test_channels_of_one_range_on_one_replayer_share_the_first_ones_tag(ramen_di
     assert wired.workers[keyspace.worker_replay_key(SITE, SOURCE, 2)].tags == (1,)
     assert wired.workers[keyspace.worker_replay_key(SITE, SOURCE, 3)].tags == ()
     assert wired.workers[keyspace.worker_replay_key(SITE, "p/t", 1)].tags == ()
+
+
+SOURCE_ITSELF = ReplayPlan(SOURCE, 0, 100, (SOURCE,), (), (SOURCE,))
+
+
+def summarised(channel: int, since_us: int = 0, until_us: int = 100, plan: ReplayPlan = SOURCE_ITSELF) -> ReplayRequest:
+    return dataclasses.replace(request(channel, since_us, until_us, plan), summary=Summary(60, ("host",), ("bytes",)))
+
+
+def test_a_summarised_replay_of_a_source_is_served_by_its_replayer_with_no_worker(ramen_dir):
+    requests = {1: summarised(1), 2: summarised(2), 3: summarised(3, 50, 150)}
+    batch = batch_of(requests)
+    assert batch.leaders == {1: (2,), 3: ()}
+    wired = wire(SITE, requests, batch, [8])
+    assert wired.workers == {}  # neither the source's worker nor any other takes part
+    (assignment,) = wired.replayers.values()
+    assert assignment.readers == 0  # no log: nobody reads it
+    assert assignment.channels == (
+        ChannelRange(1, 0, 100, recipient=str(paths.recipient_log(1)), also=(Rider(2, str(paths.recipient_log(2))),),
+                     summary=Summary(60, ("host",), ("bytes",))),
+        ChannelRange(3, 50, 150, recipient=str(paths.recipient_log(3)), summary=Summary(60, ("host",), ("bytes",))))
+    assert type(assignment).from_value(assignment.to_value()) == assignment
+    assert all(requests[c].workers == () for c in requests)
+
+
+def test_a_served_replay_shares_its_replayer_with_the_logs_readers_and_is_not_on_the_log(ramen_dir):
+    requests = {1: request(1), 2: summarised(2), 3: request(3, plan=SOURCE_ITSELF)}
+    wired = wire(SITE, requests, batch_of(requests), [6])
+    (assignment,) = wired.replayers.values()
+    assert assignment.channels == (ChannelRange(1, 0, 100),
+                                   ChannelRange(2, 0, 100, recipient=str(paths.recipient_log(2)),
+                                                summary=Summary(60, ("host",), ("bytes",))),
+                                   ChannelRange(3, 0, 100, tag=1))
+    assert assignment.readers == 2  # p/t and the source's worker (for 3): the served channel adds none
+    assert sorted(wired.workers) == sorted([keyspace.worker_replay_key(SITE, "p/t", 1),
+                                            keyspace.worker_replay_key(SITE, SOURCE, 3)])
+
+
+def test_a_summarised_replay_of_a_function_past_the_source_still_goes_through_the_workers(ramen_dir):
+    requests = {1: dataclasses.replace(request(1), summary=Summary(60))}
+    wired = wire(SITE, requests, batch_of(requests), [2])
+    assert not requests[1].served_by_replayer
+    assert wired.replayers[2].channels == (ChannelRange(1, 0, 100),) and wired.replayers[2].readers == 1
+    assert wired.workers[keyspace.worker_replay_key(SITE, "p/t", 1)].summary == Summary(60)
+
+
+def test_a_summarised_replay_of_a_source_on_another_site_is_not_served_here():
+    lent = dataclasses.replace(summarised(1), source_sites={SOURCE: "s2"})
+    assert not lent.served_by_replayer and lent.workers == (SOURCE,)

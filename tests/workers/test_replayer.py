@@ -27,13 +27,17 @@ from ramen.archive.catalog import Catalog
 from ramen.archive.segment import SegmentReader
 from ramen.transport import CountersFile, FragmentAssembler, Image, LogBuffer, LogBufferError
 from ramen.tuples import decode_tuples
-from tests.workers.test_archiver_follow import (BASE_US, ROW_SPACING_US, WAIT_S, SiteArchive, build_archive,
+from tests.workers.test_archiver_follow import (BASE_US, PROGRAM, ROW_SPACING_US, WAIT_S, SiteArchive, build_archive,
                                                 wait_for)
 from ramen.transport.defaults import IPC_MTU_LENGTH
 from ramen.transport.frame import BEGIN_FLAG, HDR_TYPE_PAD
 from ramen.archive.reader import RecordingReader, reassemble
 from ramen.clocks import ManualClock
 from ramen.transport import ExclusivePublication, LogBufferParams
+from ramen.program import loads
+from ramen.replay import summary
+from ramen.replay.contract import ChannelRange, Rider, Summary
+from tests.workers.test_served import Recipient
 from workers import replayer_process
 from workers.replayer import ReplayerError
 from ramen.transport.counters import REPLAYER_BYTES_READ_TYPE_ID
@@ -68,15 +72,16 @@ def us(row: float) -> int:
     return int(BASE_US + row * ROW_SPACING_US)
 
 
-def write_key(archive: SiteArchive, replayer_id: int, channels: list[tuple[int, ...]], *,
+def write_key(archive: SiteArchive, replayer_id: int, channels: list[tuple[int, ...] | ChannelRange], *,
               archive_dir: Path | None = None, source: str | None = None, readers: int = 1) -> None:
     with confserver.connect(archive.server.url, identity="supervisor", auth_file=archive.server.auth_file) as c:
         c.set(keyspace.replayer_key(archive.site, replayer_id), {
             "id": replayer_id, "source": source or archive.source,
             "log": str(paths.replayer_log(archive.site, replayer_id)),
             "archive_dir": str(archive_dir or archive.archive_dir), "readers": readers,
-            "channels": [{"channel": ch, "since_us": s, "until_us": u, **({"tag": rest[0]} if rest else {})}
-                         for ch, s, u, *rest in channels]})
+            "channels": [c.to_value() if isinstance(c, ChannelRange) else
+                         {"channel": c[0], "since_us": c[1], "until_us": c[2], **({"tag": c[3]} if c[3:] else {})}
+                         for c in channels]})
 
 
 def start_replayer(archive: SiteArchive, replayer_id: int) -> subprocess.Popen:
@@ -271,6 +276,56 @@ def test_channels_of_one_range_share_its_messages_under_the_first_ones_tag_in_pl
     with confserver.connect(archive.server.url, identity="admin", auth_file=archive.server.auth_file) as c:
         stats = c.get(keyspace.replayer_stats_key(archive.site, replayer_id)).value
     assert stats["channels"] == {str(channel): got.num_rows, str(follower): got.num_rows}
+
+
+SERVED_SUMMARY = Summary(1, ("host",), ("bytes",))
+
+
+@pytest.mark.parametrize("with_log", [False, True], ids=["alone", "beside a log channel in place"])
+def test_a_summarised_replay_it_serves_gets_the_buckets_of_its_range_and_its_keys_go(ramen_env, with_log):
+    """A chart of the source (ChannelRange.recipient): the replayer writes the buckets of the rows
+    of its range, cut at both edges, to the client and its rider, then their ENDs, and deletes
+    their replay keys; alone it writes no log, beside a channel of the log that one is in place."""
+    archive = ramen_env
+    (channel, since, until), rider = CHANNEL_A, CHANNEL_A[0] + 1
+    counters = CountersFile.open(paths.counters_path())
+    paths.recipient_logs_dir().mkdir(parents=True, exist_ok=True)
+    recipients = {c: Recipient(paths.recipient_logs_dir(), c, counters) for c in (channel, rider)}
+    served = ChannelRange(channel, since, until, recipient=str(recipients[channel].path),
+                          also=(Rider(rider, str(recipients[rider].path)),), summary=SERVED_SUMMARY)
+    logged = (channel + 2, *CHANNEL_B[1:])
+    replayer_id = new_id()
+    try:
+        with confserver.connect(archive.server.url, identity="user", auth_file=archive.server.auth_file) as c:
+            for key in (channel, rider):
+                c.set(keyspace.replay_key(key), {"asked_by": "test"})
+            write_key(archive, replayer_id, [served, logged] if with_log else [served], readers=int(with_log))
+            result = replay(archive, replayer_id, [logged[0]] if with_log else [], join_position=None)
+            assert result.returncode == 0, result.stderr
+            for r in recipients.values():
+                r.poll()
+            assert c.get_or_none(keyspace.replay_key(channel)) is None
+            assert c.get_or_none(keyspace.replay_key(rider)) is None
+    finally:
+        for r in recipients.values():
+            r.close()
+            r.path.unlink()
+        counters.close()
+    function = loads(PROGRAM.format(name=archive.program), f"{archive.program}.toml").function("src")
+    rows = expected_rows(archive, since, until)
+    wanted = summary.combine(SERVED_SUMMARY, function, [summary.aggregate(SERVED_SUMMARY, function, rows)])
+    for c, r in recipients.items():
+        assert r.buckets(function, SERVED_SUMMARY).equals(wanted)
+        assert {(h.channel, h.source) for h in r.headers()} == {(c, replayer_id)}
+        assert r.headers()[-1].kind == message.KIND_END_OF_REPLAY
+    if with_log:
+        ranges = recordings_for(archive.archive_dir, archive.source, since, logged[2])  # the replayer's range
+        assert result.joined_at == ranges[0].start_position > 0  # in place
+        assert pa.Table.from_batches(result.tables[logged[0]], archive.schema).equals(
+            expected_rows(archive, *logged[1:]))
+        assert result.eors == [(logged[0], replayer_id)]
+    else:
+        assert result.joined_at is None  # no log
 
 
 def test_waiting_for_two_readers_writes_nothing_while_one_has_subscribed(tmp_path):

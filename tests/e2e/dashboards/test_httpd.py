@@ -19,9 +19,12 @@ import pytest
 from ramen import keyspace, supervisor_stats
 from ramen.cli.ps import collect
 from ramen.httpd import buckets
-from ramen.worker_keys import WorkerStats
+from ramen.transport import CountersFile
+from ramen.transport.counters import SERVICE_COUNTER_TYPE_IDS
 from tests.e2e.dashboards.site import HOST_NAMES, minute_range
 from tests.waiting import quiet_supervisor_stats, wait_for
+
+REPLAYER_ROLLUPS_TYPE_ID = SERVICE_COUNTER_TYPE_IDS["replayer"]["rollups"]
 
 
 def test_the_tree_lists_programs_functions_factor_values_and_fields(dashboard_site):
@@ -166,9 +169,19 @@ def test_the_window_still_open_is_null_rather_than_a_part_of_its_rows(dashboard_
     assert values[-3] is not None and values[-3] > 0
 
 
+def replayers_rollups(site) -> int:
+    """Messages the site's replayers folded by their rollups, as counters.dat holds them."""
+    counters = CountersFile.open(site.base / "counters.dat", create=False)
+    try:
+        return sum(c.value for c in counters.counters() if c.type_id == REPLAYER_ROLLUPS_TYPE_ID)
+    finally:
+        counters.close()
+
+
 def test_a_source_is_charted_from_the_rollups_its_archived_messages_carry(dashboard_site):
     """An archived source with factors writes each message's rollup (ramen/rollup.py): a chart of it
-    folds those rather than the rows, and draws the averages of the rows `ramen replay` prints."""
+    is served by the source's replayer itself, which folds those rather than the rows (the source's
+    worker takes no part), and draws the averages of the rows `ramen replay` prints."""
     since, until = minute_range(9, 4)
     result = dashboard_site.ramen("replay", "--since", since, "--until", until, "--format", "csv", "--with-header",
                                   "web/traffic")
@@ -179,14 +192,10 @@ def test_a_source_is_charted_from_the_rollups_its_archived_messages_carry(dashbo
     keyed = pa.table({"bucket": seconds // step * step, "host": rows["host"], "bytes": rows["bytes"]})
     expected = {(b, h): v for b, h, v in zip(*(keyed.group_by(["bucket", "host"]).aggregate([("bytes", "mean")])
                                               .column(c).to_pylist() for c in ("bucket", "host", "bytes_mean")))}
-    with dashboard_site.client() as client:
-        def rollups() -> int:
-            stats = client.get_or_none(keyspace.function_key("local", "web/traffic", "stats"))
-            return WorkerStats.from_value(stats.value).rollups if stats is not None else 0
-        before = rollups()
-        answer = dashboard_site.json("/render", target="web.traffic.*.bytes", format="json", noCache="1",
-                                     **{"from": str(since), "until": str(until)})
-        assert wait_for(lambda: rollups() > before, "the traffic worker's stats to count rollups folded")
+    before = replayers_rollups(dashboard_site)
+    answer = dashboard_site.json("/render", target="web.traffic.*.bytes", format="json", noCache="1",
+                                 **{"from": str(since), "until": str(until)})
+    assert replayers_rollups(dashboard_site) > before  # counted before the replay's end: no wait
     assert sorted(s["target"] for s in answer) == [f"web.traffic.{h}.bytes" for h in HOST_NAMES]
     for series in answer:
         host = series["target"].split(".")[2]
