@@ -38,7 +38,7 @@ import logging
 import os
 import struct
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -110,7 +110,7 @@ class Replayer:
 
     def __init__(self, spec: ReplayerAssignment, schema: pa.Schema, event_time: str, readers: list[RecordingReader],
                  publication: ExclusivePublication | None, bytes_counter=None, clock: Clock = SYSTEM_CLOCK,
-                 served: list[ServedChannel] = (), on_served: Callable[[ServedChannel], None] | None = None,
+                 served: Sequence[ServedChannel] = (), on_served: Callable[[ServedChannel], None] | None = None,
                  rollups_counter=None) -> None:
         """`publication`: the log, None when every channel is `served` (the channels this replayer
         is the target of, workers/served.py); `on_served(channel)` once one of those has ended."""
