@@ -370,27 +370,22 @@ class Replayer:
             c = served.spec
             if high < c.since_us or low >= c.until_us:
                 continue
-            if c.since_us <= low and high < c.until_us:
-                if header.rollup_offset and served.takes_rollups and (rows := tuple_count(head)) is not None:
-                    if tail is None:
-                        tail = joined_from(window, parts, header.rollup_offset)
-                    if served.add_rollup(tail):
-                        self._count(rows, (c.channel,))
-                        self.stats.rollups += 1
-                        if self.rollups_counter is not None:
-                            self.rollups_counter.add(1)
-                        continue
-                if batch is None:
-                    batch = self._decode(joined(window, parts))
-                served.add_rows(batch)
-                self._count(batch.num_rows, (c.channel,))
-            else:
-                if batch is None:
-                    batch = self._decode(joined(window, parts))
-                part = self._filter(batch, c)
-                if part.num_rows:
-                    served.add_rows(part)
-                    self._count(part.num_rows, (c.channel,))
+            whole = c.since_us <= low and high < c.until_us
+            if whole and header.rollup_offset and served.takes_rollups and (rows := tuple_count(head)) is not None:
+                if tail is None:
+                    tail = joined_from(window, parts, header.rollup_offset)
+                if served.add_rollup(tail):
+                    self._count(rows, (c.channel,))
+                    self.stats.rollups += 1
+                    if self.rollups_counter is not None:
+                        self.rollups_counter.add(1)
+                    continue
+            if batch is None:
+                batch = self._decode(joined(window, parts))
+            part = batch if whole else self._filter(batch, c)
+            if part.num_rows:
+                served.add_rows(part)
+                self._count(part.num_rows, (c.channel,))
         return batch
 
     def _count(self, rows: int, members: tuple[int, ...]) -> None:

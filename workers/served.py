@@ -54,6 +54,7 @@ class ServedChannel:
                 self.outputs.append((channel, Output.open(Path(recipient), counters, create=False)))
             except (LogBufferError, OSError) as e:  # its client went before the replay began
                 log.warning("replay %d: cannot open the recipient %s (%s): its client is gone", channel, recipient, e)
+        # With no recipient left the buckets go nowhere, and any length does.
         max_message_length = min((o.publication.max_message_length for _, o in self.outputs), default=1 << 20)
         self.summariser = Summariser(spec.summary, function, spec.channel, source_id, max_message_length)
         self._unsent_ends: int | None = None
