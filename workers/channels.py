@@ -23,12 +23,12 @@ from typing import Callable
 
 import pyarrow as pa
 
-from confserver import ConfClient, ConfError
-from ramen import keyspace
+from confserver import ConfClient
 from ramen.message import LIVE_CHANNEL
 from ramen.program.model import Function
 from ramen.replay import summary
 from ramen.replay.contract import WorkerReplay
+from ramen.replay.end import end_replays
 from ramen.transport import LogBufferError
 from ramen.tuples import end_of_replay, with_channel
 from workers.heavy import Gathered
@@ -295,11 +295,7 @@ class Channels:
         state.eor_unsent -= 1
         if not state.recipient or state.eor_unsent > 0:
             return
-        for key_channel in [*(rider for rider, _ in state.riders), channel]:
-            try:
-                self.client.delete(keyspace.replay_key(key_channel))
-            except ConfError as e:  # the client or the supervisor may have removed it first
-                log.info("replays/%d: %s", key_channel, e)
+        end_replays(self.client, [*(rider for rider, _ in state.riders), channel])
 
     def discard_gathered(self) -> None:
         """On stop: staged files go; the rows are the replayer's to send again."""

@@ -29,6 +29,7 @@ from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.memory import freeze_startup_objects, retain_freed_memory
 from ramen.program import Program, ProgramError, split_qualified
 from ramen.replay.contract import ContractError, ReplayerAssignment
+from ramen.replay.end import end_replays
 from ramen.replay.fail import fail_replay
 from ramen.transport.counters import CountersFile, CountersFileError
 from ramen.transport.service_counters import allocate_service_counter
@@ -289,12 +290,7 @@ def open_served(spec: ReplayerAssignment, function, counters: CountersFile) -> l
 def end_served(client, served: ServedChannel) -> None:
     """A channel this replayer served has written its END_OF_REPLAYs: as its target, the replayer
     ends its replays (the supervisor then tears them down), the riders' first."""
-    from confserver.errors import ConfError
-    for channel in served.channels:
-        try:
-            client.delete(keyspace.replay_key(channel))
-        except ConfError as e:  # the client or the supervisor may have removed it first
-            log.info("replays/%d: %s", channel, e)
+    end_replays(client, served.channels)
 
 
 def main(argv: list[str] | None = None) -> int:
