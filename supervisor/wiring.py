@@ -254,14 +254,13 @@ def _replayer_log(site: str, replayer_id: int, lent: bool):
 
 
 def replayer_assignment(site: str, replayer_id: int, group: Group, requests: Mapping[int, ReplayRequest],
-                        riders: Mapping[int, Sequence[int]] | None = None) -> ReplayerAssignment:
+                        riders: Mapping[int, Sequence[int]]) -> ReplayerAssignment:
     """`readers`: how many workers subscribe to the replayer's log; it waits for them all before
     its first message, so that none joins late and misses the start. Channels of one range are
     tagged with the first of them (ChannelRange.tag): a dashboard's charts of several functions
     over one source and range share every message of the log, each read once by every reader.
     A channel the replayer serves (ReplayRequest.served_by_replayer) names its recipient, its
     riders' (`riders`: leader -> the channels riding on it) and its summary, and is not on the log."""
-    riders = riders or {}
     readers = {reader for c in group.channels if not requests[c].served_by_replayer
                for reader in requests[c].plan.readers_of(group.source)}
     first: dict[tuple[int, int], int] = {}

@@ -164,7 +164,7 @@ class Replayer:
         if self._outbox:
             return self._offer() + work
         if self.in_place is not None:
-            return self._replay_in_place()
+            return self._replay_in_place() + work
         if self.readers:
             reader = self.readers[0]
             messages = reader.read()
@@ -175,7 +175,7 @@ class Replayer:
                 reader.close()
                 self.readers.popleft()
                 self._consumed_before += reader.consumed
-            return 1 if messages else 0
+            return (1 if messages else 0) + work
         if not self._ended:
             self._ended = True
             for c in self.spec.channels:
