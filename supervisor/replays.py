@@ -621,7 +621,8 @@ class ReplaySupervision:
     # -- shutdown ------------------------------------------------------------------------------
 
     def stop_all(self, timeout_s: float) -> None:
-        """Stop our replayers (their replays fail: nobody is left to watch them)."""
+        """Stop our replayers, then remove their keys and logs (their replays fail: nobody is left
+        to watch them). One retiring as we stop would otherwise leave its log behind."""
         for channel, request in self.requests.items():
             if request.launched:
                 self.set_error(channel, f"the supervisor of site {self.site} stopped during the replay")
@@ -645,6 +646,8 @@ class ReplaySupervision:
             time.sleep(defaults.POLL_INTERVAL_S)
         if warm is not None:
             warm.drop_unused_log()
+        for replayer in list(self.replayers.values()):  # their replays failed: nobody will read their logs
+            self._remove(replayer)
         self.relays.close()
 
 

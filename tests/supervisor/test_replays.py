@@ -140,6 +140,29 @@ def test_deleting_the_replays_tears_down_their_keys_then_the_replayer_they_share
     assert supervisor.counters.teardowns == 2
 
 
+def test_a_supervisor_that_stops_removes_the_keys_and_logs_of_its_replayers(admin, start_supervisor):
+    """Whether still serving or retiring (its replay over a moment before the stop), a replayer
+    the supervisor stops leaves neither key nor log: nobody would ever remove them."""
+    supervisor = start_supervisor()
+    serving, retiring = request_replay(admin, since_us=0, until_us=100), request_replay(admin, no_merge=True)
+    found = wait_for(lambda: len(r := replayers(admin)) == 2 and all("pid" in v for v in r.values()) and r,
+                     what="two replayer keys")
+    logs = [paths.replayer_log(SITE, replayer_id) for replayer_id in found]
+    for log_path in logs:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_bytes(b"")
+    supervisor.stop_thread()
+    admin.delete(keyspace.replay_key(retiring))
+    supervisor.replays.teardown(retiring)
+    assert [r.retiring for r in supervisor.replays.replayers.values()].count(True) == 1
+
+    supervisor.close(timeout_s=5)
+    assert not any(map(pid_alive, (v["pid"] for v in found.values())))
+    assert [p for p in logs if p.exists()] == []
+    assert replayers(admin) == {}
+    assert value_of(admin, keyspace.replay_key(serving))["error"] == "the supervisor of site s1 stopped during the replay"
+
+
 def test_the_result_log_of_a_replay_whose_client_vanished_is_removed_at_teardown(admin, start_supervisor,
                                                                                    ramen_dir):
     """The client, killed, never removes its result log; its replay key goes with its session,
