@@ -278,7 +278,7 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
                            xfiles_factor: float = DEFAULT_XFILES_FACTOR) -> list[Series]:
     """The series of Graphite targets over [since_s, until_s): every target parsed first, then
     each function they need fetched at once over each range it is needed over (one pool job each;
-    a timeShift moves a range), then the functions applied."""
+    a timeShift moves a range, a moving window reaches back before it), then the functions applied."""
     targets = [t for t in targets if t.strip()]
     if not targets:
         raise BadRequest("render: at least one target is needed")
@@ -288,43 +288,76 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
     progress = httpd.track(request_id)
     loop = asyncio.get_running_loop()
     try:
-        context = graphite_functions.Context(since_s, until_s, now_s, xfiles_factor)
-        wanted = sorted({w for node in nodes for w in graphite_functions.fetches(node, context)})
         programs = await loop.run_in_executor(httpd.pool, httpd.programs)
         tree = MetricTree(programs, httpd.factor_values)
-        # Each function over each range (a timeShift's is moved) it is needed over, as (name, shift_s).
-        functions = {(f.qualified_name, shift): f for e, shift in wanted for f in tree.functions_matching(e)}
-        points = {name: (until_s - since_s) // buckets.step_s(f) for (name, _), f in functions.items()}
-        _check_points(sum(points[name] for name, _ in functions), len(functions), "function", httpd.limits)
+
+        def step_of(expression: str) -> int:
+            return max((buckets.step_s(f) for f in tree.functions_matching(expression)), default=0)
+        context = graphite_functions.Context(since_s, until_s, now_s, xfiles_factor, step_of=step_of)
+        # (path expression, from_s, until_s): a timeShift moves a range, a moving window reaches back
+        wanted = sorted({w for node in nodes for w in graphite_functions.fetches(node, context)})
+        # Each function over each range it is needed over, as (name, from_s, until_s), and what is
+        # fetched for them: ranges of one function that overlap (a series and its moving average)
+        # are fetched as one.
+        needed = {(f.qualified_name, since, until): f for e, since, until in wanted
+                  for f in tree.functions_matching(e)}
+        fetched_range = covering([(name, since, until) for name, since, until in needed])
+        fetched = {(name, *fetched_range[name, since, until]): f for (name, since, until), f in needed.items()}
+        points = {key: (key[2] - key[1]) // buckets.step_s(f) for key, f in fetched.items()}
+        _check_points(sum(points.values()), len(fetched), "function", httpd.limits)
         # Every function's buckets at once (a pool job each: their replays meet in the merge delay);
         # a glob over factor values then matches the values these hold, so a render never needs
         # the archive's newest hour (completion's factor values) on top of its own range.
-        tables = dict(zip(functions, await asyncio.gather(*(
-            loop.run_in_executor(httpd.pool, httpd.buckets_of, programs, f, since_s + shift, until_s + shift,
-                                 progress, no_cache)
-            for (_, shift), f in functions.items()))))
-        expanded = {}  # (path expression, shift_s) -> the metrics it names there
-        for shift in {shift for _, shift in wanted}:
-            present = MetricTree(programs, lambda f, at=shift: sorted(buckets.factor_values(
-                f, tables[f.qualified_name, at])))
-            expanded.update(((e, at), present.expand(e)) for e, at in wanted if at == shift)
-        metrics = {(m.path, shift): m for (_, shift), found in expanded.items() for m in found}
+        tables = dict(zip(fetched, await asyncio.gather(*(
+            loop.run_in_executor(httpd.pool, httpd.buckets_of, programs, f, since, until, progress, no_cache)
+            for (_, since, until), f in fetched.items()))))
+
+        def fetched_for(name: str, since: int, until: int, *, exactly: bool = False) -> pa.Table:
+            """The buckets fetched for a function's range: of the range holding it, or (exactly) of it alone."""
+            covered = fetched_range[name, since, until]
+            table = tables[(name, *covered)]
+            return buckets.between(table, since, until) if exactly and covered != (since, until) else table
+        expanded = {}  # (path expression, from_s, until_s) -> the metrics it names there
+        for since, until in {(since, until) for _, since, until in wanted}:
+            present = MetricTree(programs, lambda f, a=since, b=until: sorted(buckets.factor_values(
+                f, fetched_for(f.qualified_name, a, b, exactly=True))))
+            expanded.update(((e, a, b), present.expand(e)) for e, a, b in wanted if (a, b) == (since, until))
+        metrics = {(m.path, since, until): m for (_, since, until), found in expanded.items() for m in found}
         if len(metrics) > httpd.limits.max_metrics:
             raise BadRequest(f"render: the targets name {len(metrics):,} series, more than "
                              f"{httpd.limits.max_metrics:,}")
-        _check_points(sum(points[m.function] for m in metrics.values()), len(metrics), "series", httpd.limits)
+        _check_points(sum((until - since) // buckets.step_s(needed[m.function, since, until])
+                          for (_, since, until), m in metrics.items()), len(metrics), "series", httpd.limits)
         by_path = {}
-        for (name, shift), function in functions.items():
-            drawn = [(m.factor_values, m.field, m.path) for (_, at), m in metrics.items()
-                     if (m.function, at) == (name, shift)]
-            by_path.update(((s.name, shift), s) for s in buckets.to_series(function, tables[name, shift], drawn,
-                                                                          since_s + shift, until_s + shift))
-        series_of = {(e, at): [by_path[m.path, at] for m in found] for (e, at), found in expanded.items()}
+        for (name, since, until), function in needed.items():
+            drawn = [(m.factor_values, m.field, m.path) for (_, a, b), m in metrics.items()
+                     if (m.function, a, b) == (name, since, until)]
+            by_path.update(((s.name, since, until), s) for s in buckets.to_series(
+                function, fetched_for(name, since, until), drawn, since, until))
+        series_of = {key: [by_path[m.path, key[1], key[2]] for m in found] for key, found in expanded.items()}
         # On the pool: a moving median over a long range takes seconds the loop owes other requests.
         return await loop.run_in_executor(httpd.pool, lambda: [
             s for node in nodes for s in graphite_functions.evaluate(node, series_of, context)])
     finally:
         progress.done = True
+
+
+def covering(ranges: list[tuple[str, int, int]]) -> dict[tuple[str, int, int], tuple[int, int]]:
+    """For each (name, since, until), the range fetched for it: overlapping (or touching) ranges
+    of one name joined, so that a function is replayed once for a series and for its moving
+    window, which reaches before it."""
+    covered: dict[tuple[str, int, int], tuple[int, int]] = {}
+    for name in {name for name, _, _ in ranges}:
+        joined: list[list] = []  # [since, until, the ranges joined]
+        for since, until in sorted((a, b) for n, a, b in ranges if n == name):
+            if joined and since <= joined[-1][1]:
+                joined[-1][1] = max(joined[-1][1], until)
+                joined[-1][2].append((since, until))
+            else:
+                joined.append([since, until, [(since, until)]])
+        for since, until, members in joined:
+            covered.update(((name, *member), (since, until)) for member in members)
+    return covered
 
 
 def _check_points(total: int, count: int, kind: str, limits: Limits) -> None:

@@ -191,3 +191,11 @@ async def test_a_render_too_many_points_long_is_refused_before_its_replays(clien
                                        "than 8,000: ask a shorter range or fewer series\n")
     finally:
         await http.close()
+
+
+def test_ranges_of_one_function_that_overlap_or_touch_are_fetched_as_one():
+    from ramen.httpd.app import covering
+    ranges = [("p/f", 100, 200), ("p/f", 40, 120), ("p/f", 200, 260), ("p/f", 300, 400), ("p/g", 100, 200)]
+    assert covering(ranges) == {("p/f", 100, 200): (40, 260), ("p/f", 40, 120): (40, 260),
+                                ("p/f", 200, 260): (40, 260), ("p/f", 300, 400): (300, 400),
+                                ("p/g", 100, 200): (100, 200)}

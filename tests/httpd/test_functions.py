@@ -47,14 +47,31 @@ def fetched():
     }
 
 
-def at(data, shift_s=0):
-    """Series by path expression as `evaluate` takes them: fetched over the range moved by shift_s."""
-    return {(path, shift_s): found for path, found in data.items()}
+class at(dict):
+    """Series by path expression as `evaluate` reads them, fetched over a range from `since`, and
+    whatever range is asked: with nulls before them where a range starts sooner (a moving
+    window's reach: no data there)."""
+
+    def __init__(self, data, since=0):
+        super().__init__(data)
+        self.since = since
+
+    def get(self, key, default=None):
+        path, from_s, _ = key
+        if path not in self:
+            return default
+        return [s.copy(start=s.start - ahead * s.step, values=np.concatenate((np.full(ahead, NAN), s.values)))
+                for s in self[path] for ahead in [max(0, self.since // s.step - from_s // s.step)]]
+
+    def step_of(self, path):
+        """The coarsest step of a path's series (10 s for a path that has none)."""
+        return max((s.step for s in dict.get(self, path, [])), default=10)
 
 
 def run(target, data=None, context=CONTEXT):
     """The target's series, in a render of its own (stacked's totals start anew)."""
-    return evaluate(parse(target), at(fetched() if data is None else data), dataclasses.replace(context, stacks={}))
+    data = at(fetched() if data is None else data)
+    return evaluate(parse(target), data, dataclasses.replace(context, stacks={}, step_of=data.step_of))
 
 
 def values(result):
@@ -246,25 +263,26 @@ def test_divide_group_by_node_and_their_mistakes():
 
 def test_time_shift_draws_the_series_of_the_moved_range_over_this_one():
     context = Context(from_s=1_000_000, until_s=1_000_060, now_s=1_000_060)
-    day_before = at({"a": [series("a", [10, 20, 30, 40, 50, 60, 70], start=913_600)]}, -86_400)
+    day_before = {("a", 913_600, 913_660): [series("a", [10, 20, 30, 40, 50, 60, 70], start=913_600)]}
     [shifted] = evaluate(parse('timeShift(a, "1d")'), day_before, context)
     assert shifted.name == 'timeShift(a, "-1d")' and shifted.tags["timeShift"] == "-1d"
     assert (shifted.start, shifted.step) == (1_000_000, 10)
     same(shifted.values.tolist(), [10, 20, 30, 40, 50, 60])  # resetEnd: no more points than the range has
     [longer] = evaluate(parse('timeShift(a, "1d", false)'), day_before, context)
     assert len(longer.values) == 7
-    [cut] = evaluate(parse('timeShift(a, "1d")'), day_before, Context(1_000_000, 1_000_051, 1_000_051))
+    [cut] = evaluate(parse('timeShift(a, "1d")'), {("a", 913_600, 913_651): day_before["a", 913_600, 913_660]},
+                     Context(1_000_000, 1_000_051, 1_000_051))
     assert len(cut.values) == 6  # the last step begins before until
 
     nested = parse('sumSeries(a, timeShift(scale(timeShift(a, "30s"), 2), "1d"))')
-    assert fetches(nested, context) == [("a", 0), ("a", -86_430)]  # nested shifts add up
-    data = {**at({"a": [series("a", [1, 2, 3, 4, 5, 6], start=1_000_000)]}),
-            **at({"a": [series("a", [10, 20, 30, 40, 50, 60], start=913_570)]}, -86_430)}
+    assert fetches(nested, context) == [("a", 1_000_000, 1_000_060), ("a", 913_570, 913_630)]  # shifts add up
+    data = {("a", 1_000_000, 1_000_060): [series("a", [1, 2, 3, 4, 5, 6], start=1_000_000)],
+            ("a", 913_570, 913_630): [series("a", [10, 20, 30, 40, 50, 60], start=913_570)]}
     [total] = evaluate(nested, data, context)
     assert total.start == 1_000_000
     same(total.values.tolist(), [21, 42, 63, 84, 105, 126])
     assert total.name == 'sumSeries(a,timeShift(scale(timeShift(a, "-30s"),2), "-1d"))'
-    assert fetches(parse('timeShift(a, "+1h")'), context) == [("a", 3600)]
+    assert fetches(parse('timeShift(a, "+1h")'), context) == [("a", 1_003_600, 1_003_660)]
     for bad, reason in (('timeShift(a, b.c)', "must be an interval"), ('timeShift(a, "30d")', "out of 1970")):
         with pytest.raises(TargetError, match=reason):
             fetches(parse(bad), context)
@@ -430,10 +448,11 @@ def test_time_stack_draws_each_earlier_range_over_this_one_as_graphite_web_does(
     functions, TimeSeries = graphite
     day = 86400
     context = Context(from_s=10 * day, until_s=10 * day + 60, now_s=10 * day + 60)
-    assert fetches(parse('timeStack(a.b, "1d", 0, 3)'), context) == [("a.b", 0), ("a.b", -day), ("a.b", -2 * day)]
+    assert fetches(parse('timeStack(a.b, "1d", 0, 3)'), context) == [("a.b", 10 * day - k * day, 10 * day + 60 - k * day)
+                                                                     for k in range(3)]
     by_shift = {-k * day: [series("a.b", [k, k + 1, NAN, k + 3, k + 4, k + 5], start=10 * day - k * day)]
                 for k in range(4)}
-    fetched_at = {("a.b", shift): found for shift, found in by_shift.items()}
+    fetched_at = {("a.b", 10 * day + shift, 10 * day + 60 + shift): found for shift, found in by_shift.items()}
     ours = evaluate(parse('timeStack(a.b, "1d", 1, 4)'), fetched_at, context)
 
     def evaluate_target(request, target):  # graphite-web fetches each moved range again
@@ -512,7 +531,8 @@ def test_every_function_of_one_series_takes_an_empty_one_and_an_all_null_one():
         for name, spec in FUNCTIONS.items():
             arguments = [argument(p) for p in spec.params if p.required or p.multiple or p.type == "seriesList"]
             try:
-                evaluate(parse(f"{name}({', '.join(arguments)})"), data, CONTEXT)
+                evaluate(parse(f"{name}({', '.join(arguments)})"), data, dataclasses.replace(CONTEXT,
+                                                                                             step_of=data.step_of))
             except TargetError:
                 pass
 
@@ -596,7 +616,6 @@ def test_evaluate_leaves_the_fetched_series_untouched():
     ("filterSeries(prog.slow.x, 'max', '=>', 1)", "filterSeries: parameter 'operator' must be one of"),
     ("movingWindow(prog.slow.x, 2, 'mean')", "movingWindow: parameter 'func' must be one of average"),
     ("sumSeriesLists(x.*.used, prog.slow.x)", "aggregateSeriesLists: the two lists hold 2 and 1 series"),
-    ("hitcount(prog.slow.x, '1h', true)", "hitcount: alignToInterval needs the data before the range"),
     ("weightedAverage(x.*.used, prog.slow.x)", "weightedAverage: 2 series to average and 1 weights"),
     ("divideSeriesLists(x.*.used, prog.slow.x)", "divideSeriesLists: the two lists hold 2 and 1 series"),
     ("integralByInterval(prog.slow.x, '0s')", "integralByInterval: interval '0s' must be longer than 0 s"),

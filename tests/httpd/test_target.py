@@ -11,7 +11,7 @@ KNOWN = {"sumSeries", "scale", "alias", "summarize", "f", "g", "keepLastValue"}
 
 def path_expressions(node):
     """The paths a render fetches for the target, in the order written."""
-    return [path for path, _ in fetches(node, Context(from_s=0, until_s=60, now_s=60))]
+    return [path for path, _, _ in fetches(node, Context(from_s=0, until_s=60, now_s=60))]
 
 
 def test_plain_path_with_globs_at_any_level_is_one_path_expression():

@@ -8,12 +8,14 @@ Graphite's null: a reduction over nothing but nulls is null, never 0. Where grap
 we keep its names but not the bug; each such place says so.
 
 The caller resolves globs and fetches: `evaluate` gets, for each path expression of the target
-and the shift of its range (`fetches`: timeShift moves it), the series it matched. Nothing here
-reads data past the range it is given.
+and each range it is needed over (`fetches`: the render's, or where evaluation.SERIES_SCOPES
+says: moved by timeShift, reaching back for a moving window's first points or a forecast's
+bootstrap, ...), the series it matched. Nothing here reads data but what it is given.
 
 Each function takes the render's Context and its bound parameters, and returns a new list (the
 series it is given are not modified). They live by graphite-web's groups: aliases, combine,
-transform, calculate, filters, graph; table lists them, evaluation runs a target through them.
+transform, calculate, forecasts, filters, graph; table lists them, evaluation runs a target
+through them.
 """
 
 from ramen.httpd.functions.context import Context, parse_interval_s

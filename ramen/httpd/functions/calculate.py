@@ -43,11 +43,9 @@ def moving_window(context: Context, seriesList: list[Series], windowSize: int | 
                   xFilesFactor: float | None = None) -> list[Series]:
     """Each point becomes `func` (average, sum, min, max, median, ...) of the non-null values of the
     points before it (not itself, as in graphite-web) within the window: a number of points, or a
-    time ("5min"). Named `moving<Func>(<name>,<window>)`.
-
-    No bootstrap: graphite-web fetches one more window before `from` so the first points reduce a
-    full window; ramen fetches only [from, until), so the first point is null and the first window
-    of points reduces fewer values (its xFilesFactor still counts the full window).
+    time ("5min"). Named `moving<Func>(<name>,<window>)`. The series are fetched from one window
+    before the range (evaluation.SERIES_SCOPES), so that the first points reduce a whole window,
+    as graphite-web's do.
     """
     tag = "moving" + func.capitalize()
     results = []
@@ -59,9 +57,18 @@ def moving_window(context: Context, seriesList: list[Series], windowSize: int | 
             points = windowSize
             name = f"{tag}({s.name},{windowSize})"
         xff = s.xfiles_factor if xFilesFactor is None else xFilesFactor
-        results.append(named(s, name, values=_moving(tag, s.values, points, func, xff),
-                              tags=tagged(s, **{tag: windowSize})))
+        ahead = points_ahead(s, context)
+        results.append(named(s, name, start=s.start + ahead * s.step,
+                             values=_moving(tag, s.values, points, func, xff)[ahead:],
+                             tags=tagged(s, **{tag: windowSize})))
     return results
+
+
+def points_ahead(series: Series, context: Context) -> int:
+    """Points of `series` before the context's range: those fetched ahead of it for the first
+    windows (a moving window's, a forecast's bootstrap), which its result leaves out."""
+    return min(len(series.values), max(0, -(-(context.from_s // series.step * series.step - series.start)
+                                           // series.step)))
 
 
 def _moving(name: str, values: np.ndarray, points: int, func: str, xff: float) -> np.ndarray:
@@ -187,9 +194,10 @@ decays' powers stay well within a float's range."""
 def exponential_moving_average(context: Context, seriesList: list[Series], windowSize: int | str) -> list[Series]:
     """Each point becomes the exponential moving average of the values before it, weighing each one
     2 / (window + 1) (window: a number of points, or a time, "5min", whose seconds count as points,
-    as graphite-web reads it); a null point is null and leaves the average as it was. No data before
-    `from` here: the first point is null (graphite-web's is the average of the window before the
-    range, 0 when there is none)."""
+    as graphite-web reads it); a null point is null and leaves the average as it was. The series
+    are fetched from one window before the range: the average starts from that window's, drawn at
+    the first point (null where it has no value: graphite-web's is 0 there, and so is the average
+    it starts from)."""
     results = []
     for s in seriesList:
         if isinstance(windowSize, str):
@@ -197,18 +205,24 @@ def exponential_moving_average(context: Context, seriesList: list[Series], windo
             weight, name = 2.0 / (seconds + 1), f'exponentialMovingAverage({s.name},"{windowSize}")'
         else:
             weight, name = 2.0 / (windowSize + 1), f"exponentialMovingAverage({s.name},{windowSize})"
-        values = np.full(len(s.values), np.nan)
-        if len(s.values) > 1:
-            present = ~np.isnan(s.values[:-1])
-            averages = np.round(_ema(s.values[:-1][present], weight), 6)
-            values[1:][present] = averages  # the average through a point is drawn at the next one
-        results.append(named(s, name, values=values, tags=tagged(s, exponentialMovingAverage=windowSize)))
+        ahead = points_ahead(s, context)
+        before, inside = s.values[:ahead], s.values[ahead:]
+        first = float(np.mean(before[~np.isnan(before)])) if not np.isnan(before).all() else math.nan
+        values = np.full(len(inside), np.nan)
+        if len(inside):
+            values[0] = round(first, 6)
+        if len(inside) > 1:
+            present = ~np.isnan(inside[:-1])
+            averages = _ema(inside[:-1][present], weight, 0.0 if math.isnan(first) else first)
+            values[1:][present] = np.round(averages, 6)  # the average through a point is drawn at the next one
+        results.append(named(s, name, start=s.start + ahead * s.step, values=values,
+                             tags=tagged(s, exponentialMovingAverage=windowSize)))
     return results
 
 
-def _ema(values: np.ndarray, weight: float) -> np.ndarray:
-    """e_k = weight * x_k + (1 - weight) * e_(k-1), from e_(-1) = 0, a block of EMA_BLOCK_POINTS at a
-    time: within a block, e = decay^(k+1) * e_before + weight * sum_j decay^(k-j) x_j."""
+def _ema(values: np.ndarray, weight: float, start: float) -> np.ndarray:
+    """e_k = weight * x_k + (1 - weight) * e_(k-1), from e_(-1) = start, a block of EMA_BLOCK_POINTS
+    at a time: within a block, e = decay^(k+1) * e_before + weight * sum_j decay^(k-j) x_j."""
     decay, size = 1.0 - weight, EMA_BLOCK_POINTS
     count = len(values)
     blocks = -(-count // size)
@@ -220,7 +234,7 @@ def _ema(values: np.ndarray, weight: float) -> np.ndarray:
     partial = padded.reshape(blocks, size) @ within.T  # each block's sums as if it started from 0
     carried = decay ** (k + 1)
     ends = np.empty(blocks)
-    before = 0.0
+    before = start
     for b in range(blocks):  # one step a block: what each block starts from
         ends[b] = before
         before = carried[-1] * before + partial[b, -1]

@@ -1,10 +1,12 @@
-"""What a render asks of the functions (its range, `now`, its xFilesFactor, the shift of a
-timeShift), and Graphite's interval strings (`"5min"`, `"1d"`)."""
+"""What a render asks of the functions (its range, `now`, its xFilesFactor; inside timeShift, a
+moving window or a forecast, the range their series are fetched over), and Graphite's interval
+strings (`"5min"`, `"1d"`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ramen.httpd.series import DEFAULT_XFILES_FACTOR
@@ -23,15 +25,17 @@ class Context:
     now_s: int
     xfiles_factor: float = DEFAULT_XFILES_FACTOR
     """The render's `xFilesFactor`: what the series it fetches start with (Series.xfiles_factor)."""
-    shift_s: int = 0
-    """Seconds the range is moved by, inside timeShift: from_s and until_s are already moved, and a
-    path's series are those fetched over the moved range."""
+    step_of: Callable[[str], int] | None = field(default=None, compare=False)
+    """The step (s) of a path expression's series before they are fetched, the coarsest where it
+    names several functions (0: none): how far back a moving window of N points reaches."""
     stacks: dict = field(default_factory=dict, compare=False)
-    """stacked's running totals by stack name, over the render's targets (shared by shifted copies)."""
+    """stacked's running totals by stack name, over the render's targets (shared by moved copies)."""
 
-    def shifted(self, seconds: int) -> Context:
-        return dataclasses.replace(self, from_s=self.from_s + seconds, until_s=self.until_s + seconds,
-                                   shift_s=self.shift_s + seconds)
+    def ranging(self, from_s: int, until_s: int) -> Context:
+        """Another range: where a function has its series fetched that draws them moved
+        (timeShift), or needs points before its range (a moving window's first windows, a
+        forecast's bootstrap) or beside it (linearRegression's source)."""
+        return dataclasses.replace(self, from_s=from_s, until_s=until_s)
 
     def time_s(self, text: object, function: str) -> int:
         """A time as `from` and `until` take it ("-1h", "20261125", epoch seconds), in seconds since

@@ -1,12 +1,15 @@
-"""A parsed target evaluated over the series fetched for it: `fetches` lists every (path, shift) to
-fetch, `evaluate` binds each call's arguments (checked as graphite-web's validateParams) and
+"""A parsed target evaluated over the series fetched for it: `fetches` lists every (path, range)
+to fetch, `evaluate` binds each call's arguments (checked as graphite-web's validateParams) and
 runs it."""
 
 from __future__ import annotations
 
+import datetime
 import math
+from collections.abc import Callable
 
 from ramen.httpd.functions.context import Context, MICROS_PER_SECOND, parse_interval_s
+from ramen.httpd.functions.forecasts import regression_source
 from ramen.httpd.functions.table import FUNCTIONS, FunctionSpec, Param
 from ramen.httpd.functions.transform import time_shift_s
 from ramen.httpd.series import Series
@@ -14,21 +17,21 @@ from ramen.httpd.target import Call, Literal, Node, PathExpr, TargetError
 from ramen.times import MAX_TIME_US
 
 
-Fetched = dict[tuple[str, int], list[Series]]
-"""(path expression, shift_s) -> the series it matched over the range moved by shift_s (`fetches`)."""
+Fetched = dict[tuple[str, int, int], list[Series]]
+"""(path expression, from_s, until_s) -> the series it matched over that range (`fetches`)."""
 
 
-def fetches(node: Node, context: Context) -> list[tuple[str, int]]:
-    """Every (path expression, shift in seconds) the target needs fetched, once each: a path under
-    timeShift over the range moved by its shift (nested ones add up), under timeStack over each of
-    its moved ranges, any other over the range. A shift that is not a literal interval is a
-    TargetError here, before any fetch."""
-    found: dict[tuple[str, int], None] = {}
+def fetches(node: Node, context: Context) -> list[tuple[str, int, int]]:
+    """Every (path expression, from_s, until_s) the target needs fetched, once each: a path over
+    the range of its scope (SERIES_SCOPES: moved by a timeShift, reaching back for a moving
+    window's first points, ...), any other over the render's range. A scope that is not made of
+    literals is a TargetError here, before any fetch."""
+    found: dict[tuple[str, int, int], None] = {}
     stack = [(node, context)]
     while stack:
         current, where = stack.pop()
         if isinstance(current, PathExpr):
-            found.setdefault((current.text, where.shift_s))
+            found.setdefault((current.text, where.from_s, where.until_s))
         elif isinstance(current, Call):
             args, kwargs = _scoped_args(current, where)
             scoped = [*args, *((arg, scope) for _, arg, scope in kwargs)]
@@ -37,7 +40,6 @@ def fetches(node: Node, context: Context) -> list[tuple[str, int]]:
     return list(found)
 
 
-TIME_SHIFT, TIME_STACK = "timeShift", "timeStack"
 MAX_STACKED_RANGES = 100
 """Ranges one timeStack may draw, each replayed: a year of weeks fits, two years do not."""
 
@@ -47,21 +49,17 @@ Scope = Context | list[Context]
 
 
 def _scoped_args(node: Call, context: Context) -> tuple[list[tuple[Node, Scope]], list[tuple[str, Node, Scope]]]:
-    """A call's arguments, each with where it is evaluated: a timeShift's series (its first, or
-    `seriesList=`) in the moved range, a timeStack's in each of its moved ranges (its argument is
-    then their series lists, one a range), everything else in the call's own context."""
-    series_scope: Scope = context
-    if node.name == TIME_SHIFT:
-        series_scope = context.shifted(_shift_of(node, context))
-    elif node.name == TIME_STACK:
-        series_scope = [context.shifted(shift) for shift in _stack_shifts(node, context)]
+    """A call's arguments, each with where it is evaluated: its series (its first, or
+    `seriesList=`) where SERIES_SCOPES says, everything else in the call's own context."""
+    scope_of = SERIES_SCOPES.get(node.name)
+    series_scope: Scope = context if scope_of is None else scope_of(node, context)
     args = [(arg, series_scope if index == 0 else context) for index, arg in enumerate(node.args)]
     return args, [(name, arg, series_scope if name == "seriesList" else context) for name, arg in node.kwargs]
 
 
 def _literals(node: Call) -> dict:
-    """A call's literal arguments bound to its parameters (its series left out): what a timeShift
-    or timeStack needs to know its ranges before anything is fetched."""
+    """A call's literal arguments bound to its parameters (its series left out): what a function
+    needs to know the range of its series before anything is fetched."""
     spec = FUNCTIONS[node.name]
     literals = [arg.value if isinstance(arg, Literal) else [] for arg in node.args]
     kwargs = {name: arg.value if isinstance(arg, Literal) else [] for name, arg in node.kwargs}
@@ -72,31 +70,132 @@ def _literals(node: Call) -> dict:
     return {**{p.name: p.default for p in spec.params if p.default is not None}, **bound}
 
 
-def _checked_shift(node: Call, context: Context, shift: int, text: str) -> int:
-    if context.from_s + shift < 0 or (context.until_s + shift) * MICROS_PER_SECOND > MAX_TIME_US:
+def _reaching_back(context: Context, seconds: int) -> Context:
+    """The range from `seconds` before it (none before 1970: nothing is archived there)."""
+    return context.ranging(max(0, context.from_s - seconds), context.until_s)
+
+
+def _checked_range(node: Call, context: Context, from_s: int, until_s: int, text: str) -> Context:
+    if from_s < 0 or until_s * MICROS_PER_SECOND > MAX_TIME_US:
         raise TargetError(f"{node.name}: {text!r} moves the range out of 1970 to 9999")
-    return shift
+    return context.ranging(from_s, until_s)
 
 
-def _shift_of(node: Call, context: Context) -> int:
-    """The seconds a timeShift call moves its series' range by, from its literal arguments."""
+def _time_shift_scope(node: Call, context: Context) -> Context:
+    """timeShift's series: over the range moved by its shift."""
     bound = _literals(node)
-    return _checked_shift(node, context, time_shift_s(context, bound["timeShift"], bound["alignDst"]),
-                          bound["timeShift"])
+    shift = time_shift_s(context, bound["timeShift"], bound["alignDst"])
+    return _checked_range(node, context, context.from_s + shift, context.until_s + shift, bound["timeShift"])
 
 
-def _stack_shifts(node: Call, context: Context) -> list[int]:
-    """The seconds each range of a timeStack call is moved by, from its literal arguments."""
+def _time_stack_scope(node: Call, context: Context) -> list[Context]:
+    """timeStack's series: over each of its moved ranges (its argument is their series lists)."""
     bound = _literals(node)
     unit, first, end = bound["timeShiftUnit"], bound["timeShiftStart"], bound["timeShiftEnd"]
     if end - first > MAX_STACKED_RANGES:
         raise TargetError(f"timeStack: {end - first} ranges, more than {MAX_STACKED_RANGES}")
     step = time_shift_s(context, unit)
-    return [_checked_shift(node, context, step * k, f"{unit} x {k}") for k in range(first, end)]
+    return [_checked_range(node, context, context.from_s + step * k, context.until_s + step * k, f"{unit} x {k}")
+            for k in range(first, end)]
+
+
+def _moving_scope(node: Call, context: Context) -> Context:
+    """A moving window's series: from one window before the range, so that its first points have
+    their whole window (graphite-web's preview): the window's time, or its points at the coarsest
+    step among the series."""
+    size = _literals(node)["windowSize"]
+    if isinstance(size, str):
+        reach = abs(parse_interval_s(size))
+    else:
+        if context.step_of is None:
+            raise ValueError("a moving window of points needs the series' steps (Context.step_of)")
+        reach = size * max((context.step_of(path) for path in _paths(_series_arg(node))), default=0)
+    return _reaching_back(context, reach)
+
+
+def _bootstrap_scope(node: Call, context: Context) -> Context:
+    """A Holt-Winters forecast's series: from its bootstrapInterval (a week) before the range."""
+    return _reaching_back(context, abs(parse_interval_s(_literals(node)["bootstrapInterval"])))
+
+
+def _regression_scope(node: Call, context: Context) -> list[Context]:
+    """linearRegression's series: over the range (the line is drawn there), and over its source
+    range (startSourceAt to endSourceAt, the range's ends by default), where the line is fitted."""
+    bound = _literals(node)
+    since_s, until_s = regression_source(context, bound.get("startSourceAt"), bound.get("endSourceAt"))
+    if since_s >= until_s:
+        raise TargetError(f"linearRegression: its source range [{since_s}, {until_s}) is empty")
+    return [context, _checked_range(node, context, since_s, until_s, "its source range")]
+
+
+def _smart_summarize_scope(node: Call, context: Context) -> Context:
+    """smartSummarize's series, with alignTo: from the start of alignTo's unit (years, months,
+    weeks, days, hours, minutes, seconds; UTC) that holds the range's start."""
+    align_to = _literals(node).get("alignTo")
+    if not isinstance(align_to, str):  # graphite-web ignores the old alignToFrom, a boolean
+        return context
+    return context.ranging(aligned_start(context.from_s, align_to), context.until_s)
+
+
+def _hitcount_scope(node: Call, context: Context) -> Context:
+    """hitcount's series, with alignToInterval: from the start of the day, hour or minute (by the
+    interval's length; UTC) that holds the range's start."""
+    bound = _literals(node)
+    if not bound["alignToInterval"]:
+        return context
+    interval = abs(parse_interval_s(bound["intervalString"]))
+    unit = "days" if interval >= 86400 else "hours" if interval >= 3600 else "minutes" if interval >= 60 else None
+    if unit is None:
+        return context
+    return context.ranging(aligned_start(context.from_s, unit), context.until_s)
+
+
+def aligned_start(epoch_s: int, unit: str) -> int:
+    """The start, in UTC, of the year, month, week (from Monday), day, hour, minute or second (`unit`:
+    years, months, ..., as smartSummarize's alignTo names them) that holds `epoch_s`."""
+    at = datetime.datetime.fromtimestamp(epoch_s, datetime.timezone.utc)
+    midnight = at.replace(hour=0, minute=0, second=0)
+    return int({"years": midnight.replace(month=1, day=1), "months": midnight.replace(day=1),
+                "weeks": midnight - datetime.timedelta(days=at.weekday()), "days": midnight,
+                "hours": at.replace(minute=0, second=0), "minutes": at.replace(second=0),
+                "seconds": at}[unit].timestamp())
+
+
+SERIES_SCOPES: dict[str, Callable[[Call, Context], Scope]] = {
+    "timeShift": _time_shift_scope,
+    "timeStack": _time_stack_scope,
+    **{name: _moving_scope for name in ("movingWindow", "movingAverage", "movingSum", "movingMin", "movingMax",
+                                        "movingMedian", "exponentialMovingAverage")},
+    **{name: _bootstrap_scope for name in ("holtWintersForecast", "holtWintersConfidenceBands",
+                                           "holtWintersConfidenceArea", "holtWintersAberration")},
+    "linearRegression": _regression_scope,
+    "smartSummarize": _smart_summarize_scope,
+    "hitcount": _hitcount_scope,
+}
+"""Where a function's series are fetched, when not over its own range: it computes from points
+before the range, or over other ranges, as graphite-web's function fetches them again."""
+
+
+def _series_arg(node: Call) -> Node | None:
+    if node.args:
+        return node.args[0]
+    return next((arg for name, arg in node.kwargs if name == "seriesList"), None)
+
+
+def _paths(node: Node | None) -> list[str]:
+    """The path expressions under a node."""
+    found, stack = [], [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, PathExpr):
+            found.append(current.text)
+        elif isinstance(current, Call):
+            stack.extend([*current.args, *(arg for _, arg in current.kwargs)])
+    return found
 
 
 def evaluate(node: Node, fetched: Fetched, context: Context) -> list[Series]:
-    """The series a target yields. `fetched` holds the series each (path expression, shift) of
+    """The series a target yields. `fetched` holds the series each (path expression, range) of
     `fetches` matched (a path absent or matching nothing yields no series, as in graphite-web).
     The fetched series are not modified."""
     value = _value(node, fetched, context)
@@ -110,7 +209,7 @@ def _value(node: Node, fetched: Fetched, context: Context) -> object:
         return node.value
     if isinstance(node, PathExpr):
         return [s.copy(path_expression=node.text, xfiles_factor=context.xfiles_factor)
-                for s in fetched.get((node.text, context.shift_s), [])]
+                for s in fetched.get((node.text, context.from_s, context.until_s), [])]
     spec = FUNCTIONS.get(node.name)
     if spec is None:
         raise TargetError(f"unknown function {node.name!r}")
@@ -216,6 +315,6 @@ def _checked(spec: FunctionSpec, param: Param, value: object) -> object:
         if not isinstance(value, str):
             raise bad("a string")
         if param.options and value not in param.options:
-            raise bad(f"one of {', '.join(param.options)}")
+            raise bad(f"one of {', '.join(o for o in param.options if isinstance(o, str))}")
         return value
     return value

@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ramen.httpd.functions import aliases, calculate, combine, filters, generators, graph, transform
+from ramen.httpd.functions import aliases, calculate, combine, filters, forecasts, generators, graph, transform
 from ramen.httpd.functions.reductions import aggregation_names
 from ramen.httpd.series import Series
 
@@ -85,6 +85,8 @@ _TWO_LISTS = (Param("seriesListFirstPos", "seriesList", required=True),
 _THRESHOLD = Param("n", "float", required=True)
 _COUNT = Param("n", "integer", required=True)
 _WINDOW = Param("windowSize", "intOrInterval", required=True, suggestions=tuple(WINDOW_SUGGESTIONS))
+_HOLT_WINTERS = (Param("bootstrapInterval", "interval", default="7d", suggestions=("7d", "30d")),
+                 Param("seasonality", "interval", default="1d", suggestions=("1d", "7d")))
 _AGG_OPTIONS = tuple(aggregation_names())
 _CONSOLIDATION_OPTIONS = ("sum", "average", "avg", "avg_zero", "min", "max", "first", "last")
 _LEGEND_OPTIONS = (*_AGG_OPTIONS, *(f"{name}Series" for name in _AGG_OPTIONS), *aliases.UNIT_SYSTEMS)
@@ -174,6 +176,11 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
           Param("intervalString", "interval", required=True, suggestions=tuple(INTERVAL_SUGGESTIONS)),
           Param("func", "aggFunc", default="sum", options=_AGG_OPTIONS),
           Param("alignToFrom", "boolean", default=False)),
+    _spec("smartSummarize", transform.smart_summarize, "Transform", _SERIES,
+          Param("intervalString", "interval", required=True, suggestions=tuple(INTERVAL_SUGGESTIONS)),
+          Param("func", "aggFunc", default="sum", options=_AGG_OPTIONS),
+          Param("alignTo", "string", options=(None, "years", "months", "weeks", "days", "hours", "minutes", "seconds",
+                                              True, False))),
     _spec("transformNull", transform.transform_null, "Transform", _SERIES, Param("default", "float", default=0),
           Param("referenceSeries", "seriesList")),
     _spec("absolute", transform.absolute, "Transform", _SERIES),
@@ -243,6 +250,13 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
     _spec("exponentialMovingAverage", calculate.exponential_moving_average, "Calculate", _SERIES,
           Param("windowSize", "intOrInterval", required=True, suggestions=tuple(WINDOW_SUGGESTIONS))),
     _spec("nPercentile", calculate.n_percentile, "Calculate", _SERIES, Param("n", "float", required=True)),
+    _spec("holtWintersForecast", forecasts.holt_winters_forecast, "Calculate", _SERIES, *_HOLT_WINTERS),
+    *(_spec(name, call, "Calculate", _SERIES, Param("delta", "integer", default=3), *_HOLT_WINTERS)
+      for name, call in (("holtWintersConfidenceBands", forecasts.holt_winters_confidence_bands),
+                         ("holtWintersConfidenceArea", forecasts.holt_winters_confidence_area),
+                         ("holtWintersAberration", forecasts.holt_winters_aberration))),
+    _spec("linearRegression", forecasts.linear_regression, "Calculate", _SERIES, Param("startSourceAt", "date"),
+          Param("endSourceAt", "date")),
     _spec("highestAverage", filters.ranked_by("average"), "Filter Series", _SERIES, _COUNT),
     _spec("highestCurrent", filters.ranked_by("last"), "Filter Series", _SERIES, _COUNT),
     _spec("highestMax", filters.ranked_by("max"), "Filter Series", _SERIES, _COUNT),

@@ -33,12 +33,7 @@ def summarize(context: Context, seriesList: list[Series], intervalString: str, f
     average, max, min, last, ...). Buckets start at multiples of the interval since the epoch, or at
     the series' start with alignToFrom=true. Named `summarize(<name>, "<interval>", "<func>")`.
     As in graphite-web, when the series ends on a bucket boundary the last bucket is an empty one."""
-    interval = parse_interval_s(intervalString)
-    if interval <= 0:
-        raise TargetError(f"summarize: interval {intervalString!r} must be longer than 0 s")
-    func_known = AGGREGATION_ALIASES.get(func, func)
-    if func_known not in AGGREGATIONS:
-        raise TargetError(f"summarize: unknown function {func!r} (known: {', '.join(aggregation_names())})")
+    interval = _summary_interval("summarize", intervalString, func)
     results = []
     for s in seriesList:
         if alignToFrom:
@@ -47,22 +42,54 @@ def summarize(context: Context, seriesList: list[Series], intervalString: str, f
         else:
             new_start = s.start - s.start % interval
             buckets = (s.end - s.end % interval + interval - new_start) // interval
-        check_made_points("summarize", buckets, f"an interval of {interval} s")
-        bucket_of = (s.timestamps() - new_start) // interval
-        counts = np.bincount(bucket_of, minlength=buckets)[:buckets]
-        width = int(counts.max(initial=0))
-        matrix = np.full((buckets, max(width, 1)), np.nan)
-        real = np.zeros(matrix.shape, dtype=bool)
-        first_of = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        position = np.arange(len(s.values)) - first_of[bucket_of]
-        matrix[bucket_of, position] = s.values
-        real[bucket_of, position] = True
-        values = aggregate_rows(func, matrix, real=real, denominator=interval / s.step,
-                                xfiles_factor=s.xfiles_factor)
         name = f'summarize({s.name}, "{intervalString}", "{func}"{", true" if alignToFrom else ""})'
-        results.append(named(s, name, start=new_start, step=interval, values=values,
-                              tags=tagged(s, summarize=intervalString, summarizeFunction=func)))
+        results.append(named(s, name, start=new_start, step=interval,
+                             values=_summarized("summarize", s, func, interval, new_start, buckets),
+                             tags=tagged(s, summarize=intervalString, summarizeFunction=func)))
     return results
+
+
+def smart_summarize(context: Context, seriesList: list[Series], intervalString: str, func: str = "sum",
+                    alignTo: str | bool | None = None) -> list[Series]:
+    """Reduces each series to one point per interval by `func`, the intervals starting with the
+    series: with alignTo (years, months, weeks, days, hours, minutes, seconds), the series are
+    fetched from the start of that unit (UTC) holding the range's start (evaluation.SERIES_SCOPES).
+    Named `smartSummarize(<name>, "<interval>", "<func>")`."""
+    interval = _summary_interval("smartSummarize", intervalString, func)
+    results = []
+    for s in seriesList:
+        buckets = -(-(s.end - s.start) // interval)
+        name = f'smartSummarize({s.name}, "{intervalString}", "{func}")'
+        results.append(named(s, name, step=interval,
+                             values=_summarized("smartSummarize", s, func, interval, s.start, buckets),
+                             tags=tagged(s, smartSummarize=intervalString, smartSummarizeFunction=func)))
+    return results
+
+
+def _summary_interval(name: str, intervalString: str, func: str) -> int:
+    """The seconds of a summary's interval, its function checked."""
+    interval = parse_interval_s(intervalString)
+    if interval <= 0:
+        raise TargetError(f"{name}: interval {intervalString!r} must be longer than 0 s")
+    func_known = AGGREGATION_ALIASES.get(func, func)
+    if func_known not in AGGREGATIONS:
+        raise TargetError(f"{name}: unknown function {func!r} (known: {', '.join(aggregation_names())})")
+    return interval
+
+
+def _summarized(name: str, s: Series, func: str, interval: int, new_start: int, buckets: int) -> np.ndarray:
+    """`func` over the points of each of `buckets` intervals from `new_start`."""
+    check_made_points(name, buckets, f"an interval of {interval} s")
+    bucket_of = (s.timestamps() - new_start) // interval
+    counts = np.bincount(bucket_of, minlength=buckets)[:buckets]
+    width = int(counts.max(initial=0))
+    matrix = np.full((buckets, max(width, 1)), np.nan)
+    real = np.zeros(matrix.shape, dtype=bool)
+    first_of = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    position = np.arange(len(s.values)) - first_of[bucket_of]
+    matrix[bucket_of, position] = s.values
+    real[bucket_of, position] = True
+    return aggregate_rows(func, matrix, real=real, denominator=interval / s.step, xfiles_factor=s.xfiles_factor)
 
 
 def consolidate_by(context: Context, seriesList: list[Series], consolidationFunc: str) -> list[Series]:
@@ -265,18 +292,18 @@ def hitcount(context: Context, seriesList: list[Series], intervalString: str, al
              ) -> list[Series]:
     """A rate per second turned into counts per `intervalString` ("1h"): each value times the
     seconds of its step that fall in each interval, the intervals ending with the series. With
-    alignToInterval graphite-web fetches from the interval's start before the range, which ramen
-    does not: refused."""
-    if alignToInterval:
-        raise TargetError("hitcount: alignToInterval needs the data before the range, which is not fetched")
+    alignToInterval, the series are fetched from the start of the day, hour or minute (by the
+    interval) that holds the range's start (evaluation.SERIES_SCOPES), and the intervals start
+    there."""
     interval = abs(parse_interval_s(intervalString))
     if interval == 0:
         raise TargetError(f"hitcount: interval {intervalString!r} must be longer than 0 s")
     results = []
     for s in seriesList:
-        count = -(-(s.end - s.start) // interval)
+        end = s.start + (s.end - s.start) // interval * interval + interval if alignToInterval else s.end
+        count = -(-(end - s.start) // interval)
         check_made_points("hitcount", count, f"an interval of {interval} s")
-        new_start = s.end - count * interval
+        new_start = end - count * interval
         present = ~np.isnan(s.values)
         values, at = s.values[present], s.timestamps()[present]
         first, first_mod = np.divmod(at - new_start, interval)
@@ -299,7 +326,7 @@ def hitcount(context: Context, seriesList: list[Series], intervalString: str, al
         np.add.at(spread_hits, first[between] + 1, 1)
         np.add.at(spread_hits, last[between], -1)
         sums, hits = (sums + np.cumsum(spread))[:count], (hits + np.cumsum(spread_hits))[:count]
-        name = f'hitcount({s.name}, "{intervalString}")'
+        name = f'hitcount({s.name}, "{intervalString}"{", true" if alignToInterval else ""})'
         results.append(named(s, name, start=new_start, step=interval, values=np.where(hits > 0, sums, np.nan),
                              tags=tagged(s, hitcount=intervalString)))
     return results
