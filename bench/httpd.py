@@ -11,7 +11,8 @@ It measures, in this order:
   function and range as a subprocess (--runs times, medians);
 - a dashboard of 20 panels refreshed at once (20 renders of different functions and fields over the
   same source, noCache=1): time and archive bytes against one panel (goals: <= 1.3x the time,
-  1.0x the bytes). The dashboard is rendered once first, unmeasured (its workers started, as on a
+  and each archive byte read once: the bytes of the panel that reads the most, alone, its moving
+  window reaching a minute before the range). The dashboard is rendered once first, unmeasured (its workers started, as on a
   dashboard already open), and then its runs alternate with the one panel's, so that a drift of
   the machine's speed weighs on both alike. Then the CPU of each, summed over the instance's
   processes (replayers included), with what a render leaves running for 3 s after it (the warm
@@ -50,11 +51,14 @@ from supervisor.defaults import QUIET_AFTER_REPLAYS_S  # noqa: E402
 
 PROGRAM = ROOT / "examples" / "replay.toml"
 ONE_PANEL = "sumSeries(demo.per_minute.*.bytes)"
+WIDEST_PANEL = "movingAverage(sumSeries(demo.traffic.*.bytes), 6)"
+"""The panel of the dashboard that reads the most: its moving window reaches 6 steps (a minute)
+before the range. The 20 panels read the archive once if they read what it reads alone."""
 PANELS = [  # 20 panels over the three functions of one source, as a dashboard would have them
     "sumSeries(demo.per_minute.*.bytes)", "demo.per_minute.*.bytes", "maxSeries(demo.per_minute.*.bytes)",
     "averageSeries(demo.per_minute.*.bytes)", "highestAverage(demo.per_minute.*.bytes, 5)",
     "sumSeries(demo.traffic.*.bytes)", "demo.traffic.*.bytes", "averageSeries(demo.traffic.*.bytes)",
-    "minSeries(demo.traffic.*.bytes)", "movingAverage(sumSeries(demo.traffic.*.bytes), 6)",
+    "minSeries(demo.traffic.*.bytes)", WIDEST_PANEL,
     "sumSeries(demo.top_talkers.*.bytes)", "demo.top_talkers.*.bytes", "maxSeries(demo.top_talkers.*.bytes)",
     "limit(sortByMaxima(demo.top_talkers.*.bytes), 3)", "scale(sumSeries(demo.per_minute.*.bytes), 0.001)",
     "perSecond(sumSeries(demo.per_minute.*.bytes))", "asPercent(demo.per_minute.*.bytes)",
@@ -155,7 +159,8 @@ def measure(base: Path, env: dict, runs: int, refresh_after_s: float, latency_re
         cpu = [(cpu_of(base, one_panel, idle_cpu_per_s), cpu_of(base, dashboard, idle_cpu_per_s)) for _ in range(runs)]
     ramen = [*RAMEN, "replay", "--since", str(since_s), "--until", str(until_s), "--format", "csv", "demo/per_minute"]
     replays = [timed(lambda: subprocess.run(ramen, env=env, capture_output=True, check=True)) for _ in range(runs)]
-    report["one_panel"] = {"runs_s": [p[0] for p in panel], "bytes": panel[0][1],
+    widest_bytes = timed(lambda: render(url, WIDEST_PANEL, since_s, until_s, noCache=1))[1]
+    report["one_panel"] = {"runs_s": [p[0] for p in panel], "bytes": panel[0][1], "widest_bytes": widest_bytes,
                            "replay_runs_s": [r[0] for r in replays], "cpu_s": [c[0] for c in cpu]}
     report["panels"] = {"count": len(PANELS), "runs_s": [p[0] for p in panels], "bytes": [p[1] for p in panels],
                         "cpu_s": [c[1] for c in cpu]}
@@ -186,8 +191,12 @@ def print_report(r: dict) -> None:
     print(f"{panels['count']} panels at once: {many_s:.2f} s (runs {', '.join(f'{s:.2f}' for s in panels['runs_s'])}); "
           f"archive bytes {', '.join(f'{b:,}' for b in panels['bytes'])}")
     factor, bytes_factor = many_s / panel_s, max(panels["bytes"]) / max(one["bytes"], 1)
-    print(f"goal: {panels['count']} panels <= {GOAL_PANELS_FACTOR:g}x one panel's time and 1.0x its bytes: "
-          f"{factor:.2f}x, {bytes_factor:.2f}x {'pass' if factor <= GOAL_PANELS_FACTOR and bytes_factor <= 1.0 else 'MISS'}")
+    once = max(panels["bytes"]) / max(one["widest_bytes"], 1)
+    print(f"the widest panel alone ({WIDEST_PANEL}, a minute more of the source): {one['widest_bytes']:,} "
+          f"archive bytes; the {panels['count']} panels read {bytes_factor:.3f}x one panel's bytes, {once:.3f}x its")
+    print(f"goal: {panels['count']} panels <= {GOAL_PANELS_FACTOR:g}x one panel's time, and read each archive byte "
+          f"once (1.0x the widest panel's bytes): {factor:.2f}x, {once:.3f}x "
+          f"{'pass' if factor <= GOAL_PANELS_FACTOR and once <= 1.0 else 'MISS'}")
     one_cpu, many_cpu = statistics.median(one["cpu_s"]), statistics.median(panels["cpu_s"])
     print(f"CPU, summed over the instance's processes (idle, {r['idle_cpu_per_s']:.2f} s a second, taken out): "
           f"one panel {one_cpu:.2f} s, {panels['count']} panels {many_cpu:.2f} s, {many_cpu / one_cpu:.2f}x")

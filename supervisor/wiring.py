@@ -12,9 +12,9 @@ goes and writes what this returns.
   links up to that function) goes on from that target's output: the worker computes it once, for
   the other channel, and writes it under this channel too (WorkerReplay.via). A dashboard charting
   per_minute beside top_talkers (computed from per_minute) computes per_minute once, not twice.
-- Per source, the other requests whose [since, until) ranges overlap share one replayer, which reads
-  the archive once for them all; a request with no_merge (or every request when merging is off)
-  gets a replayer of its own.
+- Per source, the other requests whose [since, until) ranges overlap or touch share one replayer,
+  which reads the archive once for them all; a request with no_merge (or every request when merging
+  is off) gets a replayer of its own.
 - Every worker on a request's paths (ReplayRequest.workers) gets its `…/replays/<channel>` value; a
   source's children read its replayer's log directly, with no hop through the source's worker. A
   summarised replay of a source (a dashboard's chart of it) has no worker at all: its replayer
@@ -106,9 +106,10 @@ def collapse_identical(requests: Mapping[int, ReplayRequest], *, allow: bool = T
 
 def merge(requests: Mapping[int, ReplayRequest], *, allow: bool = True,
           sources: Mapping[int, Sequence[str]] | None = None) -> list[Group]:
-    """One group per source and per run of overlapping [since, until) ranges; a request with
-    no_merge (or every request when `allow` is false) gets a group of its own. `sources`: the
-    sources each request reads itself (by default its plan's)."""
+    """One group per source and per run of overlapping or touching [since, until) ranges (a chart's
+    range and its moving window's reach before it: one read of the archive, one process); a
+    request with no_merge (or every request when `allow` is false) gets a group of its own.
+    `sources`: the sources each request reads itself (by default its plan's)."""
     by_source: dict[str, list[int]] = {}
     for channel, request in requests.items():
         for source in (sources[channel] if sources is not None else request.plan.sources):
@@ -121,7 +122,7 @@ def merge(requests: Mapping[int, ReplayRequest], *, allow: bool = True,
             request = requests[channel]
             if request.no_merge or not allow:
                 runs.append((source, [channel]))
-            elif current is not None and request.since_us < current_until:
+            elif current is not None and request.since_us <= current_until:
                 current.append(channel)
                 current_until = max(current_until, request.until_us)
             else:

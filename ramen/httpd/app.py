@@ -296,31 +296,26 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
         context = graphite_functions.Context(since_s, until_s, now_s, xfiles_factor, step_of=step_of)
         # (path expression, from_s, until_s): a timeShift moves a range, a moving window reaches back
         wanted = sorted({w for node in nodes for w in graphite_functions.fetches(node, context)})
-        # Each function over each range it is needed over, as (name, from_s, until_s), and what is
-        # fetched for them: ranges of one function that overlap (a series and its moving average)
-        # are fetched as one.
+        # Each function over each range it is needed over, as (name, from_s, until_s), fetched in
+        # pieces: the part within the render's range as every render of that range fetches it (a
+        # dashboard's panels share its replay), the rest (a moving window's reach) apart.
         needed = {(f.qualified_name, since, until): f for e, since, until in wanted
                   for f in tree.functions_matching(e)}
-        fetched_range = covering([(name, since, until) for name, since, until in needed])
-        fetched = {(name, *fetched_range[name, since, until]): f for (name, since, until), f in needed.items()}
-        points = {key: (key[2] - key[1]) // buckets.step_s(f) for key, f in fetched.items()}
-        _check_points(sum(points.values()), len(fetched), "function", httpd.limits)
-        # Every function's buckets at once (a pool job each: their replays meet in the merge delay);
-        # a glob over factor values then matches the values these hold, so a render never needs
-        # the archive's newest hour (completion's factor values) on top of its own range.
+        pieces = {key: pieces_of(buckets.step_s(f), key[1], key[2], since_s, until_s) for key, f in needed.items()}
+        fetched = {(key[0], *piece): f for key, f in needed.items() for piece in pieces[key]}
+        _check_points(sum((until - since) // buckets.step_s(f) for (_, since, until), f in fetched.items()),
+                      len(fetched), "function", httpd.limits)
+        # Every piece at once (a pool job each: their replays meet in the merge delay); a glob over
+        # factor values then matches the values these hold, so a render never needs the archive's
+        # newest hour (completion's factor values) on top of its own range.
         tables = dict(zip(fetched, await asyncio.gather(*(
             loop.run_in_executor(httpd.pool, httpd.buckets_of, programs, f, since, until, progress, no_cache)
             for (_, since, until), f in fetched.items()))))
-
-        def fetched_for(name: str, since: int, until: int, *, exactly: bool = False) -> pa.Table:
-            """The buckets fetched for a function's range: of the range holding it, or (exactly) of it alone."""
-            covered = fetched_range[name, since, until]
-            table = tables[(name, *covered)]
-            return buckets.between(table, since, until) if exactly and covered != (since, until) else table
+        joined = {key: _joined(f, [tables[(key[0], *piece)] for piece in pieces[key]]) for key, f in needed.items()}
         expanded = {}  # (path expression, from_s, until_s) -> the metrics it names there
         for since, until in {(since, until) for _, since, until in wanted}:
             present = MetricTree(programs, lambda f, a=since, b=until: sorted(buckets.factor_values(
-                f, fetched_for(f.qualified_name, a, b, exactly=True))))
+                f, joined[f.qualified_name, a, b])))
             expanded.update(((e, a, b), present.expand(e)) for e, a, b in wanted if (a, b) == (since, until))
         metrics = {(m.path, since, until): m for (_, since, until), found in expanded.items() for m in found}
         if len(metrics) > httpd.limits.max_metrics:
@@ -333,7 +328,7 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
             drawn = [(m.factor_values, m.field, m.path) for (_, a, b), m in metrics.items()
                      if (m.function, a, b) == (name, since, until)]
             by_path.update(((s.name, since, until), s) for s in buckets.to_series(
-                function, fetched_for(name, since, until), drawn, since, until))
+                function, joined[name, since, until], drawn, since, until))
         series_of = {key: [by_path[m.path, key[1], key[2]] for m in found] for key, found in expanded.items()}
         # On the pool: a moving median over a long range takes seconds the loop owes other requests.
         return await loop.run_in_executor(httpd.pool, lambda: [
@@ -342,22 +337,21 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
         progress.done = True
 
 
-def covering(ranges: list[tuple[str, int, int]]) -> dict[tuple[str, int, int], tuple[int, int]]:
-    """For each (name, since, until), the range fetched for it: overlapping (or touching) ranges
-    of one name joined, so that a function is replayed once for a series and for its moving
-    window, which reaches before it."""
-    covered: dict[tuple[str, int, int], tuple[int, int]] = {}
-    for name in {name for name, _, _ in ranges}:
-        joined: list[list] = []  # [since, until, the ranges joined]
-        for since, until in sorted((a, b) for n, a, b in ranges if n == name):
-            if joined and since <= joined[-1][1]:
-                joined[-1][1] = max(joined[-1][1], until)
-                joined[-1][2].append((since, until))
-            else:
-                joined.append([since, until, [(since, until)]])
-        for since, until, members in joined:
-            covered.update(((name, *member), (since, until)) for member in members)
-    return covered
+def pieces_of(step_s: int, since_s: int, until_s: int, render_since_s: int, render_until_s: int
+              ) -> list[tuple[int, int]]:
+    """[since_s, until_s) cut where the render's range (in whole steps) begins and ends: the part
+    within it is fetched as every render of that range fetches it (one replay for a dashboard's
+    panels, one cache chunk), the rest apart (a moving window's reach before the range)."""
+    cuts = [cut for cut in (render_since_s // step_s * step_s, -(-render_until_s // step_s) * step_s)
+            if since_s < cut < until_s]
+    bounds = [since_s, *cuts, until_s]
+    return list(zip(bounds, bounds[1:]))
+
+
+def _joined(function: Function, tables: list[pa.Table]) -> pa.Table:
+    """The buckets of a range fetched in pieces; a range in one piece keeps its table, whose drawn
+    grids the renders sharing it compute once (buckets._derived)."""
+    return tables[0] if len(tables) == 1 else buckets.combine(function, tables)
 
 
 def _check_points(total: int, count: int, kind: str, limits: Limits) -> None:

@@ -193,9 +193,10 @@ async def test_a_render_too_many_points_long_is_refused_before_its_replays(clien
         await http.close()
 
 
-def test_ranges_of_one_function_that_overlap_or_touch_are_fetched_as_one():
-    from ramen.httpd.app import covering
-    ranges = [("p/f", 100, 200), ("p/f", 40, 120), ("p/f", 200, 260), ("p/f", 300, 400), ("p/g", 100, 200)]
-    assert covering(ranges) == {("p/f", 100, 200): (40, 260), ("p/f", 40, 120): (40, 260),
-                                ("p/f", 200, 260): (40, 260), ("p/f", 300, 400): (300, 400),
-                                ("p/g", 100, 200): (100, 200)}
+def test_a_range_is_fetched_in_pieces_cut_where_the_renders_range_begins_and_ends_in_whole_steps():
+    from ramen.httpd.app import pieces_of
+    assert pieces_of(60, 1000, 2000, 1000, 2000) == [(1000, 2000)]  # the render's own range: one piece
+    assert pieces_of(60, 700, 2000, 1000, 2000) == [(700, 960), (960, 2000)]  # a moving window's reach
+    assert pieces_of(60, 700, 1500, 1000, 2000) == [(700, 960), (960, 1500)]  # a source range over its start
+    assert pieces_of(60, 100, 400, 1000, 2000) == [(100, 400)]  # a timeShift's: apart altogether
+    assert pieces_of(10, 500, 2500, 1000, 2000) == [(500, 1000), (1000, 2000), (2000, 2500)]

@@ -23,10 +23,10 @@ def request(channel: int, since_us: int = 0, until_us: int = 100, plan: ReplayPl
                          timeout_s=300.0, no_merge=no_merge)
 
 
-def test_overlapping_requests_for_one_source_share_a_group_and_disjoint_ones_do_not():
+def test_overlapping_or_touching_requests_for_one_source_share_a_group_and_disjoint_ones_do_not():
     requests = {1: request(1, 0, 100), 2: request(2, 50, 200), 3: request(3, 150, 300), 4: request(4, 400, 500),
-                5: request(5, 0, 100, no_merge=True)}
-    assert sorted(g.channels for g in merge(requests)) == [(1, 2, 3), (4,), (5,)]
+                5: request(5, 0, 100, no_merge=True), 6: request(6, 500, 560), 7: request(7, 561, 600)}
+    assert sorted(g.channels for g in merge(requests)) == [(1, 2, 3), (4, 6), (5,), (7,)]
     assert len(merge({1: request(1), 2: request(2, 0, 90)}, allow=False)) == 2
 
 

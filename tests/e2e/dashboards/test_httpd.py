@@ -132,14 +132,19 @@ def test_time_shift_draws_an_earlier_range_over_this_one(dashboard_site):
 def test_a_moving_average_reaches_back_for_its_first_points_in_the_replay_of_its_series(dashboard_site):
     since, until = minute_range(6, 3)
     target = "sumSeries(web.per_minute.*.bytes)"
-    averaged, plain = dashboard_site.json("/render", target=[f"movingAverage({target}, 2)", target], noCache="1",
-                                          requestId="moving", **{"from": str(since), "until": str(until)})
+    with dashboard_site.client() as client:
+        before = quiet_supervisor_stats(client, "local").counters["replayers_spawned"]
+        averaged, plain = dashboard_site.json("/render", target=[f"movingAverage({target}, 2)", target],
+                                              noCache="1", requestId="moving", **{"from": str(since), "until": str(until)})
+        # per_minute over the range, and over the two minutes before it: one replayer for both
+        assert dashboard_site.json("/progress", requestId="moving")["replays"] == 2
+        spawned = wait_for(lambda: supervisor_stats.read(client, "local").counters["replayers_spawned"] - before,
+                           what="the spawn in the supervisor's stats")
+        assert spawned == 1
     [wider] = dashboard_site.json("/render", target=target, **{"from": str(since - 120), "until": str(until)})
     value = {at: v for v, at in wider["datapoints"]}
     assert plain["datapoints"] == [[value[m], m] for m in range(since, until, 60)]
     assert averaged["datapoints"] == [[(value[m - 120] + value[m - 60]) / 2, m] for m in range(since, until, 60)]
-    # per_minute over its range and the two minutes before it: one replay
-    assert dashboard_site.json("/progress", requestId="moving")["replays"] == 1
 
 
 @pytest.mark.parametrize("params, reason", [
