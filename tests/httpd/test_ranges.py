@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from ramen.httpd.functions import FUNCTIONS, Context, TargetError, evaluate, fetches
+from ramen.httpd.functions import FUNCTIONS, Context, TargetError, evaluate, fetches, forecasts
 from ramen.httpd.series import Series
 from ramen.httpd.target import parse as parse_target
 from tests.httpd.graphite_web import graphite_modules
@@ -139,7 +139,10 @@ def test_moving_windows_over_the_points_before_the_range_are_graphite_webs(graph
     same_series(run(target), expected)
 
 
-def test_holt_winters_forecast_bands_aberration_and_area_are_graphite_webs(graphite, monkeypatch):
+@pytest.mark.parametrize("scalar_max_series", [100, 0])
+def test_holt_winters_forecast_bands_aberration_and_area_are_graphite_webs(graphite, monkeypatch, scalar_max_series):
+    """Series analysed one by one, or (scalar_max_series 0) as vectors, all of them at once."""
+    monkeypatch.setattr(forecasts, "SCALAR_MAX_SERIES", scalar_max_series)
     args = (3, "2h", "1h")
     assert fetches(parse("holtWintersForecast(a.b, '2h', '1h')"), CONTEXT) == [("a.b", FROM - 7200, UNTIL)]
     assert fetches(parse("holtWintersForecast(a.b)"), CONTEXT) == [("a.b", FROM - 7 * DAY, UNTIL)]  # a week
@@ -156,8 +159,9 @@ def test_holt_winters_forecast_bands_aberration_and_area_are_graphite_webs(graph
 
 
 def test_a_forecast_too_long_to_run_is_refused_in_one_line():
-    with pytest.raises(TargetError, match=r"holtWintersForecast: [\d,]+ points to analyse, bootstrap included"):
-        run("holtWintersForecast(a.b, '1y')")
+    with pytest.raises(TargetError, match=r"holtWintersForecast: [\d,]+ points to analyse, bootstrap included, "
+                                          r"about \d+ s, more than 5"):
+        run("holtWintersForecast(a.b, '5y')")
 
 
 def test_linear_regression_fits_its_source_range_and_draws_over_the_range(graphite, monkeypatch):
