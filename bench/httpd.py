@@ -12,12 +12,12 @@ It measures, in this order:
 - a dashboard of 20 panels refreshed at once (20 renders of different functions and fields over the
   same source, noCache=1): time and archive bytes against one panel (goals: <= 1.3x the time,
   and each archive byte read once: the bytes of the panel that reads the most, alone, its moving
-  window reaching a minute before the range). The dashboard is rendered once first, unmeasured (its workers started, as on a
-  dashboard already open), and then its runs alternate with the one panel's, so that a drift of
-  the machine's speed weighs on both alike. Then the CPU of each, summed over the instance's
-  processes (replayers included), with what a render leaves running for 3 s after it (the warm
-  replayer started behind it), less the instance's idle CPU over the same time: a figure a slower
-  or busier machine moves less than the time;
+  window reaching a minute before the range). The dashboard is rendered once first, unmeasured
+  (its workers started, as on a dashboard already open), and then its runs alternate with the
+  one panel's, so that a drift of the machine's speed weighs on both alike. Then the CPU of each,
+  summed over the instance's processes (replayers included), with what a render leaves running
+  for 3 s after it (the warm replayer started behind it), less the instance's idle CPU over the
+  same time: a figure a slower or busier machine moves less than the time;
 - render latency of one panel on auto-refresh ("the last hour", the cache on, so each render
   replays the newest minute: the merge delay included): p50 and p99 of --latency-renders renders
   (goal: p50 <= 1.0 s).

@@ -15,7 +15,7 @@ from decimal import Decimal
 from ramen.program.durations import MICROS_PER_SECOND
 
 __all__ = ["MAX_TIME_US", "MIN_TIME_US", "TIME_FORMS", "TimeError", "date_of", "format_range", "format_rfc3339",
-           "format_time", "parse_time"]
+           "format_time", "parse_time", "unit_start"]
 
 MICROS_PER_MINUTE = 60 * MICROS_PER_SECOND
 MICROS_PER_HOUR = 60 * MICROS_PER_MINUTE
@@ -210,6 +210,12 @@ def _unit(spelled: str, text: str) -> int:
         if lowered.startswith(prefix):
             return micros
     raise _unreadable(text, f"no unit {spelled!r}")
+
+
+def unit_start(micros: int, unit: str) -> int:
+    """The start of the `unit` (Graphite's spelling: `days`, `h`, `weeks`...; a calendar week from
+    Monday, month or year for those) that holds `micros`, as `now/d` rounds."""
+    return _rounded(micros, _unit(unit, unit), end=False, text=unit)
 
 
 def _rounded(micros: int, unit_us: int, *, end: bool, text: str) -> int:

@@ -4,7 +4,6 @@ runs it."""
 
 from __future__ import annotations
 
-import datetime
 import math
 from collections.abc import Callable
 
@@ -14,7 +13,7 @@ from ramen.httpd.functions.table import FUNCTIONS, FunctionSpec, Param
 from ramen.httpd.functions.transform import time_shift_s
 from ramen.httpd.series import Series
 from ramen.httpd.target import Call, Literal, Node, PathExpr, TargetError
-from ramen.times import MAX_TIME_US
+from ramen.times import MAX_TIME_US, unit_start
 
 
 Fetched = dict[tuple[str, int, int], list[Series]]
@@ -134,7 +133,7 @@ def _smart_summarize_scope(node: Call, context: Context) -> Context:
     align_to = _literals(node).get("alignTo")
     if not isinstance(align_to, str):  # graphite-web ignores the old alignToFrom, a boolean
         return context
-    return context.ranging(aligned_start(context.from_s, align_to), context.until_s)
+    return _from_start_of(context, align_to)
 
 
 def _hitcount_scope(node: Call, context: Context) -> Context:
@@ -147,18 +146,12 @@ def _hitcount_scope(node: Call, context: Context) -> Context:
     unit = "days" if interval >= 86400 else "hours" if interval >= 3600 else "minutes" if interval >= 60 else None
     if unit is None:
         return context
-    return context.ranging(aligned_start(context.from_s, unit), context.until_s)
+    return _from_start_of(context, unit)
 
 
-def aligned_start(epoch_s: int, unit: str) -> int:
-    """The start, in UTC, of the year, month, week (from Monday), day, hour, minute or second (`unit`:
-    years, months, ..., as smartSummarize's alignTo names them) that holds `epoch_s`."""
-    at = datetime.datetime.fromtimestamp(epoch_s, datetime.timezone.utc)
-    midnight = at.replace(hour=0, minute=0, second=0)
-    return int({"years": midnight.replace(month=1, day=1), "months": midnight.replace(day=1),
-                "weeks": midnight - datetime.timedelta(days=at.weekday()), "days": midnight,
-                "hours": at.replace(minute=0, second=0), "minutes": at.replace(second=0),
-                "seconds": at}[unit].timestamp())
+def _from_start_of(context: Context, unit: str) -> Context:
+    """The range from the start of the `unit` (UTC) that holds its start, as `now/d` rounds a time."""
+    return context.ranging(unit_start(context.from_s * MICROS_PER_SECOND, unit) // MICROS_PER_SECOND, context.until_s)
 
 
 SERIES_SCOPES: dict[str, Callable[[Call, Context], Scope]] = {
