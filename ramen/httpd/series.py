@@ -62,3 +62,9 @@ class Series:
         changes.setdefault("values", self.values.copy())
         changes.setdefault("tags", dict(self.tags))
         return replace(self, **changes)
+
+
+class SeriesLists(list):
+    """Lists of series (mapSeries' groups), a value of their own: only a function that takes them
+    (reduceSeries) may be given them; any other says so in one line, as it would a literal where a
+    series list belongs, instead of failing on a list where a series was."""

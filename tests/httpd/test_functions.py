@@ -621,12 +621,42 @@ def test_evaluate_leaves_the_fetched_series_untouched():
     ("integralByInterval(prog.slow.x, '0s')", "integralByInterval: interval '0s' must be longer than 0 s"),
     ("timeSlice(prog.slow.x, 'yesterdayish')", "timeSlice: "),
     ("removeAbovePercentile(prog.slow.x, 0)", "removeAbovePercentile: the percentile must be within (0, 100]"),
+    ("mapSeries(x.*.used, 1)", "a target must yield series, not lists of them (mapSeries's): reduce them with"),
+    ("sumSeries(map(x.*.used, 1))", "sumSeries: parameter 'seriesLists' must be a series list, not mapSeries' lists"),
+    ("asPercent(x.*.used, map(x.*.used, 1))", "asPercent: parameter 'total' must be a series list, not mapSeries'"),
+    ("scale(x.*.used, mapSeries(x.*.used, 1))", "scale: parameter 'factor' must be a number, not mapSeries' lists"),
+    ("reduceSeries(x.*.used, 'sumSeries', 1, 'a')",
+     "reduceSeries: parameter 'seriesLists' must be lists of series, as mapSeries makes them, not a series list"),
+    ("reduceSeries(map(x.*.used, 1), 'nosuch', 1, 'a')", "unknown function 'nosuch' to reduce with"),
+    ("reduce(map(x.*.used, 1), 'movingAverage', 1, 'a')",
+     "movingAverage computes from points outside the range: it cannot reduce mapSeries' lists"),
+    ("reduce(map(x.*.used, 1), 'timeStack', 1, 'a')", "timeStack computes from points outside the range"),
+    ("reduce(map(x.*.used, 1), 'scale', 1, 'a')", "scale: missing required parameter 'factor'"),
+    ("reduce(map(x.*.used, 1), 'reduce', 1, 'a')", "reduce: parameter 'seriesLists' must be lists of series"),
 ])
 def test_bad_arguments_raise_one_line_target_errors(target, message):
     with pytest.raises(TargetError) as raised:
         run(target)
     assert message in str(raised.value)
     assert "\n" not in str(raised.value)
+
+
+def test_map_and_reduce_series_reduce_each_group_by_a_function_named_in_its_matchers_order():
+    data = {"s.*.disk.*": [series("s.a.disk.used", [1, 2]), series("s.a.disk.total", [4, 8]),
+                           series("s.b.disk.total", [10, 10]), series("s.b.disk.used", [5, NAN]),
+                           series("s.c.disk.used", [1, 1]),  # no total: its group yields nothing
+                           series("s.d.disk.free", [3, 3])]}  # matches no matcher: left out
+    result = run("reduceSeries(mapSeries(s.*.disk.*, 1), 'asPercent', 3, 'used', 'total')", data)
+    assert [s.name for s in result] == ["s.a.disk.reduce.asPercent", "s.b.disk.reduce.asPercent"]
+    for got, expected in zip(values(result), [[25.0, 25.0], [50.0, NAN]]):
+        same(got, expected)
+    # the matchers' order is the arguments': total / used
+    flipped = run("reduce(map(s.*.disk.*, 1), 'divideSeries', 3, 'total', 'used')", data)
+    assert [s.name for s in flipped] == ["s.a.disk.reduce.divideSeries", "s.b.disk.reduce.divideSeries"]
+    for got, expected in zip(values(flipped), [[4.0, 4.0], [2.0, NAN]]):
+        same(got, expected)
+    # a name too short for the node matches nothing, as one whose node is no matcher
+    assert run("reduceSeries(mapSeries(s.*.disk.*, 1), 'sumSeries', 7, 'used')", data) == []
 
 
 def test_a_literal_target_is_refused():
@@ -941,6 +971,9 @@ CROSS_CHECKS = [
       for factor in (1, 0.1, 1234.5)
       for extra, args in (("", ()), (", 'si'", ("si",)), (", 'binary', 'B'", ("binary", "B")),
                           (", None, 'ms'", (None, "ms")))),
+    *((f"reduceSeries(mapSeries(prog.func.*.bytes, 1), '{func}', 2, 'h1', 'h2')",
+       lambda f, d, func=func: f.reduceSeries({}, f.mapSeries({}, d["prog.func.*.bytes"], 1), func, 2, "h1", "h2"))
+      for func in ("sumSeries", "divideSeries", "asPercent", "diffSeries")),
     *((f"nPercentile(group(prog.func.*.bytes, nothing.*, prog.wrap.n), {n})",
        lambda f, d, n=n: f.nPercentile({}, f.group({}, d["prog.func.*.bytes"], d["nothing.*"], d["prog.wrap.n"]), n))
       for n in (25, 50, 90, 100)),

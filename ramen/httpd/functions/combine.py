@@ -12,7 +12,7 @@ from ramen.httpd.functions.reductions import aggregate_rows, check_percent, norm
 from ramen.httpd.functions.results import (fresh, named, node_of, path_expressions, real_or_null,
                                           strictest_xfiles_factor)
 from ramen.httpd.functions.transform import constant_line
-from ramen.httpd.series import Series
+from ramen.httpd.series import Series, SeriesLists
 from ramen.httpd.target import TargetError
 
 
@@ -270,6 +270,45 @@ def aggregate(context: Context, seriesList: list[Series], func: str, xFilesFacto
 def group(context: Context, seriesLists: list[list[Series]]) -> list[Series]:
     """All the series of all the arguments as one list, to give several to a one-list function."""
     return [s for sublist in seriesLists for s in sublist]
+
+
+def map_series(context: Context, seriesList: list[Series], mapNodes: list[int | str]) -> SeriesLists:
+    """The series in groups of the same path elements (or tags) `mapNodes`, in the order the groups
+    are first met: lists for reduceSeries (`mapSeries(servers.*.disk.*, 1)`: one per server)."""
+    groups: dict[str, list[Series]] = {}
+    for s in seriesList:
+        groups.setdefault(".".join(node_of(s, node) for node in mapNodes), []).append(s)
+    return SeriesLists(groups.values())
+
+
+Apply = Callable[[Context, str, list[list[Series]]], list[Series]]
+"""Calls a function of the table by name with series lists as its arguments (evaluation gives it)."""
+
+
+def reduce_series(context: Context, seriesLists: SeriesLists, reduceFunction: str, reduceNode: int,
+                  reduceMatchers: list[str], *, apply: Apply) -> list[Series]:
+    """Each of mapSeries' groups reduced to one series by the function `reduceFunction`: the group's
+    series whose path element `reduceNode` is one of `reduceMatchers` are its arguments, one list
+    each, in the matchers' order (`reduceSeries(mapSeries(servers.*.disk.*, 1), "asPercent", 3,
+    "bytes_used", "total_bytes")`: each server's disk use in percent). Each result is named by the
+    path before that element, then `reduce.<function>` (`servers.server1.disk.reduce.asPercent`).
+    A group missing one of the matchers yields nothing (graphite-web fails on it)."""
+    groups: dict[str, list[Series | None]] = {}
+    for series_list in seriesLists:
+        for s in series_list:
+            nodes = s.name.split(".")
+            if not -len(nodes) <= reduceNode < len(nodes) or nodes[reduceNode] not in reduceMatchers:
+                continue
+            key = ".".join(nodes[:reduceNode]) + ".reduce." + reduceFunction
+            groups.setdefault(key, [None] * len(reduceMatchers))[reduceMatchers.index(nodes[reduceNode])] = s
+    reduced = []
+    for key, members in groups.items():
+        if any(s is None for s in members):
+            continue
+        result = apply(context, reduceFunction, [[s] for s in members])
+        if result:
+            reduced.append(result[0].copy(name=key))
+    return reduced
 
 
 def _percent(values: np.ndarray, totals: np.ndarray) -> np.ndarray:

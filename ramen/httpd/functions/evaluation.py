@@ -1,17 +1,16 @@
 """A parsed target evaluated over the series fetched for it: `fetches` lists every (path, range)
-to fetch, `evaluate` binds each call's arguments (checked as graphite-web's validateParams) and
-runs it."""
+to fetch, `evaluate` runs each call with its arguments bound by its FunctionSpec (checked as
+graphite-web's validateParams)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from ramen.httpd.functions.context import Context, MICROS_PER_SECOND, parse_interval_s
 from ramen.httpd.functions.forecasts import regression_source
-from ramen.httpd.functions.table import FUNCTIONS, FunctionSpec, Param
+from ramen.httpd.functions.table import FUNCTIONS, FunctionSpec
 from ramen.httpd.functions.transform import time_shift_s
-from ramen.httpd.series import Series
+from ramen.httpd.series import Series, SeriesLists
 from ramen.httpd.target import Call, Literal, Node, PathExpr, TargetError
 from ramen.times import MAX_TIME_US, unit_start
 
@@ -65,7 +64,7 @@ def _literals(node: Call) -> dict:
     if node.args:
         literals[0] = []  # the series: not needed to know the ranges
     kwargs.pop("seriesList", None)
-    bound = _bind(spec, literals if node.args else [[]], kwargs)
+    bound = spec.bind(literals if node.args else [[]], kwargs)
     return {**{p.name: p.default for p in spec.params if p.default is not None}, **bound}
 
 
@@ -192,6 +191,9 @@ def evaluate(node: Node, fetched: Fetched, context: Context) -> list[Series]:
     `fetches` matched (a path absent or matching nothing yields no series, as in graphite-web).
     The fetched series are not modified."""
     value = _value(node, fetched, context)
+    if isinstance(value, SeriesLists):
+        raise TargetError(f"a target must yield series, not lists of them ({node.name}'s): reduce them with "
+                          "reduceSeries")
     if not isinstance(value, list):
         raise TargetError(f"a target must yield series, not the literal {value!r}")
     return value
@@ -209,105 +211,26 @@ def _value(node: Node, fetched: Fetched, context: Context) -> object:
     scoped_args, scoped_kwargs = _scoped_args(node, context)
     args = [_scoped_value(arg, fetched, scope) for arg, scope in scoped_args]
     kwargs = {name: _scoped_value(arg, fetched, scope) for name, arg, scope in scoped_kwargs}
-    return spec.call(context, **_bind(spec, args, kwargs))
+    return _call(spec, context, args, kwargs)
+
+
+def _call(spec: FunctionSpec, context: Context, args: list, kwargs: dict) -> object:
+    return spec.call(context, **spec.bind(args, kwargs), **({"apply": _apply} if spec.applies else {}))
+
+
+def _apply(context: Context, name: str, series_lists: list[list[Series]]) -> list[Series]:
+    """Function `name` of the table over series lists, as reduceSeries calls its reduceFunction:
+    one that computes from points outside the range (SERIES_SCOPES) is refused, since the series
+    it would be given were fetched over the range alone."""
+    spec = FUNCTIONS.get(name)
+    if spec is None:
+        raise TargetError(f"unknown function {name!r} to reduce with")
+    if name in SERIES_SCOPES:
+        raise TargetError(f"{name} computes from points outside the range: it cannot reduce mapSeries' lists")
+    return _call(spec, context, series_lists, {})
 
 
 def _scoped_value(node: Node, fetched: Fetched, scope: Scope) -> object:
     if isinstance(scope, list):
         return [_value(node, fetched, each) for each in scope]
     return _value(node, fetched, scope)
-
-
-def _bind(spec: FunctionSpec, args: list, kwargs: dict) -> dict:
-    """Arguments by parameter name, checked and converted by type (graphite-web's validateParams)."""
-    params = spec.params
-    bound: dict = {}
-    for index, value in enumerate(args):
-        if index < len(params) and not params[index].multiple:
-            param = params[index]
-            bound[param.name] = _checked(spec, param, value)
-        elif params and params[-1].multiple:
-            param = params[-1]
-            bound.setdefault(param.name, []).append(_checked(spec, param, value))
-        else:
-            raise TargetError(f"{spec.name}: too many arguments ({len(args)}; it takes {len(params)})")
-    for name, value in kwargs.items():
-        param = next((p for p in params if p.name == name), None)
-        if param is None:
-            raise TargetError(f"{spec.name}: no parameter {name!r} (it takes {', '.join(p.name for p in params)})")
-        if name in bound:
-            raise TargetError(f"{spec.name}: parameter {name!r} given twice")
-        checked = _checked(spec, param, value)
-        bound[name] = [checked] if param.multiple else checked
-    for param in params:
-        if param.required and param.name not in bound:
-            raise TargetError(f"{spec.name}: missing required parameter {param.name!r}")
-        if param.multiple:
-            bound.setdefault(param.name, [])
-    return bound
-
-
-def _checked(spec: FunctionSpec, param: Param, value: object) -> object:
-    """`value` as `param` needs it; TargetError naming the function, parameter and value otherwise."""
-    kind = param.type
-    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-
-    def bad(expected: str) -> TargetError:
-        shown = "a series list" if isinstance(value, list) else repr(value)
-        return TargetError(f"{spec.name}: parameter {param.name!r} must be {expected}, not {shown}")
-
-    if value is None and not param.required:
-        return param.default
-    if kind == "seriesList":
-        if not isinstance(value, list):
-            raise bad("a series list (a path or a function of series)")
-        return value
-    if kind == "any":
-        return value
-    if isinstance(value, list):
-        raise bad({"float": "a number", "integer": "an integer", "node": "an integer", "intOrInf": "an integer or inf",
-                   "interval": 'an interval string such as "1h"', "intOrInterval": "a number of points or an interval",
-                   "aggFunc": "a string", "aggOrSeriesFunc": "a string"}.get(kind, f"a {kind}"))
-    if kind == "float":
-        if not is_number:
-            raise bad("a number")
-        return value  # an int stays one, as graphite-web has it: a tag `scale=2`, not `2.0`
-    if kind in ("integer", "node"):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise bad("an integer")
-        return value
-    if kind == "intOrInf":
-        if (isinstance(value, int) and not isinstance(value, bool)) or value == math.inf:
-            return value
-        raise bad("an integer or inf")
-    if kind == "nodeOrTag":
-        if (isinstance(value, int) and not isinstance(value, bool)) or isinstance(value, str):
-            return value
-        raise bad("a node number or a tag name")
-    if kind == "boolean":
-        if isinstance(value, bool):
-            return value
-        if value in (0, 1):
-            return bool(value)
-        if isinstance(value, str) and value.lower() in ("true", "false"):
-            return value.lower() == "true"
-        raise bad("true or false")
-    if kind == "interval":
-        if not isinstance(value, str):
-            raise bad('an interval string such as "1h"')
-        parse_interval_s(value)
-        return value
-    if kind == "intOrInterval":
-        if isinstance(value, str):
-            parse_interval_s(value)
-            return value
-        if is_number and float(value).is_integer() and value > 0:
-            return int(value)
-        raise bad('a number of points (> 0) or an interval string such as "5min"')
-    if kind in ("string", "aggFunc", "aggOrSeriesFunc"):
-        if not isinstance(value, str):
-            raise bad("a string")
-        if param.options and value not in param.options:
-            raise bad(f"one of {', '.join(o for o in param.options if isinstance(o, str))}")
-        return value
-    return value

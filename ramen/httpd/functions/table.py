@@ -8,8 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ramen.httpd.functions import aliases, calculate, combine, filters, forecasts, generators, graph, transform
+from ramen.httpd.functions.context import parse_interval_s
 from ramen.httpd.functions.reductions import aggregation_names
-from ramen.httpd.series import Series
+from ramen.httpd.series import Series, SeriesLists
+from ramen.httpd.target import TargetError
 
 
 MODULE_NAME = "ramen.httpd.functions"
@@ -56,6 +58,9 @@ class FunctionSpec:
     group: str
     params: tuple[Param, ...]
     description: str = field(default="")
+    applies: bool = False
+    """Its call takes `apply(context, name, series_lists)` too, which calls another function of the
+    table by name (reduceSeries' reduceFunction); evaluation gives it, knowing which may be called so."""
 
     def signature(self) -> str:
         """As graphite-web shows it: `summarize(seriesList, intervalString, func='sum', alignToFrom=False)`."""
@@ -74,6 +79,107 @@ class FunctionSpec:
     def to_json(self) -> dict:
         return {"name": self.name, "function": self.signature(), "description": self.description,
                 "module": MODULE_NAME, "group": self.group, "params": [p.to_json() for p in self.params]}
+
+    def bind(self, args: list, kwargs: dict) -> dict:
+        """Arguments by parameter name, checked and converted by type (graphite-web's validateParams)."""
+        params = self.params
+        bound: dict = {}
+        for index, value in enumerate(args):
+            if index < len(params) and not params[index].multiple:
+                param = params[index]
+                bound[param.name] = self._checked(param, value)
+            elif params and params[-1].multiple:
+                param = params[-1]
+                bound.setdefault(param.name, []).append(self._checked(param, value))
+            else:
+                raise TargetError(f"{self.name}: too many arguments ({len(args)}; it takes {len(params)})")
+        for name, value in kwargs.items():
+            param = next((p for p in params if p.name == name), None)
+            if param is None:
+                raise TargetError(f"{self.name}: no parameter {name!r} (it takes {', '.join(p.name for p in params)})")
+            if name in bound:
+                raise TargetError(f"{self.name}: parameter {name!r} given twice")
+            checked = self._checked(param, value)
+            bound[name] = [checked] if param.multiple else checked
+        for param in params:
+            if param.required and param.name not in bound:
+                raise TargetError(f"{self.name}: missing required parameter {param.name!r}")
+            if param.multiple:
+                bound.setdefault(param.name, [])
+        return bound
+
+    def _checked(self, param: Param, value: object) -> object:
+        """`value` as `param` needs it; TargetError naming the function, parameter and value otherwise."""
+        kind = param.type
+        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+
+        def bad(expected: str) -> TargetError:
+            shown = ("mapSeries' lists" if isinstance(value, SeriesLists) else
+                     "a series list" if isinstance(value, list) else repr(value))
+            return TargetError(f"{self.name}: parameter {param.name!r} must be {expected}, not {shown}")
+
+        if value is None and not param.required:
+            return param.default
+        if kind == "seriesLists":
+            if not isinstance(value, SeriesLists):
+                raise bad("lists of series, as mapSeries makes them")
+            return value
+        if isinstance(value, SeriesLists) and kind in ("seriesList", "any"):  # only reduceSeries takes them
+            raise bad("a series list")
+        if kind == "seriesList":
+            if not isinstance(value, list):
+                raise bad("a series list (a path or a function of series)")
+            return value
+        if kind == "any":
+            return value
+        if isinstance(value, list):
+            raise bad({"float": "a number", "integer": "an integer", "node": "an integer",
+                       "intOrInf": "an integer or inf", "interval": 'an interval string such as "1h"',
+                       "intOrInterval": "a number of points or an interval", "aggFunc": "a string",
+                       "aggOrSeriesFunc": "a string"}.get(kind, f"a {kind}"))
+        if kind == "float":
+            if not is_number:
+                raise bad("a number")
+            return value  # an int stays one, as graphite-web has it: a tag `scale=2`, not `2.0`
+        if kind in ("integer", "node"):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise bad("an integer")
+            return value
+        if kind == "intOrInf":
+            if (isinstance(value, int) and not isinstance(value, bool)) or value == math.inf:
+                return value
+            raise bad("an integer or inf")
+        if kind == "nodeOrTag":
+            if (isinstance(value, int) and not isinstance(value, bool)) or isinstance(value, str):
+                return value
+            raise bad("a node number or a tag name")
+        if kind == "boolean":
+            if isinstance(value, bool):
+                return value
+            if value in (0, 1):
+                return bool(value)
+            if isinstance(value, str) and value.lower() in ("true", "false"):
+                return value.lower() == "true"
+            raise bad("true or false")
+        if kind == "interval":
+            if not isinstance(value, str):
+                raise bad('an interval string such as "1h"')
+            parse_interval_s(value)
+            return value
+        if kind == "intOrInterval":
+            if isinstance(value, str):
+                parse_interval_s(value)
+                return value
+            if is_number and float(value).is_integer() and value > 0:
+                return int(value)
+            raise bad('a number of points (> 0) or an interval string such as "5min"')
+        if kind in ("string", "aggFunc", "aggOrSeriesFunc"):
+            if not isinstance(value, str):
+                raise bad("a string")
+            if param.options and value not in param.options:
+                raise bad(f"one of {', '.join(o for o in param.options if isinstance(o, str))}")
+            return value
+        return value
 
 
 _SERIES = Param("seriesList", "seriesList", required=True)
@@ -95,8 +201,9 @@ _CALLBACK_OPTIONS = (*_AGG_OPTIONS, "averageSeries", "diffSeries", "maxSeries", 
 """What groupByNode(s) combine a group with: an aggregation, or a function of ours that aggregates."""
 
 
-def _spec(name: str, call: Callable[..., list[Series]], group_name: str, *params: Param) -> FunctionSpec:
-    return FunctionSpec(name, call, group_name, params, " ".join((call.__doc__ or "").split()))
+def _spec(name: str, call: Callable[..., list[Series]], group_name: str, *params: Param,
+          applies: bool = False) -> FunctionSpec:
+    return FunctionSpec(name, call, group_name, params, " ".join((call.__doc__ or "").split()), applies)
 
 
 FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
@@ -129,6 +236,12 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
           Param("func", "aggFunc", required=True, options=_AGG_OPTIONS),
           Param("xFilesFactor", "float")),
     _spec("group", combine.group, "Combine", Param("seriesLists", "seriesList", multiple=True)),
+    *(_spec(name, combine.map_series, "Combine", _SERIES, Param("mapNodes", "nodeOrTag", required=True, multiple=True))
+      for name in ("mapSeries", "map")),
+    *(_spec(name, combine.reduce_series, "Combine", Param("seriesLists", "seriesLists", required=True),
+            Param("reduceFunction", "string", required=True), Param("reduceNode", "node", required=True),
+            Param("reduceMatchers", "string", required=True, multiple=True), applies=True)
+      for name in ("reduceSeries", "reduce")),
     _spec("rangeOfSeries", combine.range_of_series, "Combine", _SERIES_LISTS),
     _spec("stddevSeries", combine.stddev_series, "Combine", _SERIES_LISTS),
     _spec("countSeries", combine.count_series, "Combine", Param("seriesLists", "seriesList", multiple=True)),
