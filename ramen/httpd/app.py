@@ -278,7 +278,9 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
                            xfiles_factor: float = DEFAULT_XFILES_FACTOR) -> list[Series]:
     """The series of Graphite targets over [since_s, until_s): every target parsed first, then
     each function they need fetched at once over each range it is needed over (one pool job each;
-    a timeShift moves a range, a moving window reaches back before it), then the functions applied."""
+    a timeShift moves a range, a moving window reaches back before it), then the functions applied.
+    Targets that functions make as they run (applyByNode's, useSeriesAbove's) have what they need
+    fetched in a round of their own, and the targets are evaluated again."""
     targets = [t for t in targets if t.strip()]
     if not targets:
         raise BadRequest("render: at least one target is needed")
@@ -296,45 +298,67 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
         context = graphite_functions.Context(since_s, until_s, now_s, xfiles_factor, step_of=step_of)
         # (path expression, from_s, until_s): a timeShift moves a range, a moving window reaches back
         wanted = sorted({w for node in nodes for w in graphite_functions.fetches(node, context)})
-        # Each function over each range it is needed over, as (name, from_s, until_s), fetched in
-        # pieces: the part within the render's range as every render of that range fetches it (a
-        # dashboard's panels share its replay), the rest (a moving window's reach) apart.
-        needed = {(f.qualified_name, since, until): f for e, since, until in wanted
-                  for f in tree.functions_matching(e)}
-        pieces = {key: pieces_of(buckets.step_s(f), key[1], key[2], since_s, until_s) for key, f in needed.items()}
-        fetched = {(key[0], *piece): f for key, f in needed.items() for piece in pieces[key]}
-        _check_points(sum((until - since) // buckets.step_s(f) for (_, since, until), f in fetched.items()),
-                      len(fetched), "function", httpd.limits)
-        # Every piece at once (a pool job each: their replays meet in the merge delay); a glob over
-        # factor values then matches the values these hold, so a render never needs the archive's
-        # newest hour (completion's factor values) on top of its own range.
-        tables = dict(zip(fetched, await asyncio.gather(*(
-            loop.run_in_executor(httpd.pool, httpd.buckets_of, programs, f, since, until, progress, no_cache)
-            for (_, since, until), f in fetched.items()))))
-        joined = {key: _joined(f, [tables[(key[0], *piece)] for piece in pieces[key]]) for key, f in needed.items()}
-        expanded = {}  # (path expression, from_s, until_s) -> the metrics it names there
-        for since, until in {(since, until) for _, since, until in wanted}:
-            present = MetricTree(programs, lambda f, a=since, b=until: sorted(buckets.factor_values(
-                f, joined[f.qualified_name, a, b])))
-            expanded.update(((e, a, b), present.expand(e)) for e, a, b in wanted if (a, b) == (since, until))
-        metrics = {(m.path, since, until): m for (_, since, until), found in expanded.items() for m in found}
-        if len(metrics) > httpd.limits.max_metrics:
-            raise BadRequest(f"render: the targets name {len(metrics):,} series, more than "
-                             f"{httpd.limits.max_metrics:,}")
-        _check_points(sum((until - since) // buckets.step_s(needed[m.function, since, until])
-                          for (_, since, until), m in metrics.items()), len(metrics), "series", httpd.limits)
-        by_path = {}
-        for (name, since, until), function in needed.items():
-            drawn = [(m.factor_values, m.field, m.path) for (_, a, b), m in metrics.items()
-                     if (m.function, a, b) == (name, since, until)]
-            by_path.update(((s.name, since, until), s) for s in buckets.to_series(
-                function, joined[name, since, until], drawn, since, until))
-        series_of = {key: [by_path[m.path, key[1], key[2]] for m in found] for key, found in expanded.items()}
-        # On the pool: a moving median over a long range takes seconds the loop owes other requests.
-        return await loop.run_in_executor(httpd.pool, lambda: [
-            s for node in nodes for s in graphite_functions.evaluate(node, series_of, context)])
+        series_of: graphite_functions.Fetched = {}
+        for _ in range(MAX_FETCH_ROUNDS):
+            earlier = [s for found in series_of.values() for s in found]
+            series_of.update(await _fetch(httpd, programs, tree, wanted, since_s, until_s, progress, no_cache,
+                                          len(earlier), sum(len(s.values) for s in earlier)))
+            try:
+                # On the pool: a moving median over a long range takes seconds the loop owes other requests.
+                return await loop.run_in_executor(httpd.pool, graphite_functions.evaluate_all, nodes, series_of,
+                                                  context)
+            except graphite_functions.FetchesNeeded as more:
+                wanted = more.wanted
+        raise BadRequest(f"render: targets made by functions (applyByNode, useSeriesAbove) need more than "
+                         f"{MAX_FETCH_ROUNDS} rounds of fetches")
     finally:
         progress.done = True
+
+
+MAX_FETCH_ROUNDS = 3
+"""Rounds of fetches a render may take: its targets', then those of the targets its functions make
+(applyByNode's, useSeriesAbove's), then of targets these make in turn."""
+
+
+async def _fetch(httpd: Httpd, programs: dict[str, Program], tree: MetricTree, wanted: list[tuple[str, int, int]],
+                 since_s: int, until_s: int, progress: Progress, no_cache: bool, metrics_before: int,
+                 points_before: int) -> graphite_functions.Fetched:
+    """The series each (path expression, from_s, until_s) matches, its functions fetched at once in
+    pieces: the part within the render's range as every render of that range fetches it (a
+    dashboard's panels share its replay), the rest (a moving window's reach) apart. The render's
+    limits count the series and points of its earlier rounds too."""
+    loop = asyncio.get_running_loop()
+    needed = {(f.qualified_name, since, until): f for e, since, until in wanted for f in tree.functions_matching(e)}
+    pieces = {key: pieces_of(buckets.step_s(f), key[1], key[2], since_s, until_s) for key, f in needed.items()}
+    fetched = {(key[0], *piece): f for key, f in needed.items() for piece in pieces[key]}
+    _check_points(sum((until - since) // buckets.step_s(f) for (_, since, until), f in fetched.items()),
+                  len(fetched), "function", httpd.limits)
+    # Every piece at once (a pool job each: their replays meet in the merge delay); a glob over
+    # factor values then matches the values these hold, so a render never needs the archive's
+    # newest hour (completion's factor values) on top of its own range.
+    tables = dict(zip(fetched, await asyncio.gather(*(
+        loop.run_in_executor(httpd.pool, httpd.buckets_of, programs, f, since, until, progress, no_cache)
+        for (_, since, until), f in fetched.items()))))
+    joined = {key: _joined(f, [tables[(key[0], *piece)] for piece in pieces[key]]) for key, f in needed.items()}
+    expanded = {}  # (path expression, from_s, until_s) -> the metrics it names there
+    for since, until in {(since, until) for _, since, until in wanted}:
+        present = MetricTree(programs, lambda f, a=since, b=until: sorted(buckets.factor_values(
+            f, joined[f.qualified_name, a, b])))
+        expanded.update(((e, a, b), present.expand(e)) for e, a, b in wanted if (a, b) == (since, until))
+    metrics = {(m.path, since, until): m for (_, since, until), found in expanded.items() for m in found}
+    if metrics_before + len(metrics) > httpd.limits.max_metrics:
+        raise BadRequest(f"render: the targets name {metrics_before + len(metrics):,} series, more than "
+                         f"{httpd.limits.max_metrics:,}")
+    _check_points(points_before + sum((until - since) // buckets.step_s(needed[m.function, since, until])
+                                      for (_, since, until), m in metrics.items()),
+                  metrics_before + len(metrics), "series", httpd.limits)
+    by_path = {}
+    for (name, since, until), function in needed.items():
+        drawn = [(m.factor_values, m.field, m.path) for (_, a, b), m in metrics.items()
+                 if (m.function, a, b) == (name, since, until)]
+        by_path.update(((s.name, since, until), s) for s in buckets.to_series(
+            function, joined[name, since, until], drawn, since, until))
+    return {key: [by_path[m.path, key[1], key[2]] for m in found] for key, found in expanded.items()}
 
 
 def pieces_of(step_s: int, since_s: int, until_s: int, render_since_s: int, render_until_s: int

@@ -1,6 +1,7 @@
 """Target functions against hand-computed values, and against graphite-web's own functions where
 Debian's graphite-web can be imported."""
 
+import copy
 import dataclasses
 import datetime
 import math
@@ -10,8 +11,8 @@ import time
 import numpy as np
 import pytest
 
-from ramen.httpd.functions import (AGGREGATIONS, FUNCTIONS, Context, describe_functions, evaluate, fetches,
-                                  parse_interval_s)
+from ramen.httpd.functions import (AGGREGATIONS, FUNCTIONS, Context, FetchesNeeded, describe_functions, evaluate,
+                                  evaluate_all, fetches, parse_interval_s)
 from ramen.httpd.series import Series
 from ramen.httpd.target import Literal, TargetError, parse as parse_target
 from tests.httpd.graphite_web import graphite_modules
@@ -44,6 +45,12 @@ def fetched():
         "prog.counter.n": [series("prog.counter.n", [1, 3, 2, NAN, 10, 15])],
         "prog.wrap.n": [series("prog.wrap.n", [1, 9, 2, 0, 11, 13])],
         "nothing.*": [],
+        # what applyByNode's and useSeriesAbove's targets name
+        "x.a.used": [series("x.a.used", [1, 2])],
+        "x.b.used": [series("x.b.used", [3, NAN])],
+        "x.a.total": [series("x.a.total", [4, 0])],
+        "x.b.total": [series("x.b.total", [6, 6])],
+        "x.*.total": [series("x.a.total", [4, 0]), series("x.b.total", [6, 6])],
     }
 
 
@@ -62,6 +69,10 @@ class at(dict):
             return default
         return [s.copy(start=s.start - ahead * s.step, values=np.concatenate((np.full(ahead, NAN), s.values)))
                 for s in self[path] for ahead in [max(0, self.since // s.step - from_s // s.step)]]
+
+    def __contains__(self, key):
+        """Whether a path, or (path, from_s, until_s) as `evaluate` asks, was fetched (at any range)."""
+        return dict.__contains__(self, key[0] if isinstance(key, tuple) else key)
 
     def step_of(self, path):
         """The coarsest step of a path's series (10 s for a path that has none)."""
@@ -518,7 +529,8 @@ def test_generators_and_vertical_line_are_graphite_webs_over_the_range(graphite,
 
 def test_every_function_of_one_series_takes_an_empty_one_and_an_all_null_one():
     """A series of no point (a range shorter than its step) or of nulls only: a result or a
-    one-line TargetError, never another exception (changed() raised IndexError on an empty one)."""
+    one-line TargetError (or, of a function making targets, the fetches they need), never another
+    exception (changed() raised IndexError on an empty one)."""
     def argument(param):
         if param.type == "seriesList":
             return "e"
@@ -533,7 +545,7 @@ def test_every_function_of_one_series_takes_an_empty_one_and_an_all_null_one():
             try:
                 evaluate(parse(f"{name}({', '.join(arguments)})"), data, dataclasses.replace(CONTEXT,
                                                                                              step_of=data.step_of))
-            except TargetError:
+            except (TargetError, FetchesNeeded):
                 pass
 
 
@@ -633,6 +645,10 @@ def test_evaluate_leaves_the_fetched_series_untouched():
     ("reduce(map(x.*.used, 1), 'timeStack', 1, 'a')", "timeStack computes from points outside the range"),
     ("reduce(map(x.*.used, 1), 'scale', 1, 'a')", "scale: missing required parameter 'factor'"),
     ("reduce(map(x.*.used, 1), 'reduce', 1, 'a')", "reduce: parameter 'seriesLists' must be lists of series"),
+    ("applyByNode(x.*.used, 1, 'sumSeries(%.used')", "target 'sumSeries(x.a.used': column 19: expected ',' or ')'"),
+    ("applyByNode(x.*.used, 1, 'nosuch(%.used)')", "target 'nosuch(x.a.used)': column 1: unknown function 'nosuch'"),
+    ("useSeriesAbove(x.*.used, 0, '(', 'x')", "useSeriesAbove: bad regular expression '('"),
+    ("useSeriesAbove(x.*.used, 0, 'used', '\\2')", "useSeriesAbove: bad replacement '\\\\2': invalid group reference 2"),
 ])
 def test_bad_arguments_raise_one_line_target_errors(target, message):
     with pytest.raises(TargetError) as raised:
@@ -657,6 +673,25 @@ def test_map_and_reduce_series_reduce_each_group_by_a_function_named_in_its_matc
         same(got, expected)
     # a name too short for the node matches nothing, as one whose node is no matcher
     assert run("reduceSeries(mapSeries(s.*.disk.*, 1), 'sumSeries', 7, 'used')", data) == []
+
+
+def test_targets_made_at_evaluation_are_fetched_in_a_round_of_their_own_over_the_ranges_they_need():
+    context = Context(from_s=100, until_s=160, now_s=160, step_of=lambda path: 10)
+    used = {("x.*.used", 100, 160): [series("x.a.used", [1, 2], start=100), series("x.b.used", [3, 5], start=100)]}
+    nodes = [parse('applyByNode(x.*.used, 1, "movingAverage(%.total, 2)", "%.smooth")'),
+             parse("useSeriesAbove(x.*.used, 4, 'used', 'free')"), parse("x.*.used")]
+    with pytest.raises(FetchesNeeded) as needed:
+        evaluate_all(nodes, used, context)
+    # every target's, at once: the moving window's reach included
+    assert needed.value.wanted == [("x.a.total", 80, 160), ("x.b.total", 80, 160), ("x.b.free", 100, 160)]
+    made = {**used, ("x.a.total", 80, 160): [series("x.a.total", [2, 4, 6, 8, 10, 12, 14, 16], start=80)],
+            ("x.b.total", 80, 160): [], ("x.b.free", 100, 160): [series("x.b.free", [7, 7], start=100)]}
+    smooth, free, *plain = evaluate_all(nodes, made, context)
+    assert (smooth.name, smooth.path_expression, smooth.start) == ("x.a.smooth", "x.a", 100)
+    same(smooth.values.tolist(), [3, 5, 7, 9, 11, 13])  # from the two points before 100
+    assert (free.name, free.values.tolist()) == ("x.b.free", [7, 7])
+    assert [s.name for s in plain] == ["x.a.used", "x.b.used"]
+    assert evaluate_all([parse("useSeriesAbove(x.*.used, 5, 'used', 'free')")], used, context) == []
 
 
 def test_a_literal_target_is_refused():
@@ -974,6 +1009,17 @@ CROSS_CHECKS = [
     *((f"reduceSeries(mapSeries(prog.func.*.bytes, 1), '{func}', 2, 'h1', 'h2')",
        lambda f, d, func=func: f.reduceSeries({}, f.mapSeries({}, d["prog.func.*.bytes"], 1), func, 2, "h1", "h2"))
       for func in ("sumSeries", "divideSeries", "asPercent", "diffSeries")),
+    *((target, lambda f, d, args=args: f.applyByNode({}, d["x.*.used"], *args)) for target, args in (
+        ("applyByNode(x.*.used, 1, 'divideSeries(%.used, %.total)')", (1, "divideSeries(%.used, %.total)")),
+        ("applyByNode(x.*.used, 1, 'asPercent(%.used, sumSeries(x.*.used))', '%.share')",
+         (1, "asPercent(%.used, sumSeries(x.*.used))", "%.share")),
+        ("applyByNode(x.*.used, 0, 'sumSeries(%.*.total)')", (0, "sumSeries(%.*.total)")))),
+    # graphite-web's useSeriesAbove fails on a null (max() of None and numbers): series without
+    *((f"useSeriesAbove(prog.wrap.n, {value}, 'wrap', 'counter')",
+       lambda f, d, value=value: f.useSeriesAbove({}, d["prog.wrap.n"], value, "wrap", "counter"))
+      for value in (0, 12.5, 13)),
+    ("useSeriesAbove(x.a.used, 1.5, '(x.a).used', '\\1.total')",
+     lambda f, d: f.useSeriesAbove({}, d["x.a.used"], 1.5, "(x.a).used", "\\1.total")),
     *((f"nPercentile(group(prog.func.*.bytes, nothing.*, prog.wrap.n), {n})",
        lambda f, d, n=n: f.nPercentile({}, f.group({}, d["prog.func.*.bytes"], d["nothing.*"], d["prog.wrap.n"]), n))
       for n in (25, 50, 90, 100)),
@@ -981,13 +1027,17 @@ CROSS_CHECKS = [
 
 
 @pytest.mark.parametrize("target, theirs", CROSS_CHECKS, ids=[target for target, _ in CROSS_CHECKS])
-def test_same_names_times_and_values_as_graphite_web(graphite, target, theirs):
+def test_same_names_times_and_values_as_graphite_web(graphite, monkeypatch, target, theirs):
     functions, TimeSeries = graphite
     ours = run(target)
     converted = {path: [to_graphite(TimeSeries, s) for s in found] for path, found in fetched().items()}
     for path, found in converted.items():  # as graphite-web's fetchData marks them
         for s in found:
             s.pathExpression = path
+    # graphite-web's evaluateTarget fetching from the same data (applyByNode's, useSeriesAbove's targets)
+    evaluator, = graphite_modules("graphite.render.evaluator")
+    monkeypatch.setattr(evaluator, "prefetchData", lambda context, paths: None)
+    monkeypatch.setattr(evaluator, "fetchData", lambda context, path: copy.deepcopy(converted[path]))
     expected = theirs(functions, converted)
     assert [s.name for s in ours] == [s.name for s in expected]
     for mine, their in zip(ours, expected):

@@ -19,11 +19,12 @@ through them.
 """
 
 from ramen.httpd.functions.context import Context, parse_interval_s
-from ramen.httpd.functions.evaluation import Fetched, evaluate, fetches
+from ramen.httpd.functions.evaluation import Fetched, FetchesNeeded, evaluate, evaluate_all, fetches
 from ramen.httpd.functions.reductions import AGGREGATIONS, aggregate_rows, consolidate_values
 from ramen.httpd.functions.table import FUNCTIONS, FunctionSpec, Param, describe_functions
 from ramen.httpd.target import TargetError
 
 
-__all__ = ["AGGREGATIONS", "Context", "FUNCTIONS", "Fetched", "FunctionSpec", "Param", "aggregate_rows",
-           "consolidate_values", "describe_functions", "evaluate", "fetches", "parse_interval_s", "TargetError"]
+__all__ = ["AGGREGATIONS", "Context", "FUNCTIONS", "Fetched", "FetchesNeeded", "FunctionSpec", "Param",
+           "aggregate_rows", "consolidate_values", "describe_functions", "evaluate", "evaluate_all", "fetches",
+           "parse_interval_s", "TargetError"]

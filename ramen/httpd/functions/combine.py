@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ramen.httpd.functions.context import Context
+from ramen.httpd.functions.context import Context, Evaluator
 from ramen.httpd.functions.reductions import aggregate_rows, check_percent, normalize, percentiles, points_matrix
 from ramen.httpd.functions.results import (fresh, named, node_of, path_expressions, real_or_null,
                                           strictest_xfiles_factor)
@@ -281,12 +281,8 @@ def map_series(context: Context, seriesList: list[Series], mapNodes: list[int | 
     return SeriesLists(groups.values())
 
 
-Apply = Callable[[Context, str, list[list[Series]]], list[Series]]
-"""Calls a function of the table by name with series lists as its arguments (evaluation gives it)."""
-
-
 def reduce_series(context: Context, seriesLists: SeriesLists, reduceFunction: str, reduceNode: int,
-                  reduceMatchers: list[str], *, apply: Apply) -> list[Series]:
+                  reduceMatchers: list[str], *, evaluator: Evaluator) -> list[Series]:
     """Each of mapSeries' groups reduced to one series by the function `reduceFunction`: the group's
     series whose path element `reduceNode` is one of `reduceMatchers` are its arguments, one list
     each, in the matchers' order (`reduceSeries(mapSeries(servers.*.disk.*, 1), "asPercent", 3,
@@ -305,10 +301,22 @@ def reduce_series(context: Context, seriesLists: SeriesLists, reduceFunction: st
     for key, members in groups.items():
         if any(s is None for s in members):
             continue
-        result = apply(context, reduceFunction, [[s] for s in members])
+        result = evaluator.apply(reduceFunction, [[s] for s in members])
         if result:
             reduced.append(result[0].copy(name=key))
     return reduced
+
+
+def apply_by_node(context: Context, seriesList: list[Series], nodeNum: int, templateFunction: str,
+                  newName: str | None = None, *, evaluator: Evaluator) -> list[Series]:
+    """For each prefix of the series' paths up to element `nodeNum`, the target `templateFunction`
+    with each `%` replaced by the prefix, named `newName` with the same replacement if given
+    (`applyByNode(servers.*.disk.free, 1, "divideSeries(%.disk.free, sumSeries(%.disk.*))",
+    "%.disk.share_free")`: each server's share of free disk)."""
+    prefixes = sorted({".".join(s.name.split(".")[:nodeNum + 1]) for s in seriesList})
+    made = evaluator.targets([templateFunction.replace("%", prefix) for prefix in prefixes])
+    return [s.copy(name=newName.replace("%", prefix) if newName else s.name, path_expression=prefix)
+            for prefix, found in zip(prefixes, made) for s in found]
 
 
 def _percent(values: np.ndarray, totals: np.ndarray) -> np.ndarray:

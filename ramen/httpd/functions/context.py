@@ -8,8 +8,9 @@ import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from ramen.httpd.series import DEFAULT_XFILES_FACTOR
+from ramen.httpd.series import DEFAULT_XFILES_FACTOR, Series
 from ramen.httpd.target import TargetError
 from ramen.times import MAX_TIME_US, OFFSET_UNITS, TimeError, parse_time
 
@@ -44,6 +45,20 @@ class Context:
             return parse_time(str(text), self.now_s * MICROS_PER_SECOND) // MICROS_PER_SECOND
         except TimeError as e:
             raise TargetError(f"{function}: {e}") from None
+
+
+class Evaluator(Protocol):
+    """What evaluation gives a function that evaluates more than its arguments (FunctionSpec's
+    `evaluates`), bound to its call's context and to the series fetched for the render."""
+
+    def apply(self, name: str, series_lists: list[list[Series]]) -> list[Series]:
+        """Function `name` of the table over series lists, as its only arguments (reduceSeries'
+        reduceFunction)."""
+
+    def targets(self, texts: list[str]) -> list[list[Series]]:
+        """The series of targets made at evaluation (applyByNode's template, useSeriesAbove's
+        related series). Their paths were not known before the first fetches: evaluation raises
+        FetchesNeeded with what is still to fetch, and the render evaluates again once it is."""
 
 
 _INTERVAL_PART = re.compile(r"(\d+)([A-Za-z]+)")

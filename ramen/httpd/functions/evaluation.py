@@ -11,7 +11,7 @@ from ramen.httpd.functions.forecasts import regression_source
 from ramen.httpd.functions.table import FUNCTIONS, FunctionSpec
 from ramen.httpd.functions.transform import time_shift_s
 from ramen.httpd.series import Series, SeriesLists
-from ramen.httpd.target import Call, Literal, Node, PathExpr, TargetError
+from ramen.httpd.target import Call, Literal, Node, PathExpr, TargetError, parse as parse_target
 from ramen.times import MAX_TIME_US, unit_start
 
 
@@ -186,6 +186,30 @@ def _paths(node: Node | None) -> list[str]:
     return found
 
 
+class FetchesNeeded(Exception):
+    """Targets made at evaluation (applyByNode's, useSeriesAbove's) name paths not fetched yet: the
+    render fetches `wanted` ((path expression, from_s, until_s), as `fetches` lists them) and
+    evaluates again, as graphite-web's evaluateTarget fetches before it evaluates a made target."""
+
+    def __init__(self, wanted: list[tuple[str, int, int]]) -> None:
+        super().__init__(f"{len(wanted)} path expressions to fetch")
+        self.wanted = wanted
+
+
+def evaluate_all(nodes: list[Node], fetched: Fetched, context: Context) -> list[Series]:
+    """The series of a render's targets, in order; FetchesNeeded with what every target made at
+    evaluation still needs, so that one more round of fetches serves them all."""
+    results, wanted = [], {}
+    for node in nodes:
+        try:
+            results.extend(evaluate(node, fetched, context))
+        except FetchesNeeded as more:
+            wanted.update(dict.fromkeys(more.wanted))
+    if wanted:
+        raise FetchesNeeded(list(wanted))
+    return results
+
+
 def evaluate(node: Node, fetched: Fetched, context: Context) -> list[Series]:
     """The series a target yields. `fetched` holds the series each (path expression, range) of
     `fetches` matched (a path absent or matching nothing yields no series, as in graphite-web).
@@ -211,23 +235,45 @@ def _value(node: Node, fetched: Fetched, context: Context) -> object:
     scoped_args, scoped_kwargs = _scoped_args(node, context)
     args = [_scoped_value(arg, fetched, scope) for arg, scope in scoped_args]
     kwargs = {name: _scoped_value(arg, fetched, scope) for name, arg, scope in scoped_kwargs}
-    return _call(spec, context, args, kwargs)
+    return _call(spec, args, kwargs, fetched, context)
 
 
-def _call(spec: FunctionSpec, context: Context, args: list, kwargs: dict) -> object:
-    return spec.call(context, **spec.bind(args, kwargs), **({"apply": _apply} if spec.applies else {}))
+def _call(spec: FunctionSpec, args: list, kwargs: dict, fetched: Fetched, context: Context) -> object:
+    bound = spec.bind(args, kwargs)
+    if spec.evaluates:
+        bound["evaluator"] = _Evaluator(fetched, context)
+    return spec.call(context, **bound)
 
 
-def _apply(context: Context, name: str, series_lists: list[list[Series]]) -> list[Series]:
-    """Function `name` of the table over series lists, as reduceSeries calls its reduceFunction:
-    one that computes from points outside the range (SERIES_SCOPES) is refused, since the series
-    it would be given were fetched over the range alone."""
-    spec = FUNCTIONS.get(name)
-    if spec is None:
-        raise TargetError(f"unknown function {name!r} to reduce with")
-    if name in SERIES_SCOPES:
-        raise TargetError(f"{name} computes from points outside the range: it cannot reduce mapSeries' lists")
-    return _call(spec, context, series_lists, {})
+MAX_MADE_TARGETS = 1000
+"""Targets one call may make (applyByNode's, one per prefix), each parsed and evaluated."""
+
+
+class _Evaluator:
+    """context.Evaluator over the render's fetched series, in a call's context."""
+
+    def __init__(self, fetched: Fetched, context: Context) -> None:
+        self.fetched = fetched
+        self.context = context
+
+    def apply(self, name: str, series_lists: list[list[Series]]) -> list[Series]:
+        """A function that computes from points outside the range (SERIES_SCOPES) is refused: the
+        series it would be given were fetched over the range alone."""
+        spec = FUNCTIONS.get(name)
+        if spec is None:
+            raise TargetError(f"unknown function {name!r} to reduce with")
+        if name in SERIES_SCOPES:
+            raise TargetError(f"{name} computes from points outside the range: it cannot reduce mapSeries' lists")
+        return _call(spec, series_lists, {}, self.fetched, self.context)
+
+    def targets(self, texts: list[str]) -> list[list[Series]]:
+        if len(texts) > MAX_MADE_TARGETS:
+            raise TargetError(f"{len(texts)} targets made by one call, more than {MAX_MADE_TARGETS}")
+        nodes = [parse_target(text, FUNCTIONS) for text in texts]
+        wanted = {key: None for node in nodes for key in fetches(node, self.context) if key not in self.fetched}
+        if wanted:
+            raise FetchesNeeded(list(wanted))
+        return [evaluate(node, self.fetched, self.context) for node in nodes]
 
 
 def _scoped_value(node: Node, fetched: Fetched, scope: Scope) -> object:

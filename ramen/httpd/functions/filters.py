@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ramen.httpd.functions.context import Context
+from ramen.httpd.functions.context import Context, Evaluator
 from ramen.httpd.functions.reductions import check_percent, normalize, percentiles, points_matrix, reduce_each
 from ramen.httpd.functions.results import named, tagged
 from ramen.httpd.series import Series
@@ -89,6 +89,26 @@ def grep(context: Context, seriesList: list[Series], pattern: str) -> list[Serie
     """The series whose names match the regular expression `pattern`."""
     regex = _regex("grep", pattern)
     return [s for s in seriesList if regex.search(s.name)]
+
+
+def use_series_above(context: Context, seriesList: list[Series], value: float, search: str, replace: str, *,
+                     evaluator: Evaluator) -> list[Series]:
+    """In place of each series whose maximum is above `value`, the series named by replacing the
+    regular expression `search` in its name by `replace` (`useSeriesAbove(app.*.requests, 10,
+    'requests', 'latency')`: the latency of the apps that served more than 10 requests)."""
+    regex = _regex("useSeriesAbove", search)
+    names = []
+    for s in seriesList:
+        if np.isnan(s.values).all() or not np.nanmax(s.values) > value:
+            continue
+        try:
+            names.append(regex.sub(replace, s.name))
+        except re.error as e:
+            raise TargetError(f"useSeriesAbove: bad replacement {replace!r}: {e}") from None
+    if not names:
+        return []
+    (found,) = evaluator.targets([f"group({','.join(names)})"])
+    return [s for s in found if len(s.values)]
 
 
 def remove_empty_series(context: Context, seriesList: list[Series], xFilesFactor: float | None = None

@@ -58,9 +58,9 @@ class FunctionSpec:
     group: str
     params: tuple[Param, ...]
     description: str = field(default="")
-    applies: bool = False
-    """Its call takes `apply(context, name, series_lists)` too, which calls another function of the
-    table by name (reduceSeries' reduceFunction); evaluation gives it, knowing which may be called so."""
+    evaluates: bool = False
+    """Its call takes an `evaluator` too (context.Evaluator): it calls another function by name
+    (reduceSeries), or evaluates targets it makes (applyByNode, useSeriesAbove)."""
 
     def signature(self) -> str:
         """As graphite-web shows it: `summarize(seriesList, intervalString, func='sum', alignToFrom=False)`."""
@@ -202,8 +202,8 @@ _CALLBACK_OPTIONS = (*_AGG_OPTIONS, "averageSeries", "diffSeries", "maxSeries", 
 
 
 def _spec(name: str, call: Callable[..., list[Series]], group_name: str, *params: Param,
-          applies: bool = False) -> FunctionSpec:
-    return FunctionSpec(name, call, group_name, params, " ".join((call.__doc__ or "").split()), applies)
+          evaluates: bool = False) -> FunctionSpec:
+    return FunctionSpec(name, call, group_name, params, " ".join((call.__doc__ or "").split()), evaluates)
 
 
 FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
@@ -236,11 +236,13 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
           Param("func", "aggFunc", required=True, options=_AGG_OPTIONS),
           Param("xFilesFactor", "float")),
     _spec("group", combine.group, "Combine", Param("seriesLists", "seriesList", multiple=True)),
+    _spec("applyByNode", combine.apply_by_node, "Combine", _SERIES, Param("nodeNum", "node", required=True),
+          Param("templateFunction", "string", required=True), Param("newName", "string"), evaluates=True),
     *(_spec(name, combine.map_series, "Combine", _SERIES, Param("mapNodes", "nodeOrTag", required=True, multiple=True))
       for name in ("mapSeries", "map")),
     *(_spec(name, combine.reduce_series, "Combine", Param("seriesLists", "seriesLists", required=True),
             Param("reduceFunction", "string", required=True), Param("reduceNode", "node", required=True),
-            Param("reduceMatchers", "string", required=True, multiple=True), applies=True)
+            Param("reduceMatchers", "string", required=True, multiple=True), evaluates=True)
       for name in ("reduceSeries", "reduce")),
     _spec("rangeOfSeries", combine.range_of_series, "Combine", _SERIES_LISTS),
     _spec("stddevSeries", combine.stddev_series, "Combine", _SERIES_LISTS),
@@ -389,6 +391,8 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
       for operator in (">", "<=")),
     _spec("exclude", filters.exclude, "Filter Series", _SERIES, Param("pattern", "string", required=True)),
     _spec("grep", filters.grep, "Filter Series", _SERIES, Param("pattern", "string", required=True)),
+    _spec("useSeriesAbove", filters.use_series_above, "Filter Series", _SERIES, Param("value", "float", required=True),
+          Param("search", "string", required=True), Param("replace", "string", required=True), evaluates=True),
     _spec("removeEmptySeries", filters.remove_empty_series, "Filter Series", _SERIES, Param("xFilesFactor", "float")),
     _spec("removeAbovePercentile", filters.remove_above_percentile, "Filter Data", _SERIES, _THRESHOLD),
     _spec("removeBelowPercentile", filters.remove_below_percentile, "Filter Data", _SERIES, _THRESHOLD),

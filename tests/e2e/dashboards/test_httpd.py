@@ -147,6 +147,28 @@ def test_a_moving_average_reaches_back_for_its_first_points_in_the_replay_of_its
     assert averaged["datapoints"] == [[(value[m - 120] + value[m - 60]) / 2, m] for m in range(since, until, 60)]
 
 
+def test_targets_that_functions_make_are_fetched_in_a_round_of_their_own(dashboard_site):
+    since, until = minute_range(8, 4)
+    expected = dashboard_site.per_minute_by_host(since, until)
+    minutes = range(since, until, 60)
+    total = {m: sum(expected[h][m] for h in HOST_NAMES) for m in minutes}
+    shares = dashboard_site.json(
+        "/render", target="applyByNode(web.per_minute.*.bytes, 2, 'asPercent(%.bytes, sumSeries(web.per_minute.*.bytes))',"
+                          " '%.share')", **{"from": str(since), "until": str(until)})
+    assert [s["target"] for s in shares] == [f"web.per_minute.{h}.share" for h in HOST_NAMES]
+    for share, host in zip(shares, HOST_NAMES):
+        assert share["datapoints"] == [[pytest.approx(expected[host][m] / total[m] * 100), m] for m in minutes]
+    # the hosts busiest at some minute, charted by another function (its series fetched in the second round)
+    threshold = sorted(max(expected[h].values()) for h in HOST_NAMES)[len(HOST_NAMES) // 2]
+    busy = [h for h in HOST_NAMES if max(expected[h].values()) > threshold]
+    traffic = dashboard_site.json("/render", target=f"useSeriesAbove(web.per_minute.*.bytes, {threshold}, "
+                                                    "'per_minute', 'traffic')", **{"from": str(since), "until": str(until)})
+    assert busy and [s["target"] for s in traffic] == [f"web.traffic.{h}.bytes" for h in busy]
+    alone = dashboard_site.json("/render", target=[f"web.traffic.{h}.bytes" for h in busy],
+                                **{"from": str(since), "until": str(until)})
+    assert [s["datapoints"] for s in traffic] == [s["datapoints"] for s in alone]
+
+
 @pytest.mark.parametrize("params, reason", [
     ({"target": "sumSeries(web.per_minute.*.bytes"}, "target"),
     ({"target": "noSuchFunction(web.traffic.*.bytes)"}, "noSuchFunction"),
