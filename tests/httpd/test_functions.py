@@ -648,6 +648,13 @@ def test_evaluate_leaves_the_fetched_series_untouched():
     ("applyByNode(x.*.used, 1, 'sumSeries(%.used')", "target 'sumSeries(x.a.used': column 19: expected ',' or ')'"),
     ("applyByNode(x.*.used, 1, 'nosuch(%.used)')", "target 'nosuch(x.a.used)': column 1: unknown function 'nosuch'"),
     ("useSeriesAbove(x.*.used, 0, '(', 'x')", "useSeriesAbove: bad regular expression '('"),
+    ("aliasQuery(x.a.used, 'used', 'used', '%(x)s')", "aliasQuery: newName '%(x)s' has a % that is no"),
+    ("aliasQuery(x.a.used, 'used', 'used', '%9999d')", "aliasQuery: newName '%9999d' has a % that is no"),
+    ("aliasQuery(x.a.used, 'used', 'used', '%d of %d')", "aliasQuery: newName '%d of %d' cannot be "
+                                                                    "formatted with one value: not enough arguments"),
+    ("aliasQuery(x.a.used, 'used', 'used', '%c')", "aliasQuery: newName '%c' cannot be formatted"),
+    ("aliasQuery(x.a.used, '(', 'x', '%d')", "aliasQuery: bad regular expression '('"),
+    ("aliasQuery(x.a.used, 'x.a.used', 'nothing.*', '%d')", "aliasQuery: no series found with query 'nothing.*'"),
     ("useSeriesAbove(x.*.used, 0, 'used', '\\2')", "useSeriesAbove: bad replacement '\\\\2': invalid group reference 2"),
 ])
 def test_bad_arguments_raise_one_line_target_errors(target, message):
@@ -694,6 +701,12 @@ def test_targets_made_at_evaluation_are_fetched_in_a_round_of_their_own_over_the
     assert evaluate_all([parse("useSeriesAbove(x.*.used, 5, 'used', 'free')")], used, context) == []
 
 
+def test_events_are_a_null_series_each_second_since_ramen_keeps_none():
+    [events] = run('events("deploy", "db")')
+    assert (events.name, events.start, events.step, events.consolidate) == ('events("deploy", "db")', 0, 1, "sum")
+    assert len(events.values) == 60 and np.isnan(events.values).all()
+
+
 def test_a_literal_target_is_refused():
     with pytest.raises(TargetError, match="a target must yield series, not the literal 5"):
         evaluate(Literal(5), {}, CONTEXT)
@@ -736,7 +749,7 @@ def test_functions_table_describes_every_required_function_in_graphite_webs_shap
     assert set(describe_functions(grouped=True)) >= {"Alias", "Combine", "Transform", "Calculate", "Filter Series",
                                                      "Sorting", "Special"}
     assert set(describe_functions(group_name="Alias")) == {"alias", "aliasByNode", "aliasByMetric", "aliasSub",
-                                                           "aliasByTags", "legendValue"}
+                                                           "aliasByTags", "aliasQuery", "legendValue"}
 
 
 def test_function_params_match_graphite_webs_where_it_is_importable(graphite):
@@ -1014,6 +1027,11 @@ CROSS_CHECKS = [
         ("applyByNode(x.*.used, 1, 'asPercent(%.used, sumSeries(x.*.used))', '%.share')",
          (1, "asPercent(%.used, sumSeries(x.*.used))", "%.share")),
         ("applyByNode(x.*.used, 0, 'sumSeries(%.*.total)')", (0, "sumSeries(%.*.total)")))),
+    *((f"aliasQuery(x.*.used, 'used', 'total', '{name}')",
+       lambda f, d, name=name: f.aliasQuery({}, d["x.*.used"], "used", "total", name))
+      for name in ("%d total", "%.1f%% of it", "%s at most", "%05.2f")),
+    ("aliasQuery(prog.func.h1.bytes, 'func.h1.bytes', 'counter.n', 'counter at %g')",
+     lambda f, d: f.aliasQuery({}, d["prog.func.h1.bytes"], "func.h1.bytes", "counter.n", "counter at %g")),
     # graphite-web's useSeriesAbove fails on a null (max() of None and numbers): series without
     *((f"useSeriesAbove(prog.wrap.n, {value}, 'wrap', 'counter')",
        lambda f, d, value=value: f.useSeriesAbove({}, d["prog.wrap.n"], value, "wrap", "counter"))

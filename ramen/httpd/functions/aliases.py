@@ -1,14 +1,16 @@
 """Functions that name series: aliases (a fixed name, path elements, tags, a regular expression's
-substitution) and names that carry values (legendValue)."""
+substitution) and names that carry values (legendValue, cactiStyle; aliasQuery, another series')."""
 
 from __future__ import annotations
 
 import math
 import re
 
-from ramen.httpd.functions.context import Context
+import numpy as np
+
+from ramen.httpd.functions.context import Context, Evaluator
 from ramen.httpd.functions.reductions import reduce_each
-from ramen.httpd.functions.results import node_of
+from ramen.httpd.functions.results import node_of, substituted
 from ramen.httpd.series import Series
 from ramen.httpd.target import TargetError
 
@@ -27,11 +29,36 @@ def alias_by_node(context: Context, seriesList: list[Series], nodes: list[int | 
 
 def alias_sub(context: Context, seriesList: list[Series], search: str, replace: str) -> list[Series]:
     """Names each series by a regular expression's substitution in its name (`\\1` for a group)."""
-    try:
-        pattern = re.compile(search)
-        return [s.copy(name=pattern.sub(replace, s.name)) for s in seriesList]
-    except (re.error, IndexError) as e:
-        raise TargetError(f"aliasSub: {e}") from None
+    names = substituted("aliasSub", search, replace, [s.name for s in seriesList])
+    return [s.copy(name=name) for s, name in zip(seriesList, names)]
+
+
+_PRINTF_SPEC = re.compile(r"%(?:%|[-+ #0]*\d{0,3}(?:\.\d{1,2})?[diouxXeEfFgGcrsa]|)")
+"""A %-format conversion of one value, its width at most 3 digits and its precision 2 (a name of a
+megabyte of spaces is refused); or, matching only "%", anything else after a %."""
+
+
+def alias_query(context: Context, seriesList: list[Series], search: str, replace: str, newName: str, *,
+                evaluator: Evaluator) -> list[Series]:
+    """Names each series by `newName`, %-formatted with the last value of another series: the one
+    its name makes with the regular expression `search` replaced by `replace`
+    (`aliasQuery(channel.power.*, "channel\\.power\\.([0-9]+)", "channel.frequency.\\1", "Channel %d MHz")`)."""
+    for spec in _PRINTF_SPEC.finditer(newName):
+        if spec.group() == "%":
+            raise TargetError(f"aliasQuery: newName {newName!r} has a % that is no conversion such as %d or %.1f")
+    queries = substituted("aliasQuery", search, replace, [s.name for s in seriesList])
+    named = []
+    for s, query, found in zip(seriesList, queries, evaluator.targets(queries)):
+        if not found:
+            raise TargetError(f"aliasQuery: no series found with query {query!r}")
+        present = found[0].values[~np.isnan(found[0].values)]
+        if not len(present):
+            raise TargetError(f"aliasQuery: {query!r} has no value to name {s.name!r} by")
+        try:
+            named.append(s.copy(name=newName % present[-1]))
+        except (TypeError, ValueError, OverflowError) as e:
+            raise TargetError(f"aliasQuery: newName {newName!r} cannot be formatted with one value: {e}") from None
+    return named
 
 
 def alias_by_metric(context: Context, seriesList: list[Series]) -> list[Series]:

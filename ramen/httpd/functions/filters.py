@@ -11,7 +11,7 @@ import numpy as np
 
 from ramen.httpd.functions.context import Context, Evaluator
 from ramen.httpd.functions.reductions import check_percent, normalize, percentiles, points_matrix, reduce_each
-from ramen.httpd.functions.results import named, tagged
+from ramen.httpd.functions.results import named, substituted, tagged
 from ramen.httpd.series import Series
 from ramen.httpd.target import TargetError
 
@@ -96,15 +96,8 @@ def use_series_above(context: Context, seriesList: list[Series], value: float, s
     """In place of each series whose maximum is above `value`, the series named by replacing the
     regular expression `search` in its name by `replace` (`useSeriesAbove(app.*.requests, 10,
     'requests', 'latency')`: the latency of the apps that served more than 10 requests)."""
-    regex = _regex("useSeriesAbove", search)
-    names = []
-    for s in seriesList:
-        if np.isnan(s.values).all() or not np.nanmax(s.values) > value:
-            continue
-        try:
-            names.append(regex.sub(replace, s.name))
-        except re.error as e:
-            raise TargetError(f"useSeriesAbove: bad replacement {replace!r}: {e}") from None
+    above = [s.name for s in seriesList if not np.isnan(s.values).all() and np.nanmax(s.values) > value]
+    names = substituted("useSeriesAbove", search, replace, above)
     if not names:
         return []
     (found,) = evaluator.targets([f"group({','.join(names)})"])

@@ -1,5 +1,5 @@
 """Functions that make series of nothing but the range (graphite-web's test and demonstration
-series): the time itself, a sine, a random walk."""
+series): the time itself, a sine, a random walk; and events, of which ramen has none."""
 
 from __future__ import annotations
 
@@ -42,3 +42,13 @@ def random_walk(context: Context, name: str, step: int = 60) -> list[Series]:
     count = len(_times("randomWalk", context, step))
     moves = np.random.default_rng().random(count) - 0.5
     return _series(context, name, step, np.concatenate(([0.0], np.cumsum(moves)[:-1]))[:count])
+
+
+def events(context: Context, tags: list[str]) -> list[Series]:
+    """The number of events tagged so in each second of the range: ramen keeps no events (its
+    /events/get_data is empty), so every second is null, and a dashboard made for graphite-web that
+    overlays its events still renders."""
+    count = len(_times("events", context, 1))
+    series = of_range(context, "events(" + ", ".join(f'"{tag}"' for tag in tags) + ")", context.from_s, 1,
+                      np.full(count, np.nan))
+    return [series.copy(consolidate="sum")]

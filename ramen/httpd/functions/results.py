@@ -3,6 +3,7 @@ names in legends and alias them by node), and the path elements of a series' nam
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -66,6 +67,20 @@ def node_of(series: Series, node: int | str) -> str:
         except IndexError:
             pass
     return series.tags.get(str(node), "")
+
+
+def substituted(function: str, search: str, replace: str, names: Sequence[str]) -> list[str]:
+    """Each name with the regular expression `search` replaced by `replace` (`\\1` for a group), as
+    aliasSub, aliasQuery and useSeriesAbove make names; a bad expression or replacement is a
+    one-line TargetError naming `function`."""
+    try:
+        pattern = re.compile(search)
+    except re.error as e:
+        raise TargetError(f"{function}: bad regular expression {search!r}: {e}") from None
+    try:
+        return [pattern.sub(replace, name) for name in names]
+    except (re.error, IndexError) as e:
+        raise TargetError(f"{function}: bad replacement {replace!r}: {e}") from None
 
 
 def _first_path(name: str) -> str | None:

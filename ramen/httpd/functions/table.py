@@ -208,6 +208,8 @@ def _spec(name: str, call: Callable[..., list[Series]], group_name: str, *params
 
 FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
     _spec("alias", aliases.alias, "Alias", _SERIES, Param("newName", "string", required=True)),
+    _spec("aliasQuery", aliases.alias_query, "Alias", _SERIES, Param("search", "string", required=True),
+          Param("replace", "string", required=True), Param("newName", "string", required=True), evaluates=True),
     _spec("aliasByNode", aliases.alias_by_node, "Alias", _SERIES,
           Param("nodes", "nodeOrTag", required=True, multiple=True)),
     _spec("aliasByMetric", aliases.alias_by_metric, "Alias", _SERIES),
@@ -334,6 +336,7 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
     *(_spec(name, generators.random_walk, "Special", Param("name", "string", required=True),
             Param("step", "integer", default=60)) for name in ("randomWalk", "randomWalkFunction")),
     _spec("stacked", graph.stacked, "Graph", _SERIES, Param("stack", "string")),
+    _spec("events", generators.events, "Special", Param("tags", "string", required=True, multiple=True)),
     _spec("threshold", graph.threshold, "Graph", Param("value", "float", required=True), Param("label", "string"),
           Param("color", "string")),
     _spec("hitcount", transform.hitcount, "Transform", _SERIES,
