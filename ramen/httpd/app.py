@@ -279,8 +279,8 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
     """The series of Graphite targets over [since_s, until_s): every target parsed first, then
     each function they need fetched at once over each range it is needed over (one pool job each;
     a timeShift moves a range, a moving window reaches back before it), then the functions applied.
-    Targets that functions make as they run (applyByNode's, useSeriesAbove's) have what they need
-    fetched in a round of their own, and the targets are evaluated again."""
+    Targets that functions make as they run (applyByNode's, useSeriesAbove's, aliasQuery's) have
+    what they need fetched in a round of their own, and the targets are evaluated again."""
     targets = [t for t in targets if t.strip()]
     if not targets:
         raise BadRequest("render: at least one target is needed")
@@ -309,15 +309,15 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
                                                   context)
             except graphite_functions.FetchesNeeded as more:
                 wanted = more.wanted
-        raise BadRequest(f"render: targets made by functions (applyByNode, useSeriesAbove) need more than "
-                         f"{MAX_FETCH_ROUNDS} rounds of fetches")
+        raise BadRequest(f"render: targets made by functions (applyByNode, useSeriesAbove, aliasQuery) need more "
+                         f"than {MAX_FETCH_ROUNDS} rounds of fetches")
     finally:
         progress.done = True
 
 
 MAX_FETCH_ROUNDS = 3
 """Rounds of fetches a render may take: its targets', then those of the targets its functions make
-(applyByNode's, useSeriesAbove's), then of targets these make in turn."""
+(applyByNode's, useSeriesAbove's, aliasQuery's), then of targets these make in turn."""
 
 
 async def _fetch(httpd: Httpd, programs: dict[str, Program], tree: MetricTree, wanted: list[tuple[str, int, int]],

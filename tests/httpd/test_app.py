@@ -176,6 +176,24 @@ async def test_a_target_of_no_path_is_answered_without_a_replay(client):
 
 
 @sync
+async def test_targets_made_by_functions_take_rounds_of_fetches_up_to_a_bound(client, monkeypatch):
+    """constantLine(5) is named "5": useSeriesAbove makes the target `group(no.such.path)` of it, which
+    a second round fetches (no function matches it: no replay, no series)."""
+    http = await serve(client)
+    made = "useSeriesAbove(constantLine(5), 1, '5', 'no.such.path')"
+    try:
+        answer = await http.get("/render", params={"target": made, "from": "1000", "until": "1600"})
+        assert answer.status == 200 and await answer.json() == [], await answer.text()
+        monkeypatch.setattr("ramen.httpd.app.MAX_FETCH_ROUNDS", 1)
+        answer = await http.get("/render", params={"target": made, "from": "1000", "until": "1600"})
+        assert answer.status == 400
+        assert await answer.text() == ("render: targets made by functions (applyByNode, useSeriesAbove, aliasQuery) "
+                                       "need more than 1 rounds of fetches\n")
+    finally:
+        await http.close()
+
+
+@sync
 async def test_a_render_too_many_points_long_is_refused_before_its_replays(client):
     """No supervisor runs here: a render that got as far as its replays would fail another way."""
     program = loads('[program]\nname = "p"\n\n[[function]]\nname = "f"\n'

@@ -655,7 +655,8 @@ def test_evaluate_leaves_the_fetched_series_untouched():
     ("aliasQuery(x.a.used, 'used', 'used', '%c')", "aliasQuery: newName '%c' cannot be formatted"),
     ("aliasQuery(x.a.used, '(', 'x', '%d')", "aliasQuery: bad regular expression '('"),
     ("aliasQuery(x.a.used, 'x.a.used', 'nothing.*', '%d')", "aliasQuery: no series found with query 'nothing.*'"),
-    ("useSeriesAbove(x.*.used, 0, 'used', '\\2')", "useSeriesAbove: bad replacement '\\\\2': invalid group reference 2"),
+    ("useSeriesAbove(x.*.used, 0, 'used', '\\2')",
+     "useSeriesAbove: bad replacement '\\\\2': invalid group reference 2"),
 ])
 def test_bad_arguments_raise_one_line_target_errors(target, message):
     with pytest.raises(TargetError) as raised:

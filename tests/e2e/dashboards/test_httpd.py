@@ -152,17 +152,17 @@ def test_targets_that_functions_make_are_fetched_in_a_round_of_their_own(dashboa
     expected = dashboard_site.per_minute_by_host(since, until)
     minutes = range(since, until, 60)
     total = {m: sum(expected[h][m] for h in HOST_NAMES) for m in minutes}
-    shares = dashboard_site.json(
-        "/render", target="applyByNode(web.per_minute.*.bytes, 2, 'asPercent(%.bytes, sumSeries(web.per_minute.*.bytes))',"
-                          " '%.share')", **{"from": str(since), "until": str(until)})
+    template = "asPercent(%.bytes, sumSeries(web.per_minute.*.bytes))"
+    shares = dashboard_site.json("/render", target=f"applyByNode(web.per_minute.*.bytes, 2, '{template}', '%.share')",
+                                 **{"from": str(since), "until": str(until)})
     assert [s["target"] for s in shares] == [f"web.per_minute.{h}.share" for h in HOST_NAMES]
     for share, host in zip(shares, HOST_NAMES):
         assert share["datapoints"] == [[pytest.approx(expected[host][m] / total[m] * 100), m] for m in minutes]
     # the hosts busiest at some minute, charted by another function (its series fetched in the second round)
     threshold = sorted(max(expected[h].values()) for h in HOST_NAMES)[len(HOST_NAMES) // 2]
     busy = [h for h in HOST_NAMES if max(expected[h].values()) > threshold]
-    traffic = dashboard_site.json("/render", target=f"useSeriesAbove(web.per_minute.*.bytes, {threshold}, "
-                                                    "'per_minute', 'traffic')", **{"from": str(since), "until": str(until)})
+    above = f"useSeriesAbove(web.per_minute.*.bytes, {threshold}, 'per_minute', 'traffic')"
+    traffic = dashboard_site.json("/render", target=above, **{"from": str(since), "until": str(until)})
     assert busy and [s["target"] for s in traffic] == [f"web.traffic.{h}.bytes" for h in busy]
     alone = dashboard_site.json("/render", target=[f"web.traffic.{h}.bytes" for h in busy],
                                 **{"from": str(since), "until": str(until)})
