@@ -56,9 +56,10 @@ class Evaluator(Protocol):
         reduceFunction)."""
 
     def targets(self, texts: list[str]) -> list[list[Series]]:
-        """The series of targets made at evaluation (applyByNode's template, useSeriesAbove's
-        related series). Their paths were not known before the first fetches: evaluation raises
-        FetchesNeeded with what is still to fetch, and the render evaluates again once it is."""
+        """The series of targets made at evaluation (applyByNode's template, useSeriesAbove's and
+        aliasQuery's related series). Their paths were not known before the first fetches:
+        evaluation raises FetchesNeeded with what is still to fetch, and the render evaluates again
+        once it is."""
 
 
 _INTERVAL_PART = re.compile(r"(\d+)([A-Za-z]+)")

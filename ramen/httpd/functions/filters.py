@@ -11,7 +11,7 @@ import numpy as np
 
 from ramen.httpd.functions.context import Context, Evaluator
 from ramen.httpd.functions.reductions import check_percent, normalize, percentiles, points_matrix, reduce_each
-from ramen.httpd.functions.results import named, substituted, tagged
+from ramen.httpd.functions.results import compiled, named, substituted, tagged
 from ramen.httpd.series import Series
 from ramen.httpd.target import TargetError
 
@@ -72,22 +72,15 @@ def filtered_by(func: str, operator: str) -> Callable[..., list[Series]]:
     return filtered
 
 
-def _regex(name: str, pattern: str) -> re.Pattern:
-    try:
-        return re.compile(pattern)
-    except re.error as e:
-        raise TargetError(f"{name}: bad regular expression {pattern!r}: {e}") from None
-
-
 def exclude(context: Context, seriesList: list[Series], pattern: str) -> list[Series]:
     """The series whose names do not match the regular expression `pattern`."""
-    regex = _regex("exclude", pattern)
+    regex = compiled("exclude", pattern)
     return [s for s in seriesList if not regex.search(s.name)]
 
 
 def grep(context: Context, seriesList: list[Series], pattern: str) -> list[Series]:
     """The series whose names match the regular expression `pattern`."""
-    regex = _regex("grep", pattern)
+    regex = compiled("grep", pattern)
     return [s for s in seriesList if regex.search(s.name)]
 
 

@@ -69,14 +69,19 @@ def node_of(series: Series, node: int | str) -> str:
     return series.tags.get(str(node), "")
 
 
+def compiled(function: str, pattern: str) -> re.Pattern:
+    """A regular expression a function was given; TargetError naming the function if it is none."""
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise TargetError(f"{function}: bad regular expression {pattern!r}: {e}") from None
+
+
 def substituted(function: str, search: str, replace: str, names: Sequence[str]) -> list[str]:
     """Each name with the regular expression `search` replaced by `replace` (`\\1` for a group), as
     aliasSub, aliasQuery and useSeriesAbove make names; a bad expression or replacement is a
     one-line TargetError naming `function`."""
-    try:
-        pattern = re.compile(search)
-    except re.error as e:
-        raise TargetError(f"{function}: bad regular expression {search!r}: {e}") from None
+    pattern = compiled(function, search)
     try:
         return [pattern.sub(replace, name) for name in names]
     except (re.error, IndexError) as e:

@@ -60,7 +60,7 @@ class FunctionSpec:
     description: str = field(default="")
     evaluates: bool = False
     """Its call takes an `evaluator` too (context.Evaluator): it calls another function by name
-    (reduceSeries), or evaluates targets it makes (applyByNode, useSeriesAbove)."""
+    (reduceSeries), or evaluates targets it makes (applyByNode, useSeriesAbove, aliasQuery)."""
 
     def signature(self) -> str:
         """As graphite-web shows it: `summarize(seriesList, intervalString, func='sum', alignToFrom=False)`."""
