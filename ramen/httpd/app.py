@@ -22,7 +22,7 @@ from aiohttp import web
 
 from ramen import keyspace
 from ramen.clocks import SYSTEM_CLOCK, Clock
-from ramen.httpd import assets, buckets, dashboards, metrics, render, target
+from ramen.httpd import assets, buckets, dashboards, metrics, render, tagdb, target
 from ramen.httpd import functions as graphite_functions
 from ramen.httpd.auth import Credentials, addressed_to_loopback
 from ramen.httpd.cache import DEFAULT_MAX_BYTES, ResultCache
@@ -60,7 +60,7 @@ class BadRequest(ValueError):
     """A request httpd cannot answer as asked: 400 with this one line."""
 
 
-USER_ERRORS = (BadRequest, PathError, TimeError, target.TargetError, FetchError)
+USER_ERRORS = (BadRequest, PathError, TimeError, target.TargetError, tagdb.TagRequestError, FetchError)
 """What a request is answered in one line (400, or 502 for a failed replay); anything else is a bug."""
 
 
@@ -221,9 +221,9 @@ async def version(request: web.Request) -> web.Response:
     return web.Response(text=GRAPHITE_VERSION)
 
 
-async def empty_list(request: web.Request) -> web.Response:
-    """/tags/... and /events/get_data: ramen has neither tags nor events; Grafana asks (its query
-    editor, an annotation query on a Graphite data source), and takes an empty answer."""
+async def no_events(request: web.Request) -> web.Response:
+    """/events/get_data: ramen keeps no events; Grafana asks (an annotation query on a Graphite data
+    source), and takes an empty answer."""
     return web.json_response([])
 
 
@@ -354,10 +354,12 @@ async def _fetch(httpd: Httpd, programs: dict[str, Program], tree: MetricTree, w
                   metrics_before + len(metrics), "series", httpd.limits)
     by_path = {}
     for (name, since, until), function in needed.items():
-        drawn = [(m.factor_values, m.field, m.path) for (_, a, b), m in metrics.items()
-                 if (m.function, a, b) == (name, since, until)]
-        by_path.update(((s.name, since, until), s) for s in buckets.to_series(
-            function, joined[name, since, until], drawn, since, until))
+        drawn = [m for (_, a, b), m in metrics.items() if (m.function, a, b) == (name, since, until)]
+        for metric, series in zip(drawn, buckets.to_series(function, joined[name, since, until], [
+                (m.factor_values, m.field, m.path) for m in drawn], since, until)):
+            if metric.tags:  # named by a tag query
+                series.tags = dict(metric.tags)
+            by_path[series.name, since, until] = series
     return {key: [by_path[m.path, key[1], key[2]] for m in found] for key, found in expanded.items()}
 
 
@@ -500,8 +502,8 @@ def make_app(httpd: Httpd) -> web.Application:
     app.router.add_get("/functions", functions)
     app.router.add_get("/progress", progress)
     metrics.add_routes(app, client=httpd.client, site=httpd.site, stats=httpd.stats)
-    for path in ("/tags", "/tags/{rest:.*}", "/events/get_data"):
-        app.router.add_route("*", path, empty_list)
+    tagdb.add_routes(app, httpd.tree, httpd.pool)
+    app.router.add_route("*", "/events/get_data", no_events)
     assets.add_routes(app)
     dashboards.add_routes(app, httpd.client)
     app.on_cleanup.append(_close)

@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
+from ramen.httpd.tags import NAME_TAG, TagQuery, tagged_name, tags_of
 from ramen.program import Function, Program, Window
 from ramen.replay.summary import numeric_fields
 
@@ -40,6 +41,8 @@ class Metric:
     """Qualified `prog/func`."""
     factor_values: tuple[str, ...]
     field: str
+    tags: tuple[tuple[str, str], ...] = ()
+    """Named by a tag query (its path is then its tagged name): its tags (ramen.httpd.tags)."""
 
 
 @dataclass
@@ -216,7 +219,10 @@ class MetricTree:
         return [Node(path, leaf) for path, leaf in sorted(found.items())]
 
     def expand(self, pattern: str) -> list[Metric]:
-        """The metrics (leaves) the pattern names, sorted by path."""
+        """The metrics (leaves) the pattern, or a tag query, names, sorted by path."""
+        if isinstance(pattern, TagQuery):
+            return [Metric(tagged_name(tags), function.qualified_name, values, name, tuple(sorted(tags.items())))
+                    for tags, function, values, name in self.tagged(pattern)]
         metrics = {}
         for names, function in self._matches(split_path(pattern)):
             if len(names) == _leaf_depth(function):
@@ -224,9 +230,30 @@ class MetricTree:
                 metrics[path] = Metric(path, function.qualified_name, names[2:-1], names[-1])
         return [metrics[p] for p in sorted(metrics)]
 
+    def tagged(self, query: TagQuery | None = None
+               ) -> list[tuple[dict[str, str], Function, tuple[str, ...], str]]:
+        """The tagged series (every one, or those `query` names) as (tags, function, factor values,
+        field), sorted by tagged name; factor values are asked only of the functions a query may
+        name by their other tags."""
+        found = []
+        for function in self.functions:
+            for name in numeric_fields(function):
+                metric = f"{function.program}.{function.name}.{name}"
+                if query is not None and not query.may_match({NAME_TAG: metric}, function.factors):
+                    continue
+                for values in self._factor_values(function) if function.factors else [()]:
+                    tags = tags_of(metric, function.factors, values)
+                    if query is None or query.matches(tags):
+                        found.append((tags, function, values, name))
+        return sorted(found, key=lambda each: tagged_name(each[0]))
+
     def functions_matching(self, pattern: str) -> list[Function]:
         """The functions whose leaves the pattern may name: program and function segments match,
-        and the pattern is as deep as their leaves."""
+        and the pattern is as deep as their leaves; or whose series a tag query may name."""
+        if isinstance(pattern, TagQuery):
+            return [f for f in self.functions
+                    if any(pattern.may_match({NAME_TAG: f"{f.program}.{f.name}.{name}"}, f.factors)
+                           for name in numeric_fields(f))]
         segments = split_path(pattern)
         if len(segments) < 3:
             return []

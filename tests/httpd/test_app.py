@@ -37,13 +37,25 @@ async def serve(conf, **options) -> TestClient:
 
 
 @sync
-async def test_graphite_version_and_empty_tags_and_events(client):
+async def test_graphite_version_no_events_and_tags_of_no_program(client):
     http = await serve(client)
     try:
         assert await (await http.get("/version")).text() == GRAPHITE_VERSION
-        assert await (await http.get("/tags/autoComplete/tags")).json() == []
         assert await (await http.get("/events/get_data?from=-1h&until=now&tags=deploy")).json() == []
         assert await (await http.get("/progress?requestId=nope")).json() == {"state": "unknown"}
+        for path in ("/tags", "/tags/autoComplete/tags", "/tags/autoComplete/values?tag=name",
+                     "/tags/findSeries?expr=name=a.b.c"):
+            assert await (await http.get(path)).json() == [], path
+        assert await (await http.get("/tags/host")).json() is None  # as graphite-web answers of no such tag
+        for method, path, reason in (
+                ("GET", "/tags/findSeries", "a tag query needs at least one expression"),
+                ("GET", "/tags/findSeries?expr=host!=a", "no expression of 'host!=a' needs a value"),
+                ("GET", "/tags/autoComplete/values", "autoComplete/values: a tag is needed"),
+                ("GET", "/tags?limit=ten", "limit must be a whole number, not 'ten'"),
+                ("POST", "/tags/tagSeries?path=a.b;c=d", "ramen's tags are its functions' names and factors"),
+                ("POST", "/tags/delSeries", "cannot be set or deleted")):
+            answer = await http.request(method, path)
+            assert answer.status == 400 and reason in await answer.text(), path
     finally:
         await http.close()
 

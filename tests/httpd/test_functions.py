@@ -7,6 +7,7 @@ import datetime
 import math
 import os
 import time
+import types
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from ramen.httpd.functions import (AGGREGATIONS, FUNCTIONS, Context, FetchesNeeded, describe_functions, evaluate,
                                   evaluate_all, fetches, parse_interval_s)
 from ramen.httpd.series import Series
+from ramen.httpd.tags import tagged_name
 from ramen.httpd.target import Literal, TargetError, parse as parse_target
 from tests.httpd.graphite_web import graphite_modules
 
@@ -51,7 +53,16 @@ def fetched():
         "x.a.total": [series("x.a.total", [4, 0])],
         "x.b.total": [series("x.b.total", [6, 6])],
         "x.*.total": [series("x.a.total", [4, 0]), series("x.b.total", [6, 6])],
+        # tagged series, as a tag query names them
+        "seriesByTag('name=~t')": [tagged("t.bytes", [1, 2, NAN, 4, 5, 6], host="a", dc="w"),
+                                   tagged("t.bytes", [3, 4, 5, NAN, 7, 8], host="b", dc="w"),
+                                   tagged("t.pkts", [5, NAN, 1, 1, 2, 3], host="a", dc="e")],
     }
+
+
+def tagged(name, values, **tags):
+    tags["name"] = name
+    return series(tagged_name(tags), values, tags=tags)
 
 
 class at(dict):
@@ -1023,6 +1034,13 @@ CROSS_CHECKS = [
     *((f"reduceSeries(mapSeries(prog.func.*.bytes, 1), '{func}', 2, 'h1', 'h2')",
        lambda f, d, func=func: f.reduceSeries({}, f.mapSeries({}, d["prog.func.*.bytes"], 1), func, 2, "h1", "h2"))
       for func in ("sumSeries", "divideSeries", "asPercent", "diffSeries")),
+    *((f"groupByTags(seriesByTag('name=~t'), '{callback}', {', '.join(map(repr, tags))})",
+       lambda f, d, callback=callback, tags=tags: f.groupByTags({}, d["seriesByTag('name=~t')"], callback, *tags))
+      for callback, tags in (("sum", ("dc",)), ("average", ("name",)), ("sumSeries", ("host", "dc")),
+                             ("max", ("name", "host")))),
+    ("aliasByTags(seriesByTag('name=~t'), 'host', 'name')",
+     lambda f, d: f.aliasByTags({}, d["seriesByTag('name=~t')"], "host", "name")),
+    ("sumSeries(seriesByTag('name=~t'))", lambda f, d: f.sumSeries({}, d["seriesByTag('name=~t')"])),
     *((target, lambda f, d, args=args: f.applyByNode({}, d["x.*.used"], *args)) for target, args in (
         ("applyByNode(x.*.used, 1, 'divideSeries(%.used, %.total)')", (1, "divideSeries(%.used, %.total)")),
         ("applyByNode(x.*.used, 1, 'asPercent(%.used, sumSeries(x.*.used))', '%.share')",
@@ -1054,8 +1072,11 @@ def test_same_names_times_and_values_as_graphite_web(graphite, monkeypatch, targ
         for s in found:
             s.pathExpression = path
     # graphite-web's evaluateTarget fetching from the same data (applyByNode's, useSeriesAbove's targets)
-    evaluator, = graphite_modules("graphite.render.evaluator")
+    evaluator, tag_utils = graphite_modules("graphite.render.evaluator", "graphite.tags.utils")
     monkeypatch.setattr(evaluator, "prefetchData", lambda context, paths: None)
+    # groupByTags' tag database: only its parse of tagged names
+    monkeypatch.setattr(functions, "STORE", types.SimpleNamespace(
+        tagdb=types.SimpleNamespace(parse=tag_utils.TaggedSeries.parse)))
     monkeypatch.setattr(evaluator, "fetchData", lambda context, path: copy.deepcopy(converted[path]))
     expected = theirs(functions, converted)
     assert [s.name for s in ours] == [s.name for s in expected]

@@ -13,6 +13,7 @@ from ramen.httpd.functions.results import (fresh, named, node_of, path_expressio
                                           strictest_xfiles_factor)
 from ramen.httpd.functions.transform import constant_line
 from ramen.httpd.series import Series, SeriesLists
+from ramen.httpd.tags import NAME_TAG, parse_tagged
 from ramen.httpd.target import TargetError
 
 
@@ -251,6 +252,24 @@ def group_by_nodes(context: Context, seriesList: list[Series], callback: str, no
     for s in seriesList:
         groups.setdefault(".".join(node_of(s, node) for node in nodes), []).append(s)
     return [s.copy(name=key) for key, members in groups.items() for s in aggregate(context, members, callback)]
+
+
+def group_by_tags(context: Context, seriesList: list[Series], callback: str, tags: list[str]) -> list[Series]:
+    """The series grouped by the values of some tags (ramen's are `name` and a function's
+    factors: `groupByTags(seriesByTag('name=~demo.per_minute.*'), 'sum', 'host')`), each group
+    combined by `callback` into one series, named and tagged in Graphite's tagged form: the shared
+    `name` (else the callback's name), then the tags (`sum;host=h1`)."""
+    if not tags:
+        raise TargetError("groupByTags: no tags to group by")
+    names = {s.tags.get(NAME_TAG, s.name) for s in seriesList}
+    name = names.pop() if len(names) == 1 else callback
+    groups: dict[str, list[Series]] = {}
+    for s in seriesList:
+        head = s.tags.get(NAME_TAG, s.name) if NAME_TAG in tags else name
+        key = ";".join([head, *sorted(f"{tag}={s.tags.get(tag, '')}" for tag in tags if tag != NAME_TAG)])
+        groups.setdefault(key, []).append(s)
+    return [s.copy(name=key, path_expression=key, tags=parse_tagged(key))
+            for key, members in groups.items() for s in aggregate(context, members, callback)]
 
 
 def group_by_node(context: Context, seriesList: list[Series], nodeNum: int | str, callback: str = "average"

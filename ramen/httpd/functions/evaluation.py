@@ -11,6 +11,7 @@ from ramen.httpd.functions.forecasts import regression_source
 from ramen.httpd.functions.table import FUNCTIONS, FunctionSpec
 from ramen.httpd.functions.transform import time_shift_s
 from ramen.httpd.series import Series, SeriesLists
+from ramen.httpd.tags import TagError, TagQuery
 from ramen.httpd.target import Call, Literal, Node, PathExpr, TargetError, parse as parse_target
 from ramen.times import MAX_TIME_US, unit_start
 
@@ -30,6 +31,8 @@ def fetches(node: Node, context: Context) -> list[tuple[str, int, int]]:
         current, where = stack.pop()
         if isinstance(current, PathExpr):
             found.setdefault((current.text, where.from_s, where.until_s))
+        elif isinstance(current, Call) and current.name == SERIES_BY_TAG:
+            found.setdefault((tag_query(current), where.from_s, where.until_s))
         elif isinstance(current, Call):
             args, kwargs = _scoped_args(current, where)
             scoped = [*args, *((arg, scope) for _, arg, scope in kwargs)]
@@ -175,12 +178,14 @@ def _series_arg(node: Call) -> Node | None:
 
 
 def _paths(node: Node | None) -> list[str]:
-    """The path expressions under a node."""
+    """The path expressions (and tag queries) under a node."""
     found, stack = [], [node]
     while stack:
         current = stack.pop()
         if isinstance(current, PathExpr):
             found.append(current.text)
+        elif isinstance(current, Call) and current.name == SERIES_BY_TAG:
+            found.append(tag_query(current))
         elif isinstance(current, Call):
             stack.extend([*current.args, *(arg for _, arg in current.kwargs)])
     return found
@@ -226,9 +231,10 @@ def evaluate(node: Node, fetched: Fetched, context: Context) -> list[Series]:
 def _value(node: Node, fetched: Fetched, context: Context) -> object:
     if isinstance(node, Literal):
         return node.value
-    if isinstance(node, PathExpr):
-        return [s.copy(path_expression=node.text, xfiles_factor=context.xfiles_factor)
-                for s in fetched.get((node.text, context.from_s, context.until_s), [])]
+    if isinstance(node, PathExpr) or node.name == SERIES_BY_TAG:  # fetched, as graphite-web's evaluator has it
+        expression = node.text if isinstance(node, PathExpr) else tag_query(node)
+        return [s.copy(path_expression=expression, xfiles_factor=context.xfiles_factor)
+                for s in fetched.get((expression, context.from_s, context.until_s), [])]
     spec = FUNCTIONS.get(node.name)
     if spec is None:
         raise TargetError(f"unknown function {node.name!r}")
@@ -274,6 +280,21 @@ class _Evaluator:
         if wanted:
             raise FetchesNeeded(list(wanted))
         return [evaluate(node, self.fetched, self.context) for node in nodes]
+
+
+SERIES_BY_TAG = "seriesByTag"
+
+
+def tag_query(node: Call) -> TagQuery:
+    """A seriesByTag call's expressions; TargetError unless they are strings that make a query."""
+    if node.kwargs:
+        raise TargetError(f"{SERIES_BY_TAG}: takes its tag expressions by position, not by name")
+    values = [arg.value if isinstance(arg, Literal) else [] for arg in node.args]
+    FUNCTIONS[SERIES_BY_TAG].bind(values, {})  # strings, at least one
+    try:
+        return TagQuery(values)
+    except TagError as e:
+        raise TargetError(f"{SERIES_BY_TAG}: {e}") from None
 
 
 def _scoped_value(node: Node, fetched: Fetched, scope: Scope) -> object:
