@@ -86,12 +86,13 @@ class TagExpression:
 
 class TagQuery(str):
     """The expressions of a `seriesByTag` call, as the path expression its series come from: a
-    str (`seriesByTag('name=a.b', 'host=~h1')`, as Grafana's editor writes the call), so that it
-    keys a render's fetches beside path expressions and names what functions make of them."""
+    str, the call as written (graphite-web's; a graphite-web federating ramen files the series it
+    gets by it) or else as Grafana's editor writes it (`seriesByTag('name=a.b', 'host=~h1')`), so
+    that it keys a render's fetches beside path expressions and names what functions make of them."""
 
     expressions: tuple[TagExpression, ...]
 
-    def __new__(cls, texts: Sequence[str]) -> TagQuery:
+    def __new__(cls, texts: Sequence[str], written: str = "") -> TagQuery:
         if not texts:
             raise TagError("a tag query needs at least one expression, such as 'name=prog.func.field'")
         expressions = tuple(TagExpression.parse(text) for text in texts)
@@ -99,7 +100,7 @@ class TagQuery(str):
             raise TagError(f"no expression of {', '.join(map(repr, texts))} needs a value: at least one must "
                            "(such as 'name=prog.func.field')")
         quoted = (f'"{e.text}"' if "'" in e.text else f"'{e.text}'" for e in expressions)
-        query = super().__new__(cls, f"seriesByTag({', '.join(quoted)})")
+        query = super().__new__(cls, written or f"seriesByTag({', '.join(quoted)})")
         query.expressions = expressions
         return query
 

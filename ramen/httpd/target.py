@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 __all__ = ["Call", "Literal", "Node", "PathExpr", "TargetError", "parse"]
 
@@ -58,6 +58,9 @@ class Call:
     args: tuple[Node, ...] = ()
     kwargs: tuple[tuple[str, Node], ...] = ()
     """(name, value) pairs in the order written: a tuple so a Call stays hashable (a cache key)."""
+    text: str = field(default="", compare=False)
+    """The call as written in the target ('' for one a pipe made): graphite-web's `raw`, which
+    seriesByTag's series carry as their path expression."""
 
 
 Node = PathExpr | Literal | Call
@@ -170,7 +173,7 @@ class _Parser:
             self.too_deep()
         call = self.arguments(name.group())
         self.nesting -= 1
-        return call
+        return replace(call, text=self.text[start:self.pos])
 
     def arguments(self, name: str) -> Call:
         """What follows a call's "(": its arguments, through the ")"."""

@@ -713,6 +713,15 @@ def test_targets_made_at_evaluation_are_fetched_in_a_round_of_their_own_over_the
     assert evaluate_all([parse("useSeriesAbove(x.*.used, 5, 'used', 'free')")], used, context) == []
 
 
+def test_a_tag_query_is_fetched_as_a_path_and_its_series_keep_their_tags():
+    found = run("seriesByTag('name=~t')")
+    assert [(s.name, s.tags["host"]) for s in found] == [("t.bytes;dc=w;host=a", "a"), ("t.bytes;dc=w;host=b", "b"),
+                                                          ("t.pkts;dc=e;host=a", "a")]
+    # a plain str (a graphite-web unpickles it), the call as written
+    assert {type(s.path_expression) for s in found} == {str} and found[0].path_expression == "seriesByTag('name=~t')"
+    assert fetches(parse("sumSeries(seriesByTag( 'name=~t' ))"), CONTEXT) == [("seriesByTag( 'name=~t' )", 0, 60)]
+
+
 def test_events_are_a_null_series_each_second_since_ramen_keeps_none():
     [events] = run('events("deploy", "db")')
     assert (events.name, events.start, events.step, events.consolidate) == ('events("deploy", "db")', 0, 1, "sum")

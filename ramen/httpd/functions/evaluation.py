@@ -233,7 +233,7 @@ def _value(node: Node, fetched: Fetched, context: Context) -> object:
         return node.value
     if isinstance(node, PathExpr) or node.name == SERIES_BY_TAG:  # fetched, as graphite-web's evaluator has it
         expression = node.text if isinstance(node, PathExpr) else tag_query(node)
-        return [s.copy(path_expression=expression, xfiles_factor=context.xfiles_factor)
+        return [s.copy(path_expression=str(expression), xfiles_factor=context.xfiles_factor)  # a str, to pickle
                 for s in fetched.get((expression, context.from_s, context.until_s), [])]
     spec = FUNCTIONS.get(node.name)
     if spec is None:
@@ -292,7 +292,7 @@ def tag_query(node: Call) -> TagQuery:
     values = [arg.value if isinstance(arg, Literal) else [] for arg in node.args]
     FUNCTIONS[SERIES_BY_TAG].bind(values, {})  # strings, at least one
     try:
-        return TagQuery(values)
+        return TagQuery(values, node.text)
     except TagError as e:
         raise TargetError(f"{SERIES_BY_TAG}: {e}") from None
 

@@ -67,3 +67,20 @@ def test_graphite_web_charts_what_ramen_replay_prints(dashboard_site, graphite_w
     [total] = get(web.url, "/render", target="sumSeries(web.per_minute.*.bytes)", format="json",
                   **{"from": since, "until": until})
     assert charted(total) == {ts: sum(expected[h][ts] for h in HOST_NAMES) for ts in expected[HOST_NAMES[0]]}
+
+
+def test_graphite_web_completes_ramens_tags_and_charts_its_tagged_series(dashboard_site, graphite_web):  # noqa: F811
+    web = graphite_web([cluster_server(dashboard_site.url)])
+    assert get(web.url, "/tags/autoComplete/tags", expr="name=web.per_minute.bytes") == ["host"]
+    assert get(web.url, "/tags/autoComplete/values", tag="host", expr="name=web.per_minute.bytes") == HOST_NAMES
+    since, until = minute_range(6, 4)
+    expected = dashboard_site.per_minute_by_host(since, until)
+    two = HOST_NAMES[:2]
+    # graphite-web sends the call as written, and files the series it gets back by it
+    query = f"seriesByTag('name=web.per_minute.bytes','host=~^({'|'.join(two)})$')"
+    found = get(web.url, "/render", target=query, format="json", **{"from": since, "until": until})
+    assert [(series["target"], series["tags"]) for series in found] == [
+        (f"web.per_minute.bytes;host={h}", {"name": "web.per_minute.bytes", "host": h}) for h in two]
+    assert [charted(series) for series in found] == [expected[h] for h in two]
+    [total] = get(web.url, "/render", target=f"sumSeries({query})", format="json", **{"from": since, "until": until})
+    assert charted(total) == {ts: sum(expected[h][ts] for h in two) for ts in expected[two[0]]}
