@@ -7,7 +7,8 @@ fields (not the event time, not a factor) are the leaves. A value that would bre
 Graphite impersonation does: `net.traffic."10.0.0.1".bytes`.
 
 Globs follow Graphite at every level: `*` and `?`, `[a-z]` classes, `{a,b}` alternatives.
-Matching is per level, so `net.*.bytes` never crosses a dot.
+Matching is per level, so `net.*.bytes` never crosses a dot. A tag query (ramen.httpd.tags) names
+the same leaves by their tags instead.
 """
 
 from __future__ import annotations
