@@ -37,16 +37,17 @@ async def serve(conf, **options) -> TestClient:
 
 
 @sync
-async def test_graphite_version_no_events_and_tags_of_no_program(client):
+async def test_graphite_version_no_events_and_tags_of_no_such_series(client):
+    """The confserver is the suite's: other tests' programs may be loaded."""
     http = await serve(client)
     try:
         assert await (await http.get("/version")).text() == GRAPHITE_VERSION
         assert await (await http.get("/events/get_data?from=-1h&until=now&tags=deploy")).json() == []
         assert await (await http.get("/progress?requestId=nope")).json() == {"state": "unknown"}
-        for path in ("/tags", "/tags/autoComplete/tags", "/tags/autoComplete/values?tag=name",
-                     "/tags/findSeries?expr=name=a.b.c"):
+        for path in ("/tags/autoComplete/tags?expr=name=no.such.series", "/tags/autoComplete/values?tag=no_such_tag",
+                     "/tags/findSeries?expr=name=no.such.series", "/tags?filter=no_such_tag"):
             assert await (await http.get(path)).json() == [], path
-        assert await (await http.get("/tags/host")).json() is None  # as graphite-web answers of no such tag
+        assert await (await http.get("/tags/no_such_tag")).json() is None  # as graphite-web answers
         for method, path, reason in (
                 ("GET", "/tags/findSeries", "a tag query needs at least one expression"),
                 ("GET", "/tags/findSeries?expr=host!=a", "no expression of 'host!=a' needs a value"),
