@@ -74,7 +74,7 @@ def alias_by_metric(context: Context, seriesList: list[Series]) -> list[Series]:
 
 
 def alias_by_tags(context: Context, seriesList: list[Series], tags: list[int | str]) -> list[Series]:
-    """aliasByNode by tag names (ramen's series have one: `name`) or path elements."""
+    """aliasByNode by tag names (`name`; a tag query's series have their factors too) or path elements."""
     return alias_by_node(context, seriesList, tags)
 
 
