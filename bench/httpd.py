@@ -68,7 +68,9 @@ PANELS = [  # 20 panels over the three functions of one source, as a dashboard w
 GOAL_PANELS_FACTOR = 1.3
 GOAL_REFRESH_BYTES = 0.05
 GOAL_P50_S = 1.0
-DEFAULT_RUNS = 3
+DEFAULT_RUNS = 5
+"""Alternating runs of one panel and of the dashboard: the ratio of their medians, over runs a drift
+of the machine's speed moves by +-0.1x one by one."""
 DEFAULT_REFRESH_AFTER_S = 10.0
 DEFAULT_LATENCY_RENDERS = 20
 LATENCY_PERIOD_S = 1.0
