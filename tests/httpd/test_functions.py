@@ -47,7 +47,7 @@ def fetched():
         "prog.counter.n": [series("prog.counter.n", [1, 3, 2, NAN, 10, 15])],
         "prog.wrap.n": [series("prog.wrap.n", [1, 9, 2, 0, 11, 13])],
         "nothing.*": [],
-        # what applyByNode's and useSeriesAbove's targets name
+        # what applyByNode's, useSeriesAbove's and aliasQuery's targets name
         "x.a.used": [series("x.a.used", [1, 2])],
         "x.b.used": [series("x.b.used", [3, NAN])],
         "x.a.total": [series("x.a.total", [4, 0])],
