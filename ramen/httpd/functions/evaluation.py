@@ -29,10 +29,9 @@ def fetches(node: Node, context: Context) -> list[tuple[str, int, int]]:
     stack = [(node, context)]
     while stack:
         current, where = stack.pop()
-        if isinstance(current, PathExpr):
-            found.setdefault((current.text, where.from_s, where.until_s))
-        elif isinstance(current, Call) and current.name == SERIES_BY_TAG:
-            found.setdefault((tag_query(current), where.from_s, where.until_s))
+        expression = _fetched_expression(current)
+        if expression is not None:
+            found.setdefault((expression, where.from_s, where.until_s))
         elif isinstance(current, Call):
             args, kwargs = _scoped_args(current, where)
             scoped = [*args, *((arg, scope) for _, arg, scope in kwargs)]
@@ -182,10 +181,9 @@ def _paths(node: Node | None) -> list[str]:
     found, stack = [], [node]
     while stack:
         current = stack.pop()
-        if isinstance(current, PathExpr):
-            found.append(current.text)
-        elif isinstance(current, Call) and current.name == SERIES_BY_TAG:
-            found.append(tag_query(current))
+        expression = _fetched_expression(current)
+        if expression is not None:
+            found.append(expression)
         elif isinstance(current, Call):
             stack.extend([*current.args, *(arg for _, arg in current.kwargs)])
     return found
@@ -231,8 +229,8 @@ def evaluate(node: Node, fetched: Fetched, context: Context) -> list[Series]:
 def _value(node: Node, fetched: Fetched, context: Context) -> object:
     if isinstance(node, Literal):
         return node.value
-    if isinstance(node, PathExpr) or node.name == SERIES_BY_TAG:  # fetched, as graphite-web's evaluator has it
-        expression = node.text if isinstance(node, PathExpr) else tag_query(node)
+    expression = _fetched_expression(node)
+    if expression is not None:
         return [s.copy(path_expression=str(expression), xfiles_factor=context.xfiles_factor)  # a str, to pickle
                 for s in fetched.get((expression, context.from_s, context.until_s), [])]
     spec = FUNCTIONS.get(node.name)
@@ -283,6 +281,16 @@ class _Evaluator:
 
 
 SERIES_BY_TAG = "seriesByTag"
+
+
+def _fetched_expression(node: Node | None) -> str | None:
+    """What a node has fetched, as graphite-web's evaluator fetches it: a path's expression, a
+    seriesByTag call's tag query; None for anything else."""
+    if isinstance(node, PathExpr):
+        return node.text
+    if isinstance(node, Call) and node.name == SERIES_BY_TAG:
+        return tag_query(node)
+    return None
 
 
 def tag_query(node: Call) -> TagQuery:
