@@ -299,9 +299,10 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
         # (path expression, from_s, until_s): a timeShift moves a range, a moving window reaches back
         wanted = sorted({w for node in nodes for w in graphite_functions.fetches(node, context)})
         series_of: graphite_functions.Fetched = {}
+        tables: dict[tuple[str, int, int], pa.Table] = {}  # (function, from_s, until_s) -> its buckets, every round's
         for _ in range(MAX_FETCH_ROUNDS):
             earlier = [s for found in series_of.values() for s in found]
-            series_of.update(await _fetch(httpd, programs, tree, wanted, since_s, until_s, progress, no_cache,
+            series_of.update(await _fetch(httpd, programs, tree, wanted, since_s, until_s, progress, no_cache, tables,
                                           len(earlier), sum(len(s.values) for s in earlier)))
             try:
                 # On the pool: a moving median over a long range takes seconds the loop owes other requests.
@@ -321,12 +322,15 @@ MAX_FETCH_ROUNDS = 3
 
 
 async def _fetch(httpd: Httpd, programs: dict[str, Program], tree: MetricTree, wanted: list[tuple[str, int, int]],
-                 since_s: int, until_s: int, progress: Progress, no_cache: bool, metrics_before: int,
-                 points_before: int) -> graphite_functions.Fetched:
+                 since_s: int, until_s: int, progress: Progress, no_cache: bool,
+                 tables: dict[tuple[str, int, int], pa.Table], metrics_before: int, points_before: int
+                 ) -> graphite_functions.Fetched:
     """The series each (path expression, from_s, until_s) matches, its functions fetched at once in
     pieces: the part within the render's range as every render of that range fetches it (a
-    dashboard's panels share its replay), the rest (a moving window's reach) apart. The render's
-    limits count the series and points of its earlier rounds too."""
+    dashboard's panels share its replay), the rest (a moving window's reach) apart. `tables` holds
+    the pieces earlier rounds fetched (a made target's paths are mostly of the same functions, over
+    the same ranges), and gets this round's. The render's limits count the series and points of its
+    earlier rounds too."""
     loop = asyncio.get_running_loop()
     needed = {(f.qualified_name, since, until): f for e, since, until in wanted for f in tree.functions_matching(e)}
     pieces = {key: pieces_of(buckets.step_s(f), key[1], key[2], since_s, until_s) for key, f in needed.items()}
@@ -336,9 +340,10 @@ async def _fetch(httpd: Httpd, programs: dict[str, Program], tree: MetricTree, w
     # Every piece at once (a pool job each: their replays meet in the merge delay); a glob over
     # factor values then matches the values these hold, so a render never needs the archive's
     # newest hour (completion's factor values) on top of its own range.
-    tables = dict(zip(fetched, await asyncio.gather(*(
-        loop.run_in_executor(httpd.pool, httpd.buckets_of, programs, f, since, until, progress, no_cache)
-        for (_, since, until), f in fetched.items()))))
+    missing = [key for key in fetched if key not in tables]
+    tables.update(zip(missing, await asyncio.gather(*(
+        loop.run_in_executor(httpd.pool, httpd.buckets_of, programs, fetched[key], key[1], key[2], progress, no_cache)
+        for key in missing))))
     joined = {key: _joined(f, [tables[(key[0], *piece)] for piece in pieces[key]]) for key, f in needed.items()}
     expanded = {}  # (path expression, from_s, until_s) -> the metrics it names there
     for since, until in {(since, until) for _, since, until in wanted}:

@@ -154,8 +154,10 @@ def test_targets_that_functions_make_are_fetched_in_a_round_of_their_own(dashboa
     total = {m: sum(expected[h][m] for h in HOST_NAMES) for m in minutes}
     template = "asPercent(%.bytes, sumSeries(web.per_minute.*.bytes))"
     shares = dashboard_site.json("/render", target=f"applyByNode(web.per_minute.*.bytes, 2, '{template}', '%.share')",
-                                 **{"from": str(since), "until": str(until)})
+                                 noCache="1", requestId="made", **{"from": str(since), "until": str(until)})
     assert [s["target"] for s in shares] == [f"web.per_minute.{h}.share" for h in HOST_NAMES]
+    # the second round's paths are of the function and range the first fetched: no replay more
+    assert dashboard_site.json("/progress", requestId="made")["replays"] == 1
     for share, host in zip(shares, HOST_NAMES):
         assert share["datapoints"] == [[pytest.approx(expected[host][m] / total[m] * 100), m] for m in minutes]
     # the hosts busiest at some minute, charted by another function (its series fetched in the second round)
