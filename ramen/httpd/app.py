@@ -30,6 +30,7 @@ from ramen.httpd.factors import FactorValues
 from ramen.httpd.fetch import FetchError, Fetcher, Progress
 from ramen.httpd.metrics import HttpdStats
 from ramen.httpd.names import MetricTree, PathError
+from ramen.httpd.params import one, params
 from ramen.httpd.series import DEFAULT_XFILES_FACTOR, Series
 from ramen.program import Function, Program, ProgramError
 from ramen.replay.contract import DEFAULT_REPLAY_TIMEOUT_S
@@ -146,24 +147,6 @@ class Httpd:
 # -- request helpers ---------------------------------------------------------------------------------
 
 HTTPD = web.AppKey("httpd", Httpd)
-
-
-async def params(request: web.Request) -> dict[str, list[str]]:
-    """Query and form parameters together (Grafana POSTs a form), each name with all its values."""
-    out: dict[str, list[str]] = {}
-    for key, value in request.query.items():
-        out.setdefault(key, []).append(value)
-    if request.method == "POST" and request.content_type in ("application/x-www-form-urlencoded",
-                                                             "multipart/form-data"):
-        for key, value in (await request.post()).items():
-            if isinstance(value, str):
-                out.setdefault(key, []).append(value)
-    return out
-
-
-def one(values: dict[str, list[str]], name: str, default: str | None = None) -> str | None:
-    found = values.get(name)
-    return found[-1] if found else default
 
 
 def time_range(values: dict[str, list[str]], httpd: Httpd) -> tuple[int, int, int]:

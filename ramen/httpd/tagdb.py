@@ -16,6 +16,7 @@ from concurrent.futures import Executor
 from aiohttp import web
 
 from ramen.httpd.names import MetricTree
+from ramen.httpd.params import one, params
 from ramen.httpd.tags import TagError, TagQuery, tagged_name
 
 AUTOCOMPLETE_LIMIT = 100
@@ -31,16 +32,13 @@ def add_routes(app: web.Application, tree: Callable[[], MetricTree], pool: Execu
     replay of the archives' newest hour)."""
 
     async def on_pool(request: web.Request, answer: Callable[[MetricTree, dict], object]) -> web.Response:
-        values = {key: request.query.getall(key) for key in request.query}
-        if request.method == "POST" and request.content_type == "application/x-www-form-urlencoded":
-            for key, value in (await request.post()).items():
-                values.setdefault(key, []).append(str(value))
+        values = await params(request)
         loop = asyncio.get_running_loop()
         return web.json_response(await loop.run_in_executor(pool, lambda: answer(tree(), values)))
 
     async def tag_list(request: web.Request) -> web.Response:
         return await on_pool(request, lambda t, v: [{"tag": tag} for tag in _limited(sorted(
-            _filtered(_counts(t), _one(v, "filter"))), v)])
+            _filtered(_counts(t), one(v, "filter"))), v)])
 
     async def tag_details(request: web.Request) -> web.Response:
         tag = request.match_info["tag"]
@@ -67,11 +65,6 @@ def add_routes(app: web.Application, tree: Callable[[], MetricTree], pool: Execu
         app.router.add_route("POST", path, handler)
 
 
-def _one(values: dict[str, list[str]], name: str) -> str | None:
-    found = values.get(name)
-    return found[-1] if found else None
-
-
 def _exprs(values: dict[str, list[str]]) -> list[str]:
     """Graphite takes `expr` repeated, or `expr[]` as jQuery writes lists."""
     return values.get("expr") or values.get("expr[]") or []
@@ -85,7 +78,7 @@ def _query(exprs: list[str]) -> TagQuery:
 
 
 def _limited(items: list, values: dict[str, list[str]], default: int | None = None) -> list:
-    text = _one(values, "limit")
+    text = one(values, "limit")
     if text is None:
         return items if default is None else items[:default]
     try:
@@ -117,13 +110,13 @@ def _details(tree: MetricTree, tag: str, values: dict[str, list[str]]) -> dict |
     counts = _counts(tree, tag)
     if not counts:
         return None  # as graphite-web answers of a tag no series has
-    kept = _limited(sorted(_filtered(counts, _one(values, "filter"))), values)
+    kept = _limited(sorted(_filtered(counts, one(values, "filter"))), values)
     return {"tag": tag, "values": [{"value": value, "count": counts[value]} for value in kept]}
 
 
 def _complete_tags(tree: MetricTree, values: dict[str, list[str]]) -> list[str]:
     """The tags of the series the expressions name (those they ask about left out), or all."""
-    exprs, prefix = _exprs(values), _one(values, "tagPrefix") or ""
+    exprs, prefix = _exprs(values), one(values, "tagPrefix") or ""
     if exprs:
         query = _query(exprs)
         asked = {e.tag for e in query.expressions}
@@ -135,7 +128,7 @@ def _complete_tags(tree: MetricTree, values: dict[str, list[str]]) -> list[str]:
 
 def _complete_values(tree: MetricTree, values: dict[str, list[str]]) -> list[str]:
     """The values of `tag` among the series the expressions name, or among all."""
-    tag, prefix = _one(values, "tag"), _one(values, "valuePrefix") or ""
+    tag, prefix = one(values, "tag"), one(values, "valuePrefix") or ""
     if not tag:
         raise TagRequestError("autoComplete/values: a tag is needed, such as tag=name")
     exprs = _exprs(values)
