@@ -238,4 +238,4 @@ class HeavyDispatch:
         pass
 
     def close(self) -> None:
-        pass
+        self.executor.close()

@@ -39,7 +39,7 @@ from ramen.program.model import Function
 from ramen.spark import contract
 from ramen.spark.contract import SparkServer
 from ramen.spark.frames import for_spark, utc_schema, view_name
-from ramen.spark.session import SparkUnavailable, connect, is_unavailable, spark_reason
+from ramen.spark.session import SparkUnavailable, close, connect, is_unavailable, reachable, spark_reason
 from ramen.spark.staging import StagingError, StagingStore
 from ramen.spark.upload import upload
 from ramen.spark.watch import JobWatch
@@ -185,7 +185,7 @@ class SparkExecutor:
                                    "interrupted (no executor left to run it, or a broken driver: see Spark's "
                                    "logs)") from None
             if is_unavailable(e, self._server.remote):
-                self._spark = self._server = None
+                self._drop_session(release=False)
                 raise SparkUnavailable(spark_reason(e)) from None
             raise ComputeError(f"{name}: Spark SQL failed: {spark_reason(e)}") from None
         finally:
@@ -215,6 +215,16 @@ class SparkExecutor:
                 self._spark.interruptAll()
             except Exception as e:  # noqa: BLE001 - the job's own call then reports what is wrong
                 log.warning("%s: interrupting the Spark job failed: %s", self.function.qualified_name, e)
+
+    def close(self) -> None:
+        """The worker stops: its session is released, so that the server forgets its views now
+        (unless the server is gone: then releasing would retry for seconds, and its sessions are gone)."""
+        self._drop_session(release=self._server is not None and reachable(self._server.remote))
+
+    def _drop_session(self, *, release: bool) -> None:
+        spark, self._spark, self._server = self._spark, None, None
+        if spark is not None:
+            close(spark, release=release)
 
     def _find_server(self) -> SparkServer:
         self._server = find_server(self.client)

@@ -68,12 +68,13 @@ def check_spark_sql(client, program) -> None:
     """Spark analyses every Spark function's SQL against its parents' schemas (UserError if it
     refuses one). Asks `ramen start` for its local Spark (the `spark/wanted` key) if none is up."""
     from ramen.spark.check import SparkSqlError, check_program, spark_functions
-    from ramen.spark.session import SparkUnavailable, connect
+    from ramen.spark.session import SparkUnavailable, session
     if not spark_functions(program):
         return
     remote = _spark_remote(client)
     try:
-        check_program(connect(remote), program)
+        with session(remote) as spark:
+            check_program(spark, program)
     except SparkSqlError as e:
         raise UserError(str(e)) from None
     except SparkUnavailable as e:

@@ -6,6 +6,7 @@ and retry once it is back; a SQL error is the user's and is reported in one line
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -49,6 +50,7 @@ def connect(remote: str):
     from pyspark.sql.connect.client.retries import DefaultPolicy
     logging.getLogger(PYSPARK_QUERY_LOGGER).setLevel(logging.CRITICAL)  # it logs whole JVM stacks
     warnings.filterwarnings("ignore", message=r"\[RETRIES_EXCEEDED\]")  # we say it, in one line
+    session = None
     try:
         session = SparkSession.builder.remote(remote).create()
         session.client.set_retry_policies([DefaultPolicy(max_retries=CLIENT_RETRIES, max_backoff=CLIENT_MAX_BACKOFF_MS)])
@@ -56,7 +58,35 @@ def connect(remote: str):
         session.conf.set(SESSION_TIME_ZONE_CONF, UTC)
         return session
     except Exception as e:  # noqa: BLE001 - a bad URL is the user's; anything else means not there
+        if session is not None:
+            close(session, release=False)
         raise SparkUnavailable(f"{remote}: {one_line(e)}") from None
+
+
+def close(spark, *, release: bool = True) -> None:
+    """End a session. Released, the server forgets it at once (its views and their rows), not at
+    Spark Connect's idle timeout an hour later: a lazy heavy function starts a worker, and so a
+    session, for every replay of it. A session whose server is gone is not released (that call would
+    only retry for seconds); its channel is closed all the same, else pyspark calls the server once
+    more as the process exits."""
+    if release:
+        spark.stop()  # best effort: pyspark logs a failure and goes on
+    else:
+        spark.client.close()
+
+
+@contextlib.contextmanager
+def session(remote: str):
+    """A session for a few calls, closed on the way out (released unless the server went away)."""
+    spark = connect(remote)
+    gone = False
+    try:
+        yield spark
+    except BaseException as e:
+        gone = isinstance(e, SparkUnavailable) or is_unavailable(e, remote)
+        raise
+    finally:
+        close(spark, release=not gone)
 
 
 def is_unavailable(error: BaseException, remote: str | None = None) -> bool:

@@ -11,7 +11,7 @@ import pytest
 from ramen import keyspace
 from ramen.replay.client import Replay
 from ramen.spark.frames import for_spark
-from ramen.spark.session import connect
+from ramen.spark.session import session
 from tests.e2e.test_replay import BACKFILL_MIN, RATE, Stack, minute_range, per_minute_by_pyarrow
 from tests.waiting import wait_for
 
@@ -68,11 +68,11 @@ def test_a_heavy_replay_matches_spark_over_the_raw_replay_and_pyarrow(stack, spa
     since, until = minute_range(8, 4)
     traffic = stack.replay_table("hv/traffic", since, until)
     assert traffic.num_rows == 4 * 60 * RATE
-    spark = connect(spark_remote)
-    spark.createDataFrame(for_spark(traffic.cast(pa.schema([("ts", pa.timestamp("us")), ("host", pa.string()),
-                                                             ("bytes", pa.int64())])))
-                          ).createOrReplaceTempView("traffic")
-    by_spark = sorted_rows(spark.sql(SQL).toArrow())
+    with session(spark_remote) as spark:
+        spark.createDataFrame(for_spark(traffic.cast(pa.schema([("ts", pa.timestamp("us")), ("host", pa.string()),
+                                                                 ("bytes", pa.int64())])))
+                              ).createOrReplaceTempView("traffic")
+        by_spark = sorted_rows(spark.sql(SQL).toArrow())
     by_pyarrow = per_minute_by_pyarrow(traffic)
     got = sorted_rows(stack.replay_table("hv/per_minute", since, until))
     assert got.num_rows == 4 * 20

@@ -24,7 +24,7 @@ from ramen import paths
 from ramen.archive.coverage import archive_coverage
 from ramen.replay.client import Replay
 from ramen.spark.frames import for_spark
-from ramen.spark.session import connect
+from ramen.spark.session import session
 from ramen.spark.upload import upload
 from tests.e2e.test_heavy import SQL, sorted_rows
 from tests.e2e.test_replay import MINUTE_US, STARTUP_S, Stack, per_minute_by_pyarrow, ramen_dir
@@ -114,9 +114,9 @@ def test_an_hour_replayed_on_the_cluster_through_staging_equals_local_spark_and_
     got = sorted_rows(replayed(stack, "cl/per_minute", since, until))
 
     pq.write_table(for_spark(traffic), tmp_path / "traffic.parquet")
-    local = connect(spark_remote)
-    local.read.parquet(str(tmp_path / "traffic.parquet")).createOrReplaceTempView("traffic")
-    by_local_spark = sorted_rows(local.sql(SQL).toArrow())
+    with session(spark_remote) as local:
+        local.read.parquet(str(tmp_path / "traffic.parquet")).createOrReplaceTempView("traffic")
+        by_local_spark = sorted_rows(local.sql(SQL).toArrow())
     by_pyarrow = per_minute_by_pyarrow(traffic)
     assert got.num_rows == MINUTES * HOSTS
     assert got.to_pylist() == by_local_spark.to_pylist()
@@ -130,13 +130,13 @@ def test_rows_without_staging_reach_the_cluster_in_chunks_the_default_driver_hol
     table = for_spark(pa.table({"ts": pa.array(ts, pa.timestamp("us")),
                                 "host": pa.array([f"h{i % HOSTS}" for i in range(rows)]),
                                 "bytes": pa.array(np.arange(rows, dtype=np.int64) % 1_000)}))
-    first = connect(cluster.remote)
-    first.sql("SELECT 1").collect()
-    spark = connect(cluster.remote)  # a second session, as a worker's after a reconnect: pyspark gave
-    # checkpoints to the first ("No DataFrame with id ... is found in the session")
     from pyspark.sql.pandas.types import from_arrow_schema
-    upload(spark, table, from_arrow_schema(table.schema)).createOrReplaceTempView("traffic")
-    got = sorted_rows(spark.sql(SQL).toArrow())
+    # A second session, as a worker's after a reconnect: pyspark gave checkpoints to the first ("No
+    # DataFrame with id ... is found in the session").
+    with session(cluster.remote) as first, session(cluster.remote) as spark:
+        first.sql("SELECT 1").collect()
+        upload(spark, table, from_arrow_schema(table.schema)).createOrReplaceTempView("traffic")
+        got = sorted_rows(spark.sql(SQL).toArrow())
     expected = per_minute_by_pyarrow(table.cast(TRAFFIC_SCHEMA))
     assert got["bytes"].to_pylist() == expected["bytes"].to_pylist()
     assert got.num_rows == expected.num_rows

@@ -9,7 +9,7 @@ import pytest
 
 from ramen.program import loads
 from ramen.spark.check import SparkSqlError, analyse
-from ramen.spark.session import SparkUnavailable, connect
+from ramen.spark.session import SparkUnavailable, session
 
 PROGRAM = """
 [program]
@@ -32,7 +32,8 @@ schema = { start = "timestamp[us]", host = "string", bytes = "int64" }
 
 @pytest.fixture(scope="module")
 def spark(spark_remote):
-    return connect(spark_remote)
+    with session(spark_remote) as spark:
+        yield spark
 
 
 @pytest.fixture(scope="module")
@@ -61,4 +62,5 @@ def test_bad_sql_is_one_line_naming_the_function_and_sparks_message(spark, per_m
 
 def test_an_unreachable_spark_is_unavailable_not_a_sql_error(per_minute):
     with pytest.raises(SparkUnavailable, match="Connection refused|failed to connect"):
-        analyse(connect("sc://127.0.0.1:1"), per_minute)
+        with session("sc://127.0.0.1:1") as spark:
+            analyse(spark, per_minute)
