@@ -419,14 +419,14 @@ class Worker:
             log.warning("%s: cannot write stats: %s", self.qualified_name, e)
 
     def close(self, flush_timeout_s: float = STOP_FLUSH_TIMEOUT_S) -> None:
-        """Write what is computed (for a while), then close every publication and image."""
+        """Write what is computed (for a while), then close every publication and image, and the
+        dispatch last: a heavy one releases its Spark session, a call to a server that may be slow to
+        answer, which must not hold back what the outputs still have to write."""
         if self.dispatch is not None:
             try:  # the windows that were computing: written, not lost
                 self._emit_computed(self.dispatch.drain())
             except ComputeError as e:  # a later call failed too: the outputs must still be closed
                 log.warning("%s", e)
-            finally:
-                self.dispatch.close()
         deadline = self.clock.seconds() + flush_timeout_s
         idle = BackoffIdleStrategy()
         while self.pending() and self.clock.seconds() < deadline:
@@ -438,6 +438,8 @@ class Worker:
         self.outputs.close(self.channels.recipients())
         self.inputs.close()
         self.stats.close()
+        if self.dispatch is not None:
+            self.dispatch.close()
 
 
 def run(worker: Worker, stop: threading.Event, idle: BackoffIdleStrategy | None = None) -> None:

@@ -606,6 +606,28 @@ def test_a_stopped_worker_writes_the_windows_whose_calls_were_running(rig):
         GATE.set()
 
 
+def test_a_stopped_worker_closes_its_dispatch_once_the_windows_it_computed_are_written(rig):
+    """A heavy dispatch's close releases its Spark session: a call to a server that may be slow."""
+    gated = GatedWorker(rig, clock=SYSTEM_CLOCK)
+    written_at_close = []
+    dispatch_close = gated.worker.dispatch.close
+
+    def close() -> None:
+        gated.output.poll()
+        written_at_close.append(gated.output.rows)
+        dispatch_close()
+    gated.worker.dispatch.close = close
+    try:
+        for minute in range(3):
+            gated.offer_minute(minute)
+        gated.until(lambda: gated.in_flight() == 2, "minutes 0 and 1 computing")
+        GATE.set()
+        gated.worker.close(flush_timeout_s=WAIT_S)
+        assert written_at_close == [expected_per_minute(gated.minutes(0, 2)).num_rows]
+    finally:
+        GATE.set()
+
+
 def test_a_source_down_longer_than_its_backfill_resumes_backfill_ago_and_says_so(rig):
     """Its last row is an hour old and its backfill 5 s: it makes the last 5 s, not the hour, and
     its RESUMED message says where it starts (the archive's coverage then shows the hour's gap)."""
