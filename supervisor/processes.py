@@ -101,6 +101,18 @@ class Child:
         else:
             log.warning("%s (pid %d) ended (%s): see %s", self.name, self.pid, self.describe_exit(), self.log_path)
 
+    def drop_empty_log(self) -> None:
+        """For an ended child that did its work: a log it wrote nothing to goes (a replayer starts for
+        every merged replay, and a dashboard on auto-refresh makes thousands of them a day); a log
+        with anything in it stays."""
+        if self.log_path is None or not self.ended:
+            return
+        try:
+            if self.log_path.stat().st_size == 0:
+                self.log_path.unlink()
+        except FileNotFoundError:
+            pass
+
     def kill(self) -> None:
         if not self.poll():
             self.killed = True

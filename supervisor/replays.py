@@ -513,6 +513,8 @@ class ReplaySupervision:
         except confserver.ConfError as e:
             log.error("replayer %d: cannot delete its keys: %s", replayer.id, e)
         log_path.unlink(missing_ok=True)
+        if replayer.child is not None:
+            replayer.child.drop_empty_log()
         log.info("replayer %d of %s removed", replayer.id, replayer.source)
 
     def teardown(self, channel: int) -> None:

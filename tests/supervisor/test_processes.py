@@ -26,3 +26,18 @@ def test_a_child_that_succeeded_or_said_nothing_is_described_by_its_status_alone
     assert ok.describe_exit() == "exit 0"
     assert silent.describe_exit() == "exit 3"
     assert last_error(tmp_path / "missing.log") is None
+
+
+def test_an_ended_childs_empty_log_is_dropped_and_a_log_with_anything_in_it_kept(tmp_path):
+    silent = spawn("replayer 1", [sys.executable, "-c", "pass"], {}, tmp_path / "1.log")
+    said = spawn("replayer 2", [sys.executable, "-c", "print('WARNING: recording 3 ends early')"], {},
+                 tmp_path / "2.log")
+    running = spawn("replayer 3", [sys.executable, "-c", "import time; time.sleep(600)"], {}, tmp_path / "3.log")
+    try:
+        wait_for(lambda: silent.poll() and said.poll(), "both children to exit")
+        for child in (silent, said, running):
+            child.drop_empty_log()
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["2.log", "3.log"]  # a running child may still write
+    finally:
+        running.kill()
+        wait_for(running.poll, "the running child to be killed")
