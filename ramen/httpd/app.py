@@ -30,6 +30,7 @@ from ramen.httpd.factors import FactorValues
 from ramen.httpd.fetch import FetchError, Fetcher, Progress
 from ramen.httpd.metrics import HttpdStats
 from ramen.httpd.names import MetricTree, PathError
+from ramen.httpd.regexes import RegexError
 from ramen.httpd.params import one, params
 from ramen.httpd.series import DEFAULT_XFILES_FACTOR, Series
 from ramen.program import Function, Program, ProgramError
@@ -61,7 +62,7 @@ class BadRequest(ValueError):
     """A request httpd cannot answer as asked: 400 with this one line."""
 
 
-USER_ERRORS = (BadRequest, PathError, TimeError, target.TargetError, tagdb.TagRequestError, FetchError)
+USER_ERRORS = (BadRequest, PathError, TimeError, target.TargetError, tagdb.TagRequestError, RegexError, FetchError)
 """What a request is answered in one line (400, or 502 for a failed replay); anything else is a bug."""
 
 

@@ -8,7 +8,6 @@ calls that would set or delete some are refused in one line.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -17,6 +16,7 @@ from aiohttp import web
 
 from ramen.httpd.names import MetricTree
 from ramen.httpd.params import one, params
+from ramen.httpd.regexes import RegexError, UserRegex
 from ramen.httpd.tags import TagError, TagQuery, tagged_name
 
 AUTOCOMPLETE_LIMIT = 100
@@ -93,9 +93,9 @@ def _filtered(names, pattern: str | None) -> list[str]:
     if not pattern:
         return list(names)
     try:
-        regex = re.compile(pattern)
-    except re.error as e:
-        raise TagRequestError(f"bad filter {pattern!r}: {e}") from None
+        regex = UserRegex(pattern, "filter")
+    except RegexError as e:
+        raise TagRequestError(str(e)) from None
     return [name for name in names if regex.match(name)]
 
 

@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ramen.httpd.regexes import RegexError, UserRegex
+
 NAME_TAG = "name"
 _EXPRESSION = re.compile(r"^([^;!=]+)(!?=~?)([^;]*)$")
 _TAG_FORBIDDEN = set(";!^=")
@@ -58,7 +60,7 @@ class TagExpression:
     operator: str
     """`=`, `!=`, `=~` or `!=~`."""
     value: str
-    regex: re.Pattern | None = field(default=None, compare=False)
+    regex: UserRegex | None = field(default=None, compare=False)
 
     @classmethod
     def parse(cls, text: str) -> TagExpression:
@@ -69,14 +71,14 @@ class TagExpression:
         regex = None
         if operator.endswith("~"):
             try:
-                regex = re.compile(value)
-            except re.error as e:
-                raise TagError(f"bad tag expression {text!r}: bad regular expression: {e}") from None
+                regex = UserRegex(value, f"tag expression {text!r}")
+            except RegexError as e:
+                raise TagError(f"bad {e}") from None
         return cls(tag, operator, value, regex)
 
     def matches(self, value: str) -> bool:
         if self.regex is not None:
-            return (self.regex.match(value) is not None) == (self.operator == "=~")
+            return self.regex.match(value) == (self.operator == "=~")
         return (value == self.value) == (self.operator == "=")
 
     @property

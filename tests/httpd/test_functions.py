@@ -635,7 +635,7 @@ def test_evaluate_leaves_the_fetched_series_untouched():
     ("log(prog.slow.x, 1)", "log: the base must be above 0 and not 1, not 1"),
     ("nPercentile(prog.slow.x, 0)", "nPercentile: the percentile must be within (0, 100], not 0"),
     ("percentileOfSeries(prog.slow.x, 101)", "percentileOfSeries: the percentile must be within (0, 100], not 101"),
-    ("grep(prog.slow.x, '(')", "grep: bad regular expression '(': missing ), unterminated subpattern"),
+    ("grep(prog.slow.x, '(')", "grep: bad regular expression '(': missing )"),
     ("filterSeries(prog.slow.x, 'max', '=>', 1)", "filterSeries: parameter 'operator' must be one of"),
     ("movingWindow(prog.slow.x, 2, 'mean')", "movingWindow: parameter 'func' must be one of average"),
     ("sumSeriesLists(x.*.used, prog.slow.x)", "aggregateSeriesLists: the two lists hold 2 and 1 series"),
@@ -667,7 +667,7 @@ def test_evaluate_leaves_the_fetched_series_untouched():
     ("aliasQuery(x.a.used, '(', 'x', '%d')", "aliasQuery: bad regular expression '('"),
     ("aliasQuery(x.a.used, 'x.a.used', 'nothing.*', '%d')", "aliasQuery: no series found with query 'nothing.*'"),
     ("useSeriesAbove(x.*.used, 0, 'used', '\\2')",
-     "useSeriesAbove: bad replacement '\\\\2': invalid group reference 2"),
+     "useSeriesAbove: bad replacement '\\\\2': invalid group reference"),
 ])
 def test_bad_arguments_raise_one_line_target_errors(target, message):
     with pytest.raises(TargetError) as raised:

@@ -3,12 +3,12 @@ names in legends and alias them by node), and the path elements of a series' nam
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import numpy as np
 
 from ramen.httpd.functions.context import Context
+from ramen.httpd.regexes import RegexError, UserRegex
 from ramen.httpd.series import DEFAULT_XFILES_FACTOR, Series
 from ramen.httpd.target import Call, PathExpr, TargetError, parse
 
@@ -69,12 +69,13 @@ def node_of(series: Series, node: int | str) -> str:
     return series.tags.get(str(node), "")
 
 
-def compiled(function: str, pattern: str) -> re.Pattern:
-    """A regular expression a function was given; TargetError naming the function if it is none."""
+def compiled(function: str, pattern: str) -> UserRegex:
+    """A regular expression a function was given (matched within a time bound: ramen/httpd/regexes.py);
+    TargetError naming the function if it is none."""
     try:
-        return re.compile(pattern)
-    except re.error as e:
-        raise TargetError(f"{function}: bad regular expression {pattern!r}: {e}") from None
+        return UserRegex(pattern, function)
+    except RegexError as e:
+        raise TargetError(str(e)) from None
 
 
 def substituted(function: str, search: str, replace: str, names: Sequence[str]) -> list[str]:
@@ -84,8 +85,8 @@ def substituted(function: str, search: str, replace: str, names: Sequence[str]) 
     pattern = compiled(function, search)
     try:
         return [pattern.sub(replace, name) for name in names]
-    except (re.error, IndexError) as e:
-        raise TargetError(f"{function}: bad replacement {replace!r}: {e}") from None
+    except RegexError as e:
+        raise TargetError(str(e)) from None
 
 
 def _first_path(name: str) -> str | None:
