@@ -30,6 +30,9 @@ DELIMITERS = ",)"
 MAX_DEPTH = 64
 """Calls nested in a target, pipes included: a dashboard's deepest are a few levels; a bound keeps
 the parser's and evaluator's recursion far from the interpreter's limit."""
+MAX_INTEGER_DIGITS = 18
+"""An integer literal with more digits is read as a float (its value, or inf): any integer a
+function takes is far smaller, and Python refuses to read one of over 4,300 digits."""
 KEYWORDS = {"true": True, "false": False, "none": None, "inf": float("inf")}
 """Literals graphite-web reads whatever their case (`True`, `NONE`)."""
 
@@ -223,7 +226,8 @@ class _Parser:
         number = _NUMBER.match(self.text, self.pos)
         if number and self.followed_by_delimiter(number.end()):
             self.pos = number.end()
-            if number.group("fraction") is None and number.group("exponent") is None:
+            if (number.group("fraction") is None and number.group("exponent") is None
+                    and len(number.group().lstrip("-")) <= MAX_INTEGER_DIGITS):
                 return Literal(int(number.group()))
             return Literal(float(number.group()))
         word = _IDENT.match(self.text, self.pos)

@@ -189,6 +189,24 @@ async def test_a_target_of_no_path_is_answered_without_a_replay(client):
 
 
 @sync
+async def test_numbers_too_large_for_a_function_are_one_line_400s_not_500s(client):
+    """Each was a 500 with a traceback: Python refused to read the integer, or numpy or a float could
+    not hold it."""
+    http = await serve(client)
+    try:
+        for target, status, reason in ((f"scale(constantLine(1), {'9' * 5000})", 200, None),
+                                       (f"constantLine({'9' * 400})", 200, None),
+                                       (f"round(constantLine(1), {'9' * 12})", 400, "must be an integer within"),
+                                       (f"timeFunction('t', {'9' * 30})", 400, "must be an integer, not 1e+30"),
+                                       (f"sinFunction('s', 1, {'9' * 12})", 400, "must be an integer within")):
+            answer = await http.post("/render", data={"target": target, "from": "1000", "until": "1600"})
+            text = await answer.text()
+            assert answer.status == status and (reason is None or reason in text), (target, text)
+    finally:
+        await http.close()
+
+
+@sync
 async def test_targets_made_by_functions_take_rounds_of_fetches_up_to_a_bound(client, monkeypatch):
     """constantLine(5) is named "5": useSeriesAbove makes the target `group(no.such.path)` of it, which
     a second round fetches (no function matches it: no replay, no series)."""

@@ -666,6 +666,9 @@ def test_evaluate_leaves_the_fetched_series_untouched():
     ("aliasQuery(x.a.used, 'used', 'used', '%c')", "aliasQuery: newName '%c' cannot be formatted"),
     ("aliasQuery(x.a.used, '(', 'x', '%d')", "aliasQuery: bad regular expression '('"),
     ("aliasQuery(x.a.used, 'x.a.used', 'nothing.*', '%d')", "aliasQuery: no series found with query 'nothing.*'"),
+    ("aliasByNode(x.a.used, 3000000000)", "aliasByNode: parameter 'nodes' must be an integer within "
+                                           "-2,147,483,647..2,147,483,647, not 3000000000"),
+    ("timeFunction('t', 99999999999999999999)", "timeFunction: parameter 'step' must be an integer, not 1e+20"),
     ("useSeriesAbove(x.*.used, 0, 'used', '\\2')",
      "useSeriesAbove: bad replacement '\\\\2': invalid group reference"),
 ])
@@ -973,6 +976,9 @@ CROSS_CHECKS = [
      lambda f, d: f.roundFunction({}, f.scale({}, d["prog.func.*.bytes"], 0.37))),
     ("round(scale(prog.func.*.bytes, 37), -1)",
      lambda f, d: f.roundFunction({}, f.scale({}, d["prog.func.*.bytes"], 37), -1)),
+    *((f"round(scale(prog.func.*.bytes, 0.37), {digits})",  # numpy's scaling by 10**digits overflowed
+       lambda f, d, digits=digits: f.roundFunction({}, f.scale({}, d["prog.func.*.bytes"], 0.37), digits))
+      for digits in (306, 400, -400)),
     ("exp(scale(prog.func.*.bytes, 0.1))", lambda f, d: f.exp({}, f.scale({}, d["prog.func.*.bytes"], 0.1))),
     ("logit(scale(prog.counter.n, 0.1))", lambda f, d: f.logit({}, f.scale({}, d["prog.counter.n"], 0.1))),
     ("sigmoid(offset(prog.func.*.bytes, -3))", lambda f, d: f.sigmoid({}, f.offset({}, d["prog.func.*.bytes"], -3))),

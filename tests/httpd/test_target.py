@@ -32,6 +32,12 @@ def test_number_forms_and_their_types():
     assert [type(v) for v in values] == [int, int, float, float, float, float, float]
 
 
+def test_an_integer_of_more_digits_than_any_function_takes_is_read_as_a_float():
+    """Python refuses to read an integer of over 4,300 digits (a 500, before)."""
+    node = parse(f"f(-{'9' * 19}, {'9' * 5000})", KNOWN)
+    assert [arg.value for arg in node.args] == [-1e19, float("inf")]
+
+
 def test_booleans_none_and_inf_read_in_any_case():
     node = parse("f(true, False, TRUE, None, inf)", KNOWN)
     assert [arg.value for arg in node.args] == [True, False, True, None, float("inf")]

@@ -20,6 +20,8 @@ MODULE_NAME = "ramen.httpd.functions"
 
 INTERVAL_SUGGESTIONS = ["10min", "1h", "1d"]
 WINDOW_SUGGESTIONS = [5, 7, 10, "1min", "5min", "10min", "30min", "1hour"]
+MAX_INTEGER_ARGUMENT = 2**31 - 1
+"""Nodes, counts, points, seconds and digits are all far smaller; numpy takes some as a C int."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,8 @@ class FunctionSpec:
 
         if value is None and not param.required:
             return param.default
+        if kind != "float" and is_number and isinstance(value, int) and abs(value) > MAX_INTEGER_ARGUMENT:
+            raise bad(f"an integer within -{MAX_INTEGER_ARGUMENT:,}..{MAX_INTEGER_ARGUMENT:,}")
         if kind == "seriesLists":
             if not isinstance(value, SeriesLists):
                 raise bad("lists of series, as mapSeries makes them")

@@ -14,6 +14,9 @@ from ramen.httpd.functions.results import named, of_range, real_or_null, tagged
 from ramen.httpd.series import Series
 from ramen.httpd.target import TargetError
 
+FLOAT_DECIMALS = 308
+"""Past it, 10 ** decimals is no float: rounding to more (or fewer) decimals is that much."""
+
 
 def scale(context: Context, seriesList: list[Series], factor: float) -> list[Series]:
     """Multiplies every value by `factor`; nulls stay null."""
@@ -343,8 +346,17 @@ def round_values(context: Context, seriesList: list[Series], precision: int | No
     """Each value rounded to `precision` decimals (0; negative: to tens, hundreds...), halves to even."""
     name = "round({})" if precision is None else f"round({{}},{precision})"
     digits = precision or 0
-    return [named(s, name.format(s.name), values=np.round(s.values, digits), tags=tagged(s, round=digits))
+    return [named(s, name.format(s.name), values=_rounded(s.values, digits), tags=tagged(s, round=digits))
             for s in seriesList]
+
+
+def _rounded(values: np.ndarray, digits: int) -> np.ndarray:
+    """np.round scales by 10**digits, which overflows for many digits (a value of 774 rounded to 306
+    decimals came out inf or null): a value it overflows has fewer decimals than that, and is kept."""
+    digits = max(-FLOAT_DECIMALS, min(FLOAT_DECIMALS, digits))
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = np.round(values, digits)
+    return np.where(np.isfinite(rounded) | ~np.isfinite(values), rounded, values)
 
 
 def _mapped(seriesList: list[Series], name: str, apply, **tags: object) -> list[Series]:
