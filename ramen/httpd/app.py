@@ -466,6 +466,8 @@ def _max_data_points(text: str | None) -> int | None:
         points = int(float(text))
     except ValueError:
         raise BadRequest(f"maxDataPoints {text!r} is not a number") from None
+    except OverflowError:  # inf, or too many digits for a float
+        raise BadRequest(f"maxDataPoints must be within 1..{MAX_DATA_POINTS}") from None
     if not 1 <= points <= MAX_DATA_POINTS:
         raise BadRequest(f"maxDataPoints must be within 1..{MAX_DATA_POINTS}")
     return points

@@ -18,6 +18,7 @@ import urllib.parse
 from pathlib import Path
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from ramen import keyspace, paths
 from ramen.listen import DEFAULT_HOST, accepts, parse_listen
@@ -33,7 +34,29 @@ IDLE_CONNECTION_TIMEOUT_S = 120
 requests, or a request's head sent halfway (aiohttp's keepalive_timeout, 3630 s by default, which
 let half-sent requests pile up for an hour). Longer than the 90 s Grafana's client keeps an idle
 connection, so that it is the one to close it, and never sends a request on one we close."""
-RUNNER_OPTIONS = {"access_log": None, "keepalive_timeout": IDLE_CONNECTION_TIMEOUT_S}
+CLIENT_ERROR_CHARS = 200
+"""Of what aiohttp says of a request it could not read (it quotes the request: 8 KiB of a URL)."""
+
+
+class ClientErrorsInOneLine(logging.Filter):
+    """aiohttp logs a request it cannot read (a URL over 8 KiB, a malformed head) at ERROR with a
+    traceback, after answering it 400: the error is the client's, so it is one line at INFO, as a
+    user error is everywhere else in ramen (and a client cannot fill the log with tracebacks)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError) and 400 <= error.code < 500:
+            reason = " ".join(str(error.message).split())
+            record.msg, record.args = "%s: %d %s", (record.getMessage(), error.code, reason[:CLIENT_ERROR_CHARS])
+            record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+            record.exc_info = record.exc_text = None
+        return True
+
+
+SERVER_LOG = logging.getLogger("ramen.httpd.server")
+"""aiohttp's server logger for our connections (not its own, which other aiohttp users share)."""
+SERVER_LOG.addFilter(ClientErrorsInOneLine())
+RUNNER_OPTIONS = {"access_log": None, "keepalive_timeout": IDLE_CONNECTION_TIMEOUT_S, "logger": SERVER_LOG}
 URL_FILE_NAME = "httpd.url"
 URL_CHECK_TIMEOUT_S = 1.0
 """How long a connection to the httpd another url file names may take before it is deemed gone."""

@@ -4,6 +4,7 @@ Graphite's /version and /tags, bad requests as one-line 400s."""
 import asyncio
 import base64
 import functools
+import logging
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -13,7 +14,7 @@ from ramen import keyspace
 from ramen.program import loads
 from ramen.httpd.app import GRAPHITE_VERSION, Httpd, Limits, make_app
 from ramen.httpd.auth import AuthError, Credentials, addressed_to_loopback, check_listen
-from ramen.httpd.service import IDLE_CONNECTION_TIMEOUT_S, RUNNER_OPTIONS
+from ramen.httpd.service import IDLE_CONNECTION_TIMEOUT_S, RUNNER_OPTIONS, SERVER_LOG
 
 
 @pytest.fixture
@@ -71,6 +72,7 @@ async def test_bad_requests_are_one_line_400s(client):
                               ("target=a.b&from=now&until=-1h", "is not before until"),
                               ("target=a.b&from=yesterdayish", "from:"),
                               ("target=a.b&maxDataPoints=lots", "maxDataPoints"),
+                              (f"target=a.b&maxDataPoints={'9' * 400}", "maxDataPoints must be within"),
                               ("target=a.b&xFilesFactor=most", "xFilesFactor"),
                               ("target=a.b&xFilesFactor=2", "xFilesFactor must be within 0..1")):
             answer = await http.get(f"/render?{query}")
@@ -123,6 +125,25 @@ async def test_without_credentials_only_requests_to_a_loopback_name_are_answered
     finally:
         await http.close()
     assert addressed_to_loopback(None) and addressed_to_loopback("")  # HTTP/1.0: no Host
+
+
+@sync
+async def test_a_request_aiohttp_cannot_read_is_a_400_logged_in_one_line_without_a_traceback(client, caplog):
+    server = TestServer(make_app(Httpd(client, "httpd-test")))
+    await server.start_server(**RUNNER_OPTIONS)
+    try:
+        reader, writer = await asyncio.open_connection(server.host, server.port)
+        with caplog.at_level(logging.INFO, logger=SERVER_LOG.name):
+            writer.write(f"GET /metrics/find?query={'x' * 9000} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            assert (await asyncio.wait_for(reader.readline(), 30)).startswith((b"HTTP/1.0 400", b"HTTP/1.1 400"))
+            await asyncio.wait_for(reader.read(), 30)  # answered, then closed
+        writer.close()
+        (record,) = [r for r in caplog.records if r.name == SERVER_LOG.name]
+        message = record.getMessage()
+        assert record.levelno == logging.INFO and not record.exc_info and not record.exc_text
+        assert "400 Got more than 8190 bytes" in message and len(message) < 300 and "\n" not in message
+    finally:
+        await server.close()
 
 
 @sync
