@@ -9,11 +9,20 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import re
 import sys
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SETUP_TIMEOUT_S = 300
+
+
+def declared_dependencies() -> str:
+    """pyproject.toml's names, runtime then test, as the setup line lists them."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    names = [*project["dependencies"], *project["optional-dependencies"]["test"]]
+    return ", ".join(re.match(r"[A-Za-z0-9_.-]+", name).group(0) for name in names)
 
 
 def test_a_failed_install_shows_pips_error_and_the_logs_path_and_nothing_else_of_pip(tmp_path):
@@ -30,8 +39,8 @@ def test_a_failed_install_shows_pips_error_and_the_logs_path_and_nothing_else_of
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert lines[0] == "setup: creating .venv", lines
-    assert lines[1].startswith("setup: installing ramen and its dependencies (numpy, pyarrow, networkx, kazoo, "
-                               "pyspark, pandas, crc32c, aiohttp, prometheus-client, msgpack, pytest, selenium) into .venv"), lines
+    assert lines[1].startswith(f"setup: installing ramen and its dependencies ({declared_dependencies()}) into .venv"), lines
+    assert "numpy, pyarrow" in lines[1] and "pytest, selenium" in lines[1], lines
     assert lines[2] == "setup: installing ramen failed:", lines
     assert lines[-1] == f"setup: the whole output is in {log}", lines
     assert any("No matching distribution found for setuptools" in line for line in lines), result.stderr
