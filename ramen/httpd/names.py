@@ -225,10 +225,9 @@ class MetricTree:
             return [Metric(tagged_name(tags), function.qualified_name, values, name, tuple(sorted(tags.items())))
                     for tags, function, values, name in self.tagged(pattern)]
         metrics = {}
-        for names, function in self._matches(split_path(pattern)):
-            if len(names) == _leaf_depth(function):
-                path = _path(names)
-                metrics[path] = Metric(path, function.qualified_name, names[2:-1], names[-1])
+        for names, function in self._matches(split_path(pattern), leaves_only=True):
+            path = _path(names)
+            metrics[path] = Metric(path, function.qualified_name, names[2:-1], names[-1])
         return [metrics[p] for p in sorted(metrics)]
 
     def tagged(self, query: TagQuery | None = None
@@ -262,14 +261,16 @@ class MetricTree:
         return [f for f in self.functions
                 if program(f.program) and name(f.name) and len(segments) == _leaf_depth(f)]
 
-    def _matches(self, segments: list[str]) -> Iterator[tuple[tuple[str, ...], Function]]:
+    def _matches(self, segments: list[str], leaves_only: bool = False
+                 ) -> Iterator[tuple[tuple[str, ...], Function]]:
         """The names of each node as deep as `segments` that they match, with its function (a
         program's node comes once per function: callers key on the path). Factor values are asked
-        only of the functions the pattern reaches below their own level."""
+        only of the functions the pattern reaches below their own level; with `leaves_only`, only of
+        those whose leaves it names (a render fetched no others: a branch is no series)."""
         matchers = [SegmentMatcher(s) for s in segments]
         depth = len(matchers)
         for function in self.functions:
-            if not matchers[0](function.program):
+            if not matchers[0](function.program) or (leaves_only and depth != _leaf_depth(function)):
                 continue
             if depth == 1:
                 yield (function.program,), function

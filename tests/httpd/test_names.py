@@ -70,6 +70,11 @@ def test_factor_values_are_asked_only_for_the_functions_a_pattern_reaches(tree):
     tree.find("net.*")
     tree.find("net.total.*")
     assert tree.asked == []
+    # A render's expansion reaches only the functions whose leaves it names: a render fetches no
+    # others, so factor values of a branch's function are not there to ask.
+    assert [m.path for m in tree.expand("net.*.*")] == ["net.total.bytes"]
+    assert tree.expand("net.traffic.*") == []
+    assert tree.asked == []
     tree.find("net.traffic.*")
     assert tree.asked == ["net/traffic"]
 

@@ -45,6 +45,15 @@ def test_the_tree_lists_programs_functions_factor_values_and_fields(dashboard_si
         f"web.per_minute.{n['text']}.bytes" for n in hosts)
 
 
+def test_a_render_of_branches_draws_nothing_and_their_leaves_beside_them(dashboard_site):
+    """Graphite draws leaves only: a pattern that stops at a factor value names no series (it once
+    asked the factor values of a function the render had not fetched, and answered 500)."""
+    window = dict(zip(("from", "until"), map(str, minute_range(8, 2))), format="json")
+    assert dashboard_site.json("/render", target="web.per_minute.*", **window) == []
+    drawn = dashboard_site.json("/render", target=["web.*.*", f"web.per_minute.{HOST_NAMES[0]}.bytes"], **window)
+    assert [s["target"] for s in drawn] == [f"web.per_minute.{HOST_NAMES[0]}.bytes"]
+
+
 def test_a_render_equals_ramen_replay_of_the_same_range(dashboard_site):
     since, until = minute_range(8, 4)
     expected = dashboard_site.per_minute_by_host(since, until)
