@@ -37,10 +37,17 @@ def fresh_confserver(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def spark_remote(tmp_path_factory) -> str:
+def spark_remote(spark_server) -> str:
+    """The URL of the run's Spark Connect server."""
+    return spark_server.remote
+
+
+@pytest.fixture(scope="session")
+def spark_server(tmp_path_factory):
     """One real local Spark Connect server for the whole run (2 GB of JVM: never one per test),
-    started as `ramen start` starts its own; its URL."""
+    started as `ramen start` starts its own: its `remote` URL and its `log_path`."""
     import subprocess
+    from types import SimpleNamespace
 
     from ramen.spark.server import free_port, remote_url, server_command, server_env, wait_ready
     log_path = tmp_path_factory.mktemp("spark") / "spark.log"
@@ -50,7 +57,7 @@ def spark_remote(tmp_path_factory) -> str:
                                    stderr=subprocess.STDOUT)
     try:
         wait_ready(port, process, log_path)
-        yield remote_url(port)
+        yield SimpleNamespace(remote=remote_url(port), log_path=log_path)
     finally:
         process.terminate()
         try:

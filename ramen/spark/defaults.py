@@ -1,5 +1,7 @@
 """Spark constants, with their units."""
 
+from pathlib import Path
+
 SPARK_REMOTE_ENV = "RAMEN_SPARK_REMOTE"
 """An existing Spark Connect endpoint (sc://host:port): ramen then starts no Spark of its own."""
 SPARK_STAGING_ENV = "RAMEN_SPARK_STAGING"
@@ -9,6 +11,8 @@ CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 LOCAL_HOST = "127.0.0.1"
 SESSION_TIME_ZONE_CONF = "spark.sql.session.timeZone"
 UTC = "UTC"
+LOGGING_CONFIG = Path(__file__).with_name("log4j2.properties")
+"""The local server's logging: warnings and its start only (Spark's INFO writes ~2.5 KB a query)."""
 DRIVER_MEMORY = "4g"
 """The local server's heap: Spark's own default (1 GiB) runs out on a replay of 10 M tuples."""
 

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ramen import listen
-from ramen.spark.defaults import (CONNECT_SERVER_CLASS, DRIVER_MEMORY, LOCAL_HOST, PROBE_TIMEOUT_S, READY_POLL_S,
-                                  READY_TIMEOUT_S, SERVER_CONF)
+from ramen.spark.defaults import (CONNECT_SERVER_CLASS, DRIVER_MEMORY, LOCAL_HOST, LOGGING_CONFIG, PROBE_TIMEOUT_S,
+                                  READY_POLL_S, READY_TIMEOUT_S, SERVER_CONF)
 
 
 class SparkServerError(RuntimeError):
@@ -46,6 +46,7 @@ def server_command(port: int, *, driver_memory: str | None = DRIVER_MEMORY, mast
     driver_memory None leaves Spark's default."""
     home = spark_home()
     command = [str(home / "bin" / "spark-submit"), "--class", CONNECT_SERVER_CLASS, "--name", "ramen-spark",
+               "--driver-java-options", f"-Dlog4j2.configurationFile={LOGGING_CONFIG}",
                "--conf", f"spark.connect.grpc.binding.port={port}"]
     if driver_memory is not None:
         command += ["--driver-memory", driver_memory]
