@@ -80,3 +80,14 @@ def test_the_installed_command_runs(installed, tmp_path):
     result = _run(installed, ramen, "compile", str(REPO / "examples" / "net.toml"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "per_minute" in result.stdout and "top_talkers" in result.stdout
+
+
+def test_the_wheel_holds_the_packages_data_files(installed, tmp_path):
+    """Files beside the modules that the code reads (the local Spark server's logging config)."""
+    data = sorted(str(p.relative_to(REPO)) for top in TOP_LEVEL_PACKAGES for p in (REPO / top).rglob("*")
+                  if p.is_file() and p.suffix not in (".py", ".pyc"))
+    assert "ramen/spark/log4j2.properties" in data
+    result = _run(installed, str(installed / "bin" / "python"), "-c",
+                  "import pathlib, sys, ramen; root = pathlib.Path(ramen.__file__).parents[1]; "
+                  "print('\\n'.join(p for p in sys.argv[1:] if not (root / p).is_file()))", *data, cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.strip() == "", result.stdout + result.stderr
