@@ -30,7 +30,7 @@ from choreographer.counters import ChoreographerCounters
 from choreographer import sites
 from choreographer.graph import Usage, build_graph, compute_usage, worker_value
 from confserver import ConfClient, EventKind
-from ramen import keyspace, liveness, paths
+from ramen import keyspace, liveness, paths, service_log
 from ramen.cli import argtypes
 from ramen.netd.contract import NetEndpoint
 from ramen.program import Program, ProgramError
@@ -253,8 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--site", default=keyspace.default_site(), type=argtypes.site, help="site whose workers to decide (default %(default)s)")
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(logging.DEBUG if args.debug else logging.INFO)
+    service_log.configure(logging.DEBUG if args.debug else logging.INFO)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())

@@ -43,7 +43,7 @@ from confserver.journal import SNAPSHOT_EVERY_RECORDS, Journal
 from confserver.keys import check_key, check_pattern, matches
 from confserver.model import encode_value
 from confserver.store import DELETE, END, LOCK, OPEN, PUT, UNLOCK, Store
-from ramen import listen
+from ramen import listen, service_log
 from ramen.paths import CONFSERVER_ADDRESS_FILE_NAME, write_atomically
 
 log = logging.getLogger(__name__)
@@ -555,8 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser)
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(logging.DEBUG if args.debug else logging.INFO)  # also under `ramen`
+    service_log.configure(logging.DEBUG if args.debug else logging.INFO)  # also under `ramen`
     try:
         asyncio.run(serve(args))
     except ConfError as e:

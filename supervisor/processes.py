@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.processes import running
+from ramen.service_log import spawn_env
 
 log = logging.getLogger(__name__)
 
@@ -186,11 +187,12 @@ def describe_exit(returncode: int | None) -> str:
 
 
 def spawn(name: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path, clock: Clock = SYSTEM_CLOCK) -> Child:
-    """Start argv with env, its stdout and stderr appended to log_path (created with its folder)."""
+    """Start argv with env, its stdout and stderr appended to log_path (created with its folder),
+    which it rotates (ramen/service_log.py)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
-        popen = subprocess.Popen(list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                 start_new_session=True)
+        popen = subprocess.Popen(list(argv), env=spawn_env(env, log_path), stdin=subprocess.DEVNULL, stdout=out,
+                                 stderr=out, start_new_session=True)
     child = Child(name, popen.pid, clock.epoch_us(), popen, log_path=log_path, clock=clock)
     log.info("started %s: pid %d, log %s", name, popen.pid, log_path)
     return child

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 import confserver
 from confserver import ConfClient, EventKind
 from confserver.url import CONFSERVER_ENV
-from ramen import keyspace, liveness, paths
+from ramen import keyspace, liveness, paths, service_log
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.cli import argtypes
 from ramen.locks import FileLock, LockHeld
@@ -228,8 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                              "(what `ramen start` runs on its way down when its supervisor had died)")
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(logging.DEBUG if args.debug else logging.INFO)
+    service_log.configure(logging.DEBUG if args.debug else logging.INFO)
     if args.delay_before_replay < 0 or args.stop_grace < 0:
         print("ramen: supervisor: --delay-before-replay and --stop-grace must not be negative", file=sys.stderr)
         return 2

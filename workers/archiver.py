@@ -35,7 +35,7 @@ from pathlib import Path
 import confserver
 from confserver.errors import ConfError
 from confserver.model import EventKind
-from ramen import keyspace, liveness, paths
+from ramen import keyspace, liveness, paths, service_log
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.archive import checksum as checksums
 from ramen.archive.catalog import Catalog, RecordingDescriptor, RecordingState
@@ -383,7 +383,7 @@ def serve(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    service_log.configure(logging.INFO)
     return serve(build_parser().parse_args(argv))
 
 

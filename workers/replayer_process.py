@@ -16,7 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
-from ramen import keyspace, paths
+from ramen import keyspace, paths, service_log
 from ramen.archive import checksum as checksums
 from ramen.archive.catalog import Catalog, layout_problem
 from ramen.archive.coverage import RecordingRange, recordings_for
@@ -303,8 +303,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="a warm replayer exits once this process is no longer its parent (its supervisor died)")
     parser.add_argument("--debug", action="store_true", help="tracebacks and debug logs")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    service_log.configure(logging.DEBUG if args.debug else logging.WARNING)
     retain_freed_memory()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

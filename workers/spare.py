@@ -25,7 +25,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from confserver import ConfClient
-from ramen import keyspace
+from ramen import keyspace, service_log
 from ramen.spark.defaults import SPARK_REMOTE_ENV
 
 log = logging.getLogger(__name__)
@@ -84,13 +84,7 @@ def move_output(assignment: Assignment) -> None:
     log; the spare's own log, which said only that it waited, goes."""
     if assignment.log_path is None:
         return
-    assignment.log_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(assignment.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-    finally:
-        os.close(fd)
+    service_log.move_to(assignment.log_path)
     if assignment.spare_log_path is not None:
         assignment.spare_log_path.unlink(missing_ok=True)
 

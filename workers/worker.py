@@ -35,7 +35,7 @@ import pyarrow as pa
 
 import confserver
 from confserver import ConfClient, ConfError, EventKind
-from ramen import keyspace, paths
+from ramen import keyspace, paths, service_log
 from ramen.archive.errors import ArchiveError
 from ramen.cli import argtypes
 from ramen.clocks import SYSTEM_CLOCK, Clock
@@ -517,7 +517,7 @@ def serve(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    service_log.configure(logging.INFO)
     retain_freed_memory()
     return serve(build_parser().parse_args(argv))
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ramen.liveness import HEARTBEAT_FILE_ENV, HeartbeatFile
+from ramen.service_log import spawn_env
 
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 #: A service that showed life this long after its start had recovered: its next restart is quick.
@@ -81,6 +82,8 @@ class Service:
         child_env = dict(self.env or env)
         if self.heartbeat_path is not None:
             child_env[HEARTBEAT_FILE_ENV] = str(self.heartbeat_path)
+        if self.command is None:  # one of ours: it rotates its log itself
+            child_env = spawn_env(child_env, self.log_path)
         with open(self.log_path, "ab") as log:
             self.process = self.launch(self.command or [sys.executable, "-m", *self.argv], env=child_env,
                                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)

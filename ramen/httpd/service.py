@@ -20,7 +20,7 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from ramen import keyspace, paths
+from ramen import keyspace, paths, service_log
 from ramen.listen import DEFAULT_HOST, accepts, parse_listen
 from ramen.httpd import listener
 from ramen.httpd.app import Httpd, make_app
@@ -149,8 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser)
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(logging.DEBUG if args.debug else logging.INFO)
+    service_log.configure(logging.DEBUG if args.debug else logging.INFO)
 
     try:
         host, port = parse_listen(args.listen or f"{DEFAULT_HOST}:{DEFAULT_PORT}")

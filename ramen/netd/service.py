@@ -19,7 +19,7 @@ import sys
 import threading
 from pathlib import Path
 
-from ramen import keyspace, liveness, paths
+from ramen import keyspace, liveness, paths, service_log
 from ramen.cli import argtypes
 from ramen.listen import parse_listen
 from ramen.netd.contract import NetEndpoint
@@ -139,8 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser)
     parser.add_argument("--debug", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(logging.DEBUG if args.debug else logging.INFO)
+    service_log.configure(logging.DEBUG if args.debug else logging.INFO)
     return serve(args)
 
 
