@@ -24,7 +24,7 @@ from pathlib import Path
 LOG_FILE_ENV = "RAMEN_LOG_FILE"
 """The file a spawner made the process's stdout and stderr; set, the process rotates it."""
 LOG_MAX_BYTES = 16 * 1024 * 1024
-"""A log file's size before it is rotated: about 16,000 replays' worth of the supervisor's lines."""
+"""A log file's size before it is rotated: the supervisor's lines of about 28,000 replays (~600 B each)."""
 LOG_BACKUPS = 2
 """Rotated copies kept (`<file>.1` the newer): a service's logs take at most 3 x LOG_MAX_BYTES."""
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
