@@ -84,9 +84,13 @@ class Service:
             child_env[HEARTBEAT_FILE_ENV] = str(self.heartbeat_path)
         if self.command is None:  # one of ours: it rotates its log itself
             child_env = spawn_env(child_env, self.log_path)
+        # In a process group of its own: a terminal's Ctrl-C or hang-up (a signal to its foreground
+        # group) reaches `ramen start` alone, which stops the services in order, the confserver
+        # last. Signalled together, the confserver stopped first and left the others waiting on it.
         with open(self.log_path, "ab") as log:
             self.process = self.launch(self.command or [sys.executable, "-m", *self.argv], env=child_env,
-                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                       process_group=0)
         self.started_at = self.last_sign = time.monotonic() if now is None else now
         self.killed = False
 

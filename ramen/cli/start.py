@@ -3,7 +3,7 @@
 `ramen start` runs the confserver (unless --confserver names one), the choreographer, the
 supervisor and the archiver as child processes (and a local Spark Connect server when a program
 needs Spark, unless --spark names one: ramen/cli/spark_service.py), each logging to `DIR/logs/<service>.log`, loads
-the programs given, and keeps the services running until Ctrl-C or SIGTERM, when it stops them in
+the programs given, and keeps the services running until Ctrl-C, SIGTERM or SIGHUP, when it stops them in
 reverse order: a service that dies is restarted with backoff, one that is running but stuck (the
 confserver no longer answers its probe, another's heartbeat in `DIR/run/` stops) is killed and
 restarted (ramen/cli/keeper.py). `--daemon` runs all that in the background; `ramen stop` stops it.
@@ -133,7 +133,8 @@ def run_start(args) -> int:
     services: list[Service] = []
     prober = None
     stopping = []
-    for signum in (signal.SIGTERM, signal.SIGINT):  # SIGINT too: a shell may start us with it ignored
+    # SIGINT too: a shell may start us with it ignored; SIGHUP: the terminal we run in was closed.
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda *_: stopping.append(True))
     try:
         if args.confserver:

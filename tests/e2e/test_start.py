@@ -102,6 +102,36 @@ def test_start_stops_the_workers_of_a_supervisor_that_had_died(tmp_path):
     assert "stopping what it left running" in stderr and stderr.strip().endswith("ramen: stopped"), stderr
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP], ids=["ctrl-c", "terminal-closed"])
+def test_a_signal_to_the_terminals_whole_group_stops_the_services_in_order(tmp_path, signum):
+    """A terminal's Ctrl-C, or its closing, signals its whole foreground process group. `ramen start`
+    alone must act on it and stop its services in order, the confserver last: none finds the
+    confserver gone on its way out (when each stopped on the signal itself, the confserver went
+    first, the supervisor was killed waiting on it, and its workers were left for a successor)."""
+    (tmp_path / "left.toml").write_text(PROGRAM)
+    env = dict(os.environ, RAMEN_DIR=str(tmp_path))
+    env.pop("RAMEN_CONFSERVER", None)
+    process = subprocess.Popen([sys.executable, "-m", "ramen.cli.main", "start", "--dir", str(tmp_path), "--no-httpd",
+                                str(tmp_path / "left.toml")], env=env, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # a group of its own, as a terminal's foreground job
+    worker_log = tmp_path / "logs" / "workers" / "left" / "ticks.log"
+    deadline = time.monotonic() + STARTUP_S
+    while not (worker_log.exists() and " running" in worker_log.read_text()):
+        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+        time.sleep(0.1)
+    os.killpg(process.pid, signum)
+    assert process.wait(STARTUP_S) == 0
+    stderr = process.stderr.read()
+    left = _processes_with(f"RAMEN_DIR={tmp_path}")
+    for pid in left:  # not to outlive the test
+        os.kill(pid, signal.SIGKILL)
+    assert left == {}
+    assert stderr.strip().endswith("ramen: stopped") and "died" not in stderr and "unreachable" not in stderr, stderr
+    troubled = {str(p.relative_to(tmp_path)): p.read_text() for p in (tmp_path / "logs").rglob("*.log")
+                if re.search("Traceback|lost; reconnecting|unreachable", p.read_text())}
+    assert troubled == {}
+
+
 def test_stop_after_ramen_start_was_killed_stops_everything_it_had_started(tmp_path):
     """`ramen start` itself killed with -9: its services, the supervisor's workers and the result
     log of a replay client killed too are left. `ramen stop` stops them all and removes the log."""
