@@ -56,6 +56,9 @@ MIN_SESSION_TIMEOUT_S, MAX_SESSION_TIMEOUT_S = 0.5, 300.0
 #: replies in several parts it asked for meanwhile: see Connection.send).
 MAX_UNSENT_BYTES = 64 * 1024 * 1024
 LISTEN_BACKLOG = 512
+#: On stop, how long the closed connections' tasks get to end by themselves: one still running
+#: when the loop ends is cancelled, and Python 3.11's asyncio logs a traceback for each.
+STOP_CONNECTIONS_WAIT_S = 1.0
 #: The exit status after a bug (sysexits' EX_SOFTWARE): the log has its traceback.
 EXIT_BUG = 70
 #: Operations a connection may send before its hello: a liveness probe needs no session.
@@ -118,6 +121,7 @@ class ConfServer:
         self._flush_lock = asyncio.Lock()
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task] = []
+        self._serving: set[asyncio.Task] = set()  # one a connection
         self.address: tuple[str, int] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -146,6 +150,8 @@ class ConfServer:
             self._server.close()
         for connection in list(self.connections):
             connection.close()
+        if self._serving:  # each sees its connection closed and returns
+            await asyncio.wait(set(self._serving), timeout=STOP_CONNECTIONS_WAIT_S)
         async with self._flush_lock:  # so no task is cancelled halfway through a journal write
             for task in self._tasks:
                 task.cancel()
@@ -265,6 +271,7 @@ class ConfServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = Connection(self, reader, writer)
         self.connections.add(connection)
+        self._serving.add(asyncio.current_task())
         try:
             while not connection.closed:
                 header = await reader.readexactly(wire.LENGTH.size)
@@ -280,6 +287,7 @@ class ConfServer:
         except Exception as e:  # noqa: BLE001 - a bug: the state may be half changed
             _exit_after_bug(f"serving {connection.peer}", e)
         finally:
+            self._serving.discard(asyncio.current_task())
             self.connections.discard(connection)
             if connection.sid is not None and self.by_session.get(connection.sid) is connection:
                 del self.by_session[connection.sid]

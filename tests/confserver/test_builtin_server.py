@@ -355,3 +355,19 @@ def test_a_reply_over_the_unsent_limit_does_not_make_its_client_a_slow_reader(se
         assert len(reply["ok"]) == count and frames > MAX_UNSENT_BYTES // wire.MAX_FRAME_BYTES
         event = read_reply(sock)
         assert (event["push"], event["watch"], event["event"]["key"]) == ("event", 7, "vast/new")
+
+
+def test_a_server_stopped_with_clients_connected_logs_no_traceback(tmp_path):
+    """A site's confserver stops with other sites' services still connected: each connection's task
+    must end before the loop does (one cancelled then was a traceback in the log, for each)."""
+    server = BuiltinServer(tmp_path / "data").start()
+    connections = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(3)]
+    try:
+        probe("127.0.0.1", server.port)  # answered once the loop has taken the connections made before
+        server.stop()
+    finally:
+        for connection in connections:
+            connection.close()
+    assert server.process.returncode == 0
+    log = server.log_path.read_text()
+    assert "stopping" in log and "Traceback" not in log, log
