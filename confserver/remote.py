@@ -39,6 +39,11 @@ REQUEST_TIMEOUT_S = 30.0
 #: got stuck (a backoff of up to 10 s, a stuck bound of 15 s, its start). A worker's call during a
 #: confserver restart so waits instead of failing it, and its replays with it.
 RECONNECT_WAIT_S = 30.0
+#: A client closing while it reconnects waits this long, not RECONNECT_WAIT_S, to end its session
+#: itself: enough for `ramen start` to restart a confserver that just died (its first backoffs and
+#: start), and well within the 10 s a stopping service gets before it is killed. A server gone
+#: for longer ends the session at its timeout; a stop must not hang on it.
+CLOSE_RECONNECT_WAIT_S = 5.0
 RECONNECT_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 #: However close the connect deadline, the server gets this long to answer the hello.
 MIN_HELLO_WAIT_S = 0.1
@@ -386,7 +391,7 @@ class RemoteClient(ConfClient):
         if self._closed:
             return
         try:
-            if self._expired is None:
+            if self._expired is None and self._connected.wait(CLOSE_RECONNECT_WAIT_S):
                 self._call("close")
         except ConfError:
             pass

@@ -15,6 +15,7 @@ import confserver
 from confserver import wire
 from confserver.model import MAX_VALUE_BYTES, MAX_VALUE_DEPTH
 from confserver.probe import probe
+from confserver.remote import RECONNECT_WAIT_S
 from confserver.server import EXIT_BUG
 from tests.confserver.builtin import BuiltinServer
 
@@ -371,3 +372,47 @@ def test_a_server_stopped_with_clients_connected_logs_no_traceback(tmp_path):
     assert server.process.returncode == 0
     log = server.log_path.read_text()
     assert "stopping" in log and "Traceback" not in log, log
+
+
+def test_a_client_closed_while_its_server_is_gone_returns_and_its_session_ends_at_the_timeout(tmp_path):
+    """A service stopping after its confserver went (another site's, stopped first) must stop
+    within its grace: its close waits CLOSE_RECONNECT_WAIT_S for the server, not RECONNECT_WAIT_S
+    as a call does; the server then ends the session at its timeout."""
+    server = BuiltinServer(tmp_path / "data").start()
+    try:
+        client = admin(server, session_timeout_s=1.0)
+        client.create("mine", 1, ephemeral=True)
+        server.kill()
+        started = time.monotonic()
+        client.close()
+        assert time.monotonic() - started < RECONNECT_WAIT_S / 2  # a 30 s wait before
+        server.start()
+        with admin(server) as other:
+            deadline = time.monotonic() + 30
+            while other.get_or_none("mine") is not None:
+                assert time.monotonic() < deadline, "the closed client's session never ended"
+                time.sleep(0.05)
+    finally:
+        server.stop()
+
+
+def test_a_client_closed_while_its_server_restarts_ends_its_session_itself(tmp_path, caplog):
+    """The wait is for a confserver `ramen start` is restarting: the client's ephemeral keys go at
+    its close, not a session timeout later."""
+    server = BuiltinServer(tmp_path / "data").start()
+    try:
+        client = admin(server, session_timeout_s=60.0)
+        client.create("mine", 1, ephemeral=True)
+        server.kill()
+        deadline = time.monotonic() + 30
+        while "lost; reconnecting" not in caplog.text:  # the client knows: its close waits
+            assert time.monotonic() < deadline, "the client never noticed its server died"
+            time.sleep(0.01)
+        restart = threading.Thread(target=server.start)
+        restart.start()
+        client.close()
+        restart.join()
+        with admin(server) as other:
+            assert other.get_or_none("mine") is None
+    finally:
+        server.stop()
