@@ -270,10 +270,15 @@ class RemoteClient(ConfClient):
 
     # -- calls ---------------------------------------------------------------------------------
 
-    def _call(self, op: str, wait_s: float = 0.0, on_reply=None, **args) -> Any:
+    def _call(self, op: str, wait_s: float = 0.0, on_reply=None, reconnect_wait_s: float | None = None,
+              **args) -> Any:
+        """`reconnect_wait_s`: how long to wait for a connection being made again (by default the
+        connect timeout or RECONNECT_WAIT_S, whichever is longer)."""
         if self._closed:
             raise Disconnected("this confserver client is closed")
-        if not self._connected.wait(max(self._connect_timeout_s, RECONNECT_WAIT_S)):
+        if reconnect_wait_s is None:
+            reconnect_wait_s = max(self._connect_timeout_s, RECONNECT_WAIT_S)
+        if not self._connected.wait(reconnect_wait_s):
             raise Disconnected(f"the confserver at {self.url} is unreachable")
         if self._expired is not None:
             raise self._expired
@@ -285,9 +290,9 @@ class RemoteClient(ConfClient):
             self._calls[request_id] = call
             try:
                 self._sock.sendall(frame)
-            except OSError as e:
+            except OSError as e:  # the I/O thread may have closed the socket as it saw it fail
                 self._calls.pop(request_id, None)
-                raise Disconnected(f"confserver at {self.url}: {e}") from None
+                raise Disconnected(f"connection to the confserver at {self.url} lost: {e.strerror or e}") from None
         if not call.done.wait(REQUEST_TIMEOUT_S + wait_s):
             with self._lock:
                 self._calls.pop(request_id, None)
@@ -374,10 +379,10 @@ class RemoteClient(ConfClient):
         with self._lock:
             state = self._watches.pop(wid, None)
         if state is not None and not self._closed and self._expired is None:
-            try:
-                self._call("unwatch", watch=wid)
+            try:  # not connected: the server forgot it with the connection, and a reconnect will not renew it
+                self._call("unwatch", watch=wid, reconnect_wait_s=0.0)
             except ConfError:
-                pass  # the server forgets it with the connection anyway
+                pass
 
     # -- locks and session ---------------------------------------------------------------------
 
@@ -391,8 +396,8 @@ class RemoteClient(ConfClient):
         if self._closed:
             return
         try:
-            if self._expired is None and self._connected.wait(CLOSE_RECONNECT_WAIT_S):
-                self._call("close")
+            if self._expired is None:
+                self._call("close", reconnect_wait_s=CLOSE_RECONNECT_WAIT_S)
         except ConfError:
             pass
         self._closed = True

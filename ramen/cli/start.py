@@ -41,6 +41,8 @@ DAEMON_READY_TIMEOUT_S = 180.0
 """--daemon waits this long for the services, Spark's cold start and the programs' SQL checks."""
 LEFT_OVER_TIMEOUT_S = 60.0
 """For stopping what a dead supervisor left: its start-up, then a shutdown's own 10 s bound."""
+CONFSERVER_CONNECT_TIMEOUT_S = 1.0
+"""How long a TCP connect to the confserver may take, on the way down, to count as reachable."""
 STOP_ROUNDS = 3
 """Times `ramen stop` looks again for processes of its instance, after stopping those it found."""
 POLL_INTERVAL_S = 0.2
@@ -189,7 +191,7 @@ def run_start(args) -> int:
         for service in reversed(services):
             service.stop()
             if service.name == "supervisor" and service.process.returncode != 0:
-                _stop_left_over(service, env, args.site)
+                _stop_left_over(service, env, args.site, env.get("RAMEN_CONFSERVER"))
         _stop_instance_processes(token)
         _remove_result_logs()
         pid_file.unlink(missing_ok=True)
@@ -309,11 +311,18 @@ def _probe(confserver: Service, url: str):
     return prober
 
 
-def _stop_left_over(supervisor: Service, env: dict, site: str) -> None:
+def _stop_left_over(supervisor: Service, env: dict, site: str, url: str | None) -> None:
     """The supervisor did not stop cleanly (it had died, or was killed before it could stop its
     children): the workers and replayers it ran live on in sessions of their own. A successor
-    adopts them, as a restarted supervisor would, and stops them, before the confserver goes."""
-    print(f"ramen: the supervisor had died (status {supervisor.process.returncode}); stopping what it left running",
+    adopts them, as a restarted supervisor would, and stops them, before the confserver goes.
+    With the confserver gone (another site's, stopped first) no successor could start: they are
+    left to _stop_instance_processes, which stops them by their instance's token."""
+    status = supervisor.process.returncode
+    if url is not None and not _reachable(url):
+        print(f"ramen: the supervisor had died (status {status}) and the confserver at {url} is unreachable; "
+              f"stopping what it left running without it", file=sys.stderr, flush=True)
+        return
+    print(f"ramen: the supervisor had died (status {status}); stopping what it left running",
           file=sys.stderr, flush=True)
     with open(supervisor.log_path, "ab") as log:
         try:
@@ -322,6 +331,13 @@ def _stop_left_over(supervisor: Service, env: dict, site: str) -> None:
         except subprocess.TimeoutExpired:
             print(f"ramen: could not stop what the supervisor left in {LEFT_OVER_TIMEOUT_S:g} s; see "
                   f"{supervisor.log_path}", file=sys.stderr, flush=True)
+
+
+def _reachable(url: str) -> bool:
+    """Whether one of the confserver's hosts accepts a connection."""
+    from confserver.url import parse_url
+    from ramen.listen import accepts
+    return any(accepts(host, port, CONFSERVER_CONNECT_TIMEOUT_S) for host, port in parse_url(url).hosts)
 
 
 def _final_error(log_path: Path, prefix: str) -> str | None:

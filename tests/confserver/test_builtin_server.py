@@ -13,7 +13,7 @@ import pytest
 
 import confserver
 from confserver import wire
-from confserver.model import MAX_VALUE_BYTES, MAX_VALUE_DEPTH
+from confserver.model import MAX_VALUE_BYTES, MAX_VALUE_DEPTH, EventKind
 from confserver.probe import probe
 from confserver.remote import RECONNECT_WAIT_S
 from confserver.server import EXIT_BUG
@@ -414,5 +414,33 @@ def test_a_client_closed_while_its_server_restarts_ends_its_session_itself(tmp_p
         restart.join()
         with admin(server) as other:
             assert other.get_or_none("mine") is None
+    finally:
+        server.stop()
+
+
+def test_a_watch_closed_while_the_server_is_away_does_not_wait_for_it(tmp_path, caplog):
+    """The server forgot the watch with the connection, and a reconnect renews only the watches
+    still open: closing one has nothing to tell a server that is away (the archiver's stop, after
+    another site's confserver went, waited 30 s here and was killed)."""
+    server = BuiltinServer(tmp_path / "data").start()
+    try:
+        with admin(server) as client:
+            closed, kept = client.watch("closed/*"), client.watch("kept/*")
+            server.kill()
+            deadline = time.monotonic() + 30
+            while "lost; reconnecting" not in caplog.text:
+                assert time.monotonic() < deadline, "the client never noticed its server died"
+                time.sleep(0.01)
+            started = time.monotonic()
+            closed.close()
+            assert time.monotonic() - started < RECONNECT_WAIT_S / 2
+            server.start()
+            client.set("closed/a", 1)
+            client.set("kept/a", 1)
+            event = kept.next(10)
+            while event is not None and event.key != "kept/a":
+                event = kept.next(10)
+            assert event is not None and event.kind is EventKind.CREATED  # the open watch came back
+            assert [e for e in closed.drain() if e.key == "closed/a"] == []
     finally:
         server.stop()
