@@ -422,6 +422,13 @@ class Worker:
         """Write what is computed (for a while), then close every publication and image, and the
         dispatch last: a heavy one releases its Spark session, a call to a server that may be slow to
         answer, which must not hold back what the outputs still have to write."""
+        try:
+            self._close_outputs(flush_timeout_s)
+        finally:  # whatever failed on the way: the session is released
+            if self.dispatch is not None:
+                self.dispatch.close()
+
+    def _close_outputs(self, flush_timeout_s: float) -> None:
         if self.dispatch is not None:
             try:  # the windows that were computing: written, not lost
                 self._emit_computed(self.dispatch.drain())
@@ -438,8 +445,6 @@ class Worker:
         self.outputs.close(self.channels.recipients())
         self.inputs.close()
         self.stats.close()
-        if self.dispatch is not None:
-            self.dispatch.close()
 
 
 def run(worker: Worker, stop: threading.Event, idle: BackoffIdleStrategy | None = None) -> None:

@@ -48,5 +48,5 @@ class UserRegex:
         try:
             return call(text, timeout=MATCH_TIMEOUT_S, concurrent=True)
         except TimeoutError:
-            raise RegexError(f"{self.owner}: regular expression {self.pattern!r} took over {MATCH_TIMEOUT_S:g} s on {text!r}: it "
-                             f"backtracks without end; write it without nested repetition") from None
+            raise RegexError(f"{self.owner}: regular expression {self.pattern!r} took over {MATCH_TIMEOUT_S:g} s "
+                             f"on {text!r}: it backtracks without end; write it without nested repetition") from None

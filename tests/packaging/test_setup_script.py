@@ -39,7 +39,8 @@ def test_a_failed_install_shows_pips_error_and_the_logs_path_and_nothing_else_of
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert lines[0] == "setup: creating .venv", lines
-    assert lines[1].startswith(f"setup: installing ramen and its dependencies ({declared_dependencies()}) into .venv"), lines
+    expected = f"setup: installing ramen and its dependencies ({declared_dependencies()}) into .venv"
+    assert lines[1].startswith(expected), lines
     assert "numpy, pyarrow" in lines[1] and "pytest, selenium" in lines[1], lines
     assert lines[2] == "setup: installing ramen failed:", lines
     assert lines[-1] == f"setup: the whole output is in {log}", lines
