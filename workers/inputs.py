@@ -30,7 +30,8 @@ import pyarrow as pa
 from ramen import paths
 from ramen.message import LIVE_CHANNEL
 from ramen.program.model import Function
-from ramen.transport import BlockAssembler, CountersFile, Image, LogBuffer, LogBufferError, Subscription
+from ramen.transport import (BlockAssembler, CountersFile, CountersFileError, Image, LogBuffer, LogBufferError,
+                             Subscription)
 from ramen.transport.frame import FRAME_ALIGNMENT
 from ramen.transport.position import index_by_term_count
 from workers.defaults import LOG_WAIT_INTERVAL_S, POLL_BLOCK_LENGTH, RECEIVED_STALL_S, REPLAY_LOG_WAIT_INTERVAL_S
@@ -64,6 +65,8 @@ class Input:
     """The replay channels whose END_OF_REPLAY came through it."""
     progress: tuple[int, float] = (-1, 0.0)
     """(position, clock seconds when it was last seen to move) of a received log's image."""
+    refused: bool = False
+    """The counters file refused its reader a counter, and that was logged (Inputs._refused)."""
 
     def channels_of(self, tag: int) -> tuple[int, ...]:
         """The channels whose rows a message tagged `tag` carries here: its own, and those whose
@@ -160,15 +163,34 @@ class Inputs:
                 if found.users - {LIVE_CHANNEL}:
                     wait_s = REPLAY_LOG_WAIT_INTERVAL_S
                 continue
-            found.image = Image(found.log, self.counters, name=f"{self.qualified_name} <- {found.path.name}",
-                                join_position=first_frame_position(found.log)
-                                if found.replaced or found.received else None)
+            try:
+                found.image = Image(found.log, self.counters, name=f"{self.qualified_name} <- {found.path.name}",
+                                    join_position=first_frame_position(found.log)
+                                    if found.replaced or found.received else None)
+            except CountersFileError as e:
+                self._refused(found, e)
+                continue
+            found.refused = False
             found.assembler = BlockAssembler()
             found.joined_at = found.image.position
             self._images[id(found.image)] = found
             self.subscription.add_image(found.image)
             log.info("%s reads %s from position %d", self.qualified_name, found.path, found.image.position)
         return wait_s
+
+    def _refused(self, found: Input, error: CountersFileError) -> None:
+        """No counter for a reader of the log (this process's share, or the site's file, used up):
+        the worker goes on with the inputs it reads; a replay waiting on this one fails, naming
+        why, and the live stream is tried again at the next look."""
+        found.log.close()
+        found.log = None
+        if replays := found.users - {LIVE_CHANNEL} - found.ended:
+            self.lost.append((found.path, replays, f"cannot be read: {error}"))
+            found.ended |= replays
+        if not found.refused:
+            log.warning("%s cannot read %s yet (tried again every %g s): %s", self.qualified_name, found.path,
+                        LOG_WAIT_INTERVAL_S, error)
+            found.refused = True
 
     def _check_received(self, found: Input, waiting: set[int], now_s: float | None) -> None:
         """Another site's replayer's log that replay channels still wait on: ended, or stalled?"""

@@ -4,6 +4,7 @@ one line (`ramen tail: error: argument -n/--lines: ...`) and exit 2."""
 from __future__ import annotations
 
 import argparse
+import ipaddress
 
 from ramen import keyspace
 
@@ -25,3 +26,11 @@ def count(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
     return value
+
+
+def network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    """An address or a network (`192.0.2.7`, `10.0.0.0/8`, `::1`): whose datagrams netd takes."""
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an address or a network (such as 10.0.0.0/8)") from None

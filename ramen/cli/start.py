@@ -86,6 +86,8 @@ def add_parser(sub) -> None:
     start.add_argument("--netd-listen", metavar="HOST:PORT", default=NETD_DEFAULT_LISTEN,
                        help="where netd receives streams from other sites (default %(default)s: a free port, "
                             "announced in the confserver)")
+    start.add_argument("--netd-allow", metavar="NETWORK", action="append", type=argtypes.network, default=[],
+                       help="netd takes datagrams only from this address or network (repeatable; default: any)")
     start.add_argument("--spark", metavar="sc://HOST:PORT", default=configured_remote(),
                        help="run heavy functions on this Spark Connect endpoint (default $RAMEN_SPARK_REMOTE; "
                             "without it, a local one starts when a program needs Spark)")
@@ -211,7 +213,9 @@ def _wants_netd(args) -> bool:
 
 
 def _netd_argv(args) -> tuple[str, list[str], float]:
-    return "netd", ["ramen.netd.service", "--site", args.site, "--listen", args.netd_listen], HEARTBEAT_STUCK_AFTER_S
+    allow = [word for network in args.netd_allow for word in ("--allow", str(network))]
+    return "netd", ["ramen.netd.service", "--site", args.site, "--listen", args.netd_listen, *allow], \
+        HEARTBEAT_STUCK_AFTER_S
 
 
 def _start_heartbeating(name: str, argv: list[str], stuck_after_s: float, run_dir: Path, logs: Path, env: dict,
@@ -420,6 +424,7 @@ def _daemonize(args, base: Path, run_dir: Path) -> int:
             *(["--httpd-listen", args.httpd_listen] if args.httpd_listen else []),
             *(["--httpd-auth", str(_absolute(args.httpd_auth))] if args.httpd_auth else []),
             *({True: ["--netd"], False: ["--no-netd"], None: []}[args.netd]), "--netd-listen", args.netd_listen,
+            *[word for network in args.netd_allow for word in ("--netd-allow", str(network))],
             *map(str, map(_absolute, args.programs))]
     (run_dir / READY_FILE).unlink(missing_ok=True)
     log_path = base / "logs" / "start.log"

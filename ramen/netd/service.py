@@ -43,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--site", default=keyspace.default_site(), type=argtypes.site,
                         help="the site whose net/ keys to follow (default %(default)s)")
     parser.add_argument("--confserver", metavar="URL", help="default $RAMEN_CONFSERVER, else the local server")
+    parser.add_argument("--allow", metavar="NETWORK", action="append", type=argtypes.network,
+                        help="take datagrams only from this address or network (repeatable; default: any "
+                             "address that reaches --listen); others are counted and dropped undecoded")
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -73,7 +76,8 @@ def serve(args: argparse.Namespace) -> int:
     receiver = sender = follower = None
     netd_counters = NetdCounters.allocate(counters, args.site)
     try:
-        receiver = ReceiverAgent(paths.net_dir(args.site), counters, receiver_id=random.getrandbits(31))
+        receiver = ReceiverAgent(paths.net_dir(args.site), counters, receiver_id=random.getrandbits(31),
+                                 allow=args.allow)
         try:
             bound = _bind(receiver, Address(host, port), paths.net_dir(args.site) / LAST_ENDPOINT_FILE)
         except OSError as e:

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Iterator
 
 from ramen.processes import pid_alive
-from ramen.transport.defaults import COUNTER_FREE_TO_REUSE_DELAY_S, COUNTERS_DEFAULT_CAPACITY
+from ramen.transport.defaults import (COUNTER_FREE_TO_REUSE_DELAY_S, COUNTERS_DEFAULT_CAPACITY,
+                                      COUNTERS_PROCESS_SHARE)
 from ramen.transport.errors import TransportError
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,8 @@ NETWORK_COUNTER_TYPE_IDS: dict[str, int] = {
     "setups-sent": 1504, "sms-received": 1505, "skipped-bytes": 1506, "naks-sent": 1510, "loss-gaps": 1511,
     "sms-sent": 1512, "frames-duplicate": 1513, "frames-over-run": 1514, "images": 1520, "images-ended": 1521,
     "setups-received": 1522, "frames-unsubscribed": 1523, "unreachable": 1524, "images-resumed": 1525,
-    "images-overtaken": 1526, "images-rejoined": 1527, "garbage": 1530,
+    "images-overtaken": 1526, "images-rejoined": 1527, "setups-refused": 1528, "images-evicted": 1529,
+    "garbage": 1530,
 }
 """The UDP agents' own counts, by the name in their label (`naks-received: <session> <stream> ...`);
 garbage is one counter per kind, the kind in its label (`garbage short: 127.0.0.1:40123`)."""
@@ -160,6 +162,11 @@ class CountersFileError(TransportError):
     """A counters file that cannot be used, or that is full."""
 
 
+class CounterShareExceeded(CountersFileError):
+    """This process holds its share of the counters file (COUNTERS_PROCESS_SHARE): refused to it
+    alone, while the file has room for the others."""
+
+
 def monotonic_ms() -> int:
     """CLOCK_MONOTONIC in ms: one clock for all processes of the host, immune to wall-clock steps."""
     return time.monotonic_ns() // 1_000_000
@@ -190,7 +197,7 @@ class CounterInfo:
 class CountersFile:
     """A mapped counters file; many processes map the same one."""
 
-    def __init__(self, path: Path, fd: int, mapped: mmap.mmap) -> None:
+    def __init__(self, path: Path, fd: int, mapped: mmap.mmap, *, process_share: float = COUNTERS_PROCESS_SHARE) -> None:
         self.path = path
         self._fd = fd
         self.mmap = mapped
@@ -201,13 +208,16 @@ class CountersFile:
         self.capacity = self.metadata_length // METADATA_LENGTH
         self.metadata_offset = END_OF_METADATA_OFFSET + header[1] + header[2]
         self.values_offset = self.metadata_offset + self.metadata_length
+        self.process_limit = max(1, int(self.capacity * process_share))
+        """The most counters this process may hold in the file at once (CounterShareExceeded)."""
         self._buf = memoryview(mapped)
         self._i64 = self._buf.cast("q")
 
     @classmethod
-    def open(cls, path: str | os.PathLike, *, create: bool = True,
-             capacity: int = COUNTERS_DEFAULT_CAPACITY) -> "CountersFile":
-        """Map the counters file, creating it (race-free across processes) when absent."""
+    def open(cls, path: str | os.PathLike, *, create: bool = True, capacity: int = COUNTERS_DEFAULT_CAPACITY,
+             process_share: float = COUNTERS_PROCESS_SHARE) -> "CountersFile":
+        """Map the counters file, creating it (race-free across processes) when absent;
+        `process_share`: the fraction of its records this process may hold at once."""
         path = Path(path)
         try:
             fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
@@ -229,7 +239,7 @@ class CountersFile:
         except BaseException:
             os.close(fd)
             raise
-        return cls(path, fd, mapped)
+        return cls(path, fd, mapped, process_share=process_share)
 
     def close(self) -> None:
         self._i64.release()
@@ -251,12 +261,15 @@ class CountersFile:
         owner = os.getpid() if owner_id is None else owner_id
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
-            counter_id = self._find_free_record()
+            counter_id, held = self._find_free_record(owner)
             if counter_id is None:
                 self._reclaim_orphans()
-                counter_id = self._find_free_record()
+                counter_id, held = self._find_free_record(owner)
             if counter_id is None:
                 raise CountersFileError(f"{self.path}: all {self.capacity} counters are in use")
+            if held >= self.process_limit:
+                raise CounterShareExceeded(f"{self.path}: process {owner} holds {held} of its {self.capacity} "
+                                           f"counters, its share; refused '{label}'")
             meta = self.metadata_offset + counter_id * METADATA_LENGTH
             value = self.values_offset + counter_id * COUNTER_LENGTH
             self._buf[value:value + COUNTER_LENGTH] = bytes(COUNTER_LENGTH)
@@ -283,14 +296,22 @@ class CountersFile:
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
-    def _find_free_record(self) -> int | None:
+    def _find_free_record(self, owner: int) -> tuple[int | None, int]:
+        """The first record free to take (None if none), and how many `owner` holds."""
         now = monotonic_ms()
+        free, held = None, 0
+        owner_index = (self.values_offset + OWNER_ID_OFFSET) // 8
+        step = COUNTER_LENGTH // 8
         for counter_id in range(self.capacity):
             meta = self.metadata_offset + counter_id * METADATA_LENGTH
             state, _, deadline = struct.unpack_from("<iiq", self._buf, meta)
-            if state == RECORD_UNUSED or (state == RECORD_RECLAIMED and deadline <= now):
-                return counter_id
-        return None
+            if state == RECORD_ALLOCATED:
+                held += self._i64[owner_index + counter_id * step] == owner
+            elif state == RECORD_UNUSED:
+                return counter_id if free is None else free, held  # none was ever taken past it
+            elif free is None and deadline <= now:
+                free = counter_id
+        return free, held
 
     def _reclaim_orphans(self) -> None:
         """Free the counters of processes that died without freeing them (called under the lock)."""

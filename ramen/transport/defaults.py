@@ -22,8 +22,14 @@ SUBSCRIBER_SCAN_INTERVAL_S = 0.010
 LIMIT_REFRESH_INTERVAL_S = 0.001
 """How often a publication re-reads subscriber positions while it is not at its limit."""
 
-COUNTERS_DEFAULT_CAPACITY = 1024
-"""Counters in a new counters file."""
+COUNTERS_DEFAULT_CAPACITY = 4096
+"""Counters in a new counters file (2.6 MB): four times what one process may hold."""
+
+COUNTERS_PROCESS_SHARE = 0.25
+"""The fraction of a counters file's records one process may hold: a process that would take more
+(a netd flooded with SETUPs, a leak) is refused its next counter, in its own one-line error, and
+never starves the site's other processes of theirs (a flood of 140 SETUPs took all of 1,024 and
+the live generator died on its next allocation)."""
 
 COUNTER_FREE_TO_REUSE_DELAY_S = 1.0
 """A freed counter record is not reused before this, so a reader holding its id sees it freed first."""

@@ -82,16 +82,24 @@ class Image:
         # reads and stores, as Counter does, without the calls); a scratch record without counters.
         self._sub_pos_record, self._sub_pos_index = memoryview(bytearray(ctr.COUNTER_LENGTH)).cast("q"), 0
         if counters is not None:
-            key = ctr.subscriber_key(log_buffer.correlation_id, self.session_id, self.stream_id,
-                                     tether_hold_ms=round(tether_hold_s * 1000) if tethered else None)
-            suffix = f"{self.session_id} {self.stream_id} {self.name}{' tethered' if tethered else ''}"
-            self._sub_pos = counters.allocate(ctr.SUBSCRIBER_POSITION_TYPE_ID, f"sub-pos: {suffix}", key=key,
-                                              registration_id=log_buffer.correlation_id,
-                                              heartbeat_ms=self._nanos() // 1_000_000)
-            self._sub_pos_record, self._sub_pos_index = self._sub_pos.slot()
-            self._sub_pos.set(self._position)
-            self._unblocked = counters.allocate(ctr.UNBLOCKED_FRAMES_TYPE_ID, f"unblocked: {suffix}", key=key,
-                                                registration_id=log_buffer.correlation_id)
+            try:
+                self._allocate_counters(counters, tether_hold_s)
+            except BaseException:  # the counters file refused one: nothing of this image is left held
+                self.close()
+                raise
+
+    def _allocate_counters(self, counters: CountersFile, tether_hold_s: float) -> None:
+        log_buffer = self.log
+        key = ctr.subscriber_key(log_buffer.correlation_id, self.session_id, self.stream_id,
+                                 tether_hold_ms=round(tether_hold_s * 1000) if self.tethered else None)
+        suffix = f"{self.session_id} {self.stream_id} {self.name}{' tethered' if self.tethered else ''}"
+        self._sub_pos = counters.allocate(ctr.SUBSCRIBER_POSITION_TYPE_ID, f"sub-pos: {suffix}", key=key,
+                                          registration_id=log_buffer.correlation_id,
+                                          heartbeat_ms=self._nanos() // 1_000_000)
+        self._sub_pos_record, self._sub_pos_index = self._sub_pos.slot()
+        self._sub_pos.set(self._position)
+        self._unblocked = counters.allocate(ctr.UNBLOCKED_FRAMES_TYPE_ID, f"unblocked: {suffix}", key=key,
+                                            registration_id=log_buffer.correlation_id)
 
     # -- state ----------------------------------------------------------------------------------
 

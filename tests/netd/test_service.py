@@ -136,3 +136,66 @@ def test_a_bad_or_taken_listen_address_is_one_line_and_exit_1(fresh_confserver, 
         assert busy.wait(STARTUP_S) == 1
         lines = busy.stderr.read().strip().splitlines()
     assert lines[-1].startswith(f"ramen: netd: cannot listen on 127.0.0.1:{port}: ") and "Traceback" not in lines
+
+
+def _setup_flood(channel: str, stream_id: int, sessions: range, source: str = "127.0.0.1") -> None:
+    from ramen.transport.udp.protocol import SetupFrame
+    host, port = channel.rsplit("=", 1)[1].rsplit(":", 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as intruder:
+        intruder.bind((source, 0))
+        for session in sessions:
+            intruder.sendto(SetupFrame(0, session, stream_id, 0, 0, 65536, 1408).encode(), (host, int(port)))
+
+
+def _receiver_counter(counters: CountersFile, name: str) -> int:
+    found = [c.value for c in counters.counters() if c.label.startswith(f"{name}: receiver ")]
+    return found[0] if found else -1
+
+
+def test_a_setup_flood_on_a_received_stream_leaves_netd_running_with_its_images_and_counters_bounded(
+        fresh_confserver, admin, tmp_path):
+    from ramen.transport.udp.defaults import MAX_IMAGES_PER_STREAM
+    env = env_of(fresh_confserver, tmp_path)
+    netd = start(env, "core")
+    try:
+        announced = wait_for(lambda: endpoint(admin, "core"), "core's endpoint announced", timeout_s=STARTUP_S)
+        admin.create(f"{keyspace.net_receives_prefix('core')}/p/f",
+                     NetReceive(stream_id=STREAM, log=str(tmp_path / "received.logbuffer")).to_value())
+        counters = CountersFile.open(tmp_path / "counters.dat")
+        wait_for(lambda: _receiver_counter(counters, "images") >= 0, "the receiver's counters", timeout_s=STARTUP_S)
+
+        _setup_flood(announced.channel, STREAM, range(9000, 9140))  # what took a site down
+
+        wait_for(lambda: _receiver_counter(counters, "setups-received") == 140, "the flood read",
+                 timeout_s=STARTUP_S)
+        assert netd.poll() is None
+        assert _receiver_counter(counters, "images") <= MAX_IMAGES_PER_STREAM
+        assert _receiver_counter(counters, "images-evicted") == 140 - MAX_IMAGES_PER_STREAM
+        held = sum(c.owner_id == netd.pid for c in counters.counters())
+        assert held <= MAX_IMAGES_PER_STREAM * 7 + 30  # its images' counters and its own, whatever came
+    finally:
+        stderr = stop(netd)
+    assert "Traceback" not in stderr
+
+
+def test_a_netd_with_an_allow_list_drops_what_other_addresses_send(fresh_confserver, admin, tmp_path):
+    env = env_of(fresh_confserver, tmp_path)
+    netd = start(env, "core", "--allow", "127.0.0.1")
+    try:
+        announced = wait_for(lambda: endpoint(admin, "core"), "core's endpoint announced", timeout_s=STARTUP_S)
+        admin.create(f"{keyspace.net_receives_prefix('core')}/p/f",
+                     NetReceive(stream_id=STREAM, log=str(tmp_path / "received.logbuffer")).to_value())
+        counters = CountersFile.open(tmp_path / "counters.dat")
+        wait_for(lambda: _receiver_counter(counters, "images") >= 0, "the receiver's counters", timeout_s=STARTUP_S)
+
+        _setup_flood(announced.channel, STREAM, range(9000, 9010), source="127.0.0.2")
+
+        wait_for(lambda: _receiver_counter(counters, "garbage not-allowed") == 10, "the datagrams refused",
+                 timeout_s=STARTUP_S)
+        assert _receiver_counter(counters, "setups-received") == 0
+    finally:
+        stderr = stop(netd)
+    assert "Traceback" not in stderr
+    bad = start(env, "core", "--allow", "everyone")
+    assert bad.wait(STARTUP_S) == 2
+    assert "argument --allow: 'everyone' is not an address or a network (such as 10.0.0.0/8)" in bad.stderr.read()

@@ -9,7 +9,7 @@ import pytest
 
 from ramen.transport import CountersFile
 from ramen.transport import counters as ctr
-from ramen.transport.counters import CountersFileError
+from ramen.transport.counters import CounterShareExceeded, CountersFileError
 
 SPAWN = multiprocessing.get_context("spawn")
 CHILD_TIMEOUT_S = 30
@@ -19,7 +19,8 @@ CHILD_TIMEOUT_S = 30
 
 def _allocate_many(path, capacity, count, barrier, results):
     try:
-        counters = CountersFile.open(path, capacity=capacity)  # both children race to create the file
+        # Both children race to create the file, each taking more than a process's default share.
+        counters = CountersFile.open(path, capacity=capacity, process_share=1.0)
         barrier.wait(CHILD_TIMEOUT_S)
         ids = [counters.allocate(ctr.SYSTEM_COUNTER_TYPE_ID, f"pid {os.getpid()} #{i}").id for i in range(count)]
         results.put(("ok", os.getpid(), ids))
@@ -29,7 +30,7 @@ def _allocate_many(path, capacity, count, barrier, results):
 
 def _allocate_and_die(path, count, results):
     try:
-        counters = CountersFile.open(path, create=False)
+        counters = CountersFile.open(path, create=False, process_share=1.0)
         ids = [counters.allocate(ctr.SYSTEM_COUNTER_TYPE_ID, f"orphan #{i}").id for i in range(count)]
         results.put(("ok", os.getpid(), ids))
     except BaseException:
@@ -156,7 +157,7 @@ def test_freed_counter_is_reused_after_the_delay_and_starts_clean(tmp_path, monk
 
 def test_full_file_of_live_counters_raises_counters_file_error(tmp_path):
     path = tmp_path / "cnc.dat"
-    counters = CountersFile.open(path, capacity=2)
+    counters = CountersFile.open(path, capacity=2, process_share=1.0)
     counters.allocate(0, "a")
     counters.allocate(0, "b")
 
@@ -164,6 +165,20 @@ def test_full_file_of_live_counters_raises_counters_file_error(tmp_path):
         counters.allocate(0, "c")
 
     assert str(path) in str(error.value) and "all 2 counters are in use" in str(error.value)
+
+
+def test_a_process_past_its_share_is_refused_while_the_file_has_room_for_others(tmp_path):
+    path = tmp_path / "cnc.dat"
+    counters = CountersFile.open(path, capacity=16, process_share=0.25)
+    held = [counters.allocate(0, f"mine #{i}") for i in range(4)]
+
+    with pytest.raises(CounterShareExceeded) as error:
+        counters.allocate(0, "one too many")
+
+    assert f"process {os.getpid()} holds 4 of its 16 counters, its share; refused 'one too many'" in str(error.value)
+    assert str(path) in str(error.value)
+    held.pop().close()
+    assert counters.allocate(0, "after one was freed").id >= 4  # the freed record waits out its reuse delay
 
 
 # -- several processes ---------------------------------------------------------------------------
@@ -188,9 +203,25 @@ def test_two_processes_allocating_concurrently_never_get_the_same_id(tmp_path):
         assert all(infos[i].owner_id == pid and infos[i].label.startswith(f"pid {pid} #") for i in ids)
 
 
+def test_a_process_holding_its_share_leaves_the_others_theirs(tmp_path):
+    path = tmp_path / "cnc.dat"
+    hog = CountersFile.open(path, capacity=16, process_share=0.25)
+    for i in range(4):
+        hog.allocate(0, f"hog #{i}")
+    with pytest.raises(CounterShareExceeded):
+        hog.allocate(0, "hog #4")
+    results = SPAWN.Queue()
+    process = SPAWN.Process(target=_allocate_and_die, args=(path, 12, results))
+    process.start()
+
+    (pid, ids), = _child_results([process], results)
+
+    assert sorted(ids) == list(range(4, 16))
+
+
 def test_full_file_reclaims_the_counters_of_dead_processes(tmp_path):
     path = tmp_path / "cnc.dat"
-    counters = CountersFile.open(path, capacity=4)
+    counters = CountersFile.open(path, capacity=4, process_share=1.0)
     mine = counters.allocate(0, "mine")
     results = SPAWN.Queue()
     process = SPAWN.Process(target=_allocate_and_die, args=(path, 3, results))

@@ -145,3 +145,31 @@ def test_a_received_replayer_log_that_brings_nothing_new_for_the_stall_time_fail
     publication.close()
     log.close()
     counters.close()
+
+
+def test_an_input_whose_reader_gets_no_counter_fails_its_replays_and_is_read_once_one_is_free(tmp_path, caplog):
+    path = tmp_path / "counters.dat"
+    CountersFile.open(path, capacity=16).close()
+    counters = CountersFile.open(path)  # this process's share: 4 counters
+    live, replayed = tmp_path / "live.logbuffer", tmp_path / "replayed.logbuffer"
+    write_log(live, [1, 2], term_id=1)
+    write_log(replayed, [3], term_id=1)
+    inputs = Inputs("site", "p/child", counters)
+    inputs.use(live, PARENT, LIVE_CHANNEL)
+    filler = [counters.allocate(0, f"filler {i}") for i in range(3)]  # one counter left: a reader needs two
+    inputs.use(replayed, PARENT, 5)
+
+    assert read_all(inputs, 0.0) == []  # refused, not raised: the worker goes on with what it has
+    assert [(p, channels) for p, channels, _ in inputs.lost] == [(replayed, {5})]
+    assert "cannot be read: " in inputs.lost[0][2] and "its share" in inputs.lost[0][2]
+    assert inputs.found[live].image is None
+    warnings = [r.getMessage() for r in caplog.records if "cannot read" in r.getMessage()]
+    assert len(warnings) == 2  # once a log, however often it is tried
+    read_all(inputs, 1.0)
+    assert len([r for r in caplog.records if "cannot read" in r.getMessage()]) == 2
+    for counter in filler:
+        counter.close()
+    inputs.look_now()
+    read_all(inputs, 2.0)
+    assert inputs.found[live].image is not None  # the live stream is read as soon as it can be
+    counters.close()

@@ -4,13 +4,19 @@ A group's counters share a label suffix saying what they count for (`snd-pos: 7 
 -> 127.0.0.1:40123`) and, for a stream, the stream key and the log's correlation id as registration
 id, as a publication's own counters have (publication.py), so `ramen stat` and tests find them by
 type, label or log. Without a counters file the group keeps its values in memory, so an agent
-works, and its tests read the same names, either way.
+works, and its tests read the same names, either way; so does a group whose counters the file
+refuses (this process holds its share, or the file is full): an agent flooded by strangers goes on
+with what it counts in memory, and says so once per group, rather than die.
 """
 
 from __future__ import annotations
 
+import logging
+
 from ramen.transport import counters as ctr
-from ramen.transport.counters import Counter, CountersFile, InMemoryCounter
+from ramen.transport.counters import Counter, CountersFile, CountersFileError, InMemoryCounter
+
+log = logging.getLogger(__name__)
 
 TYPE_IDS: dict[str, int] = {
     "snd-pos": ctr.SENDER_POSITION_TYPE_ID, "snd-lmt": ctr.SENDER_LIMIT_TYPE_ID, "snd-bpe": ctr.SENDER_BPE_TYPE_ID,
@@ -30,6 +36,8 @@ class CounterGroup:
         self.suffix = suffix
         self._key = key
         self._registration_id = registration_id
+        self._refused = False
+        """The file refused a counter: the group's next ones are in memory too."""
         self._slots: dict[str, Counter | InMemoryCounter] = {}
         try:
             for name in names:
@@ -43,8 +51,14 @@ class CounterGroup:
         slot = self._slots.get(name)
         if slot is None:
             type_id = TYPE_IDS[name.split(" ", 1)[0]]
-            slot = InMemoryCounter() if self.file is None else self.file.allocate(
-                type_id, f"{name}: {self.suffix}", key=self._key, registration_id=self._registration_id)
+            slot = InMemoryCounter()
+            if self.file is not None and not self._refused:
+                try:
+                    slot = self.file.allocate(type_id, f"{name}: {self.suffix}", key=self._key,
+                                              registration_id=self._registration_id)
+                except CountersFileError as e:
+                    self._refused = True
+                    log.warning("counters of '%s' kept in memory from '%s' on: %s", self.suffix, name, e)
             self._slots[name] = slot
         return slot
 

@@ -48,6 +48,20 @@ SEND_SETUP_RETRY_NS = 100_000_000
 """A receiver asks an unknown session for a SETUP (an SM with SEND_SETUP) at most this often, so a
 flood of DATA from a session it has no image of gives one SM, not one per datagram."""
 
+MAX_IMAGES_PER_STREAM = 8
+"""Images of one subscribed stream at once (its sender's session, and those of senders restarted
+within the liveness timeout): a SETUP past it takes the place of the oldest image that never carried
+data, or is refused. Not Aeron's, whose driver makes an image of every SETUP: here each image is a
+log file and counters, and anyone who can reach the port can send SETUPs (140 of 40 bytes took all
+of a site's counters)."""
+
+MAX_IMAGES_PER_SOURCE = 64
+"""Images of one source address (its IP, whatever its ports) at once, over all streams: a SETUP
+past it is refused."""
+
+SETUP_REFUSED_LOG_INTERVAL_NS = 10_000_000_000
+"""A refused SETUP is logged at most this often (with the count since), so a flood is one line."""
+
 # -- the agents and their sockets (sender_agent.py, receiver_agent.py, sockets.py) ----------------
 
 SOCKET_RCVBUF_BYTES = 2 * 1024 * 1024

@@ -26,6 +26,10 @@ captures in aeron-vectors/udp show them:
   for the liveness timeout (10 s) ends, and the session is unknown again.
 - Only streams subscribed to (add_subscription) make images; frames of others are ignored. When a
   stream's subscription is removed, each of its images sends one SM with the EOS flag and ends.
+- What strangers can make it allocate is bounded (not Aeron's rule: its driver makes an image of
+  every SETUP): at most max_images_per_stream images of a stream, where a new SETUP takes the place
+  of the oldest image that never carried data (a SETUP flood's) or is refused, and at most
+  max_images_per_source of one source address (the IP the owner names, on_datagram's `source`).
 - Speed: a datagram (or batch) that is one run of plain DATA frames landing in fresh space of an
   image goes into its log as one block (protocol.data_run, ImageRebuilder.insert_run), with no frame
   decoded; everything else goes frame by frame, by the rules above, with the same counters.
@@ -46,8 +50,9 @@ from ramen.transport.frame import FRAME_ALIGNMENT, align
 from ramen.transport.logbuffer import LogBuffer, LogBufferParams
 from ramen.transport.position import compute_position, position_bits_to_shift, term_id_of
 from ramen.transport.udp import protocol
-from ramen.transport.udp.defaults import (IMAGE_LIVENESS_TIMEOUT_NS, NAK_MAX_GAPS, NAK_RETRY_NS,
-                                          NAK_UNICAST_DELAY_NS, SEND_SETUP_RETRY_NS)
+from ramen.transport.udp.defaults import (IMAGE_LIVENESS_TIMEOUT_NS, MAX_IMAGES_PER_SOURCE, MAX_IMAGES_PER_STREAM,
+                                          NAK_MAX_GAPS, NAK_RETRY_NS, NAK_UNICAST_DELAY_NS, SEND_SETUP_RETRY_NS,
+                                          SETUP_REFUSED_LOG_INTERVAL_NS)
 from ramen.transport.udp.protocol import (DataFrame, NakFrame, SetupFrame, StatusMessage,
                                           WireError, frames_of)
 from ramen.transport.udp.rebuild import DUPLICATE, INSERTED, OVER_RUN, REJECTED, Gap, ImageRebuilder, StatusMessagePolicy
@@ -71,6 +76,8 @@ GARBAGE_BAD_SETUP = "bad-setup"
 """A SETUP no log buffer can be made of (term length, MTU or position out of range)."""
 GARBAGE_NOT_FOR_RECEIVER = "not-for-receiver"
 """A control frame a sender takes (SM, NAK, RTTM echo) sent to the receiver."""
+GARBAGE_NOT_ALLOWED = "not-allowed"
+"""A datagram from an address its endpoint does not take (ReceiverAgent's `allow`): not decoded."""
 
 
 TIMED_OUT_KEPT = 1024
@@ -115,6 +122,8 @@ class ReceiverImage:
         """The SMs carry the EOS flag: the sender may stop lingering."""
         self.is_ended = False
         """Liveness timed out or the subscription went: the owner may close its reader and the log."""
+        self.source: str | None = None
+        """The address (IP) its SETUP came from, when the owner said (NetworkReceiver's bounds)."""
         self.frames_duplicate = 0
         """Frames already in the log (retransmits of what arrived after all, duplicated datagrams)."""
         self.frames_over_run = 0
@@ -143,6 +152,12 @@ class ReceiverImage:
     def end_of_stream_position(self) -> int | None:
         return self.rebuilder.end_of_stream_position
 
+    @property
+    def carried_data(self) -> bool:
+        """Whether anything was rebuilt past where it joined (or it goes on in an earlier log):
+        an image a SETUP made and nothing followed is the first to give way to a new one."""
+        return self.resumed or self.rebuilder.rebuilt_position > self.rebuilder.join_position
+
     def close(self) -> None:
         self.rebuilder.close()
 
@@ -158,7 +173,9 @@ class NetworkReceiver:
     def __init__(self, directory: Path, *, receiver_id: int, clock: Clock = SYSTEM_CLOCK,
                  nak_delay_ns: int = NAK_UNICAST_DELAY_NS, nak_retry_ns: int = NAK_RETRY_NS,
                  liveness_timeout_ns: int = IMAGE_LIVENESS_TIMEOUT_NS, receiver_window: int | None = None,
-                 pre_touch: bool = False, stalled_sm_ns: int | None = None) -> None:
+                 pre_touch: bool = False, stalled_sm_ns: int | None = None,
+                 max_images_per_stream: int = MAX_IMAGES_PER_STREAM,
+                 max_images_per_source: int = MAX_IMAGES_PER_SOURCE) -> None:
         """`directory`: where image log buffers are created (one file per image);
         `receiver_id`: a random id fixed for this receiver's life, sent in every SM;
         `receiver_window`: Aeron's rcv-wnd, the window each image's SMs grant (default
@@ -169,7 +186,9 @@ class NetworkReceiver:
         16 MiB terms: 3.0 us each, 1.7 us pre-touched).
         `stalled_sm_ns`: an image that has read all it got, with no gap, and heard nothing since its
         last SM this long ago, sends one more (once until a frame comes): a sender held at its
-        limit whose SM was lost goes on then, not 200 ms later (not Aeron's: None, its default)."""
+        limit whose SM was lost goes on then, not 200 ms later (not Aeron's: None, its default).
+        `max_images_per_stream`, `max_images_per_source`: the bounds on what SETUPs make (the
+        module's docstring)."""
         self.directory = Path(directory)
         self.receiver_id = receiver_id
         self._clock = clock
@@ -181,6 +200,13 @@ class NetworkReceiver:
             raise ValueError(f"receiver window {receiver_window} is less than a frame ({FRAME_ALIGNMENT} bytes)")
         self.receiver_window = receiver_window
         self.pre_touch = pre_touch
+        self.max_images_per_stream = max_images_per_stream
+        self.max_images_per_source = max_images_per_source
+        self._source: str | None = None
+        """The address the datagram being taken came from (on_datagram's `source`)."""
+        self._images_by_source: Counter[str] = Counter()
+        self._refused_since_log = 0
+        self._refused_logged_ns: int | None = None
         self.images: dict[tuple[int, int], ReceiverImage] = {}
         self.ended_images: list[ReceiverImage] = []
         """Images that timed out, for the owner to close (their log files stay until then)."""
@@ -208,6 +234,10 @@ class NetworkReceiver:
         overtook)."""
         self.images_rejoined = 0
         """Images begun where one that timed out stopped, behind their sender (_going_on_from)."""
+        self.setups_refused = 0
+        """SETUPs of new images past the bounds (max_images_per_stream, max_images_per_source)."""
+        self.images_evicted = 0
+        """Images that never carried data, ended to make room for a new SETUP of their stream."""
         self._timed_out: dict[tuple[int, int], int] = {}
         """(session, stream) -> where its image that timed out stopped, for the next one."""
         self.garbage: Counter[str] = Counter()
@@ -242,6 +272,10 @@ class NetworkReceiver:
 
     def _end(self, key: tuple[int, int]) -> None:
         image = self.images.pop(key)
+        if image.source is not None:
+            self._images_by_source[image.source] -= 1
+            if not self._images_by_source[image.source]:
+                del self._images_by_source[image.source]
         image.is_ended = True
         self.ended_images.append(image)
         self.images_ended += 1
@@ -251,20 +285,24 @@ class NetworkReceiver:
 
     # -- datagrams in ---------------------------------------------------------------------------
 
-    def on_datagram(self, datagram: bytes | bytearray | memoryview, now_ns: int | None = None) -> None:
-        """Take one datagram from a sender; garbage is counted and dropped, never raised."""
+    def on_datagram(self, datagram: bytes | bytearray | memoryview, now_ns: int | None = None,
+                    source: str | None = None) -> None:
+        """Take one datagram from a sender; garbage is counted and dropped, never raised.
+        `source`: the address (IP) it came from, for the bounds on images per source."""
         now = self._clock.nanos() if now_ns is None else now_ns
+        self._source = source
         view = _bytes_view(datagram)
         if not self._on_run(view, None, now):
             self._on_frames(view, now)
 
     def on_datagrams(self, buffer: bytes | bytearray | memoryview, segment_size: int,
-                     now_ns: int | None = None) -> None:
+                     now_ns: int | None = None, source: str | None = None) -> None:
         """Take datagrams of segment_size bytes back to back in buffer, the last maybe shorter (a
         batch as UDP GRO delivers it: datagram_io.receive_segments). The same as on_datagram of
         each in turn; a batch that is one run of new DATA frames of an image goes into its log as
         one block."""
         now = self._clock.nanos() if now_ns is None else now_ns
+        self._source = source
         view = _bytes_view(buffer)
         size = len(view)
         if segment_size <= 0 or segment_size >= size:
@@ -329,12 +367,13 @@ class NetworkReceiver:
                         setup.stream_id, position, position - rebuilder.rebuilt_position)
             self.images_overtaken += 1
             self._end(key)
+        if not self._admit(setup, now):
+            return
         window = self.windows.get(setup.stream_id, self.receiver_window)
         window = None if window is None else min(window, setup.term_length // 2)
         image = self._resumed(setup, now, window)
         if image is not None:
-            self.images[key] = image
-            self._setup_requests.pop(key, None)
+            self._add(key, image)
             return
         path = self.directory / f"{setup.session_id}-{setup.stream_id}-{self._log_count}.logbuffer"
         self._log_count += 1
@@ -362,8 +401,46 @@ class NetworkReceiver:
             self.images_rejoined += 1
             log.info("session %d stream %d: a new image where the one that timed out stopped, %d, %d bytes "
                      "behind its sender", setup.session_id, setup.stream_id, join, position - join)
+        self._add(key, image)
+
+    def _add(self, key: tuple[int, int], image: ReceiverImage) -> None:
+        image.source = self._source
+        if image.source is not None:
+            self._images_by_source[image.source] += 1
         self.images[key] = image
         self._setup_requests.pop(key, None)
+
+    def _admit(self, setup: SetupFrame, now: int) -> bool:
+        """Whether a SETUP of a new image is within the bounds, making room in its stream by
+        ending the oldest image that never carried data if it must; a refusal is counted and
+        logged (once in SETUP_REFUSED_LOG_INTERVAL_NS, with the count since)."""
+        source = self._source
+        if source is not None and self._images_by_source[source] >= self.max_images_per_source:
+            return self._refuse(setup, now, f"{source} has {self.max_images_per_source} images, its most")
+        stream = [key for key in self.images if key[1] == setup.stream_id]
+        if len(stream) < self.max_images_per_stream:
+            return True
+        idle = [key for key in stream if not self.images[key].carried_data]
+        if not idle:
+            return self._refuse(setup, now, f"stream {setup.stream_id} has {len(stream)} images carrying data, "
+                                             "its most")
+        evicted = min(idle, key=lambda key: self.images[key].last_frame_ns)
+        log.info("session %d stream %d: image ended, nothing came after its SETUP, to make room for session %d",
+                 evicted[0], evicted[1], setup.session_id)
+        self._end(evicted)
+        self.images_evicted += 1
+        return True
+
+    def _refuse(self, setup: SetupFrame, now: int, why: str) -> bool:
+        self.setups_refused += 1
+        self._refused_since_log += 1
+        if self._refused_logged_ns is None or now - self._refused_logged_ns >= SETUP_REFUSED_LOG_INTERVAL_NS:
+            log.warning("SETUP of session %d stream %d from %s refused: %s (%d refused since the last such line)",
+                        setup.session_id, setup.stream_id, self._source or "an unnamed source", why,
+                        self._refused_since_log)
+            self._refused_logged_ns = now
+            self._refused_since_log = 0
+        return False
 
     def _going_on_from(self, key: tuple[int, int], sender_position: int, term_length: int) -> int | None:
         """Where a new image of `key` begins, if not at its sender's position: after one that timed
@@ -526,6 +603,7 @@ class NetworkReceiver:
         for image in [*self.images.values(), *self.ended_images]:
             image.close()
         self.images.clear()
+        self._images_by_source.clear()
         self.ended_images.clear()
 
 
@@ -560,4 +638,4 @@ def _garbage_kind(datagram) -> str:
 
 __all__ = ["NetworkReceiver", "ReceiverImage", "GARBAGE_SHORT", "GARBAGE_VERSION", "GARBAGE_UNKNOWN_TYPE",
            "GARBAGE_MALFORMED", "GARBAGE_UNKNOWN_SESSION", "GARBAGE_REJECTED", "GARBAGE_BAD_SETUP",
-           "GARBAGE_NOT_FOR_RECEIVER"]
+           "GARBAGE_NOT_FOR_RECEIVER", "GARBAGE_NOT_ALLOWED"]

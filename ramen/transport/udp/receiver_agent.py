@@ -25,11 +25,16 @@ endpoint (one socket per endpoint, shared by its streams) with a NetworkReceiver
   sender sets the stream up again: the readers lose nothing the sender's log still holds.
 - A datagram the kernel will not take now (EAGAIN) is sent first next duty cycle; an ICMP error is
   counted. Neither raises out of do_work.
+- What strangers can cost it is bounded: with `allow`, datagrams from other addresses are counted
+  (`garbage not-allowed`) and dropped undecoded; the receiver bounds images per stream and per
+  source address (NetworkReceiver); and an image whose counters the counters file refuses (this
+  process's share used up) goes on with counters in memory (CounterGroup), never an exception.
 
 Counters (agent_counters.py), per image, labelled `<name>: <session> <stream> <endpoint> <- <sender>
 <log>`: rcv-pos, rcv-hwm, naks-sent, loss-gaps, sms-sent, frames-duplicate, frames-over-run; per
 socket, labelled `receiver <endpoint>`: images, images-ended, images-resumed, images-overtaken,
-images-rejoined, setups-received, frames-unsubscribed, short-sends, unreachable, and `garbage <kind>`
+images-rejoined, setups-received, setups-refused, images-evicted, frames-unsubscribed, short-sends,
+unreachable, and `garbage <kind>`
 for each kind seen (receiver.GARBAGE_*).
 """
 
@@ -43,8 +48,9 @@ import struct
 from collections import Counter as Tally
 from collections import deque
 from dataclasses import dataclass, field
+from ipaddress import IPv4Network, IPv6Network, ip_address
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.transport.counters import CountersFile, InMemoryCounter
@@ -58,13 +64,16 @@ from ramen.transport.udp.channel import Address, ChannelError, UdpChannel
 from ramen.transport.udp.defaults import (AGENT_NAK_RETRY_NS, AGENT_STALLED_SM_NS, IMAGE_READER_GRACE_NS,
                                           RECEIVER_MAX_DATAGRAMS_PER_WORK, UNREAD_IMAGE_HOLD_NS)
 from ramen.transport.udp.protocol import SetupFrame
-from ramen.transport.udp.receiver import NetworkReceiver, ReceiverImage
+from ramen.transport.udp.receiver import GARBAGE_NOT_ALLOWED, NetworkReceiver, ReceiverImage
 
 log = logging.getLogger(__name__)
 
 IMAGE_COUNTERS = ("rcv-pos", "rcv-hwm", "naks-sent", "loss-gaps", "sms-sent", "frames-duplicate", "frames-over-run")
 ENDPOINT_COUNTERS = ("images", "images-ended", "images-resumed", "images-overtaken", "images-rejoined",
-                     "setups-received", "frames-unsubscribed", "short-sends", "unreachable")
+                     "setups-received", "setups-refused", "images-evicted", "frames-unsubscribed", "short-sends",
+                     "unreachable")
+_ALLOWED_CACHE_MAX = 4096
+"""Source addresses whose verdict (allowed or not) is kept, at most: forgotten all at once past it."""
 
 _DATA_SESSION_STREAM_OFFSET = 12
 """sessionId and streamId of a DATA, PAD or SETUP frame (@12, @16): whose datagram it is."""
@@ -145,16 +154,20 @@ class ReceiverAgent:
 
     def __init__(self, directory: str | os.PathLike, counters: CountersFile | None, *, clock: Clock = SYSTEM_CLOCK,
                  receiver_id: int | None = None, on_image: Callable[[ImageInfo], None] | None = None,
-                 on_image_ended: Callable[[ImageInfo], None] | None = None) -> None:
+                 on_image_ended: Callable[[ImageInfo], None] | None = None,
+                 allow: Sequence[IPv4Network | IPv6Network] | None = None) -> None:
         """`directory`: where image logs are made; `counters`: where the agent's counters go and
         where the images' readers report their positions (None: the owner calls consumed_to);
-        `receiver_id`: sent in every SM, random when not given."""
+        `receiver_id`: sent in every SM, random when not given; `allow`: the networks whose
+        datagrams are taken (None: any address's)."""
         self.directory = Path(directory)
         self.counters = counters
         self._clock = clock
         self.receiver_id = random.getrandbits(63) if receiver_id is None else receiver_id
         self.on_image = on_image
         self.on_image_ended = on_image_ended
+        self._allow = None if allow is None else tuple(allow)
+        self._allowed: dict[str, bool] = {}
         self._endpoints: dict[Address, _ReceiveEndpoint] = {}
         self._ended: list[_AgentImage] = []
         """Ended images whose logs wait for their readers to leave."""
@@ -288,17 +301,34 @@ class ReceiverAgent:
                     read += 1
                     continue
                 break
+            if self._allow is not None and not self._is_allowed(address[0]):
+                receiver.garbage[GARBAGE_NOT_ALLOWED] += 1
+                read += 1
+                continue
             if length >= _DATA_SESSION_STREAM_OFFSET + _SESSION_STREAM.size:
                 # A coalesced batch is one sender's: its first datagram says whose.
                 sources[_SESSION_STREAM.unpack_from(buffer, _DATA_SESSION_STREAM_OFFSET)] = address
             if 0 < segment_size < length:
                 read += -(-length // segment_size)
                 self.coalesced_receives += 1
-                receiver.on_datagrams(view[:length], segment_size, now)
+                receiver.on_datagrams(view[:length], segment_size, now, address[0])
             else:
                 read += 1
-                receiver.on_datagram(view[:length], now)
+                receiver.on_datagram(view[:length], now, address[0])
         return read
+
+    def _is_allowed(self, host: str) -> bool:
+        verdict = self._allowed.get(host)
+        if verdict is None:
+            try:
+                ip = ip_address(host.split("%", 1)[0])  # an IPv6 address may carry its scope
+            except ValueError:
+                ip = None
+            verdict = ip is not None and any(ip in network for network in self._allow)
+            if len(self._allowed) >= _ALLOWED_CACHE_MAX:
+                self._allowed.clear()
+            self._allowed[host] = verdict
+        return verdict
 
     def _reply(self, endpoint: _ReceiveEndpoint, datagrams: list[bytes]) -> None:
         sources = endpoint.sources
@@ -328,6 +358,11 @@ class ReceiverAgent:
                 if image is not None and image.image is ended:
                     del endpoint.images[key]
                     self._end_image(endpoint, image, now)
+                else:  # made and ended within one batch (a SETUP flood's): never announced, nobody reads it
+                    ended.close()
+                    ended.log.close()
+                    if not ended.resumed:  # a resumed log is an earlier receiver's, its readers' path
+                        ended.log.path.unlink(missing_ok=True)
             receiver.ended_images.clear()
         if receiver.setups_received != endpoint.setups_seen:
             endpoint.setups_seen = receiver.setups_received
@@ -433,6 +468,8 @@ class ReceiverAgent:
         group["images-overtaken"].set(receiver.images_overtaken)
         group["images-rejoined"].set(receiver.images_rejoined)
         group["frames-unsubscribed"].set(receiver.frames_unsubscribed)
+        group["setups-refused"].set(receiver.setups_refused)
+        group["images-evicted"].set(receiver.images_evicted)
         if receiver.garbage != endpoint.garbage_seen:
             for kind, count in receiver.garbage.items():
                 group.add_counter(f"garbage {kind}").set(count)

@@ -59,10 +59,16 @@ class Reader:
 class Rig:
     def __init__(self, tmp_path: Path, *, seed: int = 1, forward: Faults = Faults(), backward: Faults = Faults(),
                  count: int = 200, term_length: int = TERM_LENGTH, mtu: int = MTU, hold_for_readers: int = 0,
-                 image_log: Path | None = None, tether_hold_ms: int | None = None) -> None:
+                 image_log: Path | None = None, tether_hold_ms: int | None = None, allow=None,
+                 process_share: float | None = None, receiver_counters: CountersFile | None = None) -> None:
+        """`process_share`: of the counters file's records, what the rig's mapping may hold (its
+        default); `receiver_counters`: the receiver agent's own mapping of the file, another bound."""
         self.tmp_path = tmp_path
+        self.allow = allow
         self.clock = ManualClock()
-        self.counters = CountersFile.open(tmp_path / "counters.dat")
+        self.counters = CountersFile.open(tmp_path / "counters.dat", **(
+            {} if process_share is None else {"process_share": process_share}))
+        self.receiver_counters = receiver_counters or self.counters
         self.term_length = term_length
         self.pub_log = LogBuffer.create(tmp_path / "pub.logbuffer", LogBufferParams(
             term_length=term_length, mtu_length=mtu, session_id=SESSION_ID, stream_id=STREAM_ID))
@@ -84,9 +90,9 @@ class Rig:
         self.reader_fragments = 64
 
     def new_receiver(self) -> ReceiverAgent:
-        return ReceiverAgent(self.images_dir, self.counters, clock=self.clock, receiver_id=77,
+        return ReceiverAgent(self.images_dir, self.receiver_counters, clock=self.clock, receiver_id=77,
                              on_image=lambda info: self.readers.append(Reader(info, self.counters, self.clock)),
-                             on_image_ended=self.ended.append)
+                             on_image_ended=self.ended.append, allow=self.allow)
 
     @property
     def reader(self) -> Reader:

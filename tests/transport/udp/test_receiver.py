@@ -352,3 +352,60 @@ def test_a_stream_subscribed_with_its_own_window_grants_it_capped_at_half_a_term
     assert windows == {STREAM: WINDOW, bulk: TERM_LENGTH // 8, capped: TERM_LENGTH // 2}
     with pytest.raises(ValueError, match="less than a frame"):
         rig.receiver.add_subscription(STREAM + 3, window=16)
+
+
+# -- what strangers can make it allocate ------------------------------------------------------------
+
+def _setup_from(rig, session: int, source: str, stream: int = STREAM) -> None:
+    rig.receiver.on_datagram(SetupFrame(0, session, stream, 0, 0, TERM_LENGTH, MTU).encode(), source=source)
+
+
+def test_a_setup_flood_makes_at_most_the_streams_images_each_taking_the_place_of_one_that_carried_nothing(
+        tmp_path):
+    rig = Rig(tmp_path, max_images_per_stream=4)
+    rig.receiver.on_datagram(SetupFrame(0, SESSION, STREAM, 0, 0, TERM_LENGTH, MTU).encode(), source="10.0.0.1")
+    rig.data(0)  # the real sender's image carries data
+    for session in range(9000, 9140):  # the flood: 140 SETUPs of made-up sessions
+        _setup_from(rig, session, "10.6.6.6")
+
+    receiver = rig.receiver
+    assert len(receiver.images) == 4
+    assert rig.image is not None and rig.image.rebuilt_position == FRAME  # the one with data stays
+    assert sorted(session for session, _ in receiver.images) == [SESSION, 9137, 9138, 9139]
+    assert receiver.images_evicted == 137 and receiver.setups_refused == 0
+    assert len(receiver.ended_images) == 137  # for the owner to close and remove
+
+
+def test_a_stream_whose_images_all_carry_data_refuses_a_new_setup_and_counts_it(tmp_path, caplog):
+    rig = Rig(tmp_path, max_images_per_stream=2)
+    for session in (1, 2):
+        _setup_from(rig, session, "10.0.0.1")
+        rig.data(0, session=session)
+
+    for session in range(3, 103):
+        _setup_from(rig, session, "10.0.0.2")
+
+    assert sorted(rig.receiver.images) == [(1, STREAM), (2, STREAM)]
+    assert rig.receiver.setups_refused == 100 and rig.receiver.images_evicted == 0
+    refusals = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(refusals) == 1  # a flood is one line per SETUP_REFUSED_LOG_INTERVAL_NS
+    assert "stream 1005 has 2 images carrying data, its most" in refusals[0] and "10.0.0.2" in refusals[0]
+
+
+def test_one_source_gets_at_most_its_images_over_all_streams_and_others_still_theirs(tmp_path):
+    rig = Rig(tmp_path, max_images_per_source=3)
+    for stream in range(STREAM + 1, STREAM + 6):
+        rig.receiver.add_subscription(stream)
+    for stream in range(STREAM, STREAM + 6):
+        _setup_from(rig, 7, "10.6.6.6", stream=stream)
+
+    _setup_from(rig, 8, "10.0.0.1")
+
+    by_source = sorted((image.source, key[1]) for key, image in rig.receiver.images.items())
+    assert by_source == [("10.0.0.1", STREAM), ("10.6.6.6", STREAM), ("10.6.6.6", STREAM + 1),
+                         ("10.6.6.6", STREAM + 2)]
+    assert rig.receiver.setups_refused == 3
+    rig.advance_ns(IMAGE_LIVENESS_TIMEOUT_NS + 1)  # the stranger's images end: its room comes back
+    rig.work()
+    _setup_from(rig, 9, "10.6.6.6", stream=STREAM + 5)
+    assert rig.receiver.image(9, STREAM + 5).source == "10.6.6.6"
