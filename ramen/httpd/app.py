@@ -47,6 +47,12 @@ MAX_TARGETS = 100
 MAX_METRICS = 10_000
 """Series one render may fetch, after globs: a glob that matches more is refused, not run."""
 MAX_RANGE_S = 400 * 86400
+MAX_FETCH_RANGE_S = 2 * MAX_RANGE_S
+"""The range any series of a render may be fetched over: the render's, moved (timeShift), or reaching
+before it (a moving window, a forecast's bootstrap, linearRegression's source). A bootstrap of
+'100y' escaped MAX_RANGE_S and reached back to 1970: 56 years of minutes."""
+MAX_TARGET_LENGTH = 64 * 1024
+"""Characters of one target: a Grafana target is a few hundred; one of 900 KiB took 300 MB to parse."""
 MAX_POINTS = 50_000_000
 """Points of all the series one render draws, 400 MB of them: a range that many steps of a function
 long is refused before it is replayed, not run out of memory with."""
@@ -76,7 +82,9 @@ class Limits:
     max_targets: int = MAX_TARGETS
     max_metrics: int = MAX_METRICS
     max_range_s: int = MAX_RANGE_S
+    max_fetch_range_s: int = MAX_FETCH_RANGE_S
     max_points: int = MAX_POINTS
+    max_target_length: int = MAX_TARGET_LENGTH
 
 
 class Httpd:
@@ -270,6 +278,10 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
         raise BadRequest("render: at least one target is needed")
     if len(targets) > httpd.limits.max_targets:
         raise BadRequest(f"render: {len(targets)} targets, more than {httpd.limits.max_targets}")
+    for text in targets:
+        if len(text) > httpd.limits.max_target_length:
+            raise BadRequest(f"render: a target of {len(text):,} characters, more than "
+                             f"{httpd.limits.max_target_length:,}")
     nodes = [target.parse(t, graphite_functions.FUNCTIONS) for t in targets]  # all checked before anything runs
     progress = httpd.track(request_id)
     loop = asyncio.get_running_loop()
@@ -282,6 +294,7 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
         context = graphite_functions.Context(since_s, until_s, now_s, xfiles_factor, step_of=step_of)
         # (path expression, from_s, until_s): a timeShift moves a range, a moving window reaches back
         wanted = sorted({w for node in nodes for w in graphite_functions.fetches(node, context)})
+        _check_fetch_ranges(wanted, httpd.limits)
         series_of: graphite_functions.Fetched = {}
         tables: dict[tuple[str, int, int], pa.Table] = {}  # (function, from_s, until_s) -> its buckets, every round's
         for _ in range(MAX_FETCH_ROUNDS):
@@ -367,6 +380,15 @@ def _joined(function: Function, tables: list[pa.Table]) -> pa.Table:
     """The buckets of a range fetched in pieces; a range in one piece keeps its table, whose drawn
     grids the renders sharing it compute once (buckets._derived)."""
     return tables[0] if len(tables) == 1 else buckets.combine(function, tables)
+
+
+def _check_fetch_ranges(wanted: list[tuple[str, int, int]], limits: Limits) -> None:
+    """Every range a render's series would be fetched over is bounded, before anything is fetched."""
+    for expression, since_s, until_s in wanted:
+        if until_s - since_s > limits.max_fetch_range_s:
+            raise BadRequest(f"render: {expression} would be fetched over {(until_s - since_s) // 86400:,} days "
+                             f"(a forecast's bootstrap, a moving window or a regression's source included), "
+                             f"more than {limits.max_fetch_range_s // 86400}")
 
 
 def _check_points(total: int, count: int, kind: str, limits: Limits) -> None:

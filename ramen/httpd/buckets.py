@@ -25,6 +25,14 @@ DEFAULT_STEP_S = 10
 """The step of a function without a window: fine enough for a 15 min chart, 60 k points a week."""
 DERIVED_KEPT = 16
 """Tables whose series' grids are kept (_derived)."""
+DERIVED_MAX_BYTES = 64 * 1024 * 1024
+"""The grids kept for all those tables together, at most: the least recently asked go first. Without
+a bound, 16 tables of long ranges held ~1.7 GB beside the result cache's 256 MiB."""
+SHARED_GRID_MAX_BYTES = 8 * 1024 * 1024
+"""A grid of every combination of factor values (a dashboard's renders of one range share it) is
+made only up to this size (a million points: 50 hosts over 14 days of minutes); past it each render
+computes the rows it draws alone, and keeps none: one series of per_minute over 56 years made a grid
+of its 50 hosts, 12 GB."""
 _ROW = "__row"
 _derived_kept: OrderedDict[int, "_Derived"] = OrderedDict()
 _derived_lock = threading.Lock()
@@ -68,11 +76,19 @@ def to_series(function: Function, table: pa.Table, wanted: list[tuple[tuple[str,
     derived = _derived(function, table)
     out = []
     for values_wanted, field, path in wanted:
-        grid = derived.grid(field, start, step, count)
         row = derived.row_of.get(values_wanted)
-        values = grid[row].copy() if row is not None else np.full(count, np.nan)
+        if row is None:
+            values = np.full(count, np.nan)
+        elif len(derived.row_of) * count * GRID_POINT_BYTES <= SHARED_GRID_MAX_BYTES:
+            values = derived.grid(field, start, step, count)[row].copy()
+        else:
+            values = derived.averages(field, start, step, count, row)
         out.append(Series(path, start, step, values))
     return out
+
+
+GRID_POINT_BYTES = 8
+"""A grid's point: one float64."""
 
 
 class _Derived:
@@ -92,6 +108,10 @@ class _Derived:
     @property
     def row_of(self) -> dict[tuple[str, ...], int]:
         """Factor values (as strings, as the tree names them) -> their row of a grid."""
+        return self._rows()[0]
+
+    def _rows(self) -> tuple[dict[tuple[str, ...], int], np.ndarray]:
+        """row_of, and each bucket's row: made once, by the first to ask."""
         with self._lock:
             if self._row_of is None:
                 groups = _grouped_rows(self.function, self.table)
@@ -99,27 +119,46 @@ class _Derived:
                 for row, rows in enumerate(groups.values()):
                     self._group[rows] = row
                 self._row_of = {values: row for row, values in enumerate(groups)}
-            return self._row_of
+            return self._row_of, self._group
+
+    @property
+    def nbytes(self) -> int:
+        """What its grids hold."""
+        with self._lock:
+            return sum(grid.nbytes for grid in self._grids.values())
 
     def grid(self, field: str, start: int, step: int, count: int) -> np.ndarray:
-        """[factor values' row, step index] -> the average of the field, NaN without a value."""
-        rows = len(self.row_of)
+        """[factor values' row, step index] -> the average of the field, NaN without a value; kept
+        for the next render (all tables' together bounded by DERIVED_MAX_BYTES)."""
+        row_of, group = self._rows()
         key = (field, start, step, count)
         with self._lock:
             grid = self._grids.get(key)
-            if grid is None:
-                grid = self._grids[key] = self._averages(field, start, step, count, rows)
-            return grid
+            made = grid is None
+            if made:
+                grid = self._grids[key] = self._averages(field, start, step, count, len(row_of), group)
+        if made:
+            _trim_derived()
+        return grid
 
-    def _averages(self, field: str, start: int, step: int, count: int, rows: int) -> np.ndarray:
+    def averages(self, field: str, start: int, step: int, count: int, row: int) -> np.ndarray:
+        """One row of the grid, made alone and kept by nobody: a grid of every row is too big."""
+        return self._averages(field, start, step, count, 1, self._rows()[1], only_row=row)[0]
+
+    def _averages(self, field: str, start: int, step: int, count: int, rows: int, group: np.ndarray,
+                  only_row: int | None = None) -> np.ndarray:
+        """`group`: each bucket's row; with `only_row`, the grid of that row alone."""
         grid = np.full((rows, count), np.nan)
         if self.table.num_rows and count:
             index = (self.table.column(BUCKET).to_numpy() - start) // step
             keep = (index >= 0) & (index < count)
+            if only_row is not None:
+                keep &= group == only_row
+                group = np.zeros_like(group)
             sums = self.table.column(SUM + field).to_numpy(zero_copy_only=False)[keep]
             counts = self.table.column(COUNT + field).to_numpy(zero_copy_only=False)[keep]
             with np.errstate(invalid="ignore", divide="ignore"):
-                grid[self._group[keep], index[keep]] = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+                grid[group[keep], index[keep]] = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
         return grid
 
 
@@ -135,6 +174,22 @@ def _derived(function: Function, table: pa.Table) -> _Derived:
         while len(_derived_kept) > DERIVED_KEPT:
             _derived_kept.popitem(last=False)
         return derived
+
+
+def _trim_derived() -> None:
+    """The least recently asked tables' grids go while all of them hold over DERIVED_MAX_BYTES
+    (the newest is kept, whatever its size: a render is drawing from it)."""
+    with _derived_lock:
+        total = sum(derived.nbytes for derived in _derived_kept.values())
+        while total > DERIVED_MAX_BYTES and len(_derived_kept) > 1:
+            _, derived = _derived_kept.popitem(last=False)
+            total -= derived.nbytes
+
+
+def derived_bytes() -> int:
+    """What the kept grids hold (for httpd's counters and tests)."""
+    with _derived_lock:
+        return sum(derived.nbytes for derived in _derived_kept.values())
 
 
 def _grouped_rows(function: Function, table: pa.Table) -> dict[tuple[str, ...], np.ndarray]:

@@ -263,6 +263,32 @@ async def test_a_render_too_many_points_long_is_refused_before_its_replays(clien
         await http.close()
 
 
+@sync
+async def test_a_range_a_function_reaches_beyond_the_bound_and_a_huge_target_are_refused_before_any_replay(client):
+    """No supervisor runs here: a render that got as far as its replays would fail another way."""
+    program = loads('[program]\nname = "q"\n\n[[function]]\nname = "f"\n'
+                    'source = { kind = "generator", rate = 10, hosts = 2 }\n'
+                    'schema = { ts = "timestamp[us]", host = "string", bytes = "int64" }\nevent_time = "ts"\n'
+                    'factors = ["host"]\narchive = { retention = "1d" }\n')
+    client.set(f"{keyspace.PROGRAMS}/q", program.to_dict())
+    http = await serve(client)
+    try:
+        # A '100y' bootstrap reached back to 1970 (56 years): a grid of every host, 12 GB.
+        answer = await http.get("/render?target=holtWintersForecast(q.f.host0.bytes,'100y')&from=-10min")
+        assert answer.status == 400
+        text = await answer.text()
+        assert text.startswith("render: q.f.host0.bytes would be fetched over ") and text.endswith(
+            "days (a forecast's bootstrap, a moving window or a regression's source included), more than 800\n")
+        answer = await http.get("/render?target=movingAverage(q.f.host0.bytes,'1000d')&from=-1d")
+        assert answer.status == 400 and "more than 800" in await answer.text()
+        huge = "sumSeries(" + ",".join(["q.f.host0.bytes"] * 5000) + ")"
+        answer = await http.post("/render", data={"target": huge, "from": "-1h"})
+        assert answer.status == 400
+        assert await answer.text() == f"render: a target of {len(huge):,} characters, more than 65,536\n"
+    finally:
+        await http.close()
+
+
 def test_a_range_is_fetched_in_pieces_cut_where_the_renders_range_begins_and_ends_in_whole_steps():
     from ramen.httpd.app import pieces_of
     assert pieces_of(60, 1000, 2000, 1000, 2000) == [(1000, 2000)]  # the render's own range: one piece

@@ -65,6 +65,38 @@ def test_series_average_each_step_per_factor_value_with_nan_where_empty(program)
     assert np.isnan(ratio.values).all()  # nulls count for nothing, and average to no value
 
 
+def _hosts_table(raw, hosts: int, seconds: int):
+    times = [t for t in range(0, seconds, 10) for _ in range(hosts)]
+    names = [f"h{h:02d}" for _ in range(0, seconds, 10) for h in range(hosts)]
+    return aggregate(raw, rows(times, names, list(range(len(times)))))
+
+
+def test_a_series_over_a_range_too_long_for_a_grid_of_every_host_is_computed_alone_and_kept_by_nobody(
+        program, monkeypatch):
+    raw = program.function("raw")
+    table = _hosts_table(raw, 50, 600)
+    wanted = [(("h07",), "bytes", "p.raw.h07.bytes")]
+    shared, = buckets.to_series(raw, table, wanted, 0, 86400)  # 50 hosts x 8,640 steps: one grid, kept
+    assert buckets.derived_bytes() >= 50 * 8640 * 8
+    monkeypatch.setattr(buckets, "SHARED_GRID_MAX_BYTES", 50 * 8640 * 8 - 1)
+    other = _hosts_table(raw, 50, 600)  # another table: nothing kept for it yet
+    before = buckets.derived_bytes()
+
+    alone, = buckets.to_series(raw, other, wanted, 0, 86400)
+
+    np.testing.assert_array_equal(alone.values, shared.values)  # the same averages, by either path
+    assert (alone.start, alone.step, len(alone.values)) == (shared.start, shared.step, 8640)
+    assert buckets.derived_bytes() == before  # no grid made for it
+
+
+def test_the_grids_kept_for_all_tables_stay_within_their_bound(program, monkeypatch):
+    raw = program.function("raw")
+    monkeypatch.setattr(buckets, "DERIVED_MAX_BYTES", 3 * 10 * 8640 * 8)
+    for _ in range(6):  # six tables of 10 hosts, a day's grid each (691 KB)
+        buckets.to_series(raw, _hosts_table(raw, 10, 60), [(("h00",), "bytes", "x")], 0, 86400)
+        assert buckets.derived_bytes() <= buckets.DERIVED_MAX_BYTES
+
+
 def test_partial_buckets_combine_into_the_same_averages(program):
     raw = program.function("raw")
     times, hosts, values = [0, 1, 2, 11, 13], ["a"] * 5, [1, 2, 3, 4, 5]
