@@ -13,11 +13,13 @@ MAX_PORT = 65535
 
 
 def parse_listen(text: str) -> tuple[str, int]:
-    """(host, port) of `HOST:PORT` (`:PORT` is the default host); ValueError, in one line, else.
-    Port 0 asks for a free one."""
+    """(host, port) of `HOST:PORT` (`:PORT` is the default host, `[::1]:PORT` an IPv6 one);
+    ValueError, in one line, else. Port 0 asks for a free one."""
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or int(port) > MAX_PORT:
         raise ValueError(f"--listen {text!r}: expected HOST:PORT")
+    if host.startswith("[") and host.endswith("]"):  # an IPv6 address, as in a URL: [::1]:8080
+        host = host[1:-1]
     return host or DEFAULT_HOST, int(port)
 
 

@@ -45,23 +45,93 @@ def spark_remote(spark_server) -> str:
 @pytest.fixture(scope="session")
 def spark_server(tmp_path_factory):
     """One real local Spark Connect server for the whole run (2 GB of JVM: never one per test),
-    started as `ramen start` starts its own: its `remote` URL and its `log_path`."""
+    started as `ramen start` starts its own: its `remote` URL and its `log_path`. Under pytest-xdist
+    the workers share one: the first to ask starts it, with a watchdog that stops it when the run's
+    controller process exits (a worker's own end may come while another still uses it)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        yield _shared_spark_server(tmp_path_factory.getbasetemp().parent)
+        return
+    process, server = _start_spark_server(tmp_path_factory.mktemp("spark"))
+    try:
+        yield server
+    finally:
+        _stop(process)
+
+
+def _start_spark_server(directory: Path):
     import subprocess
     from types import SimpleNamespace
 
     from ramen.spark.server import free_port, remote_url, server_command, server_env, wait_ready
-    log_path = tmp_path_factory.mktemp("spark") / "spark.log"
+    log_path = directory / "spark.log"
     port = free_port()
     with open(log_path, "ab") as log:
         process = subprocess.Popen(server_command(port), env=server_env(), stdin=subprocess.DEVNULL, stdout=log,
                                    stderr=subprocess.STDOUT)
     try:
         wait_ready(port, process, log_path)
-        yield SimpleNamespace(remote=remote_url(port), log_path=log_path)
-    finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    except BaseException:
+        _stop(process)
+        raise
+    return process, SimpleNamespace(remote=remote_url(port), log_path=log_path, port=port)
+
+
+def _stop(process) -> None:
+    import subprocess
+    process.terminate()
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+SPARK_WATCHDOG = """
+import os, signal, sys, time
+controller, server = int(sys.argv[1]), int(sys.argv[2])
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+while alive(controller) and alive(server):
+    time.sleep(0.5)
+if alive(server):
+    os.kill(server, signal.SIGTERM)
+    for _ in range(60):
+        time.sleep(0.5)
+        if not alive(server):
+            break
+    else:
+        os.kill(server, signal.SIGKILL)
+"""
+"""Stops the shared Spark server once the pytest controller (the workers' parent) has exited."""
+
+
+def _shared_spark_server(shared: Path):
+    """The run's one Spark server, for every xdist worker: started by the first to ask (under a
+    lock in the run's shared temporary directory), or again if the one written down stopped."""
+    import fcntl
+    import json
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from ramen.listen import accepts
+    from ramen.spark.server import remote_url
+    with open(shared / "spark.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        known = shared / "spark.json"
+        if known.exists():
+            found = json.loads(known.read_text())
+            if accepts("127.0.0.1", found["port"], timeout_s=2.0):
+                return SimpleNamespace(remote=remote_url(found["port"]), log_path=Path(found["log_path"]),
+                                       port=found["port"])
+        directory = shared / "spark"
+        directory.mkdir(exist_ok=True)
+        process, server = _start_spark_server(directory)
+        subprocess.Popen([sys.executable, "-c", SPARK_WATCHDOG, str(os.getppid()), str(process.pid)],
+                         stdin=subprocess.DEVNULL, start_new_session=True)
+        known.write_text(json.dumps({"port": server.port, "log_path": str(server.log_path)}))
+        return server

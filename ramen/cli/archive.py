@@ -213,6 +213,8 @@ def run_dump(args) -> int:
     to_position = stop if args.to_position is None else args.to_position
     if to_position == NULL_POSITION:
         to_position = None
+    elif to_position % FRAME_ALIGNMENT:
+        raise UserError(f"--to {to_position} is not a frame boundary (a multiple of {FRAME_ALIGNMENT})")
     elif to_position < from_position:
         raise UserError(f"--to {to_position} is before --from {from_position}")
     elif stop != NULL_POSITION and to_position > stop:

@@ -28,6 +28,17 @@ def count(text: str) -> int:
     return value
 
 
+def seconds(text: str) -> float:
+    """A duration in seconds, > 0 and finite (a timeout)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+    return value
+
+
 def network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     """An address or a network (`192.0.2.7`, `10.0.0.0/8`, `::1`): whose datagrams netd takes."""
     try:

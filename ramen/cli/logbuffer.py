@@ -11,6 +11,8 @@ from ramen.transport.logbuffer import LogBuffer, LogBufferError
 from ramen.transport.scan import scan_messages
 
 PREVIEW_BYTES = 32
+EXIT_DAMAGED = 1
+"""A frame of the log was damaged: what could be read is printed, the damage named on stderr."""
 
 
 def add_parser(sub) -> None:
@@ -30,11 +32,21 @@ def run_inspect(args) -> int:
         log = LogBuffer.open(args.file, writable=False)
     except LogBufferError as e:
         raise UserError(str(e)) from None
+    damaged: list[str] = []
     try:
         metadata = log.metadata_fields()
-        messages = scan_messages(log)
+        messages = scan_messages(log, damaged)
     finally:
         log.close()
+    try:
+        _print(args, metadata, messages)
+    finally:  # after what could be read: the damage is the last word, and the exit status
+        for problem in damaged:
+            print(f"ramen: logbuffer: {args.file}: damaged frame skipped at {problem}", file=sys.stderr)
+    return EXIT_DAMAGED if damaged else 0
+
+
+def _print(args, metadata: dict, messages: list) -> None:
     out = sys.stdout
     if args.json:
         out.write(json.dumps({"type": "metadata", "file": args.file, **metadata}) + "\n")
@@ -44,7 +56,7 @@ def run_inspect(args) -> int:
                 "session_id": m.session_id, "stream_id": m.stream_id, "length": len(m.payload),
                 "payload_b64": base64.b64encode(m.payload).decode(),
             }) + "\n")
-        return 0
+        return
     out.write(f"{args.file}\n")
     for name, value in metadata.items():
         if name == "term_tail_counters":
@@ -62,4 +74,3 @@ def run_inspect(args) -> int:
         text = preview.decode("ascii", "replace") if preview.isascii() else preview.hex()
         more = "…" if len(m.payload) > PREVIEW_BYTES else ""
         out.write(f"  {m.position:>12} {m.term_id:>11} {m.term_offset:>8} {len(m.payload):>8}  {text!r}{more}\n")
-    return 0

@@ -142,6 +142,11 @@ def main(argv: list[str] | None = None, *, program: bool = False) -> int:
     if directory is not None:
         # In the environment: every path of this process, and of every process it starts, agrees.
         os.environ[paths.RAMEN_DIR_ENV] = str(Path(directory).resolve())
+    if (problem := _instance_dir_problem(paths.ramen_dir())) is not None:
+        given = f"--dir {directory}" if directory is not None else f"${paths.RAMEN_DIR_ENV} ({paths.ramen_dir()})" \
+            if os.environ.get(paths.RAMEN_DIR_ENV) else str(paths.ramen_dir())
+        print(f"ramen: {given}: {problem}", file=sys.stderr)
+        return EXIT_USER_ERROR
     parser = build_parser(_command_of(argv))
     args, extra = parser.parse_known_args(argv)
     if getattr(args, "passthrough", False):
@@ -151,7 +156,9 @@ def main(argv: list[str] | None = None, *, program: bool = False) -> int:
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.debug and args.command not in SERVICE_COMMANDS:
-        logging.getLogger("confserver.remote").setLevel(logging.ERROR)
+        # A command's one line says what failed; its clients' retries are noise before it.
+        for name in ("confserver.remote", "kazoo"):
+            logging.getLogger(name).setLevel(logging.ERROR)
     status = _run(args)
     if program:
         status = _flushed(args.command, status)
@@ -159,6 +166,15 @@ def main(argv: list[str] | None = None, *, program: bool = False) -> int:
             logging.shutdown()
             os._exit(status)
     return status
+
+
+def _instance_dir_problem(directory: Path) -> str | None:
+    """Why `directory` cannot hold an instance (it, or the first of its parents that exists, is not
+    a directory), or None: every command would otherwise fail on its first path under it."""
+    for path in (directory, *directory.parents):
+        if path.exists():
+            return None if path.is_dir() else ("not a directory" if path == directory else f"{path} is not a directory")
+    return None
 
 
 def _run(args) -> int:

@@ -62,7 +62,7 @@ def add_parser(sub) -> None:
                              "to run) and exit without replaying; with --json, as one JSON object")
     parser.add_argument("--no-merge", action="store_true",
                         help="no merge window: neither wait for nor merge with concurrent replays (for measurements)")
-    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+    parser.add_argument("--timeout", type=argtypes.seconds, default=None, metavar="S",
                         help="give up after S seconds (default 300)")
     parser.add_argument("--via-confserver", action="store_true",
                         help="receive the result through the confserver, not a log on this host (for a host with "

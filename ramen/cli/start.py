@@ -29,6 +29,7 @@ from ramen.cli.keeper import (ARCHIVER_STUCK_AFTER_S, HEARTBEAT_STUCK_AFTER_S, P
                               Keeper, Service)
 from ramen.cli.spark_service import SparkService, programs_need_spark
 from ramen.cli.errors import UserError
+from ramen.listen import parse_listen
 from ramen.locks import FileLock, LockHeld, holders
 from ramen.netd.defaults import DEFAULT_LISTEN as NETD_DEFAULT_LISTEN
 from ramen.processes import INSTANCE_ENV, command_line, instance_processes, running, stop_processes
@@ -108,7 +109,22 @@ def _base(args) -> Path:
     return base
 
 
+def _check_httpd_options(args) -> None:
+    """httpd's --listen and --auth, checked before anything starts: a listen beyond this host
+    without credentials, or credentials httpd cannot read, would otherwise start every service but
+    httpd, which exits and is restarted again and again with the dashboards off."""
+    if not args.httpd:
+        return
+    from ramen.httpd.auth import AuthError, Credentials, check_listen
+    try:
+        host = parse_listen(args.httpd_listen)[0] if args.httpd_listen else "127.0.0.1"
+        check_listen(host, Credentials.load(_absolute(args.httpd_auth)) if args.httpd_auth else None)
+    except (ValueError, AuthError) as e:  # worded with httpd's options: named as this command's
+        raise UserError(f"httpd: {e}".replace("--listen", "--httpd-listen").replace("--auth", "--httpd-auth")) from None
+
+
 def run_start(args) -> int:
+    _check_httpd_options(args)
     base = _base(args)
     run_dir = base / "run"
     run_dir.mkdir(parents=True, exist_ok=True)

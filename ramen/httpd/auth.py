@@ -35,6 +35,9 @@ class Credentials:
             text = path.read_text()
         except OSError as e:
             raise AuthError(f"cannot read the auth file {path}: {e.strerror}") from None
+        except UnicodeDecodeError:
+            raise AuthError(f"the auth file {path} is not text (expected `bearer TOKEN` or `basic USER PASSWORD` "
+                            f"lines)") from None
         tokens, basic = [], []
         for number, line in enumerate(text.splitlines(), 1):
             words = line.split("#", 1)[0].split()

@@ -22,6 +22,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from ramen import keyspace, paths, service_log
 from ramen.listen import DEFAULT_HOST, accepts, parse_listen
+from ramen.locks import holders
 from ramen.httpd import listener
 from ramen.httpd.app import Httpd, make_app
 from ramen.httpd.auth import AuthError, Credentials, check_listen
@@ -104,6 +105,17 @@ def _answers(url: str) -> bool:
         return False
 
 
+def _connect_timeout_s(args: argparse.Namespace) -> float:
+    """How long to wait for the confserver: a service's while something may be restarting it (a
+    `ramen start` holds its instance, or another confserver was named); else it is not coming, and
+    `ramen httpd` run by hand without one fails at once (it took 31 s)."""
+    import confserver
+    explicit = args.confserver or os.environ.get(confserver.CONFSERVER_ENV)
+    if explicit or holders([paths.pid_file()]):
+        return confserver.SERVICE_CONNECT_TIMEOUT_S
+    return confserver.DEFAULT_CONNECT_TIMEOUT_S
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", metavar="HOST:PORT", default=None,
                         help=f"address to serve (default {DEFAULT_HOST}:{DEFAULT_PORT}, else a free port when another "
@@ -121,7 +133,7 @@ async def serve(args: argparse.Namespace, host: str, port: int, stop: asyncio.Ev
     check_listen(host, credentials)
     _, token = confserver.resolve_token(confserver.parse_url(args.confserver), IDENTITY, None)
     with confserver.connect(args.confserver, identity=IDENTITY, token=token,
-                            connect_timeout_s=confserver.SERVICE_CONNECT_TIMEOUT_S) as client:
+                            connect_timeout_s=_connect_timeout_s(args)) as client:
         httpd = Httpd(client, args.site, credentials=credentials)
         runner = web.AppRunner(make_app(httpd), **RUNNER_OPTIONS)
         await runner.setup()

@@ -7,6 +7,10 @@ frame walker, frame_walk.walk) and accepts a frame only where its header says it
 field equals its offset, its version and type are valid, it fits the term, and its session and
 stream are the log's). Zeroed or torn space is skipped to the next non-zero slot. Messages are then rebuilt from fragments in position order;
 a message whose first fragment was cleaned away is left out.
+
+A header that claims its place and is the log's (its version, termOffset, session and stream) but
+whose length or type cannot be (it runs past its term, or is shorter than a header) is no torn
+space but damage: the scan skips it too, and names it in `damaged`, for the tool to report.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Iterator
 import numpy as np
 
 from ramen.transport import frame
-from ramen.transport.frame_walk import headers_fit, walk
+from ramen.transport.frame_walk import frame_problem, headers_fit, walk
 from ramen.transport.logbuffer import LogBuffer
 from ramen.transport.position import PARTITION_COUNT, compute_position
 
@@ -56,16 +60,33 @@ class Message:
     fragments: int
 
 
-def scan_frames(log: LogBuffer) -> list[Frame]:
-    """Every plausible committed frame in the three terms, sorted by position."""
+def scan_frames(log: LogBuffer, damaged: list[str] | None = None) -> list[Frame]:
+    """Every plausible committed frame in the three terms, sorted by position; `damaged`, if given,
+    gets a line for each frame of the log found damaged (and skipped)."""
     frames = []
     for partition in range(PARTITION_COUNT):
-        frames.extend(_scan_term(log, partition))
+        frames.extend(_scan_term(log, partition, damaged))
     frames.sort(key=lambda f: f.position)
     return frames
 
 
-def _scan_term(log: LogBuffer, partition: int) -> Iterator[Frame]:
+def _damage_at(log: LogBuffer, partition: int, offset: int) -> str | None:
+    """What is wrong with a header at `offset` that claims its place and is the log's, or None
+    when it is not such a header (torn or zeroed space, another stream's bytes) or is whole."""
+    term = log.terms[partition]
+    if offset + frame.HEADER_LENGTH > log.term_length:
+        return None
+    length, version, _, frame_type, term_offset, session_id, stream_id, term_id, _ = frame.HEADER.unpack_from(
+        term, offset)
+    if (version, term_offset, session_id, stream_id) != (frame.CURRENT_VERSION, offset, log.session_id,
+                                                         log.stream_id) or length == 0:
+        return None
+    position = compute_position(term_id, offset, log.position_bits_to_shift, log.initial_term_id)
+    problem = frame_problem(position, length, frame_type, offset, term_id, term_length=log.term_length)
+    return None if problem is None else f"term {partition} offset {offset} (term id {term_id}): {problem}"
+
+
+def _scan_term(log: LogBuffer, partition: int, damaged: list[str] | None = None) -> Iterator[Frame]:
     term = log.terms[partition]
     term_length = log.term_length
     # Slots whose length word is non-zero: the only places a frame can start. Jumping between them
@@ -73,6 +94,7 @@ def _scan_term(log: LogBuffer, partition: int) -> Iterator[Frame]:
     words = np.frombuffer(term, dtype=np.int32)
     candidates = (np.flatnonzero(words[::frame.FRAME_ALIGNMENT // 4]) * frame.FRAME_ALIGNMENT).tolist()
     offset = candidates[0] if candidates else term_length
+    reported = -1
     while offset < term_length:
         # The frames chained from here (the walker checks each one's place), as far as they are the log's.
         frames = walk(term, offset, term_length)
@@ -90,6 +112,9 @@ def _scan_term(log: LogBuffer, partition: int) -> Iterator[Frame]:
         # Then the next place a frame can start, zeroed or torn space skipped: from where the chain
         # stopped, or past it if it stopped where it began (nothing there is a frame of this log).
         stop = int(frames.starts[count]) if count < len(frames) else frames.end
+        if damaged is not None and stop != reported and (problem := _damage_at(log, partition, stop)) is not None:
+            damaged.append(problem)
+            reported = stop  # the walk from there stops there again: named once
         at = bisect.bisect_left(candidates, stop) if stop > offset else bisect.bisect_right(candidates, stop)
         offset = candidates[at] if at < len(candidates) else term_length
 
@@ -123,5 +148,6 @@ def assemble(log: LogBuffer, frames: list[Frame]) -> list[Message]:
     return messages
 
 
-def scan_messages(log: LogBuffer) -> list[Message]:
-    return assemble(log, scan_frames(log))
+def scan_messages(log: LogBuffer, damaged: list[str] | None = None) -> list[Message]:
+    """The whole messages still in the log; `damaged`: as scan_frames'."""
+    return assemble(log, scan_frames(log, damaged))

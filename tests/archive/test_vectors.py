@@ -151,6 +151,7 @@ def test_bad_input_is_a_one_line_error(aeron_vectors, tmp_path):
     assert_one_line_error(ramen("archive", "describe", tmp_path), "no catalog")
     assert_one_line_error(ramen("archive", "dump", plain, 5), "no recording 5")
     assert_one_line_error(ramen("archive", "dump", plain, 0, "--from", 100), "--from 100", "frame boundary")
+    assert_one_line_error(ramen("archive", "dump", plain, 0, "--to", 10), "--to 10", "frame boundary")
     assert_one_line_error(ramen("archive", "dump", plain, 1, "--from", 0), "--from 0", "outside recording 1")
     assert_one_line_error(ramen("archive", "dump", plain, 0, "--from", 64), "--from 64", "not the start of a frame")
     assert_one_line_error(ramen("archive", "verify", tmp_path / "nope"), "no such archive directory")

@@ -109,14 +109,16 @@ def site_keys(admin, site: str) -> dict[str, dict]:
     return {e.key: e.value for e in admin.glob(f"{keyspace.SITES}/{site}/**")}
 
 
+def workers_of(admin, site: str) -> set[str]:
+    return {keyspace.qualified_name_of(k) for k in site_keys(admin, site) if k.endswith("/worker")}
+
+
 def test_each_site_runs_its_functions_and_wires_the_stream_between_them(admin, choreographers):
     admin.set(keyspace.program_key("net"), program("net", PLACED).to_dict())
     admin.set(f"{keyspace.net_sends_prefix('edge')}/by-hand", NetSend("/tmp/x", EDGE_ENDPOINT).to_value())
-    wait_for(lambda: keyspace.worker_key("core", "net/per_host") in site_keys(admin, "core"))
-    assert {keyspace.qualified_name_of(k) for k in site_keys(admin, "edge") if k.endswith("/worker")} == \
-        {"net/src", "net/both_sides"}
-    assert {keyspace.qualified_name_of(k) for k in site_keys(admin, "core") if k.endswith("/worker")} == \
-        {"net/per_host", "net/both_sides"}
+    # Each site's choreographer writes its own keys, in its own time: wait for both.
+    wait_for(lambda: workers_of(admin, "core") == {"net/per_host", "net/both_sides"}, "the core's workers")
+    wait_for(lambda: workers_of(admin, "edge") == {"net/src", "net/both_sides"}, "the edge's workers")
     receive = f"{keyspace.net_receives_prefix('core')}/net/src"
     wait_for(lambda: receive in site_keys(admin, "core"))
     send = f"{keyspace.net_sends_prefix('edge')}/net/src@core"

@@ -53,3 +53,48 @@ def test_replay_of_a_negative_limit_is_refused(tmp_path):
     result = ramen(tmp_path, "replay", "--since", "-1h", "--limit", "-3", "net/traffic")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.strip().splitlines()[-1].endswith("argument --limit: '-3' is not a whole number >= 0")
+
+
+@pytest.mark.parametrize("timeout", ["-5", "0", "inf", "soon"])
+def test_replay_of_a_timeout_not_above_zero_is_refused(tmp_path, timeout):
+    result = ramen(tmp_path, "replay", "--since", "-1h", "--timeout", timeout, "net/traffic")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1].endswith(f"argument --timeout: {timeout!r} is not a number of "
+                                                           f"seconds > 0")
+
+
+@pytest.mark.parametrize("command", [["ps"], ["stop"], ["replay", "--since", "-1h", "net/traffic"]])
+def test_a_dir_that_is_a_file_or_under_one_is_one_line(tmp_path, command):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory\n")
+    for given, problem in ((a_file, "not a directory"), (a_file / "below", f"{a_file} is not a directory")):
+        result = ramen(tmp_path, "--dir", str(given), *command)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.strip().splitlines() == [f"ramen: --dir {given}: {problem}"]
+    result = ramen(a_file, *command)  # $RAMEN_DIR
+    assert result.stderr.strip().splitlines() == [f"ramen: $RAMEN_DIR ({a_file}): not a directory"]
+
+
+@pytest.mark.parametrize("options, problem", [
+    (["--httpd-listen", "0.0.0.0:0"], "httpd would listen on 0.0.0.0, beyond this host, with no credentials: give "
+                                      "--httpd-auth FILE"),
+    (["--httpd-listen", "nowhere"], "--httpd-listen 'nowhere': expected HOST:PORT"),
+    (["--httpd-auth", "BINARY"], "is not text (expected `bearer TOKEN` or `basic USER PASSWORD` lines)"),
+])
+def test_start_refuses_httpd_options_httpd_would_refuse_before_anything_starts(tmp_path, options, problem):
+    binary = tmp_path / "binary.auth"
+    binary.write_bytes(bytes(range(256)))
+    options = [str(binary) if option == "BINARY" else option for option in options]
+    for daemon in ([], ["--daemon"]):
+        result = ramen(tmp_path / "instance", "start", *daemon, *options)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith("ramen: start: httpd: ") and problem in line
+    assert not (tmp_path / "instance").exists()  # nothing started, nothing made
+
+
+def test_an_unreachable_zookeeper_is_one_line_without_its_clients_retries(tmp_path):
+    result = ramen(tmp_path, "ps", "--confserver", "zk://127.0.0.1:1/nowhere")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "kazoo" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("ramen: ps: zookeeper at 127.0.0.1:1 did not answer")

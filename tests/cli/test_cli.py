@@ -90,6 +90,24 @@ def test_inspect_prints_metadata_and_messages_for_people(tmp_path):
     assert "'hello 4'" in out
 
 
+def test_inspect_names_a_damaged_frame_it_skipped_and_exits_non_zero(tmp_path):
+    import struct
+    path = tmp_path / "a.logbuffer"
+    with LogBuffer.create(path, LogBufferParams(term_length=65536, session_id=9, stream_id=3)) as log:
+        publication = ExclusivePublication(log)
+        for i in range(20):
+            assert publication.offer(f"hello {i}".encode()) > 0
+        publication.close()
+        log.terms[0][5 * 64:5 * 64 + 4] = struct.pack("<i", 0x7FFFFFF0)  # the 6th frame's length
+
+    result = ramen("logbuffer", "inspect", str(path))
+
+    assert result.returncode == 1 and "19 messages" in result.stdout
+    assert result.stderr.strip().splitlines() == [
+        f"ramen: logbuffer: {path}: damaged frame skipped at term 0 offset 320 (term id 0): frame length "
+        f"2147483632 runs past the end of its term (position 65536)"]
+
+
 def test_stat_without_a_counters_file_says_nothing_runs(tmp_path):
     assert_one_line_error(ramen("stat", env_dir=tmp_path), "no counters file")
 

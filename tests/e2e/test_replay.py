@@ -24,6 +24,7 @@ from ramen.archive.coverage import archive_coverage
 from ramen.program import Program
 from ramen.replay.client import Replay, ReplayFailed
 from ramen.replay.contract import WorkerReplay
+from tests.processes import processes_with
 from tests.waiting import quiet_supervisor_stats, wait_for
 
 RATE = 1000
@@ -326,8 +327,8 @@ def test_a_supervisor_restart_during_a_replay(stack, monkeypatch):
     monkeypatch.setenv("RAMEN_DIR", str(stack.base))
     with stack.client("user") as client, _stalled_replay(stack, client, "e2e/traffic") as replay:
         _replayer_pid(client, replay.channel)
-        supervisor_pid = int(subprocess.run(["pgrep", "-f", "supervisor.service --site local"], capture_output=True,
-                                            text=True, env=stack.env).stdout.split()[0])
+        (supervisor_pid,) = [pid for pid, args in processes_with(f"RAMEN_DIR={stack.base}").items()
+                             if "supervisor.service --site local" in args]
         os.kill(supervisor_pid, signal.SIGKILL)  # `ramen start` restarts it; the new one adopts the replay
         rows = sum(batch.num_rows for batch in replay.batches())
         assert rows == 8 * 60 * RATE

@@ -13,6 +13,8 @@ import time
 import pyarrow as pa
 import pytest
 
+from tests.processes import processes_with
+
 STARTUP_S = 60.0
 IGNORE_SIGINT_AND_EXEC = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
                           "os.execv(sys.argv[1], sys.argv[1:])")
@@ -87,14 +89,14 @@ def test_start_stops_the_workers_of_a_supervisor_that_had_died(tmp_path):
     while not (worker_log.exists() and " running" in worker_log.read_text()):
         assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
         time.sleep(0.1)
-    ours = _processes_with(f"RAMEN_DIR={tmp_path}")
+    ours = processes_with(f"RAMEN_DIR={tmp_path}")
     workers = [pid for pid, args in ours.items() if "workers.worker" in args]
     supervisor = [pid for pid, args in ours.items() if "supervisor.service" in args]
     assert workers and len(supervisor) == 1, ours
     os.kill(supervisor[0], signal.SIGKILL)
     process.send_signal(signal.SIGINT)
     assert process.wait(STARTUP_S) == 0
-    left = _processes_with(f"RAMEN_DIR={tmp_path}")
+    left = processes_with(f"RAMEN_DIR={tmp_path}")
     for pid in left:  # not to outlive the test
         os.kill(pid, signal.SIGKILL)
     assert left == {}
@@ -122,7 +124,7 @@ def test_a_signal_to_the_terminals_whole_group_stops_the_services_in_order(tmp_p
     os.killpg(process.pid, signum)
     assert process.wait(STARTUP_S) == 0
     stderr = process.stderr.read()
-    left = _processes_with(f"RAMEN_DIR={tmp_path}")
+    left = processes_with(f"RAMEN_DIR={tmp_path}")
     for pid in left:  # not to outlive the test
         os.kill(pid, signal.SIGKILL)
     assert left == {}
@@ -150,13 +152,13 @@ def test_stop_after_ramen_start_was_killed_stops_everything_it_had_started(tmp_p
     result_log.parent.mkdir(parents=True, exist_ok=True)
     result_log.write_bytes(b"a killed client's result")
     start_pid = int((tmp_path / "run" / "ramen.pid").read_text())
-    ours = _processes_with(f"RAMEN_DIR={tmp_path}")
+    ours = processes_with(f"RAMEN_DIR={tmp_path}")
     assert any("workers.worker" in args for args in ours.values()), ours
     os.kill(start_pid, signal.SIGKILL)
 
     stopped = subprocess.run([sys.executable, "-m", "ramen.cli.main", "stop", "--dir", str(tmp_path)], env=env,
                              capture_output=True, text=True, timeout=STARTUP_S)
-    left = _processes_with(f"RAMEN_DIR={tmp_path}")
+    left = processes_with(f"RAMEN_DIR={tmp_path}")
     for pid in left:  # not to outlive the test
         os.kill(pid, signal.SIGKILL)
     assert stopped.returncode == 0, stopped.stderr
@@ -167,27 +169,6 @@ def test_stop_after_ramen_start_was_killed_stops_everything_it_had_started(tmp_p
     assert all(f"pid {pid} " in stopped.stderr for pid in ours if pid != start_pid), stopped.stderr
     assert "killed" not in stopped.stderr  # SIGTERM did: the confserver went last, as `ramen start` stops it
     assert not result_log.exists() and not (tmp_path / "run" / "ramen.pid").exists()
-
-
-def _processes_with(environ_entry: str) -> dict[int, str]:
-    """Running (not zombie) processes whose environment holds `environ_entry`, with their command lines."""
-    found = {}
-    wanted = environ_entry.encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if wanted not in f.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{entry}/stat") as f:
-                if f.read().rpartition(")")[2].split()[0] == "Z":
-                    continue
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                found[int(entry)] = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-    return found
 
 
 RESTART_PROGRAM = """
@@ -268,7 +249,7 @@ def test_start_kills_and_restarts_a_confserver_stopped_with_sigstop_and_its_serv
         while not (tmp_path / "run" / "ready").exists():
             assert process.poll() is None and time.monotonic() < deadline, stderr_path.read_text()
             time.sleep(0.1)
-        ours = _processes_with(f"RAMEN_DIR={tmp_path}")
+        ours = processes_with(f"RAMEN_DIR={tmp_path}")
         for name, module in (("choreographer", "choreographer.service"), ("supervisor", "supervisor.service"),
                              ("archiver", "workers.archiver")):
             (pid,) = [p for p, args in ours.items() if f"-m {module}" in args]
@@ -316,7 +297,7 @@ def test_a_command_rides_through_a_restart_of_its_instances_confserver_and_witho
         while not (tmp_path / "run" / "ready").exists():
             assert process.poll() is None and time.monotonic() < deadline, stderr_path.read_text()
             time.sleep(0.1)
-        (confserver,) = [p for p, args in _processes_with(f"RAMEN_DIR={tmp_path}").items()
+        (confserver,) = [p for p, args in processes_with(f"RAMEN_DIR={tmp_path}").items()
                          if "-m confserver.server" in args]
         os.kill(process.pid, signal.SIGSTOP)
         try:

@@ -15,6 +15,7 @@ from ramen.program import loads
 from ramen.httpd.app import GRAPHITE_VERSION, Httpd, Limits, make_app
 from ramen.httpd.auth import AuthError, Credentials, addressed_to_loopback, check_listen
 from ramen.httpd.service import IDLE_CONNECTION_TIMEOUT_S, RUNNER_OPTIONS, SERVER_LOG
+from ramen.listen import parse_listen
 
 
 @pytest.fixture
@@ -175,6 +176,11 @@ def test_beyond_loopback_needs_credentials(tmp_path):
     auth.write_text("token t\n")
     with pytest.raises(AuthError, match=":1: expected"):
         Credentials.load(auth)
+    auth.write_bytes(bytes(range(128, 256)))
+    with pytest.raises(AuthError, match="is not text"):
+        Credentials.load(auth)
+    assert parse_listen("[::1]:0") == ("::1", 0)  # an IPv6 loopback, as in a URL: no credentials needed
+    check_listen(parse_listen("[::1]:8080")[0], None)
 
 
 @sync
@@ -296,3 +302,24 @@ def test_a_range_is_fetched_in_pieces_cut_where_the_renders_range_begins_and_end
     assert pieces_of(60, 700, 1500, 1000, 2000) == [(700, 960), (960, 1500)]  # a source range over its start
     assert pieces_of(60, 100, 400, 1000, 2000) == [(100, 400)]  # a timeShift's: apart altogether
     assert pieces_of(10, 500, 2500, 1000, 2000) == [(500, 1000), (1000, 2000), (2000, 2500)]
+
+
+def test_httpd_waits_for_a_confserver_only_while_something_may_restart_it(tmp_path, monkeypatch):
+    """`ramen httpd` by hand with no confserver failed after 31 s, waiting for a restart nobody would do."""
+    import argparse
+
+    import confserver
+    from ramen import paths
+    from ramen.httpd.service import _connect_timeout_s
+    from ramen.locks import FileLock
+    monkeypatch.setenv("RAMEN_DIR", str(tmp_path))
+    monkeypatch.delenv(confserver.CONFSERVER_ENV, raising=False)
+    assert _connect_timeout_s(argparse.Namespace(confserver=None)) == confserver.DEFAULT_CONNECT_TIMEOUT_S
+    assert _connect_timeout_s(argparse.Namespace(confserver="ramen://10.0.0.1:7000")) == \
+        confserver.SERVICE_CONNECT_TIMEOUT_S
+    paths.pid_file().parent.mkdir(parents=True)
+    lock = FileLock.acquire(paths.pid_file(), create=True)  # as `ramen start` holds it while it runs
+    try:
+        assert _connect_timeout_s(argparse.Namespace(confserver=None)) == confserver.SERVICE_CONNECT_TIMEOUT_S
+    finally:
+        lock.release()
