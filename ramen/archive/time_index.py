@@ -146,7 +146,8 @@ def parse_header(path: Path, raw: bytes, file_size: int, recording_id: int | Non
     held = (file_size - INDEX_HEADER_LENGTH) // ENTRY_LENGTH
     if count < 0 or count > held:
         raise IndexDamage(path, INDEX_HEADER_LENGTH + held * ENTRY_LENGTH,
-                          f"the header covers {count} entries, the file holds {held} (truncated)")
+                          f"the header covers {count} entries, the file holds {held} (truncated)",
+                          maybe_torn=True)  # or read while retention cut it: read again first
     return header
 
 
@@ -413,8 +414,12 @@ class TimeIndex:
     @classmethod
     def _open_checked(cls, path: Path, recording_id: int | None) -> "TimeIndex":
         with open(path, "rb") as f:
+            # The header before the size: the recorder appends entries, then rewrites the header
+            # that covers them, so a header read after the size could cover entries appended since
+            # (taken for a truncated index, and the active recording's rebuilt from every segment).
+            raw = f.read(INDEX_HEADER_LENGTH)
             size = os.fstat(f.fileno()).st_size
-            header = parse_header(path, f.read(INDEX_HEADER_LENGTH), size, recording_id)
+            header = parse_header(path, raw, size, recording_id)
         count = header.count
         if count:
             entries = np.memmap(path, dtype=ENTRY_DTYPE, mode="r", offset=INDEX_HEADER_LENGTH, shape=(count,))

@@ -340,9 +340,10 @@ class IndexCheck:
         except OSError as e:
             check = cls(path, -1, 0, None, f"{path}: cannot open the time index: {e.strerror}")
             return check
+        raw = os.pread(fd, INDEX_HEADER_LENGTH, 0)  # before the size: the recorder may be appending
         size = os.fstat(fd).st_size
         try:
-            header = parse_header(path, os.pread(fd, INDEX_HEADER_LENGTH, 0), size, d.recording_id)
+            header = parse_header(path, raw, size, d.recording_id)
         except LegacyIndex as legacy:
             check = cls(path, fd, legacy.header.count, None, None)
             check.disorder_us = legacy.header.disorder_us

@@ -245,3 +245,30 @@ def test_a_version_1_index_with_nothing_to_rebuild_it_from_is_read_as_it_is(tmp_
     _to_legacy_index(index_path(tmp_path, 2))
     index = TimeIndex.open(index_path(tmp_path, 2), 2)
     assert list(index.entries["running_max"]) == [10, 20] and index.disorder_us == 5
+
+
+def test_a_reader_racing_the_recorders_append_reads_the_index_and_never_rebuilds_it(tmp_path, monkeypatch, caplog):
+    """The recorder appends entries, then rewrites the header that covers them: a reader that took
+    the file's size just before an append, and its header just after, took the active recording's
+    index for truncated and rebuilt it from every segment (seen with no damage at all)."""
+    path = index_path(tmp_path, 5)
+    writer = TimeIndexWriter(path, 5)
+    for i in range(100):
+        writer.append(i * 64, i, i + 1)
+    writer.flush()
+    for i in range(100, 110):
+        writer.append(i * 64, i, i + 1)
+    real_fstat = os.fstat
+
+    def fstat_then_append(fd):
+        found = real_fstat(fd)
+        writer.flush()  # the recorder's flush lands between the reader's two looks
+        return found
+    monkeypatch.setattr(os, "fstat", fstat_then_append)
+    with caplog.at_level(logging.WARNING):
+        index = TimeIndex.open(path, 5)
+    monkeypatch.undo()
+
+    assert len(index) in (100, 110)
+    assert not [r for r in caplog.records if "rebuilt" in r.getMessage()]
+    writer.close()
