@@ -135,3 +135,22 @@ def _shared_spark_server(shared: Path):
                          stdin=subprocess.DEVNULL, start_new_session=True)
         known.write_text(json.dumps({"port": server.port, "log_path": str(server.log_path)}))
         return server
+
+
+HEAVY_MODULES = frozenset({
+    "tests.e2e.test_chaos", "tests.e2e.test_heavy", "tests.e2e.test_heavy_restart", "tests.e2e.test_sites",
+    "tests.e2e.test_spark_cluster",
+})
+"""The modules that load the machine most (a chaos soak, Spark's JVMs, two sites): under pytest-xdist
+(`-n 2 --dist loadgroup`, the README's test command) they run one after the other on one worker,
+so that none of them runs beside another and the timings they check keep their margin (a Spark
+job on the standalone cluster made no progress for 10 s while the chaos soak ran beside it)."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each module's tests stay together on one xdist worker (its module fixtures, a ramen stack,
+    are made once), the heavy modules all on the same one."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            module = item.module.__name__
+            item.add_marker(pytest.mark.xdist_group("heavy" if module in HEAVY_MODULES else module))

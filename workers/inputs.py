@@ -33,6 +33,7 @@ from ramen.program.model import Function
 from ramen.transport import (BlockAssembler, CountersFile, CountersFileError, Image, LogBuffer, LogBufferError,
                              Subscription)
 from ramen.transport.frame import FRAME_ALIGNMENT
+from ramen.transport.frame_walk import last_event_time_us
 from ramen.transport.position import index_by_term_count
 from workers.defaults import LOG_WAIT_INTERVAL_S, POLL_BLOCK_LENGTH, RECEIVED_STALL_S, REPLAY_LOG_WAIT_INTERVAL_S
 
@@ -67,6 +68,9 @@ class Input:
     """(position, clock seconds when it was last seen to move) of a received log's image."""
     refused: bool = False
     """The counters file refused its reader a counter, and that was logged (Inputs._refused)."""
+    written_before_us: int | None = None
+    """The largest event time its log held when this worker joined it live (at its tail): rows up
+    to there were written before the worker read, so windows that hold them may be missing some."""
 
     def channels_of(self, tag: int) -> tuple[int, ...]:
         """The channels whose rows a message tagged `tag` carries here: its own, and those whose
@@ -163,20 +167,28 @@ class Inputs:
                 if found.users - {LIVE_CHANNEL}:
                     wait_s = REPLAY_LOG_WAIT_INTERVAL_S
                 continue
+            at_tail = not (found.replaced or found.received)  # else from its first frame: nothing missed
             try:
                 found.image = Image(found.log, self.counters, name=f"{self.qualified_name} <- {found.path.name}",
-                                    join_position=first_frame_position(found.log)
-                                    if found.replaced or found.received else None)
+                                    join_position=None if at_tail else first_frame_position(found.log))
             except CountersFileError as e:
                 self._refused(found, e)
                 continue
             found.refused = False
+            if at_tail and LIVE_CHANNEL in found.users:
+                found.written_before_us = last_event_time_us(found.log)
             found.assembler = BlockAssembler()
             found.joined_at = found.image.position
             self._images[id(found.image)] = found
             self.subscription.add_image(found.image)
             log.info("%s reads %s from position %d", self.qualified_name, found.path, found.image.position)
         return wait_s
+
+    def joined_after_us(self) -> int | None:
+        """The largest event time the live inputs held before this worker joined them (None: none
+        had a row): a window that began after it gets every row; an older one may have missed some."""
+        return max((f.written_before_us for f in self.found.values() if f.written_before_us is not None),
+                   default=None)
 
     def _refused(self, found: Input, error: CountersFileError) -> None:
         """No counter for a reader of the log (this process's share, or the site's file, used up):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -399,6 +400,7 @@ def test_a_client_closed_while_its_server_is_gone_returns_and_its_session_ends_a
 def test_a_client_closed_while_its_server_restarts_ends_its_session_itself(tmp_path, caplog):
     """The wait is for a confserver `ramen start` is restarting: the client's ephemeral keys go at
     its close, not a session timeout later."""
+    caplog.set_level(logging.WARNING, logger="confserver.remote")  # whatever a CLI run in this process set
     server = BuiltinServer(tmp_path / "data").start()
     try:
         client = admin(server, session_timeout_s=60.0)
@@ -422,6 +424,7 @@ def test_a_watch_closed_while_the_server_is_away_does_not_wait_for_it(tmp_path, 
     """The server forgot the watch with the connection, and a reconnect renews only the watches
     still open: closing one has nothing to tell a server that is away (the archiver's stop, after
     another site's confserver went, waited 30 s here and was killed)."""
+    caplog.set_level(logging.WARNING, logger="confserver.remote")  # whatever a CLI run in this process set
     server = BuiltinServer(tmp_path / "data").start()
     try:
         with admin(server) as client:

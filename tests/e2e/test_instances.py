@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ramen.archive.coverage import archive_coverage
-from tests.e2e.test_start import _processes_with
+from tests.processes import processes_with
 from tests.waiting import wait_for
 
 STARTUP_S = 60.0
@@ -44,7 +44,7 @@ def ramen(*args, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def _kill_left(base: Path) -> dict[int, str]:
-    left = _processes_with(f"RAMEN_DIR={base}")
+    left = processes_with(f"RAMEN_DIR={base}")
     for pid in left:  # not to outlive the test
         os.kill(pid, 9)
     return left
@@ -90,10 +90,10 @@ def test_two_instances_side_by_side_each_found_through_its_dir(tmp_path):
 
         # A confserver killed comes back where every service and worker of its instance knows it.
         base_a = bases["a"][0]
-        killed = [pid for pid, args in _processes_with(f"RAMEN_DIR={base_a}").items() if "confserver.server" in args]
+        killed = [pid for pid, args in processes_with(f"RAMEN_DIR={base_a}").items() if "confserver.server" in args]
         assert len(killed) == 1
         os.kill(killed[0], 9)
-        wait_for(lambda: [pid for pid, args in _processes_with(f"RAMEN_DIR={base_a}").items()
+        wait_for(lambda: [pid for pid, args in processes_with(f"RAMEN_DIR={base_a}").items()
                           if "confserver.server" in args and pid != killed[0]], "the confserver restarted",
                  timeout_s=STARTUP_S)
         wait_for(lambda: ramen("--dir", base_a, "confclient", "get", "programs/twin").returncode == 0,

@@ -32,7 +32,7 @@ import pytest
 from ramen.transport import LogBuffer, TransportError
 from ramen.transport.udp.defaults import PUBLICATION_CONNECTION_TIMEOUT_NS
 from tests.e2e.site_calls import WINDOW_S, per_window
-from tests.e2e.test_start import _processes_with
+from tests.processes import processes_with
 from tests.waiting import wait_for
 from workers.inputs import first_frame_position
 from workers.sources import generate_rows, rows_between, step_of
@@ -103,7 +103,7 @@ class Site:
         return (self.base / "logs" / "netd.log").read_text()
 
     def netd_pids(self) -> list[int]:
-        return [pid for pid, args in _processes_with(f"RAMEN_DIR={self.base}").items() if "ramen.netd.service" in args]
+        return [pid for pid, args in processes_with(f"RAMEN_DIR={self.base}").items() if "ramen.netd.service" in args]
 
     def windows(self, count: int = 2) -> dict[int, pa.Table]:
         """The totals of the last `count` windows the core's worker wrote, by window start, as
@@ -159,7 +159,7 @@ def started_sites(base: Path, program: str) -> Iterator[tuple[Site, Site]]:
     finally:
         for site in (core, edge):
             stopped = site.ramen("stop", "--dir", site.base)
-            left = _processes_with(f"RAMEN_DIR={site.base}")
+            left = processes_with(f"RAMEN_DIR={site.base}")
             for pid in left:
                 os.kill(pid, signal.SIGKILL)
             assert stopped.returncode == 0 and not left, (stopped.stderr, left)

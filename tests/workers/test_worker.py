@@ -329,6 +329,34 @@ def test_windowed_python_function_commits_on_the_watermark_and_counts_late_rows(
     assert output.bounds[0] == (base, base) and output.bounds[-1] == (base + MINUTE_US, base + MINUTE_US)
 
 
+def test_a_windowed_worker_joining_inputs_that_held_rows_says_where_its_whole_windows_begin(rig):
+    """Restarted (or loaded) while its parent ran, it joins the parent's log at its tail: the window
+    it joins in missed the rows written before. Its first live message, a RESUMED at the next
+    window, makes its archive cover from there; the partial window was archived as if whole (a
+    window of 7,892 of 30,030 rows, replayed with exit 0 even with --strict)."""
+    rig.load()
+    rig.worker_key("per_minute")
+    traffic_log = paths.output_log(rig.site, rig.qualified("traffic"))
+    parent = rig.publication(traffic_log)
+    rig.reader(traffic_log, TRAFFIC)  # another reader of the parent's, there before the worker
+    base = 1_000 * MINUTE_US
+    rows = generate_rows(TRAFFIC, "ts", seed=9, hosts=4, step_us=10 * SECOND_US, first_index=base // (10 * SECOND_US),
+                         count=18)
+    offer(parent, encode_tuples(rows.slice(0, 3), "ts"))  # 0:00-0:20 of minute 0, before the worker reads
+    worker = rig.start("per_minute")
+    output = rig.reader(paths.output_log(rig.site, rig.qualified("per_minute")), rig.loaded.function(
+        "per_minute").schema, join_position=0)
+    wait_for(lambda: any(c.type_name == "sub-pos" and f"{rig.qualified('per_minute')} <- " in c.label
+                         for c in rig.counters.counters()), "the worker reading its parent's log")
+    for start in range(3, 18, 5):
+        offer(parent, encode_tuples(rows.slice(start, 5), "ts"))
+    output.read_until(lambda: output.rows == len(expected_per_minute(pa.Table.from_batches([rows.slice(3, 9)]))),
+                      "minutes 0 (without its first rows) and 1")
+    assert rig.stop(worker) == 0
+    assert output.resumed == [(0, base + MINUTE_US)]  # first: the whole windows begin at minute 1
+    assert output.table().equals(expected_per_minute(pa.Table.from_batches([rows.slice(3, 9)])))
+
+
 def test_replay_channel_ends_in_the_recipient_after_every_end_of_replay_and_leaves_live_alone(rig):
     rig.load()
     channel = 9_000 + int(uuid.uuid4().int % 1000)
