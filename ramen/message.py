@@ -37,8 +37,14 @@ it holds every row from that event time on, and none between its previous run's 
 The archive's time index takes it like any message, so the coverage of the recording it starts
 touches the previous run's, and a replay across the restart is not refused for a gap that holds no
 row (a generator resumes on its grid, the next row a step later). Readers of tuples skip it."""
+KIND_GAP = 5
+"""No body, channel 0; its bounds [min, max] are event times its function's output may miss rows of:
+a windowed function's worker that joined its inputs after rows were written to them (restarted,
+or loaded while its parents ran) writes one first, up to its first whole window. The recorder
+keeps it beside the recording (ramen/archive/gaps.py), and the archive's coverage leaves it out,
+so a replay of those windows computes them from the parents' archives. Readers of tuples skip it."""
 KINDS = {KIND_SCHEMA: "SCHEMA", KIND_TUPLES: "TUPLES", KIND_END_OF_REPLAY: "END_OF_REPLAY",
-         KIND_RESUMED: "RESUMED"}
+         KIND_RESUMED: "RESUMED", KIND_GAP: "GAP"}
 
 LIVE_CHANNEL = 0
 NO_EVENT_TIME = -(1 << 63)

@@ -15,8 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ramen.message import (CHANNEL_OFFSET, HEADER_LENGTH, KIND_END_OF_REPLAY, KIND_RESUMED, KIND_TUPLES, LIVE_CHANNEL,
-                           NO_EVENT_TIME, MessageHeader, encode)
+from ramen.message import (CHANNEL_OFFSET, HEADER_LENGTH, KIND_END_OF_REPLAY, KIND_GAP, KIND_RESUMED, KIND_TUPLES,
+                           LIVE_CHANNEL, NO_EVENT_TIME, MessageHeader, encode)
 
 
 _CHANNEL = struct.Struct("<I")
@@ -111,6 +111,13 @@ def resumed(event_time_us: int, source: int) -> bytes:
     """The live message a restarted source writes first: its rows go on from `event_time_us`,
     with none missing since its previous run's last (ramen/message.py, KIND_RESUMED)."""
     return encode(MessageHeader(KIND_RESUMED, LIVE_CHANNEL, source, event_time_us, event_time_us))
+
+
+def gap(since_us: int, until_us: int, source: int) -> bytes:
+    """The live message a windowed function writes first when its windows before `until_us`, from
+    `since_us` on, may miss rows (ramen/message.py, KIND_GAP). Its bounds are inclusive, as every
+    message's: [since_us, until_us - 1]."""
+    return encode(MessageHeader(KIND_GAP, LIVE_CHANNEL, source, since_us, until_us - 1))
 
 
 def with_channel(message: bytes, channel: int) -> bytes:

@@ -47,7 +47,8 @@ from ramen.replay.contract import ContractError, WorkerReplay
 from ramen.replay.fail import fail_replay
 from ramen.rollup import Rollup
 from ramen.transport import BackoffIdleStrategy, CountersFile, TransportError
-from ramen.tuples import decode_tuples, resumed, with_channel
+from ramen.transport.frame_walk import last_event_time_us
+from ramen.tuples import decode_tuples, gap, resumed, with_channel
 from ramen.worker_keys import WorkerSpec, WorkerStats
 from workers import spare
 from workers.channels import Channels, ChannelState
@@ -96,6 +97,9 @@ class Worker:
         """The largest event time written on the live output (a restarted source resumes after it)."""
         self._live_begun = False
         """A live message was written: a windowed function's first says where its whole windows begin."""
+        self._written_before_us: int | None = None
+        """A windowed function's: the last event time in its live log when it started (its previous
+        run's last window), from which on a gap may begin."""
         self.program: Program | None = None
         self.function: Function | None = None
         self.rollup: Rollup | None = None
@@ -143,6 +147,8 @@ class Worker:
                          self.client.watch(keyspace.function_key(self.site, self.qualified_name, "replays/*"))]
         if self.function.source is not None:
             self._open_source(live_output)
+        elif self.function.window is not None:
+            self._written_before_us = last_event_time_us(live_output.log)
         self._set_live(live)
         return self
 
@@ -348,21 +354,28 @@ class Worker:
             self.stats.add("tuples out", rows, state.channel)
 
     def _begin_live(self, state: ChannelState) -> None:
-        """Before a windowed function's first live rows: where its first whole window begins, when
-        its inputs held rows before it joined them (a worker restarted, or a function loaded, while
-        its parents ran). Its windows before that missed what was written before it read: as the
-        first message of its recording, a RESUMED there makes the archive's coverage begin at its
-        first whole window, so that a replay of the windows before computes them from the parents'
-        archives, and a range none can compute is named as missing (--strict refuses it), where the
-        archive held them as if whole (a window of 7,892 of 30,030 rows, replayed with exit 0)."""
+        """Before a windowed function's first live rows, when its inputs held rows before it joined
+        them (a worker restarted, or a function loaded, while its parents ran): a GAP over the
+        windows that may miss what was written before it read, from the first its previous run did
+        not write (or the first a row it reads may fall in) up to the first that began after its
+        inputs' last event time. The recorder keeps it beside the recording and the archive's
+        coverage leaves it out, so that a replay of those windows computes them from the parents'
+        archives, and a range nothing can compute is named as missing (--strict refuses it): a
+        window of 7,892 of 30,030 rows was archived as if whole, and replayed with exit 0."""
         self._live_begun = True
         window, joined_after_us = self.function.window, self.inputs.joined_after_us()
         if window is None or not self.function.parents or joined_after_us is None:
             return
-        whole_from_us = (joined_after_us // window.every_us + 1) * window.every_us
-        log.info("%s joined its inputs after event time %d µs: its windows before %d µs may miss rows written "
-                 "before, and its archive covers from there", self.qualified_name, joined_after_us, whole_from_us)
-        state.send(resumed(whole_from_us, self.id), 0)
+        every = window.every_us
+        whole_from_us = (joined_after_us // every + 1) * every
+        since_us = (joined_after_us - window.lateness_us) // every * every
+        if self._written_before_us is not None:  # its previous run wrote the windows before this one
+            since_us = min(since_us, (self._written_before_us // every + 1) * every)
+        if since_us >= whole_from_us:
+            return
+        log.info("%s joined its inputs after event time %d µs: its windows in [%d, %d) µs may miss rows written "
+                 "before, a gap in its archive", self.qualified_name, joined_after_us, since_us, whole_from_us)
+        state.send(gap(since_us, whole_from_us, self.id), 0)
 
     def _live_written(self, high_us: int) -> None:
         """A live message is in the log: a restart resumes after its rows, not after rows that were

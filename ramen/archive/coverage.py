@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ramen.archive.catalog import CATALOG_FILE_NAME, NULL_POSITION, Catalog, RecordingDescriptor, RecordingState
+from ramen.archive.gaps import gaps_path, read_gaps
 from ramen.archive.replay import positions_for_times
 from ramen.archive.time_index import TimeIndex, TimeIndexError, index_path
 
@@ -125,14 +126,26 @@ def function_recordings(archive_dir: str | os.PathLike) -> dict[str, list[Record
 
 
 def archive_coverage(archive_dir: str | os.PathLike) -> dict[str, list[Interval]]:
-    """Qualified name -> sorted, merged intervals of event time its archive can replay. Functions
-    whose recordings all cover nothing are left out."""
+    """Qualified name -> sorted, merged intervals of event time its archive can replay, less the
+    gaps its recordings hold (gaps.py: windows a worker may have missed rows of). Functions whose
+    recordings all cover nothing are left out."""
     coverage: dict[str, list[Interval]] = {}
     for name, descriptors in function_recordings(archive_dir).items():
         intervals = [i for d in descriptors if (i := recording_coverage(archive_dir, d)) is not None]
-        if intervals:
-            coverage[name] = merge(intervals)
+        gaps = [gap for d in descriptors for gap in read_gaps(gaps_path(archive_dir, d.recording_id))]
+        if intervals and (covered := without(merge(intervals), gaps)):
+            coverage[name] = covered
     return coverage
+
+
+def without(intervals: list[Interval], gaps: list[tuple[int, int]]) -> list[Interval]:
+    """Sorted, merged intervals less the [since, until) gaps."""
+    for since_us, until_us in gaps:
+        intervals = [part for interval in intervals for part in (
+            (interval,) if not interval.overlaps(since_us, until_us) else
+            (Interval(interval.since_us, since_us), Interval(until_us, interval.until_us)))
+            if part.since_us < part.until_us]
+    return intervals
 
 
 def last_event_time_us(archive_dir: str | os.PathLike, qualified_name: str) -> int | None:

@@ -22,6 +22,7 @@ import struct
 from ramen import message
 from ramen.archive.catalog import NULL_POSITION, NULL_TIMESTAMP, Catalog, RecordingDescriptor
 from ramen.archive.checksum import Checksum
+from ramen.archive.gaps import append_gap, gaps_path
 from ramen.archive.segment import SegmentWriter, segment_file_base_position, segment_file_name
 from ramen.archive.time_index import TimeIndexWriter, index_path
 from ramen.clocks import SYSTEM_CLOCK, Clock
@@ -135,6 +136,8 @@ class Recorder:
             bounds = message.event_time_bounds(term, frame_offset + frame.HEADER_LENGTH)
             if bounds is not None:
                 index.append(position + (frame_offset - offset), bounds[0], bounds[1])
+                if term[frame_offset + frame.HEADER_LENGTH + message.KIND_OFFSET] == message.KIND_GAP:
+                    append_gap(gaps_path(self.archive_dir, self.recording_id), bounds[0], bounds[1] + 1)
 
     def close(self, *, keep_tether: bool = False) -> None:
         """Stop recording: the catalog gets the stop position; the tethered image lets the writer

@@ -26,6 +26,7 @@ from typing import Callable
 from ramen.archive import segment
 from ramen.archive.catalog import NULL_POSITION, NULL_TIMESTAMP, Catalog, RecordingState
 from ramen.archive.errors import ArchiveError
+from ramen.archive.gaps import gaps_path
 from ramen.archive.time_index import index_path
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ def delete_recording(catalog: Catalog, recording_id: int) -> list[Path]:
     archive_dir = catalog.path.parent
     paths = [archive_dir / segment.segment_file_name(recording_id, base)
              for base in segment.list_segment_files(archive_dir).get(recording_id, [])]
-    paths.append(index_path(archive_dir, recording_id))
+    paths += [index_path(archive_dir, recording_id), gaps_path(archive_dir, recording_id)]
     deleted = []
     for path in paths:
         try:

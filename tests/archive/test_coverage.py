@@ -149,6 +149,38 @@ def test_a_restarted_source_that_says_where_it_resumes_covers_on_from_there(site
     assert coverage["p/g"] == [Interval(BASE_US, BASE_US + 1000), Interval(BASE_US + 1333, BASE_US + 2001)]
 
 
+def test_a_gap_a_worker_wrote_in_its_recording_is_left_out_of_the_coverage_and_purged_with_it(site):
+    """A windowed worker restarted mid-window goes on in the same log, so in the same recording:
+    the GAP it writes first is what tells the windows it may have missed from whole ones (a window
+    of 7,892 of 30,030 rows was covered, and replayed as if whole)."""
+    from ramen.archive.gaps import gaps_path, read_gaps
+    from ramen.archive.retention import delete_recording
+    from ramen.tuples import gap
+    recording = site.function("p/w", [(0, 0), (10, 10)], stop=False)
+    site.record(function_channel("p/other"), [gap(BASE_US, BASE_US + 50 * SECOND, source=1)])  # no rows: nothing
+    # The restart, in the same log (one recording here too): windows 20 and 30 may miss rows.
+    recording = site.record(function_channel("p/w"), [
+        tuples(BASE_US, BASE_US), tuples(BASE_US + 10 * SECOND, BASE_US + 10 * SECOND),
+        gap(BASE_US + 20 * SECOND, BASE_US + 40 * SECOND, source=1),
+        tuples(BASE_US + 30 * SECOND, BASE_US + 30 * SECOND), tuples(BASE_US + 40 * SECOND, BASE_US + 40 * SECOND),
+        tuples(BASE_US + 50 * SECOND, BASE_US + 50 * SECOND)])
+
+    assert read_gaps(gaps_path(site.archive, recording)) == [(BASE_US + 20 * SECOND, BASE_US + 40 * SECOND)]
+    assert archive_coverage(site.archive)["p/w"] == [Interval(BASE_US, BASE_US + 20 * SECOND), seconds(40, 50)]
+    assert "p/other" not in archive_coverage(site.archive)
+    delete_recording(site.catalog, recording)
+    assert not gaps_path(site.archive, recording).exists()
+
+
+def test_a_torn_last_gap_record_is_ignored(tmp_path):
+    from ramen.archive.gaps import GAP_RECORD, append_gap, read_gaps
+    path = tmp_path / "3.gaps"
+    append_gap(path, 10, 20)
+    with open(path, "ab") as f:
+        f.write(GAP_RECORD.pack(30, 40)[:9])  # a recorder killed mid-write
+    assert read_gaps(path) == [(10, 20)]
+
+
 def test_an_empty_recording_covers_nothing(site):
     site.record(function_channel("net/idle"), [])
     site.record(function_channel("net/schema_only"), [schema_message()])
