@@ -197,7 +197,8 @@ class CounterInfo:
 class CountersFile:
     """A mapped counters file; many processes map the same one."""
 
-    def __init__(self, path: Path, fd: int, mapped: mmap.mmap, *, process_share: float = COUNTERS_PROCESS_SHARE) -> None:
+    def __init__(self, path: Path, fd: int, mapped: mmap.mmap, *,
+                 process_share: float = COUNTERS_PROCESS_SHARE) -> None:
         self.path = path
         self._fd = fd
         self.mmap = mapped
