@@ -34,8 +34,10 @@ from tests.waiting import wait_for
 RATE = 2800  # with the hour's back-fill: about 10 M tuples
 HOSTS = 50
 MINUTES = 58
-STALL_S = 10
-"""The stall bound for this test's workers (RAMEN_SPARK_STALL_S), instead of a minute."""
+STALL_S = 30
+"""The stall bound for this test's workers (RAMEN_SPARK_STALL_S), instead of a minute: the lost
+executor's replay fails within it, and the hour's replay never meets it (at 10 s, a clean-clone CI
+run with the other xdist worker busy saw the hour's job on the cluster stall that long)."""
 PROGRAM = f"""
 [program]
 name = "cl"
