@@ -93,6 +93,9 @@ class Inputs:
         self._images: dict[int, Input] = {}
         self.next_look_s = 0.0
         """When to look for the logs not found yet (the clock's seconds)."""
+        self.note_joins = False
+        """Note the last event time of each live input as it is joined (written_before_us): only a
+        windowed function asks, and finding it walks two terms of the log."""
         self.lost: list[tuple[Path, set[int], str]] = []
         """Logs replaced or ended while replay channels read them, those channels and what happened: the
         worker fails them."""
@@ -175,7 +178,7 @@ class Inputs:
                 self._refused(found, e)
                 continue
             found.refused = False
-            if at_tail and LIVE_CHANNEL in found.users:
+            if self.note_joins and at_tail and LIVE_CHANNEL in found.users:
                 found.written_before_us = last_event_time_us(found.log)
             found.assembler = BlockAssembler()
             found.joined_at = found.image.position

@@ -149,6 +149,7 @@ class Worker:
             self._open_source(live_output)
         elif self.function.window is not None:
             self._written_before_us = last_event_time_us(live_output.log)
+            self.inputs.note_joins = True
         self._set_live(live)
         return self
 

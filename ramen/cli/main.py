@@ -143,8 +143,12 @@ def main(argv: list[str] | None = None, *, program: bool = False) -> int:
         # In the environment: every path of this process, and of every process it starts, agrees.
         os.environ[paths.RAMEN_DIR_ENV] = str(Path(directory).resolve())
     if (problem := _instance_dir_problem(paths.ramen_dir())) is not None:
-        given = f"--dir {directory}" if directory is not None else f"${paths.RAMEN_DIR_ENV} ({paths.ramen_dir()})" \
-            if os.environ.get(paths.RAMEN_DIR_ENV) else str(paths.ramen_dir())
+        if directory is not None:
+            given = f"--dir {directory}"
+        elif os.environ.get(paths.RAMEN_DIR_ENV):
+            given = f"${paths.RAMEN_DIR_ENV} ({paths.ramen_dir()})"
+        else:
+            given = str(paths.ramen_dir())
         print(f"ramen: {given}: {problem}", file=sys.stderr)
         return EXIT_USER_ERROR
     parser = build_parser(_command_of(argv))

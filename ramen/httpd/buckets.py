@@ -26,8 +26,10 @@ DEFAULT_STEP_S = 10
 DERIVED_KEPT = 16
 """Tables whose series' grids are kept (_derived)."""
 DERIVED_MAX_BYTES = 64 * 1024 * 1024
-"""The grids kept for all those tables together, at most: the least recently asked go first. Without
-a bound, 16 tables of long ranges held ~1.7 GB beside the result cache's 256 MiB."""
+"""The grids kept for all those tables together, at most: the least recently asked go first. They
+had no bound in bytes, only DERIVED_KEPT tables, beside the result cache's 256 MiB."""
+GRID_POINT_BYTES = 8
+"""A grid's point: one float64."""
 SHARED_GRID_MAX_BYTES = 8 * 1024 * 1024
 """A grid of every combination of factor values (a dashboard's renders of one range share it) is
 made only up to this size (a million points: 50 hosts over 14 days of minutes); past it each render
@@ -86,9 +88,6 @@ def to_series(function: Function, table: pa.Table, wanted: list[tuple[tuple[str,
         out.append(Series(path, start, step, values))
     return out
 
-
-GRID_POINT_BYTES = 8
-"""A grid's point: one float64."""
 
 
 class _Derived:
@@ -180,16 +179,21 @@ def _trim_derived() -> None:
     """The least recently asked tables' grids go while all of them hold over DERIVED_MAX_BYTES
     (the newest is kept, whatever its size: a render is drawing from it)."""
     with _derived_lock:
-        total = sum(derived.nbytes for derived in _derived_kept.values())
+        total = _kept_bytes()
         while total > DERIVED_MAX_BYTES and len(_derived_kept) > 1:
             _, derived = _derived_kept.popitem(last=False)
             total -= derived.nbytes
 
 
 def derived_bytes() -> int:
-    """What the kept grids hold (for httpd's counters and tests)."""
+    """What the kept grids hold (tests read it)."""
     with _derived_lock:
-        return sum(derived.nbytes for derived in _derived_kept.values())
+        return _kept_bytes()
+
+
+def _kept_bytes() -> int:
+    """What the kept grids hold (called under _derived_lock)."""
+    return sum(derived.nbytes for derived in _derived_kept.values())
 
 
 def _grouped_rows(function: Function, table: pa.Table) -> dict[tuple[str, ...], np.ndarray]:
