@@ -162,7 +162,9 @@ def test_a_setup_flood_on_a_received_stream_leaves_netd_running_with_its_images_
         admin.create(f"{keyspace.net_receives_prefix('core')}/p/f",
                      NetReceive(stream_id=STREAM, log=str(tmp_path / "received.logbuffer")).to_value())
         counters = CountersFile.open(tmp_path / "counters.dat")
-        wait_for(lambda: _receiver_counter(counters, "images") >= 0, "the receiver's counters", timeout_s=STARTUP_S)
+        # The NetReceive applied (netd's `receives`), else the stream's SETUPs are not subscribed to yet.
+        wait_for(lambda: any(c.label == "netd core receives" and c.value == 1 for c in counters.counters()),
+                 "the stream subscribed to", timeout_s=STARTUP_S)
 
         _setup_flood(announced.channel, STREAM, range(9000, 9140))  # what took a site down
 
@@ -186,7 +188,9 @@ def test_a_netd_with_an_allow_list_drops_what_other_addresses_send(fresh_confser
         admin.create(f"{keyspace.net_receives_prefix('core')}/p/f",
                      NetReceive(stream_id=STREAM, log=str(tmp_path / "received.logbuffer")).to_value())
         counters = CountersFile.open(tmp_path / "counters.dat")
-        wait_for(lambda: _receiver_counter(counters, "images") >= 0, "the receiver's counters", timeout_s=STARTUP_S)
+        # The NetReceive applied (netd's `receives`), else the stream's SETUPs are not subscribed to yet.
+        wait_for(lambda: any(c.label == "netd core receives" and c.value == 1 for c in counters.counters()),
+                 "the stream subscribed to", timeout_s=STARTUP_S)
 
         _setup_flood(announced.channel, STREAM, range(9000, 9010), source="127.0.0.2")
 
