@@ -80,18 +80,22 @@ def stack(tmp_path_factory, cluster):
         started = stack.ramen("start", "--daemon", "--dir", base, "--spark", cluster.remote, "--spark-staging",
                               staging, path, timeout=STARTUP_S)
         assert started.returncode == 0, started.stderr + started.stdout
-        wait_for_hour(base)
         yield stack
     finally:
         stack.stop()
 
 
-def wait_for_hour(base) -> None:
-    want_since, want_until = hour_range()
-    with ramen_dir(base):
-        wait_for(lambda: any(i.since_us <= want_since and i.until_us >= want_until
+@pytest.fixture(scope="module")
+def hour(stack) -> tuple[int, int]:
+    """The range every test here replays, once the archive covers it: computed once, since a
+    minute boundary passing between the wait and a test moved the range past what the recorder
+    had written on a busy machine (a clean-clone CI run: "no archive of cl/traffic after ...")."""
+    since, until = hour_range()
+    with ramen_dir(stack.base):
+        wait_for(lambda: any(i.since_us <= since and i.until_us >= until
                              for i in archive_coverage(paths.archive_dir("local")).get("cl/traffic", [])),
                  "the archive covering the back-filled hour", timeout_s=STARTUP_S * 3)
+    return since, until
 
 
 def hour_range() -> tuple[int, int]:
@@ -108,8 +112,8 @@ def replayed(stack: Stack, target: str, since: int, until: int) -> pa.Table:
 
 
 def test_an_hour_replayed_on_the_cluster_through_staging_equals_local_spark_and_pyarrow(
-        stack, cluster, spark_remote, tmp_path):
-    since, until = hour_range()
+        stack, hour, spark_remote, tmp_path):
+    since, until = hour
     traffic = replayed(stack, "cl/traffic", since, until).select(TRAFFIC_SCHEMA.names).cast(TRAFFIC_SCHEMA)
     assert traffic.num_rows >= MINUTES * 60 * RATE  # about 9.7 M (the generator's rate is a mean)
 
@@ -144,9 +148,9 @@ def test_rows_without_staging_reach_the_cluster_in_chunks_the_default_driver_hol
     assert got.num_rows == expected.num_rows
 
 
-def test_a_replay_whose_spark_job_lost_its_only_executor_fails_in_one_line(stack, cluster):
+def test_a_replay_whose_spark_job_lost_its_only_executor_fails_in_one_line(stack, hour, cluster):
     """Last in this module: the cluster has no worker until it is started again."""
-    since, until = hour_range()
+    since, until = hour
     cluster.kill("worker")
     try:
         started = time.monotonic()
