@@ -1,10 +1,12 @@
 """The HTTP application: routes, limits, credentials, and the render path (targets -> metrics ->
 buckets through the cache and replays -> series -> Graphite functions -> the asked format).
 
-Handlers never block the event loop: what reads the confserver, the archives or a replay runs on
-the thread pool of `Httpd` (a thread per function of a render: a dashboard's renders must all ask
-for their replays within the supervisor's merge delay, so the pool is large and its threads mostly
-wait).
+Handlers never block the event loop: what reads the confserver or evaluates targets runs on the
+thread pool of `Httpd`, the fetches of buckets (the cache, replays) on a pool of their own (a thread
+per function of a render: a dashboard's renders must all ask for their replays within the
+supervisor's merge delay, so that pool is large and its threads mostly wait; the long replays it
+runs are bounded by ramen/httpd/admission.py). A render whose client leaves is cancelled (aiohttp
+cancels its handler), and so are the replays no other render waits for.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ramen import keyspace
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.httpd import assets, buckets, dashboards, metrics, render, tagdb, target
 from ramen.httpd import functions as graphite_functions
+from ramen.httpd.admission import AdmissionLimits, Overloaded, ReplaySlots
 from ramen.httpd.auth import Credentials, addressed_to_loopback
 from ramen.httpd.cache import DEFAULT_MAX_BYTES, ResultCache
 from ramen.httpd.factors import FactorValues
@@ -58,8 +61,12 @@ MAX_POINTS = 50_000_000
 long is refused before it is replayed, not run out of memory with."""
 MAX_DATA_POINTS = 100_000
 DEFAULT_FROM, DEFAULT_UNTIL = "-24h", "now"
-THREADS = 64
-"""Threads for replays and reads: most wait on a replay; 20 panels of 3 functions fit at once."""
+THREADS = 16
+"""Threads for the confserver's reads, the metric tree and targets' evaluation."""
+FETCH_THREADS = 128
+"""Threads for fetches: most wait on a replay, their own or a shared one. Beyond the long replays
+running and waiting (admission.py), enough are left for the renders the cache answers and the
+short replays of refreshes: 20 panels of 3 functions fit several times."""
 PROGRESS_KEPT = 1000
 """Finished renders' progress kept for the page's last poll, newest first."""
 
@@ -68,13 +75,22 @@ class BadRequest(ValueError):
     """A request httpd cannot answer as asked: 400 with this one line."""
 
 
-USER_ERRORS = (BadRequest, PathError, TimeError, target.TargetError, tagdb.TagRequestError, RegexError, FetchError)
-"""What a request is answered in one line (400, or 502 for a failed replay); anything else is a bug."""
+USER_ERRORS = (BadRequest, PathError, TimeError, target.TargetError, tagdb.TagRequestError, RegexError, FetchError,
+               Overloaded)
+"""What a request is answered in one line (400, 502 for a failed replay, 503 when overloaded); anything
+else is a bug."""
 
 
 def status_of(error: Exception) -> int:
-    """The HTTP status of a user error: a replay that failed is the peer's (502), the rest the request's."""
+    """The HTTP status of a user error: a replay that failed is the peer's (502), too many long replays
+    ours for a while (503), the rest the request's."""
+    if isinstance(error, Overloaded):
+        return 503
     return 502 if isinstance(error, FetchError) else 400
+
+
+def headers_of(error: Exception) -> dict[str, str]:
+    return {"Retry-After": str(error.retry_after_s)} if isinstance(error, Overloaded) else {}
 
 
 @dataclass(frozen=True)
@@ -91,17 +107,20 @@ class Httpd:
     """The service's state: the confserver client, the programs as loaded, the cache, the pool."""
 
     def __init__(self, client, site: str = keyspace.DEFAULT_SITE, *, credentials: Credentials | None = None,
-                 limits: Limits = Limits(), cache_bytes: int = DEFAULT_MAX_BYTES,
-                 timeout_s: float = DEFAULT_REPLAY_TIMEOUT_S, clock: Clock = SYSTEM_CLOCK) -> None:
+                 limits: Limits = Limits(), admission: AdmissionLimits = AdmissionLimits(),
+                 cache_bytes: int = DEFAULT_MAX_BYTES, timeout_s: float = DEFAULT_REPLAY_TIMEOUT_S,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.client = client
         self.site = site
         self.credentials = credentials
         self.limits = limits
         self.clock = clock
         self.pool = ThreadPoolExecutor(THREADS, thread_name_prefix="httpd")
+        self.fetch_pool = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="httpd fetch")
         self.cache = ResultCache(cache_bytes)
         self.stats = HttpdStats()
-        self.fetcher = Fetcher(client, site, self.cache, self.stats, timeout_s=timeout_s, clock=clock)
+        self.fetcher = Fetcher(client, site, self.cache, self.stats, timeout_s=timeout_s,
+                               slots=ReplaySlots(admission), clock=clock)
         self.progress: OrderedDict[str, Progress] = OrderedDict()
         self._programs: dict[str, Program] | None = None
         self._programs_lock = threading.Lock()
@@ -111,6 +130,7 @@ class Httpd:
     def close(self) -> None:
         self._programs_watch.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.fetch_pool.shutdown(wait=False, cancel_futures=True)
         self.fetcher.close()
 
     # -- programs and the tree (on pool threads) ---------------------------------------------------
@@ -199,7 +219,7 @@ async def guard(request: web.Request, handler):
             httpd.stats.add("bytes_served", len(response.body))
         return response
     except USER_ERRORS as e:
-        return web.Response(status=status_of(e), text=f"{e}\n")
+        return web.Response(status=status_of(e), text=f"{e}\n", headers=headers_of(e))
     except web.HTTPException:
         raise
     except Exception:
@@ -309,6 +329,13 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
                 wanted = more.wanted
         raise BadRequest(f"render: targets made by functions (applyByNode, useSeriesAbove, aliasQuery) need more "
                          f"than {MAX_FETCH_ROUNDS} rounds of fetches")
+    except BaseException as e:
+        if isinstance(e, asyncio.CancelledError):  # its client left (aiohttp's handler cancellation)
+            httpd.stats.add("renders_cancelled")
+        elif isinstance(e, Overloaded):
+            httpd.stats.add("renders_refused")
+        httpd.fetcher.leave(progress)  # its fetches still running are wanted by nobody else
+        raise
     finally:
         progress.done = True
 
@@ -339,7 +366,8 @@ async def _fetch(httpd: Httpd, programs: dict[str, Program], tree: MetricTree, w
     # newest hour (completion's factor values) on top of its own range.
     missing = [key for key in fetched if key not in tables]
     tables.update(zip(missing, await asyncio.gather(*(
-        loop.run_in_executor(httpd.pool, httpd.buckets_of, programs, fetched[key], key[1], key[2], progress, no_cache)
+        loop.run_in_executor(httpd.fetch_pool, httpd.buckets_of, programs, fetched[key], key[1], key[2], progress,
+                             no_cache)
         for key in missing))))
     joined = {key: _joined(f, [tables[(key[0], *piece)] for piece in pieces[key]]) for key, f in needed.items()}
     expanded = {}  # (path expression, from_s, until_s) -> the metrics it names there

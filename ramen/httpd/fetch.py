@@ -4,7 +4,9 @@ into buckets) for the holes.
 
 Blocking: the app runs it on a thread pool of its own, one thread per function of a render, so a
 dashboard's renders all ask for their replays within the supervisor's merge delay. Two renders
-that need the same hole of the same function at once share one replay.
+that need the same hole of the same function at once share one replay; a long one waits for a slot
+(ramen/httpd/admission.py). A render whose client left is cancelled (Fetcher.leave): a replay no
+other render waits for is withdrawn, its slot freed.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ import pyarrow as pa
 
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.httpd import buckets
+from ramen.httpd.admission import WAIT_POLL_S, RenderCancelled, ReplaySlots
 from ramen.httpd.cache import ResultCache
 from ramen.httpd.metrics import HttpdStats
 from ramen.program import Function, Program
-from ramen.replay.client import LOST_REPLAY_ATTEMPTS, Replay, ReplayFailed, replay_to_newest
+from ramen.replay.client import LOST_REPLAY_ATTEMPTS, Replay, ReplayCancelled, ReplayFailed, replay_to_newest
 from ramen.replay.plan import ReplayGapError, ReplayPlanError
 from ramen.replay.summary import SummaryError
 
@@ -50,37 +53,62 @@ class FetchError(Exception):
     """A replay failed (one line, for the user: a damaged archive, a dead peer, a timeout)."""
 
 
-@dataclass
+@dataclass(eq=False)
 class Progress:
-    """Of one render, for the page's progress line: replays started and done, rows received."""
+    """Of one render, for the page's progress line: replays started and done, those of other renders
+    it waits for too (shared), rows received; and
+    whether it was given up (its client left, or a part of it failed: `cancelled`, which the threads
+    fetching for it look at)."""
     replays: int = 0
     replays_done: int = 0
+    replays_shared: int = 0
     rows: int = 0
     started: float = field(default_factory=time.monotonic)
     done: bool = False
+    cancelled: threading.Event = field(default_factory=threading.Event)
 
     def to_dict(self) -> dict:
         return {"state": "done" if self.done else "running", "replays": self.replays,
-                "replays_done": self.replays_done, "rows": self.rows,
+                "replays_done": self.replays_done, "replays_shared": self.replays_shared, "rows": self.rows,
                 "elapsed_s": round(time.monotonic() - self.started, 3)}
+
+
+@dataclass(eq=False)
+class _Shared:
+    """One replay and the renders waiting for it; `stop` once none does."""
+    future: Future = field(default_factory=Future)
+    waiters: set[Progress] = field(default_factory=set)
+    stop: threading.Event = field(default_factory=threading.Event)
 
 
 class Fetcher:
     def __init__(self, client, site: str, cache: ResultCache, stats: HttpdStats, *, timeout_s: float,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 slots: ReplaySlots | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self.client = client
         self.site = site
         self.cache = cache
         self.stats = stats
         self.timeout_s = timeout_s
+        self.slots = slots or ReplaySlots()
         self.clock = clock
         self._lock = threading.Lock()
-        self._inflight: dict[tuple, Future] = {}
+        self._inflight: dict[tuple, _Shared] = {}
         self._closer = ThreadPoolExecutor(1, thread_name_prefix="replay close")
 
     def close(self) -> None:
         """Once every replay it made is closed."""
         self._closer.shutdown(wait=True)
+
+    def leave(self, progress: Progress) -> None:
+        """The render of `progress` is given up: the replays it alone waited for stop (and a render
+        asking one of them from now on starts its own)."""
+        progress.cancelled.set()
+        with self._lock:
+            for key, shared in list(self._inflight.items()):
+                shared.waiters.discard(progress)
+                if not shared.waiters:
+                    shared.stop.set()
+                    del self._inflight[key]
 
     def buckets(self, programs: dict[str, Program], function: Function, since_s: int, until_s: int,
                 progress: Progress, *, no_cache: bool = False) -> pa.Table:
@@ -100,25 +128,47 @@ class Fetcher:
     def _replay_shared(self, programs, function: Function, since_s: int, until_s: int, progress: Progress) -> pa.Table:
         key = (function.qualified_name, function.signature, since_s, until_s)
         with self._lock:
-            future = self._inflight.get(key)
-            mine = future is None
+            if progress.cancelled.is_set():  # left before this job of its render began
+                raise RenderCancelled()
+            shared = self._inflight.get(key)
+            mine = shared is None
             if mine:
-                future = self._inflight[key] = Future()
+                shared = self._inflight[key] = _Shared()
+            shared.waiters.add(progress)
         if not mine:
-            return future.result()
+            progress.replays_shared += 1
+            return self._wait(shared, progress)
         try:
-            table = self._replay(programs, function, since_s, until_s, progress)
-            future.set_result(table)
+            table = self._replay(programs, function, since_s, until_s, progress, shared.stop)
+            shared.future.set_result(table)
             return table
         except BaseException as e:
-            future.set_exception(e)
+            shared.future.set_exception(e)
             raise
         finally:
             with self._lock:
-                del self._inflight[key]
+                if self._inflight.get(key) is shared:  # else leave() took it out
+                    del self._inflight[key]
 
-    def _replay(self, programs, function: Function, since_s: int, until_s: int, progress: Progress) -> pa.Table:
-        """Replay [since_s, until_s) of the function; cache what settled; its buckets."""
+    @staticmethod
+    def _wait(shared: _Shared, progress: Progress) -> pa.Table:
+        """The shared replay's table, unless our render is cancelled first."""
+        while True:
+            try:
+                return shared.future.result(timeout=WAIT_POLL_S)
+            except TimeoutError:
+                if progress.cancelled.is_set():
+                    raise RenderCancelled() from None
+
+    def _replay(self, programs, function: Function, since_s: int, until_s: int, progress: Progress,
+                stop: threading.Event) -> pa.Table:
+        """Replay [since_s, until_s) of the function (in a slot when long); cache what settled; its
+        buckets. RenderCancelled once `stop` is set."""
+        with self.slots.held(until_s - since_s, stop):
+            return self._replay_in_slot(programs, function, since_s, until_s, progress, stop)
+
+    def _replay_in_slot(self, programs, function: Function, since_s: int, until_s: int, progress: Progress,
+                        stop: threading.Event) -> pa.Table:
         now_s = self.clock.epoch_us() / buckets.US_PER_S
         since_us, until_us = since_s * buckets.US_PER_S, until_s * buckets.US_PER_S
         # The target folds its rows into buckets: an hour of a source's rows never leaves its worker.
@@ -138,7 +188,7 @@ class Fetcher:
             self.stats.add("replays_started")
             progress.replays += 1
             try:
-                table = self._read(function, replay, progress)
+                table = self._read(function, replay, progress, stop)
                 break
             except ReplayFailed as e:  # none of its buckets reached the chart: lost, it is asked again
                 if not e.lost or attempt == LOST_REPLAY_ATTEMPTS:
@@ -154,17 +204,25 @@ class Fetcher:
         self.cache.put(function, since_s, self._settled_until(function, replay, until_s, now_s), table)
         return table
 
-    def _read(self, function: Function, replay: Replay, progress: Progress) -> pa.Table:
+    def _read(self, function: Function, replay: Replay, progress: Progress, stop: threading.Event) -> pa.Table:
         """The buckets a replay's target writes, added up as they come."""
         table, pending, pending_rows = buckets.empty(function), [], 0
         try:
             replay.start()
-            for batch in replay.batches():  # partial buckets, as the target folds them
+            for batch in replay.batches(stop=stop):  # partial buckets, as the target folds them
+                if stop.is_set():
+                    raise ReplayCancelled()
                 pending.append(pa.Table.from_batches([batch]))
                 pending_rows += batch.num_rows
                 progress.rows += batch.num_rows
                 if pending_rows >= COMBINE_ROWS or len(pending) >= COMBINE_PARTS:
                     table, pending, pending_rows = buckets.combine(function, [table, *pending]), [], 0
+        except ReplayCancelled:
+            replay.close()
+            self.stats.add("replays_cancelled")
+            log.info("replay %d of %s cancelled: the renders waiting for it are gone", replay.channel,
+                     function.qualified_name)
+            raise RenderCancelled() from None
         except BaseException:
             replay.close()
             raise

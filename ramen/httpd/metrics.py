@@ -90,6 +90,12 @@ class HttpdStats:
     bytes_served: int = field(default=0, metadata={"help": "Bytes of response bodies httpd sent."})
     cache_hits: int = field(default=0, metadata={"help": "Ranges a render found (in part) in httpd's cache of closed windows."})
     cache_misses: int = field(default=0, metadata={"help": "Holes in httpd's cache a render had to replay."})
+    renders_cancelled: int = field(default=0, metadata={"help": "Renders whose client left before the answer: "
+                                                                "their replays no other render shared were withdrawn."})
+    renders_refused: int = field(default=0, metadata={"help": "Renders answered 503: httpd ran and queued as many "
+                                                              "long replays as it takes (ramen/httpd/admission.py)."})
+    replays_cancelled: int = field(default=0, metadata={"help": "Replays withdrawn because no render waited for "
+                                                                "them any more."})
     connections_refused: int = field(default=0, metadata={"help": "Connections answered 503 and closed: httpd held "
                                                                   "as many as it takes (ramen/httpd/listener.py)."})
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)

@@ -135,7 +135,10 @@ async def serve(args: argparse.Namespace, host: str, port: int, stop: asyncio.Ev
     with confserver.connect(args.confserver, identity=IDENTITY, token=token,
                             connect_timeout_s=_connect_timeout_s(args)) as client:
         httpd = Httpd(client, args.site, credentials=credentials)
-        runner = web.AppRunner(make_app(httpd), **RUNNER_OPTIONS)
+        # A render whose client closed its connection is cancelled with its replays: by default
+        # aiohttp (since 3.9; its TestServer does cancel) lets a handler run on for nobody, and 200
+        # renders' replays went on for 3.5 minutes after their clients had gone.
+        runner = web.AppRunner(make_app(httpd), handler_cancellation=True, **RUNNER_OPTIONS)
         await runner.setup()
         try:
             listening = await listener.listen(runner, host, port, httpd.stats, fallback=args.listen is None)

@@ -17,6 +17,7 @@ import base64
 import binascii
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -81,6 +82,10 @@ class ReplayFailed(Exception):
     def __init__(self, message: str, *, lost: bool = False) -> None:
         super().__init__(message)
         self.lost = lost
+
+
+class ReplayCancelled(Exception):
+    """Its reader stopped it (Replay.batches' `stop`): not a failure of the replay."""
 
 
 class SupervisorPresence:
@@ -259,10 +264,12 @@ class Replay:
                              summary=self.summary, site=self.site, relay=self.relay,
                              source_sites=self.source_sites).to_value()
 
-    def batches(self, on_progress: Callable[[ReplayProgress], None] | None = None) -> Iterator[pa.RecordBatch]:
-        """The result's batches as they arrive, until the target's END_OF_REPLAY."""
+    def batches(self, on_progress: Callable[[ReplayProgress], None] | None = None, *,
+                stop: threading.Event | None = None) -> Iterator[pa.RecordBatch]:
+        """The result's batches as they arrive, until the target's END_OF_REPLAY; ReplayCancelled
+        once `stop` is set (looked at whenever nothing arrives): the caller closes the replay."""
         if self.relay:
-            yield from self._relayed_batches(on_progress)
+            yield from self._relayed_batches(on_progress, stop)
             return
         idle = BackoffIdleStrategy(min_park_s=IDLE_MIN_PARK_S, max_park_s=IDLE_MAX_PARK_S)
         deadline = time.monotonic() + self.timeout_s
@@ -276,6 +283,7 @@ class Replay:
             if work == 0:
                 self._check_request()
                 self._check_supervisors()
+                self._check_stop(stop)
                 if time.monotonic() > deadline:
                     raise ReplayFailed(f"replay {self.channel} of {self.plan.target} did not finish "
                                        f"within {self.timeout_s:g} s")
@@ -283,7 +291,8 @@ class Replay:
         yield from self._batches
         self._batches = []
 
-    def _relayed_batches(self, on_progress: Callable[[ReplayProgress], None] | None) -> Iterator[pa.RecordBatch]:
+    def _relayed_batches(self, on_progress: Callable[[ReplayProgress], None] | None,
+                         stop: threading.Event | None) -> Iterator[pa.RecordBatch]:
         """The result's batches from replay-results/<channel>/<n> in part order, until `end`."""
         deadline = time.monotonic() + self.timeout_s
         while not self._ended:
@@ -307,6 +316,7 @@ class Replay:
             if not events and not self._ended:
                 self._check_request()
                 self._check_supervisors()
+                self._check_stop(stop)
                 if time.monotonic() > deadline:
                     raise ReplayFailed(f"replay {self.channel} of {self.plan.target} did not finish "
                                        f"within {self.timeout_s:g} s")
@@ -374,6 +384,10 @@ class Replay:
                 if not self._ended:
                     raise ReplayFailed(f"replay {self.channel} of {self.plan.target} was torn down "
                                        "before it finished")
+
+    def _check_stop(self, stop: threading.Event | None) -> None:
+        if stop is not None and stop.is_set():
+            raise ReplayCancelled(f"replay {self.channel} of {self.plan.target} cancelled: nobody waits for it")
 
     def _check_supervisors(self) -> None:
         """ReplayFailed once the site's supervisor, or that of a site replaying a source for it, is gone."""

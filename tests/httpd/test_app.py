@@ -18,12 +18,6 @@ from ramen.httpd.service import IDLE_CONNECTION_TIMEOUT_S, RUNNER_OPTIONS, SERVE
 from ramen.listen import parse_listen
 
 
-@pytest.fixture
-def client(builtin_server):
-    with confserver.connect(builtin_server.url, identity="user", auth_file=builtin_server.auth_file) as conf:
-        yield conf
-
-
 def sync(test):
     """Run an async test on a loop of its own (no pytest plugin needed)."""
     @functools.wraps(test)

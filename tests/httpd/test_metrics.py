@@ -87,14 +87,6 @@ def site(tmp_path, monkeypatch, request):
 
 
 @pytest.fixture
-def client(builtin_server):
-    """How httpd reads the confserver: as `user` (ramen's read-only CLI identity)."""
-    import confserver
-    with confserver.connect(builtin_server.url, identity="user", auth_file=builtin_server.auth_file) as connected:
-        yield connected
-
-
-@pytest.fixture
 def writer(builtin_server):
     """Writes the stats keys as the services do (admin may write them all)."""
     import confserver

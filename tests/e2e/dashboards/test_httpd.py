@@ -9,6 +9,7 @@ import io
 import os
 import re
 import signal
+import socket
 import json
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
@@ -286,10 +287,11 @@ def test_a_source_is_charted_from_the_rollups_its_archived_messages_carry(dashbo
         assert len(series["datapoints"]) == (until - since) // step
 
 
-def replays_retried(site) -> float:
+def httpd_total(site, name: str) -> float:
+    """httpd's count `name` (HttpdStats), as /metrics exposes it."""
     status, metrics = site.get("/metrics")
     assert status == 200
-    found = re.search(rb'^ramen_httpd_replays_retried_total\{site="local"\} (\S+)$', metrics, re.MULTILINE)
+    found = re.search(rb'^ramen_httpd_%s_total\{site="local"\} (\S+)$' % name.encode(), metrics, re.MULTILINE)
     return float(found.group(1)) if found else 0.0
 
 
@@ -303,7 +305,7 @@ def test_a_render_whose_replayer_is_killed_under_it_asks_again_and_answers(dashb
     since, until = minute_range(6, 3)
     window = {"from": str(since), "until": str(until), "format": "json", "noCache": "1"}
     undisturbed = dashboard_site.json("/render", target=target, **window)
-    retried = replays_retried(dashboard_site)
+    retried = httpd_total(dashboard_site, "replays_retried")
     with dashboard_site.client() as client:
         warm = wait_for(lambda: quiet_supervisor_stats(client, "local").warm_replayer, what="a warm replayer").pid
         os.kill(warm, signal.SIGSTOP)
@@ -313,4 +315,74 @@ def test_a_render_whose_replayer_is_killed_under_it_asks_again_and_answers(dashb
                      what="the render's replay assigned to the frozen replayer")
             os.kill(warm, signal.SIGKILL)
             assert answer.result(timeout=120) == undisturbed
-    assert replays_retried(dashboard_site) == retried + 1
+    assert httpd_total(dashboard_site, "replays_retried") == retried + 1
+
+
+def request_and_leave(site, **params) -> socket.socket:
+    """A render asked on a connection of our own, which the caller closes to leave before the answer."""
+    address = urllib.parse.urlsplit(site.url)
+    connection = socket.create_connection((address.hostname, address.port), timeout=30)
+    connection.sendall(f"GET /render?{urllib.parse.urlencode(params)} HTTP/1.1\r\n"
+                       f"Host: {address.netloc}\r\n\r\n".encode())
+    return connection
+
+
+def thaw(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:  # its replay done, it exited
+        pass
+
+
+def test_a_render_whose_client_left_is_cancelled_with_its_replay_unless_another_render_waits_for_it(
+        dashboard_site):
+    """The warm replayer is frozen, so that the replay cannot end under the test. Two clients ask
+    the same render, sharing one replay; the first leaves: the replay goes on, and the second gets
+    what an undisturbed render gets once the replayer thaws. Then a client alone leaves: its replay
+    is withdrawn (its request key deleted, the replayer stopped): nothing runs on for nobody."""
+    since, until = minute_range(6, 3)
+    window = {"target": "sumSeries(web.per_minute.*.bytes)", "from": str(since), "until": str(until),
+              "format": "json", "noCache": "1"}
+    undisturbed = dashboard_site.json("/render", **window)
+    started, cancelled = (httpd_total(dashboard_site, n) for n in ("replays_started", "replays_cancelled"))
+    renders_cancelled = httpd_total(dashboard_site, "renders_cancelled")
+    with dashboard_site.client() as client:
+        def frozen_warm_replayer() -> int:
+            warm = wait_for(lambda: quiet_supervisor_stats(client, "local").warm_replayer, what="a warm replayer").pid
+            os.kill(warm, signal.SIGSTOP)
+            return warm
+
+        def assigned_to(pid: int) -> bool:
+            return any(e.value.get("pid") == pid for e in client.glob("sites/local/replayers/*"))
+
+        warm = frozen_warm_replayer()
+        try:
+            leaving = request_and_leave(dashboard_site, **window, requestId="leaving")
+            with ThreadPoolExecutor(1) as pool:
+                staying = pool.submit(dashboard_site.json, "/render", **window, requestId="staying")
+                wait_for(lambda: assigned_to(warm), what="the renders' replay assigned to the frozen replayer")
+                wait_for(lambda: dashboard_site.json("/progress", requestId="staying")["replays_shared"]
+                         + dashboard_site.json("/progress", requestId="leaving")["replays_shared"] == 1,
+                         what="both renders waiting for one replay")
+                leaving.close()
+                wait_for(lambda: httpd_total(dashboard_site, "renders_cancelled") == renders_cancelled + 1,
+                         what="the render whose client left cancelled")
+                os.kill(warm, signal.SIGCONT)
+                assert staying.result(timeout=120) == undisturbed
+        finally:
+            thaw(warm)
+        assert httpd_total(dashboard_site, "replays_started") == started + 1
+        assert httpd_total(dashboard_site, "replays_cancelled") == cancelled
+
+        warm = frozen_warm_replayer()
+        try:
+            leaving = request_and_leave(dashboard_site, **window)
+            wait_for(lambda: assigned_to(warm), what="the render's replay assigned to the frozen replayer")
+            assert len(client.glob(f"{keyspace.REPLAYS}/*")) == 1
+            leaving.close()
+            wait_for(lambda: httpd_total(dashboard_site, "replays_cancelled") == cancelled + 1,
+                     what="the replay nobody waits for cancelled")
+            wait_for(lambda: not client.glob(f"{keyspace.REPLAYS}/*"), what="its request withdrawn")
+        finally:
+            thaw(warm)
+        wait_for(lambda: not assigned_to(warm), what="the replayer stopped, its key removed")
