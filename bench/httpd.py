@@ -20,7 +20,13 @@ It measures, in this order:
   same time: a figure a slower or busier machine moves less than the time;
 - render latency of one panel on auto-refresh ("the last hour", the cache on, so each render
   replays the newest minute: the merge delay included): p50 and p99 of --latency-renders renders
-  (goal: p50 <= 1.0 s).
+  (goal: p50 <= 1.0 s);
+- the same under load: --load renders of up to an hour (noCache, each of its own range) kept
+  running at once by as many clients, each asking again as soon as answered (after Retry-After
+  when refused 503): the refreshing panel's p50 and p99 (goal: p99 <= 2 s), the long renders
+  answered and refused;
+- clients that give up: --gone renders of up to an hour whose clients close their connection
+  after GONE_AFTER_S: how long the instance still replays for them (its `replays/*` keys).
 
 Archive bytes are the replayers' "bytes read" counters. Run: `.venv/bin/python bench/httpd.py
 [--runs N] [--json]` (about three minutes).
@@ -35,6 +41,8 @@ import statistics
 import subprocess
 import sys
 import time
+import threading
+import urllib.error
 import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -43,8 +51,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import confserver  # noqa: E402
 from bench.replay import RAMEN, progress, replayer_bytes_read, running_ramen, wait_for_the_hour  # noqa: E402
-from ramen import paths  # noqa: E402
+from ramen import keyspace, paths  # noqa: E402
 from ramen.cli.start import INSTANCE_FILE  # noqa: E402
 from ramen.processes import instance_processes  # noqa: E402
 from supervisor.defaults import QUIET_AFTER_REPLAYS_S  # noqa: E402
@@ -68,6 +77,16 @@ PANELS = [  # 20 panels over the three functions of one source, as a dashboard w
 GOAL_PANELS_FACTOR = 1.3
 GOAL_REFRESH_BYTES = 0.05
 GOAL_P50_S = 1.0
+GOAL_LOADED_P99_S = 2.0
+DEFAULT_LOAD = 50
+DEFAULT_GONE = 200
+LONG_PANELS = ["sumSeries(demo.per_minute.*.bytes)", "sumSeries(demo.traffic.*.bytes)",
+               "sumSeries(demo.top_talkers.*.bytes)"]
+"""What the long renders of the load and of the clients that give up chart, in turn."""
+GONE_AFTER_S = 2.0
+"""How long a client that gives up waits for its render."""
+GONE_WAIT_S = 300.0
+"""How long the clients-gone phase waits for the instance to stop replaying for them."""
 DEFAULT_RUNS = 5
 """Alternating runs of one panel and of the dashboard: the ratio of their medians, over runs a drift
 of the machine's speed moves by +-0.1x one by one."""
@@ -127,12 +146,34 @@ def cpu_of(base: Path, work, idle_cpu_per_s: float) -> float:
     return instance_cpu_s(base) - before - idle_cpu_per_s * (time.perf_counter() - started)
 
 
-def measure(base: Path, env: dict, runs: int, refresh_after_s: float, latency_renders: int) -> dict:
+def measure(base: Path, env: dict, args: argparse.Namespace) -> dict:
     since_us, until_us = wait_for_the_hour()
     since_s, until_s = since_us // 1_000_000, until_us // 1_000_000
     url = (base / "run" / "httpd.url").read_text().strip()
     report: dict = {"minutes": (until_s - since_s) // 60}
+    if not args.loaded_only:
+        report.update(measure_dashboard(base, env, url, since_s, until_s, args.runs, args.refresh_after))
 
+    renders = args.latency_renders
+    progress(f"latency: {renders} refreshes of the last hour, {LATENCY_PERIOD_S:g} s apart")
+    render(url, ONE_PANEL, "-1h", "now")  # the hour cached, as on a dashboard already open
+    latencies = []
+    for _ in range(renders):
+        time.sleep(LATENCY_PERIOD_S)
+        latencies.append(timed(lambda: render(url, ONE_PANEL, "-1h", "now"))[0])
+    report["latency"] = {"renders_s": latencies}
+
+    progress(f"under load: {renders} refreshes of the last hour while {args.load} long renders run")
+    report["loaded"] = under_load(url, since_s, until_s, args.load, renders)
+    progress(f"{args.gone} long renders whose clients leave after {GONE_AFTER_S:g} s")
+    report["gone"] = clients_gone(base, url, since_s, until_s, args.gone)
+    return report
+
+
+def measure_dashboard(base: Path, env: dict, url: str, since_s: int, until_s: int, runs: int,
+                      refresh_after_s: float) -> dict:
+    """A refresh of the last 6 h; one panel against 20 at once, in time and CPU; `ramen replay`."""
+    report = {}
     progress("refresh: the last 6 h, then again")
     first_s, first_bytes, _ = timed(lambda: render(url, ONE_PANEL, "-6h", "now"))
     time.sleep(refresh_after_s)
@@ -167,15 +208,84 @@ def measure(base: Path, env: dict, runs: int, refresh_after_s: float, latency_re
     report["panels"] = {"count": len(PANELS), "runs_s": [p[0] for p in panels], "bytes": [p[1] for p in panels],
                         "cpu_s": [c[1] for c in cpu]}
     report["idle_cpu_per_s"] = idle_cpu_per_s
-
-    progress(f"latency: {latency_renders} refreshes of the last hour, {LATENCY_PERIOD_S:g} s apart")
-    render(url, ONE_PANEL, "-1h", "now")  # the hour cached, as on a dashboard already open
-    latencies = []
-    for _ in range(latency_renders):
-        time.sleep(LATENCY_PERIOD_S)
-        latencies.append(timed(lambda: render(url, ONE_PANEL, "-1h", "now"))[0])
-    report["latency"] = {"renders_s": latencies}
     return report
+
+
+def long_render(url: str, k: int, since_s: int, until_s: int, timeout_s: float = HTTP_TIMEOUT_S) -> int:
+    """The k-th long render (noCache, a range of its own within the hour): 200, or 503 after
+    sleeping its Retry-After (the client does as asked)."""
+    target = LONG_PANELS[k % len(LONG_PANELS)]
+    since = since_s + 60 * (k // len(LONG_PANELS) % 30)
+    query = urllib.parse.urlencode({"target": target, "from": since, "until": until_s, "format": "json",
+                                    "noCache": 1})
+    try:
+        with urllib.request.urlopen(f"{url}render?{query}", timeout=timeout_s) as answer:
+            answer.read()
+            return answer.status
+    except urllib.error.HTTPError as e:
+        if e.code == 503:
+            time.sleep(float(e.headers.get("Retry-After", "1")))
+        return e.code
+
+
+def under_load(url: str, since_s: int, until_s: int, load: int, renders: int) -> dict:
+    """The refreshing panel's latencies while `load` clients keep a long render each running."""
+    stop = threading.Event()
+    statuses: list[int] = []
+
+    def client(k: int) -> None:
+        while not stop.is_set():
+            statuses.append(long_render(url, k, since_s, until_s))
+            k += load
+
+    with ThreadPoolExecutor(load) as pool:
+        clients = [pool.submit(client, k) for k in range(load)]
+        time.sleep(LATENCY_PERIOD_S * 5)  # every long render asked, the first ones replaying
+        latencies = []
+        for _ in range(renders):
+            time.sleep(LATENCY_PERIOD_S)
+            latencies.append(timed(lambda: render(url, ONE_PANEL, "-1h", "now"))[0])
+        stop.set()
+        for done in clients:
+            done.result()
+    return {"load": load, "renders_s": latencies, "answered": statuses.count(200), "refused": statuses.count(503),
+            "other": len(statuses) - statuses.count(200) - statuses.count(503)}
+
+
+def replays_asked(client) -> int:
+    return len(client.glob(f"{keyspace.REPLAYS}/*"))
+
+
+def clients_gone(base: Path, url: str, since_s: int, until_s: int, gone: int) -> dict:
+    """Seconds the instance still replays after `gone` clients left their long renders."""
+    conf = (base / "run" / "ready").read_text().strip()
+    with confserver.connect(conf, identity="user", auth_file=base / "confserver" / "auth.json") as client:
+        with ThreadPoolExecutor(gone + 1) as pool:
+            waiting, peak = threading.Event(), [0]
+
+            def sample() -> None:
+                while not waiting.is_set():
+                    peak[0] = max(peak[0], replays_asked(client))
+                    time.sleep(0.1)
+
+            sampler = pool.submit(sample)
+            statuses = list(pool.map(lambda k: _given_up(url, k, since_s, until_s), range(gone)))
+            waiting.set()
+            sampler.result()
+        left = time.perf_counter()
+        when_left = replays_asked(client)
+        while replays_asked(client) and time.perf_counter() - left < GONE_WAIT_S:
+            time.sleep(0.1)
+        return {"gone": gone, "replays_peak": peak[0], "replays_when_left": when_left,
+                "replays_after_s": time.perf_counter() - left, "replays_left": replays_asked(client),
+                "answered_in_time": statuses.count(200)}
+
+
+def _given_up(url: str, k: int, since_s: int, until_s: int) -> int:
+    try:
+        return long_render(url, k, since_s, until_s, timeout_s=GONE_AFTER_S)
+    except (TimeoutError, urllib.error.URLError):
+        return 0
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -184,7 +294,13 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def print_report(r: dict) -> None:
-    refresh, one, panels, latency = r["refresh"], r["one_panel"], r["panels"], r["latency"]["renders_s"]
+    if "refresh" in r:
+        print_dashboard(r)
+    print_latencies(r)
+
+
+def print_dashboard(r: dict) -> None:
+    refresh, one, panels = r["refresh"], r["one_panel"], r["panels"]
     panel_s, replay_s = statistics.median(one["runs_s"]), statistics.median(one["replay_runs_s"])
     many_s = statistics.median(panels["runs_s"])
     print(f"one panel, {r['minutes']} min of per_minute: {panel_s:.2f} s to the JSON answer "
@@ -207,10 +323,24 @@ def print_report(r: dict) -> None:
           f"{refresh['first_bytes']:,} bytes, refresh {refresh['again_s']:.2f} s {refresh['again_bytes']:,} bytes")
     print(f"goal: a refresh reads <= {GOAL_REFRESH_BYTES:.0%} of the first render's bytes: {share:.1%} "
           f"{'pass' if share <= GOAL_REFRESH_BYTES else 'MISS'}")
+
+
+def print_latencies(r: dict) -> None:
+    latency = r["latency"]["renders_s"]
     p50, p99 = percentile(latency, 50), percentile(latency, 99)
     print(f"render latency, one panel refreshing the last hour ({len(latency)} renders): p50 {p50:.2f} s, "
           f"p99 {p99:.2f} s")
     print(f"goal: p50 <= {GOAL_P50_S:g} s: {'pass' if p50 <= GOAL_P50_S else 'MISS'}")
+    loaded = r["loaded"]
+    p50, p99 = percentile(loaded["renders_s"], 50), percentile(loaded["renders_s"], 99)
+    print(f"the same while {loaded['load']} long renders run ({loaded['answered']} answered, {loaded['refused']} "
+          f"refused 503, {loaded['other']} other): p50 {p50:.2f} s, p99 {p99:.2f} s")
+    print(f"goal: p99 <= {GOAL_LOADED_P99_S:g} s: {'pass' if p99 <= GOAL_LOADED_P99_S else 'MISS'}")
+    gone = r["gone"]
+    print(f"{gone['gone']} long renders whose clients left after {GONE_AFTER_S:g} s ({gone['answered_in_time']} "
+          f"answered in time): at most {gone['replays_peak']} replays asked while they waited, "
+          f"{gone['replays_when_left']} when the last left, none after "
+          f"{gone['replays_after_s']:.1f} s" + (f" ({gone['replays_left']} STILL ASKED)" if gone["replays_left"] else ""))
 
 
 def main() -> int:
@@ -219,12 +349,18 @@ def main() -> int:
     parser.add_argument("--refresh-after", type=float, default=DEFAULT_REFRESH_AFTER_S, metavar="S",
                         help="seconds between the first render and its refresh (default %(default)s)")
     parser.add_argument("--latency-renders", type=int, default=DEFAULT_LATENCY_RENDERS, metavar="N")
+    parser.add_argument("--load", type=int, default=DEFAULT_LOAD, metavar="N",
+                        help="long renders running while the refreshes are timed again (default %(default)s)")
+    parser.add_argument("--gone", type=int, default=DEFAULT_GONE, metavar="N",
+                        help="long renders whose clients leave (default %(default)s)")
+    parser.add_argument("--loaded-only", action="store_true",
+                        help="only the latencies, alone and under load, and the clients that give up")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    if args.runs < 1 or args.latency_renders < 1:
-        parser.error("--runs and --latency-renders must be at least 1")
+    if min(args.runs, args.latency_renders, args.load, args.gone) < 1:
+        parser.error("--runs, --latency-renders, --load and --gone must be at least 1")
     with running_ramen("httpd", PROGRAM) as (base, env):
-        report = measure(base, env, args.runs, args.refresh_after, args.latency_renders)
+        report = measure(base, env, args)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
