@@ -56,6 +56,7 @@ from bench.replay import RAMEN, progress, replayer_bytes_read, running_ramen, wa
 from ramen import keyspace, paths  # noqa: E402
 from ramen.cli.start import INSTANCE_FILE  # noqa: E402
 from ramen.processes import instance_processes  # noqa: E402
+from ramen.httpd.app import RELEASE_AFTER_S  # noqa: E402
 from supervisor.defaults import QUIET_AFTER_REPLAYS_S  # noqa: E402
 
 PROGRAM = ROOT / "examples" / "replay.toml"
@@ -163,11 +164,28 @@ def measure(base: Path, env: dict, args: argparse.Namespace) -> dict:
         latencies.append(timed(lambda: render(url, ONE_PANEL, "-1h", "now"))[0])
     report["latency"] = {"renders_s": latencies}
 
+    rss_before = httpd_rss_mb(base)
     progress(f"under load: {renders} refreshes of the last hour while {args.load} long renders run")
     report["loaded"] = under_load(url, since_s, until_s, args.load, renders)
     progress(f"{args.gone} long renders whose clients leave after {GONE_AFTER_S:g} s")
     report["gone"] = clients_gone(base, url, since_s, until_s, args.gone)
+    rss_after = httpd_rss_mb(base)
+    time.sleep(RELEASE_AFTER_S + 2)
+    report["httpd_rss_mb"] = {"before": rss_before, "after": rss_after, "released": httpd_rss_mb(base)}
     return report
+
+
+def httpd_rss_mb(base: Path) -> float:
+    """The resident memory of the instance's httpd."""
+    token = (base / "run" / INSTANCE_FILE).read_text().strip()
+    for pid in instance_processes(token):
+        try:
+            if b"ramen.httpd.service" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                status = Path(f"/proc/{pid}/status").read_text()
+                return int(status.split("VmRSS:")[1].split()[0]) / 1024
+        except OSError:  # gone meanwhile
+            continue
+    raise SystemExit("bench: the instance's httpd is not running")
 
 
 def measure_dashboard(base: Path, env: dict, url: str, since_s: int, until_s: int, runs: int,
@@ -341,6 +359,9 @@ def print_latencies(r: dict) -> None:
           f"answered in time): at most {gone['replays_peak']} replays asked while they waited, "
           f"{gone['replays_when_left']} when the last left, none after "
           f"{gone['replays_after_s']:.1f} s" + (f" ({gone['replays_left']} STILL ASKED)" if gone["replays_left"] else ""))
+    rss = r["httpd_rss_mb"]
+    print(f"httpd's RSS: {rss['before']:.0f} MB before the long renders, {rss['after']:.0f} MB after them, "
+          f"{rss['released']:.0f} MB {RELEASE_AFTER_S + 2:g} s later")
 
 
 def main() -> int:

@@ -3,6 +3,7 @@ objects are out of the cyclic collector's sight."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -53,3 +54,42 @@ def test_objects_alive_at_the_end_of_start_up_are_no_longer_walked_by_the_collec
     result = subprocess.run([sys.executable, "-c", FREEZE], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "False", "True", "True"]
+
+
+ARROW_THREADS = """
+import threading
+import numpy as np, pyarrow as pa
+from ramen.memory import release_unused_memory, rss_bytes
+THREADS = 16
+made, handed, idle = [], threading.Barrier(THREADS + 1), threading.Event()
+def fetch():  # a fetch thread: makes a render's tables, hands them over, then idles in its pool
+    made.append([pa.table({"v": np.arange(12_500, dtype=np.float64)}).take(np.arange(12_500)) for _ in range(200)])
+    handed.wait()
+    idle.wait()
+before = rss_bytes()
+threads = [threading.Thread(target=fetch) for _ in range(THREADS)]
+for t in threads: t.start()
+handed.wait()
+made.clear()  # the renders answered: their tables freed by another thread
+release_unused_memory()
+print(pa.default_memory_pool().backend_name, (rss_bytes() - before) >> 20)
+idle.set()
+"""
+
+
+def kept_after_threads(env: dict) -> tuple[str, int]:
+    """pyarrow's pool in a fresh process, and the MB it still holds after 32 threads' tables were freed."""
+    result = subprocess.run([sys.executable, "-c", ARROW_THREADS], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    pool, kept_mb = result.stdout.split()
+    return pool, int(kept_mb)
+
+
+def test_a_process_on_the_c_allocator_gives_back_what_its_threads_tables_took():
+    """httpd's case (ramen/memory.py): pyarrow's default pool keeps what many threads freed."""
+    from ramen.memory import ARROW_POOL_ENV, arrow_on_the_c_allocator
+    default = {k: v for k, v in os.environ.items() if k != ARROW_POOL_ENV}
+    pool, kept_by_default = kept_after_threads(default)
+    on_malloc, kept_on_malloc = kept_after_threads(arrow_on_the_c_allocator(default))
+    assert on_malloc == "system" and pool != "system"
+    assert kept_on_malloc < kept_by_default

@@ -1,5 +1,10 @@
 """`ramen httpd`: run the dashboards' HTTP service (ramen/httpd/service.py) until stopped."""
 
+import os
+import sys
+
+from ramen.memory import arrow_on_the_c_allocator
+
 
 def add_parser(sub) -> None:
     parser = sub.add_parser("httpd", add_help=False,
@@ -9,5 +14,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ramen.httpd import service
-    return service.main(args.args)
+    """The service in this process, made anew: its pyarrow must load with the allocator it wants."""
+    os.execve(sys.executable, [sys.executable, "-m", "ramen.httpd.service", *args.args],
+              arrow_on_the_c_allocator(os.environ))

@@ -31,6 +31,7 @@ from ramen.cli.spark_service import SparkService, programs_need_spark
 from ramen.cli.errors import UserError
 from ramen.listen import parse_listen
 from ramen.locks import FileLock, LockHeld, holders
+from ramen.memory import arrow_on_the_c_allocator
 from ramen.netd.defaults import DEFAULT_LISTEN as NETD_DEFAULT_LISTEN
 from ramen.processes import INSTANCE_ENV, command_line, instance_processes, running, stop_processes
 from ramen.spark.session import configured_remote, configured_staging
@@ -298,7 +299,7 @@ def _start_httpd(args, env: dict, logs: Path, services: list[Service]) -> Servic
         argv += ["--listen", args.httpd_listen]
     if args.httpd_auth:
         argv += ["--auth", str(_absolute(args.httpd_auth))]
-    service = Service("httpd", argv, log_path=logs / "httpd.log")
+    service = Service("httpd", argv, log_path=logs / "httpd.log", env=arrow_on_the_c_allocator(env))
     service.start(env)
     services.append(service)
     return service

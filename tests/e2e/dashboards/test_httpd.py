@@ -13,6 +13,7 @@ import socket
 import json
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -20,7 +21,11 @@ import pytest
 
 from ramen import keyspace, supervisor_stats
 from ramen.cli.ps import collect
+from ramen.cli.start import INSTANCE_FILE
 from ramen.httpd import buckets
+from ramen.httpd.app import RELEASE_AFTER_S
+from ramen.memory import ARROW_POOL_ENV
+from ramen.processes import instance_processes
 from ramen.transport import CountersFile
 from ramen.transport.counters import SERVICE_COUNTER_TYPE_IDS
 from tests.e2e.dashboards.site import HOST_NAMES, minute_range
@@ -386,3 +391,25 @@ def test_a_render_whose_client_left_is_cancelled_with_its_replay_unless_another_
         finally:
             thaw(warm)
         wait_for(lambda: not assigned_to(warm), what="the replayer stopped, its key removed")
+
+
+def httpd_pid(site) -> int:
+    token = (site.base / "run" / INSTANCE_FILE).read_text().strip()
+    (pid,) = [pid for pid in instance_processes(token)
+              if b"ramen.httpd.service" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    return pid
+
+
+def test_httpd_runs_pyarrow_on_the_c_allocator_and_gives_memory_back_once_renders_stop(dashboard_site):
+    """What keeps its memory near its base after a burst (ramen/memory.py; bench/httpd.py measures
+    it): pyarrow on glibc's malloc, whose free memory is trimmed once no render has run for a while."""
+    environ = Path(f"/proc/{httpd_pid(dashboard_site)}/environ").read_bytes().split(b"\0")
+    assert f"{ARROW_POOL_ENV}=system".encode() in environ
+    log = dashboard_site.base / "logs" / "httpd.log"
+    released = log.read_text().count("no render for")
+    since, until = minute_range(8, 4)
+    dashboard_site.json("/render", target="web.per_minute.*.bytes", format="json", noCache="1",
+                        **{"from": str(since), "until": str(until)})
+    line = wait_for(lambda: [line for line in log.read_text().splitlines() if "no render for" in line][released:],
+                    what="httpd giving memory back after the render", timeout_s=RELEASE_AFTER_S * 6)[0]
+    assert re.search(r"RSS \d+ -> \d+ MB; the cache holds \d+ MB, pyarrow \d+ MB, drawn grids \d+ MB$", line), line
