@@ -7,6 +7,7 @@ import ctypes
 import gc
 import logging
 import os
+import resource
 from collections.abc import Mapping
 
 log = logging.getLogger(__name__)
@@ -79,9 +80,9 @@ def release_unused_memory() -> None:
 
 
 def rss_bytes() -> int:
-    """This process's resident set size (Linux's /proc; 0 where there is none)."""
+    """This process's resident memory (Linux's /proc), or its peak where there is no /proc."""
     try:
         with open("/proc/self/statm") as statm:
             return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -8,12 +8,12 @@ stats key adds CPU, memory, positions and per-channel counts.
 from __future__ import annotations
 
 import os
-import resource
 import time
 import dataclasses
 from dataclasses import dataclass, field
 
 from ramen.clocks import SYSTEM_CLOCK, Clock
+from ramen.memory import rss_bytes
 from ramen.transport import counters as ctr
 from ramen.transport.counters import Counter, CountersFile
 from ramen.worker_keys import ChannelCounts, WorkerStats
@@ -36,14 +36,6 @@ class ChannelStats:
     eor_received: int = 0
     late: int = 0
     dropped: int = 0
-
-
-def rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 @dataclass
