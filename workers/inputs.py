@@ -33,7 +33,7 @@ from ramen.program.model import Function
 from ramen.transport import (BlockAssembler, CountersFile, CountersFileError, Image, LogBuffer, LogBufferError,
                              Subscription)
 from ramen.transport.frame import FRAME_ALIGNMENT
-from ramen.transport.frame_walk import last_event_time_us
+from ramen.transport.frame_walk import last_event_time_us, resume_position
 from ramen.transport.position import index_by_term_count
 from workers.defaults import LOG_WAIT_INTERVAL_S, POLL_BLOCK_LENGTH, RECEIVED_STALL_S, REPLAY_LOG_WAIT_INTERVAL_S
 
@@ -96,6 +96,9 @@ class Inputs:
         self.note_joins = False
         """Note the last event time of each live input as it is joined (written_before_us): only a
         windowed function asks, and finding it walks two terms of the log."""
+        self.resume_live_from_us: int | None = None
+        """Set (a windowed worker restarted), a live input is joined where its rows reach this event
+        time, when the log still holds them (frame_walk.resume_position), instead of at its tail."""
         self.lost: list[tuple[Path, set[int], str]] = []
         """Logs replaced or ended while replay channels read them, those channels and what happened: the
         worker fails them."""
@@ -171,9 +174,13 @@ class Inputs:
                     wait_s = REPLAY_LOG_WAIT_INTERVAL_S
                 continue
             at_tail = not (found.replaced or found.received)  # else from its first frame: nothing missed
+            join_position = None if at_tail else first_frame_position(found.log)
+            if at_tail and LIVE_CHANNEL in found.users and self.resume_live_from_us is not None:
+                join_position = resume_position(found.log, self.resume_live_from_us)
+                at_tail = join_position is None
             try:
                 found.image = Image(found.log, self.counters, name=f"{self.qualified_name} <- {found.path.name}",
-                                    join_position=None if at_tail else first_frame_position(found.log))
+                                    join_position=join_position)
             except CountersFileError as e:
                 self._refused(found, e)
                 continue

@@ -40,6 +40,13 @@ class WindowState:
     committed_below: int | None = None
     """Every window with an index below this has committed (None before the first row)."""
     late: int = 0
+    resumed_below: int | None = None
+    """Windows below this index a previous run of the worker wrote (resume): their rows, read again
+    from where it resumes, are dropped without counting as late."""
+
+    def resume(self, window: int) -> None:
+        """Go on from window index `window`, the first a previous run did not write."""
+        self.committed_below = self.resumed_below = window
 
     @property
     def watermark_us(self) -> int | None:
@@ -75,6 +82,9 @@ class WindowState:
             keep &= windows >= self.committed_below
         kept = int(keep.sum())
         self.late += len(times) - kept
+        if self.resumed_below is not None and kept < len(times):
+            self.late -= int((windows < self.resumed_below).sum() if valid is None
+                             else (valid & (windows < self.resumed_below)).sum())
         if kept:
             if kept < len(times):
                 indices = np.flatnonzero(keep)

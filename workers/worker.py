@@ -150,6 +150,11 @@ class Worker:
         elif self.function.window is not None:
             self._written_before_us = last_event_time_us(live_output.log)
             self.inputs.note_joins = True
+            if self._written_before_us is not None:  # restarted: on from the first window it did not write
+                window = self.function.window
+                first_unwritten = self._written_before_us // window.every_us + 1
+                self.channels.get(LIVE_CHANNEL).windows.resume(first_unwritten)
+                self.inputs.resume_live_from_us = first_unwritten * window.every_us - window.lateness_us
         self._set_live(live)
         return self
 
@@ -355,11 +360,12 @@ class Worker:
             self.stats.add("tuples out", rows, state.channel)
 
     def _begin_live(self, state: ChannelState) -> None:
-        """Before a windowed function's first live rows, when its inputs held rows before it joined
-        them (a worker restarted, or a function loaded, while its parents ran): a GAP over the
-        windows that may miss what was written before it read, from the first its previous run did
-        not write (or the first a row it reads may fall in) up to the first that began after its
-        inputs' last event time. The recorder keeps it beside the recording and the archive's
+        """Before a windowed function's first live rows, when it joined an input at its tail while
+        the input held rows (a function loaded while its parents ran, or a worker restarted after
+        its input's log overwrote the rows it needed: else it resumes where they begin, and the
+        windows are whole): a GAP over the windows that may miss what was written before it read,
+        from the first its previous run did not write (or the first a row it reads may fall in) up
+        to the first that began after its inputs' last event time. The recorder keeps it beside the recording and the archive's
         coverage leaves it out, so that a replay of those windows computes them from the parents'
         archives, and a range nothing can compute is named as missing (--strict refuses it): a
         window of 7,892 of 30,030 rows was archived as if whole, and replayed with exit 0."""

@@ -290,12 +290,12 @@ def frame_problem(position: int, length: int, frame_type: int, term_offset: int,
     return None
 
 
-def last_event_time_us(log_buffer) -> int | None:
-    """The largest event time in the TUPLES messages of a log's active term and the one before: where
-    a restarted writer's stream was (the cleaning behind the readers keeps those two terms as
-    written: flow_control.py). Frames of an older lap of the stream (a stale term id) are left out."""
+def _held_tuples(log_buffer):
+    """(position, max event time) of each TUPLES message with event times that a log's active term
+    and the one before hold, in the log's order: what a restarted writer or reader can still read
+    there (the cleaning behind the readers keeps those two terms as written: flow_control.py).
+    Frames of an older lap of the stream (a stale term id) are left out."""
     term_count = log_buffer.active_term_count
-    best = None
     for count in range(max(0, term_count - 1), term_count + 1):
         term = log_buffer.terms[count % 3]
         frames = walk(term, term_id=int32(log_buffer.initial_term_id + count))
@@ -305,5 +305,23 @@ def last_event_time_us(log_buffer) -> int | None:
             header = message.decode_header(term, offset + HEADER_LENGTH)
             if header is not None and header.kind == message.KIND_TUPLES and \
                     header.max_event_time_us != message.NO_EVENT_TIME:
-                best = header.max_event_time_us if best is None else max(best, header.max_event_time_us)
-    return best
+                yield (count << log_buffer.position_bits_to_shift) + offset, header.max_event_time_us
+
+
+def last_event_time_us(log_buffer) -> int | None:
+    """The largest event time in the TUPLES messages a log still holds (_held_tuples): where a
+    restarted writer's stream was."""
+    return max((high for _, high in _held_tuples(log_buffer)), default=None)
+
+
+def resume_position(log_buffer, since_us: int) -> int | None:
+    """Where a reader that wants every row from event time `since_us` on can join the log: at the
+    first message it still holds whose rows reach `since_us`, or at its tail when none does. None
+    when the oldest message it holds already reaches it: the rows before may have been overwritten.
+    (Rows come in the order of their event times within a window's lateness, which the caller takes
+    off `since_us`.)"""
+    held = iter(_held_tuples(log_buffer))
+    oldest = next(held, None)
+    if oldest is None or oldest[1] >= since_us:
+        return None
+    return next((position for position, high in held if high >= since_us), log_buffer.producer_position())

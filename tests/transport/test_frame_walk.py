@@ -5,7 +5,7 @@ import pytest
 
 from ramen import message
 from ramen.transport import ExclusivePublication, LogBuffer, LogBufferParams, frame
-from ramen.transport.frame_walk import headers_fit, last_event_time_us, walk
+from ramen.transport.frame_walk import headers_fit, last_event_time_us, resume_position, walk
 from ramen.transport.scan import scan_frames
 
 TERM = 64 * 1024
@@ -97,3 +97,27 @@ def test_last_event_time_us_is_the_largest_of_the_tuples_in_the_last_two_terms(t
     publication.offer(message.encode(message.MessageHeader(message.KIND_END_OF_REPLAY)))
     assert log.active_term_count >= 3
     assert last_event_time_us(log) == 99 * 10 + 5
+
+
+def test_a_reader_resumes_at_the_first_message_reaching_a_time_while_the_log_holds_older_ones(tmp_path):
+    """frame_walk.resume_position: where a restarted windowed worker joins its parent's log."""
+    log = LogBuffer.create(tmp_path / "resume.logbuffer", LogBufferParams(term_length=TERM))
+    publication = ExclusivePublication(log)
+
+    def tuples(high, length=2000):
+        return message.encode(message.MessageHeader(message.KIND_TUPLES, min_event_time_us=high - 5,
+                                                    max_event_time_us=high), bytes(length))
+    assert resume_position(log, 0) is None  # nothing held
+    positions = []
+    for i in range(10):
+        positions.append(publication.position)
+        assert publication.offer(tuples(i * 10 + 5)) > 0
+    assert resume_position(log, 42) == positions[4]  # 45: the first whose rows reach 42
+    assert resume_position(log, 45) == positions[4]
+    assert resume_position(log, 500) == log.producer_position()  # none yet: from what comes next
+    assert resume_position(log, 5) is None  # the oldest held reaches it: older rows may be gone
+    for i in range(10, 100):  # about five terms: the first messages are overwritten
+        assert publication.offer(tuples(i * 10 + 5)) > 0 or publication.offer(tuples(i * 10 + 5)) > 0  # (a rotation)
+    assert resume_position(log, 42) is None
+    walked = [high for high in range(5, 1000, 10) if resume_position(log, high) is not None]
+    assert walked and walked[-1] == 995 and walked[0] > 500  # held: the last two terms

@@ -160,3 +160,16 @@ def test_a_poll_of_many_messages_goes_to_the_windows_a_window_at_a_time(monkeypa
     assert 0 < sum(looked_at) <= sum(b.num_rows for b in straddling)  # the rows of the rest were never looked at
     closed_alone = [c for b in batches for c in alone.add(b, "ts")] + alone.flush()
     assert window_rows(closed_together) == window_rows(closed_alone) and len(closed_alone) == 25
+
+
+def test_resumed_windows_drop_the_rows_of_windows_written_before_without_counting_them_late():
+    windows = WindowState(MINUTE_US, 10 * SECOND_US)
+    windows.resume(2)  # a previous run wrote minutes 0 and 1
+    assert windows.add(rows(110, 115, 121, 130), "ts") == []  # read again from where minute 2's rows begin
+    assert windows.late == 0 and list(windows.open) == [2]
+    closed = windows.add(rows(190), "ts")  # watermark 180 s: minute 2 ends
+    assert [(c.start_us // MINUTE_US, c.table.num_rows) for c in closed] == [(2, 2)]
+    windows.add(rows(100), "ts")  # minute 1 and 2 are done: a row for them now is late
+    assert windows.late == 0  # minute 1's rows never count: the previous run had them
+    windows.add(rows(150), "ts")
+    assert windows.late == 1

@@ -362,6 +362,45 @@ def test_a_windowed_worker_joining_inputs_that_held_rows_says_where_its_whole_wi
     assert output.table().equals(expected_per_minute(pa.Table.from_batches([rows.slice(3, 9)])))
 
 
+def test_a_windowed_worker_killed_mid_window_resumes_where_the_window_begins_and_writes_it_whole(rig):
+    """Killed with -9 while minute 2 was open, it wrote minutes 0 and 1: restarted, it joins its
+    parent's log where the rows of minute 2 (less its lateness) begin, since the log still holds
+    them, rather than at its tail, and writes minute 2 whole, once, with no gap: the rows of minute
+    1 it reads again are dropped without counting as late. (Once, it joined at the tail, and the
+    minute was archived with a quarter of its rows.)"""
+    rig.load()
+    rig.worker_key("per_minute")
+    traffic_log = paths.output_log(rig.site, rig.qualified("traffic"))
+    parent = rig.publication(traffic_log)
+    rig.reader(traffic_log, TRAFFIC)  # another reader of the parent's, so that it writes on while the worker is down
+    base = 1_000 * MINUTE_US
+    rows = generate_rows(TRAFFIC, "ts", seed=9, hosts=4, step_us=10 * SECOND_US, first_index=base // (10 * SECOND_US),
+                         count=30)  # minutes 0 to 4, a row every 10 s
+    worker = rig.start("per_minute")
+    output = rig.reader(paths.output_log(rig.site, rig.qualified("per_minute")), rig.loaded.function(
+        "per_minute").schema, join_position=0)
+    wait_for(lambda: any(c.type_name == "sub-pos" and f"{rig.qualified('per_minute')} <- " in c.label
+                         for c in rig.counters.counters()), "the worker reading its parent's log")
+    for start in range(0, 15, 5):  # up to 2:20: minutes 0 and 1 commit, minute 2 is open
+        offer(parent, encode_tuples(rows.slice(start, 5), "ts"))
+    output.read_until(lambda: output.rows == len(expected_per_minute(pa.Table.from_batches([rows.slice(0, 12)]))),
+                      "minutes 0 and 1")
+    worker.kill()
+    worker.wait()
+    offer(parent, encode_tuples(rows.slice(15, 5), "ts"))  # the rest of minute 2, while the worker is down
+    restarted = rig.start("per_minute")
+    for start in range(20, 30, 5):
+        offer(parent, encode_tuples(rows.slice(start, 5), "ts"))
+    whole = expected_per_minute(pa.Table.from_batches([rows.slice(0, 24)]))  # minutes 0 to 3
+    output.read_until(lambda: output.rows == len(whole), "minutes 2 and 3 from the restarted worker")
+    stats = wait_for(lambda: (s := rig.stats("per_minute")) and s.get("tuples_in", 0) > 0 and s, "its stats")
+    assert rig.stop(restarted) == 0
+    output.poll()
+    assert output.gaps == []
+    assert output.table().equals(whole)
+    assert stats["late"] == 0
+
+
 def test_replay_channel_ends_in_the_recipient_after_every_end_of_replay_and_leaves_live_alone(rig):
     rig.load()
     channel = 9_000 + int(uuid.uuid4().int % 1000)
