@@ -1,15 +1,19 @@
 """Chaos soak: ramen under kill -9, checked for lost, duplicated and wrong rows, hangs and leaks.
 
 It runs `ramen start --daemon` in a directory of its own with a deterministic generator
-(`chaos/traffic`, archived) and a lazy windowed aggregate over it (`chaos/per_minute`), keeps
+(`chaos/traffic`, archived), a lazy windowed aggregate over it (`chaos/per_minute`) and the same
+aggregate archived, running all the time (`chaos/minutes`), keeps
 `ramen replay` clients running all the time over random past ranges of either, and kills a random
-process with SIGKILL at even intervals: the source's worker, the lazy worker, replayers, replay
-clients, the archiver, the supervisor, the choreographer, the confserver. Then it lets ramen
-settle, stops it, and checks:
+process with SIGKILL at even intervals: the source's worker, the lazy worker, the archived
+aggregate's worker, replayers, replay clients, the archiver, the supervisor, the choreographer,
+the confserver. Then it lets ramen settle, stops it, and checks:
 
 - the archive, on the generator's grid: every row of [first, last] once (no duplicate, none
   missing but in gaps the archive's coverage shows, reported apart), each row equal to the
   generator's recomputation;
+- the archived aggregate, window by window: each minute its archive covers (outside the gaps it
+  records: a window its worker may have missed rows of) once, and equal to the aggregate of the
+  generator's rows of that minute;
 - every replay: exit 0 with a result equal to pyarrow over the generator's rows of its range, or a
   non-zero exit with a one-line error, within its timeout (else: a hang). Replays are --strict: a
   range the archive does not cover whole yet (the source lagging after a kill) is a one-line
@@ -62,8 +66,10 @@ RATE = 1000
 HOSTS = 20
 SEED = 7
 BACKFILL_S = 120
-SOURCE, AGGREGATE = "chaos/traffic", "chaos/per_minute"
+SOURCE, AGGREGATE, DERIVED = "chaos/traffic", "chaos/per_minute", "chaos/minutes"
 SCHEMA = pa.schema([("ts", pa.timestamp("us")), ("host", pa.string()), ("bytes", pa.int64())])
+DERIVED_SCHEMA = pa.schema([("start", pa.timestamp("us")), ("host", pa.string()), ("bytes", pa.int64())])
+MINUTE_US = 60_000_000
 PROGRAM = f"""
 [program]
 name = "chaos"
@@ -83,6 +89,15 @@ window = {{ every = "1 minute", lateness = "10s" }}
 engine = "python"
 call = "examples.net:per_minute"
 event_time = "start"
+
+[[function]]
+name = "minutes"
+from = ["traffic"]
+window = {{ every = "1 minute", lateness = "10s" }}
+engine = "python"
+call = "examples.net:per_minute"
+event_time = "start"
+archive = {{ retention = "1d" }}
 """
 STEP_US = step_of(RATE)
 SECOND_US = 1_000_000
@@ -95,7 +110,7 @@ RANGE_S = (5, 40)
 """A replay covers between these many seconds of the archived past."""
 SETTLE_S = 30.0
 """After the last kill (default): longer than ramen start's longest restart backoff and a service's start."""
-VICTIMS = ("source worker", "lazy worker", "replayer", "replay client", "archiver", "supervisor", "choreographer",
+VICTIMS = ("source worker", "lazy worker", "derived worker", "replayer", "replay client", "archiver", "supervisor", "choreographer",
            "confserver")
 
 
@@ -120,6 +135,15 @@ class Report:
     missing_rows: int = 0
     rows_in_recorded_gaps: int = 0
     wrong_rows: int = 0
+    derived_windows: int = 0
+    """Minutes of the archived aggregate checked against the generator's rows."""
+    derived_windows_wrong: int = 0
+    derived_windows_duplicated: int = 0
+    derived_windows_in_gaps: int = 0
+    derived_failures: list[str] = field(default_factory=list)
+    first_row_us: int = 0
+    """The source's first row (its back-fill's): the aggregate's first minute begins before it."""
+    """Minutes its archive holds inside a gap it records (maybe partial, and said so): not checked."""
     replays: dict[str, int] = field(default_factory=dict)
     replay_failures: list[str] = field(default_factory=list)
     leaks: list[str] = field(default_factory=list)
@@ -127,6 +151,7 @@ class Report:
     @property
     def passed(self) -> bool:
         return not (self.duplicated_rows or self.missing_rows or self.wrong_rows or self.leaks or
+                    self.derived_windows_wrong or self.derived_windows_duplicated or
                     self.replays.get("wrong") or self.replays.get("hang") or self.replays.get("unclear"))
 
 
@@ -172,6 +197,8 @@ class Ramen:
                     found["source worker"].append(pid)
                 elif name == AGGREGATE:
                     found["lazy worker"].append(pid)
+                elif name == DERIVED:
+                    found["derived worker"].append(pid)
             elif "workers.replayer" in args and "--wait-for-key" not in args:
                 found["replayer"].append(pid)
             else:
@@ -289,11 +316,11 @@ class ReplayClients:
         return pid
 
 
-def archived_rows(archive_dir: Path) -> pa.Table:
-    """Every row of every recording of the source, straight from the segment files."""
+def archived_rows(archive_dir: Path, function: str = SOURCE, schema: pa.Schema = SCHEMA) -> pa.Table:
+    """Every row of every recording of a function, straight from the segment files."""
     batches = []
     with Catalog.open(archive_dir) as catalog:
-        descriptors = [d for d in catalog if d.stripped_channel == function_channel(SOURCE)]
+        descriptors = [d for d in catalog if d.stripped_channel == function_channel(function)]
     for descriptor in descriptors:
         stop = None if descriptor.stop_position == NULL_POSITION else descriptor.stop_position
         fragments: list[bytes] = []
@@ -308,8 +335,8 @@ def archived_rows(archive_dir: Path) -> pa.Table:
                     message = b"".join(fragments)
                     header = decode_header(message)
                     if header is not None and header.kind == KIND_TUPLES:
-                        batches.append(decode_tuples(message, SCHEMA))
-    return pa.Table.from_batches(batches, SCHEMA)
+                        batches.append(decode_tuples(message, schema))
+    return pa.Table.from_batches(batches, schema)
 
 
 def check_archive(ramen: Ramen, report: Report) -> None:
@@ -338,6 +365,28 @@ def check_archive(ramen: Ramen, report: Report) -> None:
     wrong = off_grid | (table.column("bytes").to_numpy() != recomputed.column("bytes").to_numpy()[at])
     wrong |= ~np.asarray(pa.compute.equal(table.column("host"), recomputed.column("host").take(pa.array(at))))
     report.wrong_rows = int(wrong.sum())
+    report.first_row_us = first
+
+
+def check_derived(ramen: Ramen, report: Report) -> None:
+    """The archived aggregate, minute by minute, against the aggregate of the generator's rows."""
+    table = archived_rows(ramen.archive_dir, DERIVED, DERIVED_SCHEMA)
+    coverage = archive_coverage(ramen.archive_dir).get(DERIVED, [])
+    starts = table.column("start").cast(pa.int64()).to_numpy()
+    for start in np.unique(starts).tolist():
+        if not any(i.since_us <= start < i.until_us for i in coverage):
+            report.derived_windows_in_gaps += 1
+            continue
+        report.derived_windows += 1
+        got = table.filter(pa.array(starts == start))
+        if len(set(got.column("host").to_pylist())) < got.num_rows:
+            report.derived_windows_duplicated += 1
+        expected = per_minute(expected_rows(max(start, report.first_row_us), start + MINUTE_US))
+        if not sorted_table(got).equals(sorted_table(expected.cast(DERIVED_SCHEMA))):
+            report.derived_windows_wrong += 1
+            report.derived_failures.append(
+                f"minute {start}: {got.num_rows} hosts, {pa.compute.sum(got['bytes'])} bytes; expected "
+                f"{expected.num_rows} hosts, {pa.compute.sum(expected['bytes'])} bytes")
 
 
 def check_leaks(ramen: Ramen, report: Report) -> None:
@@ -399,6 +448,7 @@ def soak(base: Path, kills: int, minutes: float, seed: int, settle_s: float = SE
         if stopped.returncode != 0:
             report.leaks.append(f"ramen stop: {stopped.stderr.strip()}")
     check_archive(ramen, report)
+    check_derived(ramen, report)
     check_leaks(ramen, report)
     return report
 
@@ -429,6 +479,10 @@ def print_report(report: Report) -> None:
     print(f"archive: {report.archived_rows:,} rows; duplicated {report.duplicated_rows}, missing "
           f"{report.missing_rows}, wrong {report.wrong_rows}; in gaps the archive shows: "
           f"{report.rows_in_recorded_gaps}")
+    print(f"archived aggregate: {report.derived_windows} minutes checked; wrong {report.derived_windows_wrong}, "
+          f"duplicated {report.derived_windows_duplicated}; in gaps it records: {report.derived_windows_in_gaps}")
+    for failure in report.derived_failures:
+        print(f"  {failure}")
     print(f"replays: {', '.join(f'{k} {n}' for k, n in sorted(report.replays.items()))}")
     for failure in report.replay_failures:
         print(f"  {failure}")

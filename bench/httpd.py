@@ -56,7 +56,7 @@ from bench.replay import RAMEN, progress, replayer_bytes_read, running_ramen, wa
 from ramen import keyspace, paths  # noqa: E402
 from ramen.cli.start import INSTANCE_FILE  # noqa: E402
 from ramen.processes import instance_processes  # noqa: E402
-from ramen.httpd.app import RELEASE_AFTER_S  # noqa: E402
+from ramen.httpd.state import RELEASE_AFTER_S  # noqa: E402
 from supervisor.defaults import QUIET_AFTER_REPLAYS_S  # noqa: E402
 
 PROGRAM = ROOT / "examples" / "replay.toml"

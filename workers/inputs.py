@@ -175,9 +175,12 @@ class Inputs:
                 continue
             at_tail = not (found.replaced or found.received)  # else from its first frame: nothing missed
             join_position = None if at_tail else first_frame_position(found.log)
+            resumed = ""
             if at_tail and LIVE_CHANNEL in found.users and self.resume_live_from_us is not None:
                 join_position = resume_position(found.log, self.resume_live_from_us)
                 at_tail = join_position is None
+                resumed = (f" (resuming: its rows from event time {self.resume_live_from_us} µs on)" if not at_tail else
+                           f" (its tail: it no longer holds the rows from event time {self.resume_live_from_us} µs on)")
             try:
                 found.image = Image(found.log, self.counters, name=f"{self.qualified_name} <- {found.path.name}",
                                     join_position=join_position)
@@ -191,7 +194,7 @@ class Inputs:
             found.joined_at = found.image.position
             self._images[id(found.image)] = found
             self.subscription.add_image(found.image)
-            log.info("%s reads %s from position %d", self.qualified_name, found.path, found.image.position)
+            log.info("%s reads %s from position %d%s", self.qualified_name, found.path, found.image.position, resumed)
         return wait_s
 
     def joined_after_us(self) -> int | None:

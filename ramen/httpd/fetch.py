@@ -56,9 +56,8 @@ class FetchError(Exception):
 @dataclass(eq=False)
 class Progress:
     """Of one render, for the page's progress line: replays started and done, those of other renders
-    it waits for too (shared), rows received; and
-    whether it was given up (its client left, or a part of it failed: `cancelled`, which the threads
-    fetching for it look at)."""
+    it waits for too (shared), rows received; and whether it was given up (its client left, or a
+    part of it failed: `cancelled`, which the threads fetching for it look at)."""
     replays: int = 0
     replays_done: int = 0
     replays_shared: int = 0

@@ -24,7 +24,8 @@ from ramen import keyspace, paths, service_log
 from ramen.listen import DEFAULT_HOST, accepts, parse_listen
 from ramen.locks import holders
 from ramen.httpd import listener
-from ramen.httpd.app import Httpd, make_app
+from ramen.httpd.app import make_app
+from ramen.httpd.state import Httpd
 from ramen.httpd.auth import AuthError, Credentials, check_listen
 
 log = logging.getLogger(__name__)

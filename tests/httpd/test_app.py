@@ -9,10 +9,10 @@ import logging
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-import confserver
 from ramen import keyspace
 from ramen.program import loads
-from ramen.httpd.app import GRAPHITE_VERSION, Httpd, Limits, make_app
+from ramen.httpd.app import GRAPHITE_VERSION, make_app
+from ramen.httpd.state import Httpd, Limits
 from ramen.httpd.auth import AuthError, Credentials, addressed_to_loopback, check_listen
 from ramen.httpd.service import IDLE_CONNECTION_TIMEOUT_S, RUNNER_OPTIONS, SERVER_LOG
 from ramen.listen import parse_listen
@@ -236,7 +236,7 @@ async def test_targets_made_by_functions_take_rounds_of_fetches_up_to_a_bound(cl
     try:
         answer = await http.get("/render", params={"target": made, "from": "1000", "until": "1600"})
         assert answer.status == 200 and await answer.json() == [], await answer.text()
-        monkeypatch.setattr("ramen.httpd.app.MAX_FETCH_ROUNDS", 1)
+        monkeypatch.setattr("ramen.httpd.renderer.MAX_FETCH_ROUNDS", 1)
         answer = await http.get("/render", params={"target": made, "from": "1000", "until": "1600"})
         assert answer.status == 400
         assert await answer.text() == ("render: targets made by functions (applyByNode, useSeriesAbove, aliasQuery) "
@@ -290,7 +290,7 @@ async def test_a_range_a_function_reaches_beyond_the_bound_and_a_huge_target_are
 
 
 def test_a_range_is_fetched_in_pieces_cut_where_the_renders_range_begins_and_ends_in_whole_steps():
-    from ramen.httpd.app import pieces_of
+    from ramen.httpd.renderer import pieces_of
     assert pieces_of(60, 1000, 2000, 1000, 2000) == [(1000, 2000)]  # the render's own range: one piece
     assert pieces_of(60, 700, 2000, 1000, 2000) == [(700, 960), (960, 2000)]  # a moving window's reach
     assert pieces_of(60, 700, 1500, 1000, 2000) == [(700, 960), (960, 1500)]  # a source range over its start

@@ -209,7 +209,8 @@ def test_the_setup_installs_the_uplot_version_assets_names():
 
 
 def test_httpds_app_serves_the_page_and_the_dashboards(conf):
-    from ramen.httpd.app import Httpd, make_app
+    from ramen.httpd.app import make_app
+    from ramen.httpd.state import Httpd
     httpd = Httpd(conf)
 
     async def test(http):

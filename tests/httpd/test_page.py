@@ -30,7 +30,7 @@ BAD_TARGET_REASON = "target 'sumSeries(test.saw.value': a '(' is never closed"
 GATE_TIMEOUT_S = 20.0
 """How long a gated render waits for the others before answering that they never came."""
 RUNNING_PROGRESS = {"state": "running", "rows": 1234, "replays": 2, "replays_done": 1, "elapsed_s": 0.5}
-"""As app.py's Progress.to_dict() answers /progress while a render runs."""
+"""As fetch.py's Progress.to_dict() answers /progress while a render runs."""
 
 
 def value_at(path: str, t: int) -> float:

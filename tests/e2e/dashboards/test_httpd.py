@@ -23,7 +23,7 @@ from ramen import keyspace, supervisor_stats
 from ramen.cli.ps import collect
 from ramen.cli.start import INSTANCE_FILE
 from ramen.httpd import buckets
-from ramen.httpd.app import RELEASE_AFTER_S
+from ramen.httpd.state import RELEASE_AFTER_S
 from ramen.memory import ARROW_POOL_ENV
 from ramen.processes import instance_processes
 from ramen.transport import CountersFile
