@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ramen.httpd import tagdb, target
 from ramen.httpd.admission import Overloaded
-from ramen.httpd.fetch import FetchError
+from ramen.httpd.fetch import FetchError, FetchTooBig
 from ramen.httpd.names import PathError
 from ramen.httpd.regexes import RegexError
 from ramen.times import TimeError
@@ -15,7 +15,7 @@ class BadRequest(ValueError):
 
 
 USER_ERRORS = (BadRequest, PathError, TimeError, target.TargetError, tagdb.TagRequestError, RegexError, FetchError,
-               Overloaded)
+               FetchTooBig, Overloaded)
 """What a request is answered in one line (400, 502 for a failed replay, 503 when overloaded); anything
 else is a bug."""
 

@@ -53,6 +53,10 @@ class FetchError(Exception):
     """A replay failed (one line, for the user: a damaged archive, a dead peer, a timeout)."""
 
 
+class FetchTooBig(Exception):
+    """The buckets of one fetch passed the bound on what it may hold: the render is refused (400)."""
+
+
 @dataclass(eq=False)
 class Progress:
     """Of one render, for the page's progress line: replays started and done, those of other renders
@@ -82,12 +86,16 @@ class _Shared:
 
 class Fetcher:
     def __init__(self, client, site: str, cache: ResultCache, stats: HttpdStats, *, timeout_s: float,
-                 slots: ReplaySlots | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+                 max_bytes: int | None = None, slots: ReplaySlots | None = None,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        """`max_bytes`: what the buckets of one fetch may hold, every factor value's together (None:
+        no bound); past it the replay is withdrawn and FetchTooBig raised."""
         self.client = client
         self.site = site
         self.cache = cache
         self.stats = stats
         self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
         self.slots = slots or ReplaySlots()
         self.clock = clock
         self._lock = threading.Lock()
@@ -216,6 +224,7 @@ class Fetcher:
                 progress.rows += batch.num_rows
                 if pending_rows >= COMBINE_ROWS or len(pending) >= COMBINE_PARTS:
                     table, pending, pending_rows = buckets.combine(function, [table, *pending]), [], 0
+                    self._check_size(function, table.nbytes)
         except ReplayCancelled:
             replay.close()
             self.stats.add("replays_cancelled")
@@ -230,7 +239,18 @@ class Fetcher:
         # Its request withdrawn and its log removed behind the answer, not before it: 7-19 ms a
         # replay (a key deleted, a 48 MiB log unlinked) that a dashboard's renders waited for.
         self._closer.submit(_close, replay)
-        return buckets.combine(function, [table, *pending])
+        table = buckets.combine(function, [table, *pending])
+        self._check_size(function, table.nbytes)
+        return table
+
+    def _check_size(self, function: Function, nbytes: int) -> None:
+        """FetchTooBig once the buckets held pass max_bytes: checked as they are added up, so that a
+        fetch stops there rather than after the whole range (the caller closes the replay)."""
+        if self.max_bytes is not None and nbytes > self.max_bytes:
+            self.stats.add("fetches_too_big")
+            raise FetchTooBig(f"render: the buckets of {function.qualified_name} over the range take more than "
+                              f"{self.max_bytes / (1 << 20):g} MiB (every value of its factors, before any series "
+                              f"is drawn): ask a shorter range")
 
     @staticmethod
     def _settled_until(function: Function, replay: Replay, until_s: int, now_s: float) -> int:

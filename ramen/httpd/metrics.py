@@ -96,6 +96,8 @@ class HttpdStats:
                                                               "long replays as it takes (ramen/httpd/admission.py)."})
     replays_cancelled: int = field(default=0, metadata={"help": "Replays withdrawn because no render waited for "
                                                                 "them any more."})
+    fetches_too_big: int = field(default=0, metadata={"help": "Fetches whose buckets passed the bound on what one "
+                                                              "may hold: their renders were refused."})
     connections_refused: int = field(default=0, metadata={"help": "Connections answered 503 and closed: httpd held "
                                                                   "as many as it takes (ramen/httpd/listener.py)."})
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)

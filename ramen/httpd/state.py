@@ -41,6 +41,11 @@ MAX_TARGET_LENGTH = 64 * 1024
 MAX_POINTS = 50_000_000
 """Points of all the series one render draws, 400 MB of them: a range that many steps of a function
 long is refused before it is replayed, not run out of memory with."""
+MAX_FETCH_BYTES = 1 << 30
+"""What the buckets of one fetch (a function over a range) may hold, every value of its factors
+together, checked as its replay's buckets are added up: the points bound counts the series drawn,
+after the fetch, which holds them all (50 hosts of a 10 s function over 399 days: 172 M buckets,
+about 7 GB, before a one-line refusal)."""
 THREADS = 16
 """Threads for the confserver's reads, the metric tree and targets' evaluation."""
 FETCH_THREADS = 128
@@ -62,6 +67,7 @@ class Limits:
     max_fetch_range_s: int = MAX_FETCH_RANGE_S
     max_points: int = MAX_POINTS
     max_target_length: int = MAX_TARGET_LENGTH
+    max_fetch_bytes: int = MAX_FETCH_BYTES
 
 
 class Httpd:
@@ -81,7 +87,7 @@ class Httpd:
         self.cache = ResultCache(cache_bytes)
         self.stats = HttpdStats()
         self.fetcher = Fetcher(client, site, self.cache, self.stats, timeout_s=timeout_s,
-                               slots=ReplaySlots(admission), clock=clock)
+                               max_bytes=limits.max_fetch_bytes, slots=ReplaySlots(admission), clock=clock)
         self.progress: OrderedDict[str, Progress] = OrderedDict()
         self.renders_running = 0
         self._release: asyncio.TimerHandle | None = None

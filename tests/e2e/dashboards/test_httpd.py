@@ -5,6 +5,7 @@ bad requests refused in one line."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import re
@@ -18,17 +19,20 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
 from ramen import keyspace, supervisor_stats
 from ramen.cli.ps import collect
 from ramen.cli.start import INSTANCE_FILE
 from ramen.httpd import buckets
-from ramen.httpd.state import RELEASE_AFTER_S
+from ramen.httpd.app import make_app
+from ramen.httpd.state import RELEASE_AFTER_S, Httpd, Limits
 from ramen.memory import ARROW_POOL_ENV
 from ramen.processes import instance_processes
 from ramen.transport import CountersFile
 from ramen.transport.counters import SERVICE_COUNTER_TYPE_IDS
 from tests.e2e.dashboards.site import HOST_NAMES, minute_range
+from tests.e2e.test_replay import ramen_dir
 from tests.waiting import quiet_supervisor_stats, wait_for
 
 REPLAYER_ROLLUPS_TYPE_ID = SERVICE_COUNTER_TYPE_IDS["replayer"]["rollups"]
@@ -413,3 +417,30 @@ def test_httpd_runs_pyarrow_on_the_c_allocator_and_gives_memory_back_once_render
     line = wait_for(lambda: [line for line in log.read_text().splitlines() if "no render for" in line][released:],
                     what="httpd giving memory back after the render", timeout_s=RELEASE_AFTER_S * 6)[0]
     assert re.search(r"RSS \d+ -> \d+ MB; the cache holds \d+ MB, pyarrow \d+ MB, drawn grids \d+ MB$", line), line
+
+
+def test_a_fetch_whose_buckets_pass_the_bound_is_refused_in_one_line_and_its_replay_withdrawn(dashboard_site):
+    """An httpd of this test's own on the site (its bound on what a fetch may hold set low): the
+    buckets of every host of web.traffic are added up as its replay sends them, and the render is
+    refused once they pass the bound, not after the whole range is held."""
+    since, until = minute_range(9, 8)
+    query = f"/render?target=sumSeries(web.traffic.*.bytes)&from={since}&until={until}&noCache=1"
+
+    async def render() -> tuple[int, str, str]:
+        with ramen_dir(dashboard_site.base), dashboard_site.client("user") as client:
+            http = TestClient(TestServer(make_app(Httpd(client, "local", limits=Limits(max_fetch_bytes=4096)))))
+            await http.start_server()
+            try:
+                answer = await http.get(query)
+                metrics = await (await http.get("/metrics")).text()
+                return answer.status, await answer.text(), metrics
+            finally:
+                await http.close()
+
+    status, text, metrics = asyncio.run(render())
+    assert status == 400
+    assert text == ("render: the buckets of web/traffic over the range take more than 0.00390625 MiB (every value "
+                    "of its factors, before any series is drawn): ask a shorter range\n")
+    assert 'ramen_httpd_fetches_too_big_total{site="local"} 1' in metrics
+    with dashboard_site.client() as client:
+        wait_for(lambda: not client.glob(f"{keyspace.REPLAYS}/*"), what="its replay withdrawn")
