@@ -68,6 +68,9 @@ class Input:
     """(position, clock seconds when it was last seen to move) of a received log's image."""
     refused: bool = False
     """The counters file refused its reader a counter, and that was logged (Inputs._refused)."""
+    rejoin_at: tuple[int, BlockAssembler] | None = None
+    """Set after its writer dropped us: where to read on from, and the assembler of what we had
+    read (Inputs._rejoin)."""
     written_before_us: int | None = None
     """The largest event time its log held when this worker joined it live (at its tail): rows up
     to there were written before the worker read, so windows that hold them may be missing some."""
@@ -151,6 +154,8 @@ class Inputs:
         soon while a replay waits for one. `now_s`: the clock's seconds, to tell a stalled stream."""
         wait_s = LOG_WAIT_INTERVAL_S
         for found in self.found.values():
+            if found.image is not None and found.image.is_closed:
+                self._rejoin(found)
             if found.image is not None and _inode(found.path) not in (None, found.log.inode):
                 log.warning("%s: %s was replaced (its writer started anew, or netd rebuilt it): reading the new "
                             "one from its first frame, at position %d of the old one", self.qualified_name,
@@ -175,6 +180,9 @@ class Inputs:
                 continue
             at_tail = not (found.replaced or found.received)  # else from its first frame: nothing missed
             join_position = None if at_tail else first_frame_position(found.log)
+            assembler = BlockAssembler()
+            if found.rejoin_at is not None:  # dropped by its writer: on from where we were
+                (join_position, assembler), at_tail = found.rejoin_at, False
             resumed = ""
             if at_tail and LIVE_CHANNEL in found.users and self.resume_live_from_us is not None:
                 join_position = resume_position(found.log, self.resume_live_from_us)
@@ -188,14 +196,31 @@ class Inputs:
                 self._refused(found, e)
                 continue
             found.refused = False
+            found.rejoin_at = None
             if self.note_joins and at_tail and LIVE_CHANNEL in found.users:
                 found.written_before_us = last_event_time_us(found.log)
-            found.assembler = BlockAssembler()
+            found.assembler = assembler
             found.joined_at = found.image.position
             self._images[id(found.image)] = found
             self.subscription.add_image(found.image)
             log.info("%s reads %s from position %d%s", self.qualified_name, found.path, found.image.position, resumed)
         return wait_s
+
+    def _rejoin(self, found: Input) -> None:
+        """Its image was closed under us: the writer dropped us (the worker stalled past the
+        subscriber liveness timeout: a confserver call that blocked through a reconnection). Read
+        on from where we were while the log still holds it (the term before the active one is kept
+        as written), else from its tail, saying what was lost: it was read by nobody for good."""
+        position, assembler = found.image.position, found.assembler
+        tail, term_length = found.log.producer_position(), found.log.term_length
+        self._close_image(found)
+        if position >= tail - term_length:
+            found.rejoin_at = (position, assembler)  # the same stream: a message begun goes on
+            log.warning("%s: its writer dropped it from %s (it stalled): reading on from position %d",
+                        self.qualified_name, found.path, position)
+        else:
+            log.error("%s: its writer dropped it from %s (it stalled), which no longer holds positions %d to %d: "
+                      "what they held is lost to it", self.qualified_name, found.path, position, tail)
 
     def joined_after_us(self) -> int | None:
         """The largest event time the live inputs held before this worker joined them (None: none

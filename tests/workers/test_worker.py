@@ -23,6 +23,7 @@ from ramen.message import KIND_END_OF_REPLAY, KIND_GAP, KIND_RESUMED, KIND_TUPLE
 from ramen.program import loads
 from ramen.spark.session import SparkUnavailable
 from examples.net import per_minute
+from ramen.transport import counters as ctr
 from ramen.transport import (CountersFile, ExclusivePublication, FragmentAssembler, Image, LogBuffer,
                              LogBufferError, LogBufferParams)
 from ramen.tuples import decode_tuples, encode_tuples, end_of_replay
@@ -399,6 +400,40 @@ def test_a_windowed_worker_killed_mid_window_resumes_where_the_window_begins_and
     assert output.gaps == []
     assert output.table().equals(whole)
     assert stats["late"] == 0
+
+
+def test_a_worker_its_writer_dropped_for_stalling_reads_on_from_where_it_was(rig):
+    """The writer drops a reader silent past the subscriber liveness timeout (a worker whose duty
+    cycle a confserver call blocked through a reconnection: seen in the chaos soak). The worker's
+    image closed, and it read nothing more, for good: its function stopped without a word. It reads
+    on from where it was, while the log still holds it, and its windows are whole."""
+    rig.load()
+    rig.worker_key("per_minute")
+    traffic_log = paths.output_log(rig.site, rig.qualified("traffic"))
+    parent = rig.publication(traffic_log)
+    base = 1_000 * MINUTE_US
+    rows = generate_rows(TRAFFIC, "ts", seed=9, hosts=4, step_us=10 * SECOND_US, first_index=base // (10 * SECOND_US),
+                         count=30)
+    worker = rig.start("per_minute")
+    output = rig.reader(paths.output_log(rig.site, rig.qualified("per_minute")), rig.loaded.function(
+        "per_minute").schema, join_position=0)
+
+    def reader_counter() -> int | None:
+        return next((c.id for c in rig.counters.counters() if c.type_name == "sub-pos"
+                     and f"{rig.qualified('per_minute')} <- " in c.label), None)
+    wait_for(reader_counter, "the worker reading its parent's log")
+    for start in range(0, 15, 5):
+        offer(parent, encode_tuples(rows.slice(start, 5), "ts"))
+    output.read_until(lambda: output.rows == len(expected_per_minute(pa.Table.from_batches([rows.slice(0, 12)]))),
+                      "minutes 0 and 1")
+    rig.counters.put(reader_counter(), ctr.STATUS_OFFSET, ctr.COUNTER_DROPPED)  # as the writer drops it
+    for start in range(15, 30, 5):
+        offer(parent, encode_tuples(rows.slice(start, 5), "ts"))
+    whole = expected_per_minute(pa.Table.from_batches([rows.slice(0, 24)]))  # minutes 0 to 3
+    output.read_until(lambda: output.rows == len(whole), "minutes 2 and 3 after the drop")
+    assert rig.stop(worker) == 0
+    output.poll()
+    assert output.table().equals(whole)
 
 
 def test_replay_channel_ends_in_the_recipient_after_every_end_of_replay_and_leaves_live_alone(rig):
