@@ -55,7 +55,7 @@ import confserver  # noqa: E402
 from bench.replay import RAMEN, progress, replayer_bytes_read, running_ramen, wait_for_the_hour  # noqa: E402
 from ramen import keyspace, paths  # noqa: E402
 from ramen.cli.start import INSTANCE_FILE  # noqa: E402
-from ramen.processes import instance_processes  # noqa: E402
+from ramen.processes import command_line, instance_processes  # noqa: E402
 from ramen.httpd.state import RELEASE_AFTER_S  # noqa: E402
 from supervisor.defaults import QUIET_AFTER_REPLAYS_S  # noqa: E402
 
@@ -179,12 +179,12 @@ def httpd_rss_mb(base: Path) -> float:
     """The resident memory of the instance's httpd."""
     token = (base / "run" / INSTANCE_FILE).read_text().strip()
     for pid in instance_processes(token):
-        try:
-            if b"ramen.httpd.service" in Path(f"/proc/{pid}/cmdline").read_bytes():
+        if "ramen.httpd.service" in command_line(pid):
+            try:
                 status = Path(f"/proc/{pid}/status").read_text()
-                return int(status.split("VmRSS:")[1].split()[0]) / 1024
-        except OSError:  # gone meanwhile
-            continue
+            except OSError:  # gone meanwhile
+                continue
+            return int(status.split("VmRSS:")[1].split()[0]) / 1024
     raise SystemExit("bench: the instance's httpd is not running")
 
 

@@ -365,10 +365,11 @@ class Worker:
         its input's log overwrote the rows it needed: else it resumes where they begin, and the
         windows are whole): a GAP over the windows that may miss what was written before it read,
         from the first its previous run did not write (or the first a row it reads may fall in) up
-        to the first that began after its inputs' last event time. The recorder keeps it beside the recording and the archive's
-        coverage leaves it out, so that a replay of those windows computes them from the parents'
-        archives, and a range nothing can compute is named as missing (--strict refuses it): a
-        window of 7,892 of 30,030 rows was archived as if whole, and replayed with exit 0."""
+        to the first that began after its inputs' last event time. The recorder keeps it beside the
+        recording and the archive's coverage leaves it out, so that a replay of those windows
+        computes them from the parents' archives, and a range nothing can compute is named as
+        missing (--strict refuses it): a window of 7,892 of 30,030 rows was archived as if whole,
+        and replayed with exit 0."""
         self._live_begun = True
         window, joined_after_us = self.function.window, self.inputs.joined_after_us()
         if window is None or not self.function.parents or joined_after_us is None:

@@ -89,7 +89,6 @@ def to_series(function: Function, table: pa.Table, wanted: list[tuple[tuple[str,
     return out
 
 
-
 class _Derived:
     """What the renders draw from one function's buckets: the rows of each combination of factor
     values, and per field and range, every combination's averages as one grid. Each is computed
@@ -186,7 +185,7 @@ def _trim_derived() -> None:
 
 
 def derived_bytes() -> int:
-    """What the kept grids hold (tests read it)."""
+    """What the kept grids hold (httpd logs it as it gives memory back; tests read it)."""
     with _derived_lock:
         return _kept_bytes()
 

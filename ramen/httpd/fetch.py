@@ -217,8 +217,6 @@ class Fetcher:
         try:
             replay.start()
             for batch in replay.batches(stop=stop):  # partial buckets, as the target folds them
-                if stop.is_set():
-                    raise ReplayCancelled()
                 pending.append(pa.Table.from_batches([batch]))
                 pending_rows += batch.num_rows
                 progress.rows += batch.num_rows

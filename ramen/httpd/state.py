@@ -71,7 +71,7 @@ class Limits:
 
 
 class Httpd:
-    """The service's state: the confserver client, the programs as loaded, the cache, the pool."""
+    """The service's state: the confserver client, the programs as loaded, the cache, the pools."""
 
     def __init__(self, client, site: str = keyspace.DEFAULT_SITE, *, credentials: Credentials | None = None,
                  limits: Limits = Limits(), admission: AdmissionLimits = AdmissionLimits(),

@@ -267,13 +267,14 @@ class Replay:
     def batches(self, on_progress: Callable[[ReplayProgress], None] | None = None, *,
                 stop: threading.Event | None = None) -> Iterator[pa.RecordBatch]:
         """The result's batches as they arrive, until the target's END_OF_REPLAY; ReplayCancelled
-        once `stop` is set (looked at whenever nothing arrives): the caller closes the replay."""
+        once `stop` is set (looked at before each poll): the caller closes the replay."""
         if self.relay:
             yield from self._relayed_batches(on_progress, stop)
             return
         idle = BackoffIdleStrategy(min_park_s=IDLE_MIN_PARK_S, max_park_s=IDLE_MAX_PARK_S)
         deadline = time.monotonic() + self.timeout_s
         while not self._ended:
+            self._check_stop(stop)
             work = self._image.poll(self._assembler.on_fragment, FRAGMENT_LIMIT)
             if self._batches:
                 out, self._batches = self._batches, []
@@ -283,7 +284,6 @@ class Replay:
             if work == 0:
                 self._check_request()
                 self._check_supervisors()
-                self._check_stop(stop)
                 if time.monotonic() > deadline:
                     raise ReplayFailed(f"replay {self.channel} of {self.plan.target} did not finish "
                                        f"within {self.timeout_s:g} s")
@@ -296,6 +296,7 @@ class Replay:
         """The result's batches from replay-results/<channel>/<n> in part order, until `end`."""
         deadline = time.monotonic() + self.timeout_s
         while not self._ended:
+            self._check_stop(stop)
             event = self._results.next(RELAY_WAIT_S)
             events = ([event] if event is not None else []) + self._results.drain()
             for event in events:
@@ -316,7 +317,6 @@ class Replay:
             if not events and not self._ended:
                 self._check_request()
                 self._check_supervisors()
-                self._check_stop(stop)
                 if time.monotonic() > deadline:
                     raise ReplayFailed(f"replay {self.channel} of {self.plan.target} did not finish "
                                        f"within {self.timeout_s:g} s")

@@ -28,7 +28,7 @@ from ramen.httpd import buckets
 from ramen.httpd.app import make_app
 from ramen.httpd.state import RELEASE_AFTER_S, Httpd, Limits
 from ramen.memory import ARROW_POOL_ENV
-from ramen.processes import instance_processes
+from ramen.processes import command_line, instance_processes
 from ramen.transport import CountersFile
 from ramen.transport.counters import SERVICE_COUNTER_TYPE_IDS
 from tests.e2e.dashboards.site import HOST_NAMES, minute_range
@@ -399,8 +399,7 @@ def test_a_render_whose_client_left_is_cancelled_with_its_replay_unless_another_
 
 def httpd_pid(site) -> int:
     token = (site.base / "run" / INSTANCE_FILE).read_text().strip()
-    (pid,) = [pid for pid in instance_processes(token)
-              if b"ramen.httpd.service" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    (pid,) = [pid for pid in instance_processes(token) if "ramen.httpd.service" in command_line(pid)]
     return pid
 
 
