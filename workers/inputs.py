@@ -74,6 +74,15 @@ class Input:
     written_before_us: int | None = None
     """The largest event time its log held when this worker joined it live (at its tail): rows up
     to there were written before the worker read, so windows that hold them may be missing some."""
+    read_up_to_us: int | None = None
+    """The largest event time of the live rows read from it (the worker keeps it: Worker._read_inputs)."""
+    skipped: bool = False
+    """Rows of its live stream were lost to us (the writer dropped us and overwrote what we had not
+    read; a log replaced before we read all of it, or by one that goes on past where we were): the
+    worker writes a GAP for them when its next live rows come (Worker._gap_for_skip)."""
+    replaced_at: tuple[tuple[int, int, int], int] | None = None
+    """(session, stream, initial term id) of the log it read before it was replaced, and where we
+    stopped in it: a new log of the same stream whose first frame lies past it skipped what was between."""
 
     def channels_of(self, tag: int) -> tuple[int, ...]:
         """The channels whose rows a message tagged `tag` carries here: its own, and those whose
@@ -157,10 +166,14 @@ class Inputs:
             if found.image is not None and found.image.is_closed:
                 self._rejoin(found)
             if found.image is not None and _inode(found.path) not in (None, found.log.inode):
+                position, tail = found.image.position, found.log.producer_position()
                 log.warning("%s: %s was replaced (its writer started anew, or netd rebuilt it): reading the new "
                             "one from its first frame, at position %d of the old one", self.qualified_name,
-                            found.path, found.image.position)
-                had_frames = found.log.producer_position() > found.joined_at
+                            found.path, position)
+                had_frames = tail > found.joined_at
+                if position < tail and LIVE_CHANNEL in found.users:  # (replays: `lost` below)
+                    self._skipped(found, f"positions {position} to {tail} of the replaced log were not read")
+                found.replaced_at = ((found.log.session_id, found.log.stream_id, found.log.initial_term_id), position)
                 self._close_image(found)
                 found.replaced = True
                 if (replays := found.users - {LIVE_CHANNEL}) and had_frames:
@@ -197,6 +210,8 @@ class Inputs:
                 continue
             found.refused = False
             found.rejoin_at = None
+            if found.replaced_at is not None:
+                self._check_went_on(found, join_position)
             if self.note_joins and at_tail and LIVE_CHANNEL in found.users:
                 found.written_before_us = last_event_time_us(found.log)
             found.assembler = assembler
@@ -219,8 +234,28 @@ class Inputs:
             log.warning("%s: its writer dropped it from %s (it stalled): reading on from position %d",
                         self.qualified_name, found.path, position)
         else:
-            log.error("%s: its writer dropped it from %s (it stalled), which no longer holds positions %d to %d: "
-                      "what they held is lost to it", self.qualified_name, found.path, position, tail)
+            what = f"its writer dropped it (it stalled), and the log no longer holds positions {position} to {tail}"
+            if replays := found.users - {LIVE_CHANNEL} - found.ended:
+                self.lost.append((found.path, replays, f"lost rows: {what}"))
+                found.ended |= replays
+            if LIVE_CHANNEL in found.users:
+                self._skipped(found, what)
+
+    def _check_went_on(self, found: Input, join_position: int | None) -> None:
+        """A replaced log read from its first frame: if it is the same stream going on past where we
+        were in the old one (netd rebuilt a stream whose sender skipped what its writer overtook while
+        nobody received it: a netd away past the writer's tether hold), what lay between is lost."""
+        (stream, position), found.replaced_at = found.replaced_at, None
+        same = (found.log.session_id, found.log.stream_id, found.log.initial_term_id) == stream
+        if same and join_position is not None and join_position > position and LIVE_CHANNEL in found.users:
+            self._skipped(found, f"the new log goes on at position {join_position}: positions {position} to "
+                                 f"{join_position} never came")
+
+    def _skipped(self, found: Input, what: str) -> None:
+        if not found.skipped:
+            log.error("%s: rows of %s are lost to it: %s (its output will say which windows may miss "
+                      "them)", self.qualified_name, found.path, what)
+        found.skipped = True
 
     def joined_after_us(self) -> int | None:
         """The largest event time the live inputs held before this worker joined them (None: none

@@ -19,13 +19,14 @@ from ramen.transport.counters import Counter, CountersFile
 from ramen.worker_keys import ChannelCounts, WorkerStats
 
 COUNTER_NAMES = ("tuples in", "tuples out", "late", "dropped", "unexpected", "skipped", "spark jobs", "spark ms",
-                 "rollups")
+                 "rollups", "gaps")
 """dropped: live tuples written while nobody read the (non-archived) live log, as Aeron drops them;
 unexpected: messages of a channel this worker has no state for (a replay it was not told of yet);
 skipped: messages of other workers' replays on a replayer's log (a merged replayer writes the
 channels of all its readers into one log, and each reader skips those of the others);
 spark jobs, spark ms: a heavy worker's Spark jobs and the time they took, staging included;
-rollups: messages whose rollup (ramen/rollup.py) a summarised replay folded instead of their rows."""
+rollups: messages whose rollup (ramen/rollup.py) a summarised replay folded instead of their rows;
+gaps: GAPs written for live input rows lost to the worker (Worker._gap_for_skip)."""
 
 
 @dataclass

@@ -40,7 +40,8 @@ from ramen.archive.errors import ArchiveError
 from ramen.cli import argtypes
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.memory import freeze_startup_objects, retain_freed_memory
-from ramen.message import KIND_END_OF_REPLAY, KIND_TUPLES, LIVE_CHANNEL, decode_header, event_time_bounds
+from ramen.message import (KIND_END_OF_REPLAY, KIND_TUPLES, LIVE_CHANNEL, NO_EVENT_TIME, decode_header,
+                           event_time_bounds)
 from ramen.program.errors import ProgramError
 from ramen.program.model import ENGINE_SPARK, Function, Program, function_id, split_qualified
 from ramen.replay.contract import ContractError, WorkerReplay
@@ -270,6 +271,11 @@ class Worker:
                 run = []
             run_key = (found, header.channel)
             if header.kind == KIND_TUPLES:
+                if header.channel == LIVE_CHANNEL and not found.shared:
+                    if found.skipped:
+                        self._gap_for_skip(found, header.min_event_time_us)
+                    if found.read_up_to_us is None or header.max_event_time_us > found.read_up_to_us:
+                        found.read_up_to_us = header.max_event_time_us
                 run.append((found, message))
             elif header.kind == KIND_END_OF_REPLAY:
                 if run:
@@ -280,6 +286,31 @@ class Worker:
         if run:
             self._process(*run_key, run)
         return read
+
+    def _gap_for_skip(self, found: Input, resumed_us: int) -> None:
+        """Rows of a live input were lost to us (Input.skipped), and rows came again from event
+        time `resumed_us`: a GAP over what may miss the lost ones, from the last row read before
+        (less the lateness, for a windowed function: from the window it falls in) to the rows
+        that came again (the window they begin in, included). The archive leaves it out of its
+        coverage, so a replay computes it from the parents' archives rather than trust it."""
+        found.skipped = False
+        after_us, window = found.read_up_to_us, self.function.window
+        if resumed_us == NO_EVENT_TIME or after_us is None or after_us == NO_EVENT_TIME or not self.live:
+            log.warning("%s: cannot say which event times the rows lost from %s had", self.qualified_name,
+                        found.path)
+            return
+        if window is None:
+            since_us, until_us = after_us + 1, resumed_us
+        else:
+            every = window.every_us
+            since_us = (after_us - window.lateness_us) // every * every
+            until_us = (resumed_us // every + 1) * every
+        if since_us >= until_us:
+            return
+        log.warning("%s: its output in [%d, %d) µs may miss the rows lost from %s, a gap in its archive",
+                    self.qualified_name, since_us, until_us, found.path)
+        self.channels.get(LIVE_CHANNEL).send(gap(since_us, until_us, self.id), 0)
+        self.stats.add("gaps", 1)
 
     def _process(self, found: Input, tag: int, messages: list[tuple[Input, bytes]]) -> None:
         """Messages of one input under one tag: for each channel whose rows they carry, decoded once

@@ -100,7 +100,7 @@ SERVICE_COUNTER_TYPE_IDS: dict[str, dict[str, int]] = {
     "archiver": {"bytes_recorded": 104},  # Aeron's ARCHIVE_RECORDER_TOTAL_WRITE_BYTES_TYPE_ID
     "replayer": {"bytes_read": 1010, "rollups": 1011},
     "worker": {"tuples_in": 1300, "tuples_out": 1301, "late": 1302, "dropped": 1303, "unexpected": 1304,
-               "skipped": 1305, "spark_jobs": 1306, "spark_ms": 1307, "rollups": 1308},
+               "skipped": 1305, "spark_jobs": 1306, "spark_ms": 1307, "rollups": 1308, "gaps": 1309},
     "netd": {"sends": 1400, "receives": 1401, "bad_keys": 1402, "send_failures": 1403},
 }
 """The services' counters (ramen/transport/service_counters.py), one type id per thing counted,

@@ -184,9 +184,10 @@ class Rig:
         self.closables.insert(0, image)
         return Reader(image, schema)
 
-    def publication(self, path: Path) -> ExclusivePublication:
+    def publication(self, path: Path, term_offset: int = 0) -> ExclusivePublication:
+        """A writer of a new log at `path` (the stream from `term_offset` of its first term on)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        buffer = LogBuffer.create(path, LogBufferParams(term_length=1 << 20))
+        buffer = LogBuffer.create(path, LogBufferParams(term_length=1 << 20, term_offset=term_offset))
         publication = ExclusivePublication(buffer, self.counters)
         self.closables[:0] = [publication, buffer]
         return publication
@@ -434,6 +435,98 @@ def test_a_worker_its_writer_dropped_for_stalling_reads_on_from_where_it_was(rig
     assert rig.stop(worker) == 0
     output.poll()
     assert output.table().equals(whole)
+
+
+def test_a_live_input_that_goes_on_past_where_the_worker_was_makes_a_gap_over_the_windows_it_may_miss(rig):
+    """A remote parent's stream, rebuilt by netd in a new log after its sender skipped what its
+    writer overtook (netd away past the writer's tether hold): the new log goes on at a later
+    position of the same stream, and what lay between never comes. The worker read on without a
+    word, its windows archived as if whole. It writes a GAP from the window of the last row it read
+    (less the lateness) to the window the rows that came again begin in, and counts it."""
+    rig.load()
+    rig.worker_key("per_minute")
+    traffic_log = paths.output_log(rig.site, rig.qualified("traffic"))
+    parent = rig.publication(traffic_log)
+    base = 1_000 * MINUTE_US
+    rows = generate_rows(TRAFFIC, "ts", seed=9, hosts=4, step_us=10 * SECOND_US, first_index=base // (10 * SECOND_US),
+                         count=36)  # minutes 0 to 5, a row every 10 s
+    worker = rig.start("per_minute")
+    output = rig.reader(paths.output_log(rig.site, rig.qualified("per_minute")), rig.loaded.function(
+        "per_minute").schema, join_position=0)
+    wait_for(lambda: any(c.type_name == "sub-pos" and f"{rig.qualified('per_minute')} <- " in c.label
+                         for c in rig.counters.counters()), "the worker reading its parent's log")
+    for start in range(0, 12, 4):  # minutes 0 and 1, up to 1:50
+        offer(parent, encode_tuples(rows.slice(start, 4), "ts"))
+    output.read_until(lambda: output.rows == len(expected_per_minute(pa.Table.from_batches([rows.slice(0, 6)]))),
+                      "minute 0")
+    went_on_at = parent.position + 64 * 1024  # what minutes 2 and 3 held never comes
+    traffic_log.unlink()
+    parent = rig.publication(traffic_log, term_offset=went_on_at)
+    for start in range(24, 36, 4):  # minutes 4 and 5
+        offer(parent, encode_tuples(rows.slice(start, 4), "ts"))
+    minutes = expected_per_minute(pa.Table.from_batches([rows.slice(0, 12), rows.slice(24, 6)]))  # 0, 1, 4
+    output.read_until(lambda: output.rows == len(minutes), "minutes 1 and 4")
+    gaps_counted = worker_counter(rig, "per_minute", "gaps")
+    assert rig.stop(worker) == 0
+    output.poll()
+    assert output.table().equals(minutes)
+    # From minute 1 (its last row read at 1:50, 10 s late at most) to minute 4, where rows came again.
+    assert [gap[1:] for gap in output.gaps] == [(base + MINUTE_US, base + 5 * MINUTE_US)]
+    assert gaps_counted == 1
+
+
+def test_a_worker_its_writer_dropped_and_overtook_makes_a_gap_over_the_windows_it_may_miss(rig):
+    """Stopped (as a duty cycle a confserver call blocks) past the subscriber liveness timeout, the
+    worker is dropped by its writer, which writes on for its other reader until the log no longer
+    holds where the worker was: it reads on from the tail, and its output says which windows may
+    miss what it never read (once, nothing did: a window of a quarter of its rows, archived as whole)."""
+    rig.load()
+    rig.worker_key("per_minute")
+    traffic_log = paths.output_log(rig.site, rig.qualified("traffic"))
+    parent = rig.publication(traffic_log)
+    other = rig.reader(traffic_log, TRAFFIC)  # the reader the writer writes on for
+    base = 1_000 * MINUTE_US
+    rows = generate_rows(TRAFFIC, "ts", seed=9, hosts=4, step_us=10 * SECOND_US, first_index=base // (10 * SECOND_US),
+                         count=36)  # minutes 0 to 5, a row every 10 s
+    worker = rig.start("per_minute")
+    output = rig.reader(paths.output_log(rig.site, rig.qualified("per_minute")), rig.loaded.function(
+        "per_minute").schema, join_position=0)
+
+    def reader_counter() -> int | None:
+        return next((c.id for c in rig.counters.counters() if c.type_name == "sub-pos" and c.status != ctr.COUNTER_DROPPED
+                     and f"{rig.qualified('per_minute')} <- " in c.label), None)
+
+    def write(batch: pa.RecordBatch) -> None:
+        message = encode_tuples(batch, "ts")
+        wait_for(lambda: other.poll() >= 0 and parent.offer(message) > 0, "the parent's log to take a message")
+
+    wait_for(reader_counter, "the worker reading its parent's log")
+    for start in range(0, 12, 4):  # minutes 0 and 1, up to 1:50
+        write(rows.slice(start, 4))
+    output.read_until(lambda: output.rows == len(expected_per_minute(pa.Table.from_batches([rows.slice(0, 6)]))),
+                      "minute 0")
+    worker.send_signal(signal.SIGSTOP)
+    rig.counters.put(reader_counter(), ctr.STATUS_OFFSET, ctr.COUNTER_DROPPED)  # as the writer drops it
+    overtaken = generate_rows(TRAFFIC, "ts", seed=3, hosts=4, step_us=2_000, first_index=(base + 2 * MINUTE_US) // 2_000,
+                              count=60_000)  # minutes 2 and 3: over a term past where the worker was
+    for start in range(0, 60_000, 3_000):
+        write(overtaken.slice(start, 3_000))
+    assert parent.position > (1 << 20) + 4096
+    worker.send_signal(signal.SIGCONT)
+    wait_for(reader_counter, "the worker reading its parent's log again")
+    for start in range(24, 36, 4):  # minutes 4 and 5
+        write(rows.slice(start, 4))
+    minutes = expected_per_minute(pa.Table.from_batches([rows.slice(0, 12), rows.slice(24, 6)]))  # 0, 1, 4
+    output.read_until(lambda: output.rows == len(minutes), "minutes 1 and 4")
+    assert rig.stop(worker) == 0
+    output.poll()
+    assert output.table().equals(minutes)
+    assert [gap[1:] for gap in output.gaps] == [(base + MINUTE_US, base + 5 * MINUTE_US)]
+
+
+def worker_counter(rig, function: str, name: str) -> int:
+    label = f"worker {rig.qualified(function)} {name}"
+    return next(c.value for c in rig.counters.counters() if c.label == label)
 
 
 def test_replay_channel_ends_in_the_recipient_after_every_end_of_replay_and_leaves_live_alone(rig):

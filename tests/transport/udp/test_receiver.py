@@ -11,6 +11,7 @@ from ramen.transport.udp.defaults import (IMAGE_LIVENESS_TIMEOUT_NS, NAK_RETRY_N
 from ramen.transport.udp.protocol import (EOS_FLAG, SM_EOS_FLAG, SM_SEND_SETUP_FLAG, UNFRAGMENTED, NakFrame,
                                           SetupFrame, StatusMessage, data_frame, frames_of, heartbeat)
 from ramen.transport.udp.receiver import NetworkReceiver
+from workers.inputs import first_frame_position
 
 SESSION, STREAM, TERM_LENGTH, MTU = 888, 1005, 65536, 1408
 RECEIVER_ID = 0x1234_5678_9ABC
@@ -86,6 +87,10 @@ def test_a_setup_more_than_a_term_past_an_image_ends_it_and_a_new_one_begins_the
     assert new is not old and new.join_position == TERM_LENGTH + 3 * FRAME + 32
     assert rig.receiver.ended_images == [old] and old.is_ended and old.rebuilt_position == 3 * FRAME
     assert rig.receiver.images_overtaken == 1 and new.log.path != old.log.path
+    # The same stream going on, as a reader of the new log tells it (workers/inputs.py: a GAP for what lies between)
+    assert (new.log.session_id, new.log.stream_id, new.log.initial_term_id) == \
+        (old.log.session_id, old.log.stream_id, old.log.initial_term_id)
+    assert first_frame_position(new.log) == new.join_position  # nothing came yet: where a reader joins
 
 
 def test_setups_of_a_stream_nobody_subscribed_to_make_no_image(rig):
