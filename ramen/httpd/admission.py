@@ -11,6 +11,11 @@ dashboards on auto-refresh stay quick whatever the long renders queued behind.
 Slots are counted in replays, not renders: the renders of one dashboard share their replays
 (ramen/httpd/fetch.py), so its 20 panels take the few slots of their few functions, and start
 together within the supervisor's merge delay.
+
+Memory is admitted too: each render's estimate of what its buckets and series will take (made
+before its fetches, ramen/httpd/renderer.py) is reserved while it runs (RenderMemory), and a
+render that would take the renders running past `max_bytes` together is refused with the same
+503, so that httpd's memory has a bound whatever the mix of renders.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Hashable, Iterator
 
 MAX_RUNNING_REPLAYS = 8
 """Long replays at once: a dashboard's distinct (function, range) replays start together (its
@@ -31,6 +36,10 @@ LIGHT_REPLAY_S = 15 * 60
 minutes, the rest cached) never queues behind long renders."""
 RETRY_AFTER_S = 5
 """What an overloaded answer's Retry-After asks: about what a long replay of an hour takes here."""
+MAX_RENDERS_BYTES = 4 << 30
+"""What the renders running may take together, by their estimates: four renders at the most one
+may take (ramen/httpd/state.py, MAX_RENDER_BYTES), on a machine of 24 GB."""
+MIB = 1 << 20
 WAIT_POLL_S = 0.2
 """How often a thread waiting for a slot or for a shared replay looks whether its render was
 cancelled (a thread cannot wait on two things at once)."""
@@ -53,6 +62,7 @@ class AdmissionLimits:
     max_running: int = MAX_RUNNING_REPLAYS
     max_waiting: int = MAX_WAITING_REPLAYS
     light_s: int = LIGHT_REPLAY_S
+    max_bytes: int = MAX_RENDERS_BYTES
 
 
 class ReplaySlots:
@@ -92,3 +102,40 @@ class ReplaySlots:
             with self._changed:
                 self.running -= 1
                 self._changed.notify()
+
+
+class RenderMemory:
+    """What the renders running are estimated to take, reserved as each starts its fetches and
+    released as it ends, by piece (a function over a range): the renders of one dashboard share
+    their pieces' buckets (ramen/httpd/fetch.py), so a piece is reserved once, whoever holds it. A
+    render alone is always let in (its own bound, Limits.max_render_bytes, is checked before);
+    beside others, one whose new pieces would take them past `max_bytes` is Overloaded."""
+
+    def __init__(self, limits: AdmissionLimits = AdmissionLimits()) -> None:
+        self.limits = limits
+        self.reserved = 0
+        self._held: dict[Hashable, list[int]] = {}
+        """piece -> [its bytes, the renders holding it]"""
+        self._lock = threading.Lock()
+
+    def reserve(self, pieces: dict[Hashable, int]) -> None:
+        """Hold every piece (its estimated bytes), all or none."""
+        with self._lock:
+            new = sum(nbytes for piece, nbytes in pieces.items() if piece not in self._held)
+            if new and self.reserved and self.reserved + new > self.limits.max_bytes:
+                raise Overloaded(f"the renders running are estimated to take {self.reserved / MIB:,.0f} MiB, and "
+                                 f"this one {new / MIB:,.0f} MiB more, past the {self.limits.max_bytes / MIB:,.0f} "
+                                 f"MiB they may take together: try again in a few seconds, or ask a shorter range")
+            for piece, nbytes in pieces.items():
+                held = self._held.setdefault(piece, [nbytes, 0])
+                self.reserved += nbytes if held[1] == 0 else 0
+                held[1] += 1
+
+    def release(self, pieces) -> None:
+        with self._lock:
+            for piece in pieces:
+                held = self._held[piece]
+                held[1] -= 1
+                if held[1] == 0:
+                    del self._held[piece]
+                    self.reserved -= held[0]

@@ -35,6 +35,8 @@ SHARED_GRID_MAX_BYTES = 8 * 1024 * 1024
 made only up to this size (a million points: 50 hosts over 14 days of minutes); past it each render
 computes the rows it draws alone, and keeps none: one series of per_minute over 56 years made a grid
 of its 50 hosts, 12 GB."""
+FACTOR_VALUE_BYTES = 16
+"""A factor value in a bucket row, for an estimate: a string's offset and a host name's characters."""
 _ROW = "__row"
 _derived_kept: OrderedDict[int, "_Derived"] = OrderedDict()
 _derived_lock = threading.Lock()
@@ -45,6 +47,17 @@ def step_s(function: Function) -> int:
     if function.window is None:
         return DEFAULT_STEP_S
     return max(1, function.window.every_us // US_PER_S)
+
+
+def estimated_bytes(function: Function, groups: int, since_s: int, until_s: int) -> int:
+    """What the buckets of `groups` combinations of factor values over [since_s, until_s) take,
+    with a drawn point for each bucket and field: a render's estimate before it fetches. A row
+    holds its bucket, its factor values, and a sum and a count of each numeric field."""
+    step = step_s(function)
+    steps = -(-(until_s - since_s) // step)
+    fields = len(numeric_fields(function))
+    row = 8 + len(function.factors) * FACTOR_VALUE_BYTES + fields * (16 + GRID_POINT_BYTES)
+    return max(1, groups) * steps * row
 
 
 def summary_of(function: Function) -> Summary:

@@ -51,6 +51,12 @@ class FactorValues:
                 self._known[key] = (now, values)
         return sorted(values)
 
+    def known(self, function: Function) -> int:
+        """How many combinations of its factor values are known now, without reading anything: a
+        render's estimate of its memory counts on them (0 for a function never met)."""
+        with self._lock:
+            return len(self._known.get((function.qualified_name, function.signature), (None, ()))[1])
+
     def remember(self, function: Function, table: pa.Table) -> None:
         """Add the values a render's buckets hold."""
         if not function.factors:

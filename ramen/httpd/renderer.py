@@ -3,8 +3,8 @@ series -> Graphite functions (functions/). The handlers (app.py) parse the reque
 what this gives (render.py).
 
 Every bound of a render (targets, their length, the ranges a series is fetched over, series and
-points) is checked before anything is fetched; what needs the metric tree is evaluated on the pool,
-the fetches on the fetch pool, at once."""
+points, the memory its buckets and series are estimated to take) is checked before anything is
+fetched; what needs the metric tree is evaluated on the pool, the fetches on the fetch pool, at once."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
     nodes = [target.parse(t, graphite_functions.FUNCTIONS) for t in targets]  # all checked before anything runs
     progress = httpd.track(request_id)
     loop = asyncio.get_running_loop()
+    reserved: dict[tuple[str, int, int], int] = {}  # the pieces it holds of httpd's memory, their estimates
     httpd.render_started()
     try:
         programs = await loop.run_in_executor(httpd.pool, httpd.programs)
@@ -59,7 +60,7 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
         for _ in range(MAX_FETCH_ROUNDS):
             earlier = [s for found in series_of.values() for s in found]
             series_of.update(await _fetch(httpd, programs, tree, wanted, since_s, until_s, progress, no_cache, tables,
-                                          len(earlier), sum(len(s.values) for s in earlier)))
+                                          reserved, len(earlier), sum(len(s.values) for s in earlier)))
             try:
                 # On the pool: a moving median over a long range takes seconds the loop owes other requests.
                 return await loop.run_in_executor(httpd.pool, graphite_functions.evaluate_all, nodes, series_of,
@@ -76,6 +77,7 @@ async def evaluate_targets(httpd: Httpd, targets: list[str], since_s: int, until
         httpd.fetcher.leave(progress)  # its fetches still running are wanted by nobody else
         raise
     finally:
+        httpd.memory.release(reserved)
         progress.done = True
         httpd.render_ended()
 
@@ -87,20 +89,22 @@ MAX_FETCH_ROUNDS = 3
 
 async def _fetch(httpd: Httpd, programs: dict[str, Program], tree: MetricTree, wanted: list[tuple[str, int, int]],
                  since_s: int, until_s: int, progress: Progress, no_cache: bool,
-                 tables: dict[tuple[str, int, int], pa.Table], metrics_before: int, points_before: int
-                 ) -> graphite_functions.Fetched:
+                 tables: dict[tuple[str, int, int], pa.Table], reserved: dict[tuple[str, int, int], int],
+                 metrics_before: int, points_before: int) -> graphite_functions.Fetched:
     """The series each (path expression, from_s, until_s) matches, its functions fetched at once in
     pieces: the part within the render's range as every render of that range fetches it (a
     dashboard's panels share its replay), the rest (a moving window's reach) apart. `tables` holds
     the pieces earlier rounds fetched (a made target's paths are mostly of the same functions, over
     the same ranges), and gets this round's. The render's limits count the series and points of its
-    earlier rounds too."""
+    earlier rounds too, and its memory what `reserved` holds (the pieces it reserved, with their
+    estimates), to which this round's are added before they are fetched."""
     loop = asyncio.get_running_loop()
     needed = {(f.qualified_name, since, until): f for e, since, until in wanted for f in tree.functions_matching(e)}
     pieces = {key: pieces_of(buckets.step_s(f), key[1], key[2], since_s, until_s) for key, f in needed.items()}
     fetched = {(key[0], *piece): f for key, f in needed.items() for piece in pieces[key]}
     _check_points(sum((until - since) // buckets.step_s(f) for (_, since, until), f in fetched.items()),
                   len(fetched), "function", httpd.limits)
+    _reserve(httpd, {key: f for key, f in fetched.items() if key not in reserved}, reserved)
     # Every piece at once (a pool job each: their replays meet in the merge delay); a glob over
     # factor values then matches the values these hold, so a render never needs the archive's
     # newest hour (completion's factor values) on top of its own range.
@@ -157,6 +161,26 @@ def _check_fetch_ranges(wanted: list[tuple[str, int, int]], limits: Limits) -> N
             raise BadRequest(f"render: {expression} would be fetched over {(until_s - since_s) // 86400:,} days "
                              f"(a forecast's bootstrap, a moving window or a regression's source included), "
                              f"more than {limits.max_fetch_range_s // 86400}")
+
+
+def _reserve(httpd: Httpd, pieces: dict[tuple[str, int, int], Function], reserved: dict[tuple[str, int, int], int]
+             ) -> None:
+    """Before the pieces are fetched: what they will take, estimated from the factor values known
+    (buckets.estimated_bytes), with what the render holds already, within limits.max_render_bytes
+    (a one-line refusal, before any replay); then reserved in httpd's memory (Overloaded beside
+    the renders running: 503). A function never met counts one combination of factor values: its
+    fetch is bounded as it runs (fetch.py, max_fetch_bytes), and its values known for the next."""
+    estimates = {key: buckets.estimated_bytes(f, httpd.factor_values.known(f) if f.factors else 1, key[1], key[2])
+                 for key, f in pieces.items()}
+    total = sum(reserved.values()) + sum(estimates.values())
+    if total > httpd.limits.max_render_bytes:
+        largest = max(estimates, key=estimates.get)
+        raise BadRequest(f"render: would take about {total / (1 << 20):,.0f} MiB ({largest[0]} over "
+                         f"{(largest[2] - largest[1]) / 86400:,.1f} days alone about "
+                         f"{estimates[largest] / (1 << 20):,.0f} MiB, every value of its factors known), more than "
+                         f"{httpd.limits.max_render_bytes / (1 << 20):,.0f} MiB: ask a shorter range or fewer series")
+    httpd.memory.reserve(estimates)
+    reserved.update(estimates)
 
 
 def _check_points(total: int, count: int, kind: str, limits: Limits) -> None:

@@ -15,7 +15,7 @@ import pyarrow as pa
 from ramen import keyspace
 from ramen.clocks import SYSTEM_CLOCK, Clock
 from ramen.httpd import buckets
-from ramen.httpd.admission import AdmissionLimits, ReplaySlots
+from ramen.httpd.admission import AdmissionLimits, RenderMemory, ReplaySlots
 from ramen.httpd.auth import Credentials
 from ramen.httpd.cache import DEFAULT_MAX_BYTES, ResultCache
 from ramen.httpd.factors import FactorValues
@@ -46,6 +46,11 @@ MAX_FETCH_BYTES = 1 << 30
 together, checked as its replay's buckets are added up: the points bound counts the series drawn,
 after the fetch, which holds them all (50 hosts of a 10 s function over 399 days: 172 M buckets,
 about 7 GB, before a one-line refusal)."""
+MAX_RENDER_BYTES = 1 << 30
+"""What one render may take by the estimate made before its fetches (renderer.py's
+_estimated_bytes: the buckets of its functions over their ranges, every combination of factor
+values known, and a drawn point per bucket and field): one past it is refused in one line before
+it starts. The renders running together are bounded too (admission.py, MAX_RENDERS_BYTES)."""
 THREADS = 16
 """Threads for the confserver's reads, the metric tree and targets' evaluation."""
 FETCH_THREADS = 128
@@ -68,6 +73,7 @@ class Limits:
     max_points: int = MAX_POINTS
     max_target_length: int = MAX_TARGET_LENGTH
     max_fetch_bytes: int = MAX_FETCH_BYTES
+    max_render_bytes: int = MAX_RENDER_BYTES
 
 
 class Httpd:
@@ -95,6 +101,7 @@ class Httpd:
         self._programs_lock = threading.Lock()
         self._programs_watch = client.watch(f"{keyspace.PROGRAMS}/*")
         self.factor_values = FactorValues(self.fetcher, site, self.programs, clock=clock)
+        self.memory = RenderMemory(admission)
 
     def close(self) -> None:
         self._programs_watch.close()

@@ -1,14 +1,23 @@
 """httpd's admission of long replays (ramen/httpd/admission.py): slots taken in turn, a bounded
-queue, refusal past it, a waiting render cancelled; and, through the app, a 503 with Retry-After."""
+queue, refusal past it, a waiting render cancelled; and, through the app, a 503 with Retry-After.
+And of memory: each render's estimate bounded before it fetches, the renders running bounded
+together, a piece they share reserved once."""
 
+import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import pyarrow as pa
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
 from ramen import keyspace
-from ramen.httpd.admission import AdmissionLimits, Overloaded, RenderCancelled, ReplaySlots
+from ramen.httpd import buckets
+from ramen.httpd.admission import AdmissionLimits, Overloaded, RenderCancelled, RenderMemory, ReplaySlots
+from ramen.httpd.app import make_app
+from ramen.httpd.state import Httpd, Limits
 from ramen.program import loads
+from ramen.replay import summary as summaries
 from tests.httpd.test_app import serve, sync
 from tests.waiting import wait_for
 
@@ -83,5 +92,87 @@ async def test_a_render_past_the_queue_is_a_503_with_retry_after_alone_and_in_a_
         assert refused["status"] == 503 and "try again" in refused["error"]
         metrics = await (await http.get("/metrics")).text()
         assert 'ramen_httpd_renders_refused_total{site="httpd-test"} 2' in metrics
+    finally:
+        await http.close()
+
+
+def test_render_memory_holds_a_shared_piece_once_lets_a_render_alone_in_and_refuses_one_past_the_bound():
+    memory = RenderMemory(AdmissionLimits(max_bytes=100))
+    memory.reserve({"a": 150})  # alone: its own bound was checked before
+    memory.reserve({"a": 150})  # the same piece for another render (a dashboard's panels): not again
+    assert memory.reserved == 150
+    with pytest.raises(Overloaded, match="estimated to take 0 MiB, and this one 0 MiB more"):
+        memory.reserve({"a": 150, "b": 1})  # all or none
+    assert memory.reserved == 150
+    memory.release(["a"])
+    assert memory.reserved == 150  # the other render still holds it
+    memory.release(["a"])
+    memory.reserve({"b": 60})
+    memory.reserve({"c": 40})
+    with pytest.raises(Overloaded):
+        memory.reserve({"d": 1})
+    memory.release(["b"])
+    memory.release(["c"])
+    assert memory.reserved == 0
+
+
+PROGRAM = ('[program]\nname = "{name}"\n\n[[function]]\nname = "f"\n'
+           'source = {{ kind = "generator", rate = 10, hosts = 2 }}\n'
+           'schema = {{ ts = "timestamp[us]", host = "string", bytes = "int64" }}\nevent_time = "ts"\n'
+           'factors = ["host"]\narchive = {{ retention = "1d" }}\n')
+
+
+def fifty_hosts_known(httpd: Httpd, program) -> None:
+    """As if a render had met 50 hosts of the function (FactorValues.remember)."""
+    function = program.function("f")
+    rows = pa.table({"ts": pa.array([0] * 50, pa.timestamp("us")), "host": [f"host{i:02}" for i in range(50)],
+                     "bytes": pa.array(range(50), pa.int64())})
+    httpd.factor_values.remember(function, summaries.aggregate(buckets.summary_of(function), function, rows))
+
+
+@sync
+async def test_a_render_estimated_past_its_memory_bound_is_refused_in_one_line_before_any_replay(client):
+    """No supervisor runs here: a render that got as far as its replays would wait for them. 50 hosts
+    of a 10 s function over a day: 432,000 buckets of 48 bytes, about 20 MiB, against 16 MiB."""
+    program = loads(PROGRAM.format(name="mem"))
+    client.set(f"{keyspace.PROGRAMS}/mem", program.to_dict())
+    httpd = Httpd(client, "httpd-test", limits=Limits(max_render_bytes=16 << 20))
+    fifty_hosts_known(httpd, program)
+    http = TestClient(TestServer(make_app(httpd)))
+    await http.start_server()
+    try:
+        answer = await http.get("/render?target=sumSeries(mem.f.*.bytes)&from=-1d&noCache=1")
+        assert answer.status == 400
+        assert await answer.text() == ("render: would take about 20 MiB (mem/f over 1.0 days alone about 20 MiB, "
+                                       "every value of its factors known), more than 16 MiB: ask a shorter range or "
+                                       "fewer series\n")
+        assert httpd.memory.reserved == 0
+    finally:
+        await http.close()
+
+
+@sync
+async def test_a_render_past_what_the_renders_running_may_take_together_is_a_503_and_their_memory_goes_back(client):
+    """The first render holds its estimate while its replay waits for a slot (none is free); the
+    second, of another range, would take them past the bound; once a slot is free, the first ends
+    and gives its memory back."""
+    program = loads(PROGRAM.format(name="mem2"))
+    client.set(f"{keyspace.PROGRAMS}/mem2", program.to_dict())
+    httpd = Httpd(client, "httpd-test", admission=AdmissionLimits(max_running=0, max_bytes=24 << 20))
+    fifty_hosts_known(httpd, program)
+    http = TestClient(TestServer(make_app(httpd)))
+    await http.start_server()
+    try:
+        first = asyncio.ensure_future(http.get("/render?target=sumSeries(mem2.f.*.bytes)&from=-1d&noCache=1"))
+        await asyncio.get_running_loop().run_in_executor(None, wait_for, lambda: httpd.fetcher.slots.waiting,
+                                                         "the first render's replay waiting for a slot")
+        assert httpd.memory.reserved in (50 * 8_640 * 48, 50 * 8_641 * 48)  # 50 hosts, a day of 10 s steps
+        answer = await http.get("/render?target=sumSeries(mem2.f.*.bytes)&from=-2d&until=-1d&noCache=1")
+        assert answer.status == 503 and int(answer.headers["Retry-After"]) > 0
+        assert "the renders running are estimated to take 20 MiB, and this one 20 MiB more, past the 24 MiB" in \
+            await answer.text()
+        httpd.fetcher.slots.limits = AdmissionLimits()  # slots free: the first goes on
+        assert (await first).status == 200
+        assert httpd.memory.reserved == 0
     finally:
         await http.close()
