@@ -35,6 +35,7 @@ from ramen.memory import arrow_on_the_c_allocator
 from ramen.netd.defaults import DEFAULT_LISTEN as NETD_DEFAULT_LISTEN
 from ramen.processes import INSTANCE_ENV, command_line, instance_processes, running, stop_processes
 from ramen.spark.session import configured_remote, configured_staging
+from ramen.transport.udp.setup_key import SetupKey, SetupKeyError
 
 DEFAULT_LISTEN = "127.0.0.1:0"
 """A free port: instances side by side on one host never collide (each writes where it listens)."""
@@ -90,6 +91,9 @@ def add_parser(sub) -> None:
                             "announced in the confserver)")
     start.add_argument("--netd-allow", metavar="NETWORK", action="append", type=argtypes.network, default=[],
                        help="netd takes datagrams only from this address or network (repeatable; default: any)")
+    start.add_argument("--netd-setup-key", metavar="FILE", default=None,
+                       help="netd signs its SETUPs with the secret in FILE and takes only SETUPs signed with it "
+                            "(the same file on every site that sends to another; chmod 600)")
     start.add_argument("--spark", metavar="sc://HOST:PORT", default=configured_remote(),
                        help="run heavy functions on this Spark Connect endpoint (default $RAMEN_SPARK_REMOTE; "
                             "without it, a local one starts when a program needs Spark)")
@@ -124,8 +128,18 @@ def _check_httpd_options(args) -> None:
         raise UserError(f"httpd: {e}".replace("--listen", "--httpd-listen").replace("--auth", "--httpd-auth")) from None
 
 
+def _check_netd_options(args) -> None:
+    """netd's setup key, read before anything starts (else netd alone would exit, again and again)."""
+    if args.netd_setup_key is not None:
+        try:
+            SetupKey.load(_absolute(args.netd_setup_key))
+        except SetupKeyError as e:
+            raise UserError(f"netd: {e}") from None
+
+
 def run_start(args) -> int:
     _check_httpd_options(args)
+    _check_netd_options(args)
     base = _base(args)
     run_dir = base / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -231,7 +245,8 @@ def _wants_netd(args) -> bool:
 
 def _netd_argv(args) -> tuple[str, list[str], float]:
     allow = [word for network in args.netd_allow for word in ("--allow", str(network))]
-    return "netd", ["ramen.netd.service", "--site", args.site, "--listen", args.netd_listen, *allow], \
+    key = ["--setup-key", str(_absolute(args.netd_setup_key))] if args.netd_setup_key else []
+    return "netd", ["ramen.netd.service", "--site", args.site, "--listen", args.netd_listen, *allow, *key], \
         HEARTBEAT_STUCK_AFTER_S
 
 
@@ -442,6 +457,7 @@ def _daemonize(args, base: Path, run_dir: Path) -> int:
             *(["--httpd-auth", str(_absolute(args.httpd_auth))] if args.httpd_auth else []),
             *({True: ["--netd"], False: ["--no-netd"], None: []}[args.netd]), "--netd-listen", args.netd_listen,
             *[word for network in args.netd_allow for word in ("--netd-allow", str(network))],
+            *(["--netd-setup-key", str(_absolute(args.netd_setup_key))] if args.netd_setup_key else []),
             *map(str, map(_absolute, args.programs))]
     (run_dir / READY_FILE).unlink(missing_ok=True)
     log_path = base / "logs" / "start.log"

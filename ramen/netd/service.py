@@ -31,6 +31,7 @@ from ramen.transport.idle import BackoffIdleStrategy
 from ramen.transport.udp.channel import Address, UdpChannel
 from ramen.transport.udp.receiver_agent import ReceiverAgent
 from ramen.transport.udp.sender_agent import SenderAgent
+from ramen.transport.udp.setup_key import SetupKey, SetupKeyError
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow", metavar="NETWORK", action="append", type=argtypes.network,
                         help="take datagrams only from this address or network (repeatable; default: any "
                              "address that reaches --listen); others are counted and dropped undecoded")
+    parser.add_argument("--setup-key", metavar="FILE",
+                        help="sign the SETUPs it sends with the secret in FILE, and take only SETUPs signed with "
+                             "it: the same file on every site that sends to another (chmod 600)")
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -57,7 +61,8 @@ def serve(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     try:
         host, port = parse_listen(args.listen)
-    except ValueError as e:
+        setup_key = None if args.setup_key is None else SetupKey.load(args.setup_key)
+    except (ValueError, SetupKeyError) as e:
         print(f"ramen: netd: {e}", file=sys.stderr)
         return EXIT_REFUSED
     try:
@@ -77,14 +82,14 @@ def serve(args: argparse.Namespace) -> int:
     netd_counters = NetdCounters.allocate(counters, args.site)
     try:
         receiver = ReceiverAgent(paths.net_dir(args.site), counters, receiver_id=random.getrandbits(31),
-                                 allow=args.allow)
+                                 allow=args.allow, setup_key=setup_key)
         try:
             bound = _bind(receiver, Address(host, port), paths.net_dir(args.site) / LAST_ENDPOINT_FILE)
         except OSError as e:
             print(f"ramen: netd: cannot listen on {args.listen}: {e.strerror or e}", file=sys.stderr)
             return EXIT_REFUSED
         endpoint = UdpChannel(endpoint=bound)
-        sender = SenderAgent(counters)
+        sender = SenderAgent(counters, setup_key=setup_key)
         follower = KeyFollower(client, args.site, sender, receiver, endpoint, netd_counters)
         _announce(client, args.site, endpoint)
         log.info("netd of site %s receiving at %s", args.site, endpoint.format())

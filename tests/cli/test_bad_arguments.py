@@ -93,6 +93,22 @@ def test_start_refuses_httpd_options_httpd_would_refuse_before_anything_starts(t
     assert not (tmp_path / "instance").exists()  # nothing started, nothing made
 
 
+def test_a_setup_key_netd_cannot_use_is_one_line_from_start_and_netd_before_anything_starts(tmp_path):
+    key = tmp_path / "setup.key"
+    key.write_text("too short\n")
+    key.chmod(0o600)
+    for daemon in ([], ["--daemon"]):
+        result = ramen(tmp_path / "instance", "start", *daemon, "--netd-setup-key", str(key))
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.strip().splitlines() == [
+            f"ramen: start: netd: setup key {key}: a setup key of 9 bytes, fewer than 16"]
+    assert not (tmp_path / "instance").exists()
+    result = ramen(tmp_path / "instance", "netd", "--setup-key", str(tmp_path / "missing.key"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"ramen: netd: setup key {tmp_path / 'missing.key'}: No such file or directory"]
+
+
 def test_an_unreachable_zookeeper_is_one_line_without_its_clients_retries(tmp_path):
     result = ramen(tmp_path, "ps", "--confserver", "zk://127.0.0.1:1/nowhere")
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr

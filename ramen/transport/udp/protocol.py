@@ -69,6 +69,10 @@ SETUP = struct.Struct("<iBBHiiiiiiii")
 """The common header, then termOffset, sessionId, streamId, initialTermId, activeTermId, termLength,
 mtu, ttl (i32 each, from @8): SetupFrame's fields, in order."""
 SETUP_LENGTH = SETUP.size
+SETUP_TAG_LENGTH = 16
+"""Beyond Aeron: a SETUP signed with the sites' setup key (setup_key.py) carries, after its 40
+bytes, the first 16 bytes of an HMAC-SHA-256 of them; its frameLength says 56."""
+SETUP_SIGNED_LENGTH = SETUP_LENGTH + SETUP_TAG_LENGTH
 SETUP_SEND_RESPONSE_FLAG = 0x80
 SETUP_GROUP_FLAG = 0x40
 
@@ -193,13 +197,21 @@ class SetupFrame:
     mtu: int
     ttl: int = 0
     flags: int = 0
+    tag: bytes | None = None
+    """Its signature (SETUP_TAG_LENGTH bytes) when signed with a setup key, else None (Aeron's)."""
 
-    wire_length = SETUP_LENGTH
+    @property
+    def wire_length(self) -> int:
+        return SETUP_LENGTH if self.tag is None else SETUP_SIGNED_LENGTH
 
-    def encode(self) -> bytes:
-        return SETUP.pack(SETUP_LENGTH, CURRENT_VERSION, self.flags, HDR_TYPE_SETUP, self.term_offset,
+    def fields(self) -> bytes:
+        """Its 40 bytes as sent (frameLength included): what a tag signs."""
+        return SETUP.pack(self.wire_length, CURRENT_VERSION, self.flags, HDR_TYPE_SETUP, self.term_offset,
                           self.session_id, self.stream_id, self.initial_term_id, self.active_term_id,
                           self.term_length, self.mtu, self.ttl)
+
+    def encode(self) -> bytes:
+        return self.fields() if self.tag is None else self.fields() + self.tag
 
 
 @dataclass(frozen=True)
@@ -274,7 +286,7 @@ class RttMeasurement:
 
 Frame = DataFrame | SetupFrame | StatusMessage | NakFrame | RttMeasurement
 
-_FIXED_LENGTHS = {HDR_TYPE_SETUP: (SETUP_LENGTH,), HDR_TYPE_SM: (SM_LENGTH, SM_WITH_GROUP_TAG_LENGTH),
+_FIXED_LENGTHS = {HDR_TYPE_SETUP: (SETUP_LENGTH, SETUP_SIGNED_LENGTH), HDR_TYPE_SM: (SM_LENGTH, SM_WITH_GROUP_TAG_LENGTH),
                   HDR_TYPE_NAK: (NAK_LENGTH,), HDR_TYPE_RTTM: (RTTM_LENGTH,)}
 
 
@@ -352,7 +364,9 @@ def _decode_at(view: memoryview, offset: int, size: int) -> tuple[Frame, int]:
             if frame_length == SM_WITH_GROUP_TAG_LENGTH else None
         decoded: Frame = StatusMessage(*fields[4:], group_tag=group_tag, flags=flags)
     elif frame_type == HDR_TYPE_SETUP:
-        decoded = SetupFrame(*SETUP.unpack_from(view, offset)[4:], flags=flags)
+        tag = bytes(view[offset + SETUP_LENGTH:offset + SETUP_SIGNED_LENGTH]) \
+            if frame_length == SETUP_SIGNED_LENGTH else None
+        decoded = SetupFrame(*SETUP.unpack_from(view, offset)[4:], flags=flags, tag=tag)
     elif frame_type == HDR_TYPE_NAK:
         decoded = NakFrame(*NAK.unpack_from(view, offset)[4:], flags=flags)
     else:

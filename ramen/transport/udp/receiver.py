@@ -30,6 +30,8 @@ captures in aeron-vectors/udp show them:
   every SETUP): at most max_images_per_stream images of a stream, where a new SETUP takes the place
   of the oldest image that never carried data (a SETUP flood's) or is refused, and at most
   max_images_per_source of one source address (the IP the owner names, on_datagram's `source`).
+  With a setup key, only SETUPs signed with it are taken at all (setup_key.py; refused as the
+  bounds refuse, counted in setups_refused).
 - Speed: a datagram (or batch) that is one run of plain DATA frames landing in fresh space of an
   image goes into its log as one block (protocol.data_run, ImageRebuilder.insert_run), with no frame
   decoded; everything else goes frame by frame, by the rules above, with the same counters.
@@ -55,6 +57,7 @@ from ramen.transport.udp.defaults import (IMAGE_LIVENESS_TIMEOUT_NS, MAX_IMAGES_
                                           SETUP_REFUSED_LOG_INTERVAL_NS)
 from ramen.transport.udp.protocol import (DataFrame, NakFrame, SetupFrame, StatusMessage,
                                           WireError, frames_of)
+from ramen.transport.udp.setup_key import SetupKey
 from ramen.transport.udp.rebuild import DUPLICATE, INSERTED, OVER_RUN, REJECTED, Gap, ImageRebuilder, StatusMessagePolicy
 
 log = logging.getLogger(__name__)
@@ -175,7 +178,7 @@ class NetworkReceiver:
                  liveness_timeout_ns: int = IMAGE_LIVENESS_TIMEOUT_NS, receiver_window: int | None = None,
                  pre_touch: bool = False, stalled_sm_ns: int | None = None,
                  max_images_per_stream: int = MAX_IMAGES_PER_STREAM,
-                 max_images_per_source: int = MAX_IMAGES_PER_SOURCE) -> None:
+                 max_images_per_source: int = MAX_IMAGES_PER_SOURCE, setup_key: SetupKey | None = None) -> None:
         """`directory`: where image log buffers are created (one file per image);
         `receiver_id`: a random id fixed for this receiver's life, sent in every SM;
         `receiver_window`: Aeron's rcv-wnd, the window each image's SMs grant (default
@@ -188,7 +191,8 @@ class NetworkReceiver:
         last SM this long ago, sends one more (once until a frame comes): a sender held at its
         limit whose SM was lost goes on then, not 200 ms later (not Aeron's: None, its default).
         `max_images_per_stream`, `max_images_per_source`: the bounds on what SETUPs make (the
-        module's docstring)."""
+        module's docstring). `setup_key`: only SETUPs signed with it are taken (setup_key.py)."""
+        self.setup_key = setup_key
         self.directory = Path(directory)
         self.receiver_id = receiver_id
         self._clock = clock
@@ -351,6 +355,11 @@ class NetworkReceiver:
         self.setups_received += 1
         if setup.stream_id not in self.stream_ids:
             self.frames_unsubscribed += 1
+            return
+        if self.setup_key is not None and not self.setup_key.verifies(setup):
+            # Before anything else: an unsigned SETUP past an image's position would end it.
+            self._refuse(setup, now, "not signed with the setup key" if setup.tag is None else
+                         "signed with another key than ours")
             return
         key = (setup.session_id, setup.stream_id)
         current = self.images.get(key)

@@ -26,8 +26,9 @@ endpoint (one socket per endpoint, shared by its streams) with a NetworkReceiver
 - A datagram the kernel will not take now (EAGAIN) is sent first next duty cycle; an ICMP error is
   counted. Neither raises out of do_work.
 - What strangers can cost it is bounded: with `allow`, datagrams from other addresses are counted
-  (`garbage not-allowed`) and dropped undecoded; the receiver bounds images per stream and per
-  source address (NetworkReceiver); and an image whose counters the counters file refuses (this
+  (`garbage not-allowed`) and dropped undecoded; with `setup_key`, SETUPs not signed with it make
+  nothing (setup_key.py); the receiver bounds images per stream and per source address
+  (NetworkReceiver); and an image whose counters the counters file refuses (this
   process's share used up) goes on with counters in memory (CounterGroup), never an exception.
 
 Counters (agent_counters.py), per image, labelled `<name>: <session> <stream> <endpoint> <- <sender>
@@ -65,6 +66,7 @@ from ramen.transport.udp.defaults import (AGENT_NAK_RETRY_NS, AGENT_STALLED_SM_N
                                           RECEIVER_MAX_DATAGRAMS_PER_WORK, UNREAD_IMAGE_HOLD_NS)
 from ramen.transport.udp.protocol import SetupFrame
 from ramen.transport.udp.receiver import GARBAGE_NOT_ALLOWED, NetworkReceiver, ReceiverImage
+from ramen.transport.udp.setup_key import SetupKey
 
 log = logging.getLogger(__name__)
 
@@ -155,11 +157,14 @@ class ReceiverAgent:
     def __init__(self, directory: str | os.PathLike, counters: CountersFile | None, *, clock: Clock = SYSTEM_CLOCK,
                  receiver_id: int | None = None, on_image: Callable[[ImageInfo], None] | None = None,
                  on_image_ended: Callable[[ImageInfo], None] | None = None,
-                 allow: Sequence[IPv4Network | IPv6Network] | None = None) -> None:
+                 allow: Sequence[IPv4Network | IPv6Network] | None = None, setup_key: SetupKey | None = None
+                 ) -> None:
         """`directory`: where image logs are made; `counters`: where the agent's counters go and
         where the images' readers report their positions (None: the owner calls consumed_to);
         `receiver_id`: sent in every SM, random when not given; `allow`: the networks whose
-        datagrams are taken (None: any address's)."""
+        datagrams are taken (None: any address's); `setup_key`: only SETUPs signed with it make
+        images (setup_key.py)."""
+        self.setup_key = setup_key
         self.directory = Path(directory)
         self.counters = counters
         self._clock = clock
@@ -511,7 +516,8 @@ class ReceiverAgent:
                 log.info("removing %s, left by a receiver of %s that stopped", stale, name)
                 stale.unlink(missing_ok=True)
             receiver = NetworkReceiver(directory, receiver_id=self.receiver_id, clock=self._clock,
-                                       nak_retry_ns=AGENT_NAK_RETRY_NS, stalled_sm_ns=AGENT_STALLED_SM_NS)
+                                       nak_retry_ns=AGENT_NAK_RETRY_NS, stalled_sm_ns=AGENT_STALLED_SM_NS,
+                                       setup_key=self.setup_key)
             group = CounterGroup(self.counters, ENDPOINT_COUNTERS, f"receiver {name}")
         except BaseException:
             sock.close()

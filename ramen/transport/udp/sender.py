@@ -52,6 +52,7 @@ from ramen.transport.udp.defaults import (HEARTBEAT_IDLE_NS, RETRANSMIT_MAX_ACTI
                                           RETRANSMIT_UNICAST_LINGER_NS, SENDER_MAX_DATAGRAMS_PER_WORK,
                                           SETUP_RETRY_NS)
 from ramen.transport.udp.protocol import (NakFrame, RttMeasurement, SetupFrame, StatusMessage, heartbeat)
+from ramen.transport.udp.setup_key import SetupKey
 
 
 _UNIFORM_SCALAR_MAX_FRAMES = 16
@@ -70,7 +71,7 @@ class NetworkSender:
     def __init__(self, log_buffer: LogBuffer, *, clock: Clock = SYSTEM_CLOCK, term_window_length: int | None = None,
                  ttl: int = 0, views: bool = False,
                  max_datagrams_per_work: int = SENDER_MAX_DATAGRAMS_PER_WORK,
-                 retransmit_linger_ns: int = RETRANSMIT_UNICAST_LINGER_NS) -> None:
+                 retransmit_linger_ns: int = RETRANSMIT_UNICAST_LINGER_NS, setup_key: SetupKey | None = None) -> None:
         """`log_buffer`: the publication's log; the stream starts where its tail is now.
         `term_window_length`: how far the publication may run ahead of snd-pos (Aeron's
         publication term window, half a term by default).
@@ -79,7 +80,9 @@ class NetworkSender:
         (_scan_run says why they hold until then; kept longer, the writer may overwrite them) and
         releases them before the log is closed.
         `max_datagrams_per_work`: the DATA datagrams one do_work may send; an agent sending by UDP
-        GSO may raise it to one GSO send's worth (datagram_io.MAX_GSO_SEGMENTS)."""
+        GSO may raise it to one GSO send's worth (datagram_io.MAX_GSO_SEGMENTS).
+        `setup_key`: its SETUPs are signed with it (setup_key.py), for a receiver that asks."""
+        self.setup_key = setup_key
         self.retransmit_linger_ns = retransmit_linger_ns
         """NAKs of a range sent again are ignored this long (Aeron's 10 ms; netd's agents: 1 ms)."""
         self.log = log_buffer
@@ -368,9 +371,10 @@ class NetworkSender:
         return bytes(term[offset:offset + available]), available + padding
 
     def _setup_frame(self) -> SetupFrame:
-        return SetupFrame(self.sender_position & self.mask, self.session_id, self.stream_id, self.initial_term_id,
-                          term_id_of(self.sender_position, self.bits, self.initial_term_id), self.term_length,
-                          self.mtu, self.ttl)
+        setup = SetupFrame(self.sender_position & self.mask, self.session_id, self.stream_id, self.initial_term_id,
+                           term_id_of(self.sender_position, self.bits, self.initial_term_id), self.term_length,
+                           self.mtu, self.ttl)
+        return setup if self.setup_key is None else self.setup_key.sign(setup)
 
     # -- control frames in ----------------------------------------------------------------------
 

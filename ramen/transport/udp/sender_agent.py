@@ -57,6 +57,7 @@ from ramen.transport.udp.defaults import (AGENT_RETRANSMIT_LINGER_NS, PUBLICATIO
                                           PUBLICATION_LINGER_NS, SENDER_MAX_CONTROL_DATAGRAMS_PER_WORK)
 from ramen.transport.udp.protocol import NakFrame, RttMeasurement, StatusMessage, WireError, frames_of
 from ramen.transport.udp.sender import NetworkSender
+from ramen.transport.udp.setup_key import SetupKey
 
 log = logging.getLogger(__name__)
 
@@ -144,10 +145,13 @@ class _SendEndpoint:
 class SenderAgent:
     """Sends network publications (Aeron's Sender); a duty-cycle agent (STYLE.md, section 3)."""
 
-    def __init__(self, counters: CountersFile | None, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, counters: CountersFile | None, *, clock: Clock = SYSTEM_CLOCK,
+                 setup_key: SetupKey | None = None) -> None:
         """`counters`: where the agent's counters and its flow-control positions go; without one,
-        nothing holds the publications' writers back but their other subscribers."""
+        nothing holds the publications' writers back but their other subscribers. `setup_key`:
+        every SETUP it sends is signed with it (setup_key.py)."""
         self.counters = counters
+        self.setup_key = setup_key
         self._clock = clock
         self._endpoints: dict[tuple[Address, Address | None], _SendEndpoint] = {}
         self._buffer = bytearray(sockets.DATAGRAM_MAX_BYTES)
@@ -187,7 +191,7 @@ class SenderAgent:
             # will not take now is copied into the endpoint's queue (_send).
             sender = NetworkSender(log_buffer, clock=self._clock, term_window_length=term_window_length,
                                    views=True, max_datagrams_per_work=MAX_GSO_SEGMENTS,
-                                   retransmit_linger_ns=AGENT_RETRANSMIT_LINGER_NS)
+                                   retransmit_linger_ns=AGENT_RETRANSMIT_LINGER_NS, setup_key=self.setup_key)
             suffix = f"{stream[0]} {stream[1]} {log_buffer.path.name} -> {channel.endpoint}"
             group = CounterGroup(self.counters, PUBLICATION_COUNTERS, suffix,
                                  key=stream_key(log_buffer.correlation_id, *stream),

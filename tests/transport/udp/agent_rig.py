@@ -15,6 +15,7 @@ from ramen.transport.udp.channel import Address, UdpChannel
 from ramen.transport.udp.protocol import DataFrame, StatusMessage, WireError, frames_of
 from ramen.transport.udp.receiver_agent import ImageInfo, ReceiverAgent
 from ramen.transport.udp.sender_agent import SenderAgent
+from ramen.transport.udp.setup_key import SetupKey
 from tests.transport.udp.lossy_proxy import Faults, LossyProxy
 from tests.vectors import LOGBUFFER_LENS, expected_payload
 
@@ -60,11 +61,14 @@ class Rig:
     def __init__(self, tmp_path: Path, *, seed: int = 1, forward: Faults = Faults(), backward: Faults = Faults(),
                  count: int = 200, term_length: int = TERM_LENGTH, mtu: int = MTU, hold_for_readers: int = 0,
                  image_log: Path | None = None, tether_hold_ms: int | None = None, allow=None,
-                 process_share: float | None = None, receiver_counters: CountersFile | None = None) -> None:
+                 process_share: float | None = None, receiver_counters: CountersFile | None = None,
+                 sender_key: SetupKey | None = None, receiver_key: SetupKey | None = None) -> None:
         """`process_share`: of the counters file's records, what the rig's mapping may hold (its
-        default); `receiver_counters`: the receiver agent's own mapping of the file, another bound."""
+        default); `receiver_counters`: the receiver agent's own mapping of the file, another bound;
+        `sender_key`, `receiver_key`: the agents' setup keys."""
         self.tmp_path = tmp_path
         self.allow = allow
+        self.receiver_key = receiver_key
         self.clock = ManualClock()
         self.counters = CountersFile.open(tmp_path / "counters.dat", **(
             {} if process_share is None else {"process_share": process_share}))
@@ -81,7 +85,7 @@ class Rig:
         self.endpoint = self.receiver.add_subscription(UdpChannel(endpoint=Address("127.0.0.1", 0)), STREAM_ID,
                                                        hold_for_readers=hold_for_readers, image_log=image_log)
         self.proxy = LossyProxy(self.endpoint, seed=seed, forward=forward, backward=backward)
-        self.sender = SenderAgent(self.counters, clock=self.clock)
+        self.sender = SenderAgent(self.counters, clock=self.clock, setup_key=sender_key)
         self.network_publication = self.sender.add_publication(
             self.pub_log.path, UdpChannel(endpoint=self.proxy.address, mtu=mtu), tether_hold_ms=tether_hold_ms)
         self.expected = messages(count)
@@ -92,7 +96,7 @@ class Rig:
     def new_receiver(self) -> ReceiverAgent:
         return ReceiverAgent(self.images_dir, self.receiver_counters, clock=self.clock, receiver_id=77,
                              on_image=lambda info: self.readers.append(Reader(info, self.counters, self.clock)),
-                             on_image_ended=self.ended.append, allow=self.allow)
+                             on_image_ended=self.ended.append, allow=self.allow, setup_key=self.receiver_key)
 
     @property
     def reader(self) -> Reader:

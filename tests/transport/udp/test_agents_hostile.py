@@ -1,6 +1,7 @@
 """What strangers who can reach a receiver's port can make it do (issue 47, section 1): a flood of
-SETUPs of made-up sessions, datagrams from addresses the receiver does not take, and a counters
-file that has no counter left for this process; over real sockets, on a ManualClock."""
+SETUPs of made-up sessions, datagrams from addresses the receiver does not take, SETUPs not signed
+with the receiver's setup key, and a counters file that has no counter left for this process; over
+real sockets, on a ManualClock."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from ipaddress import ip_network
 from ramen.transport.counters import CountersFile
 from ramen.transport.udp.defaults import IMAGE_READER_GRACE_NS, MAX_IMAGES_PER_STREAM
 from ramen.transport.udp.protocol import SetupFrame
+from ramen.transport.udp.setup_key import SetupKey
 from tests.transport.udp.agent_rig import MTU, STREAM_ID, TERM_LENGTH, Rig
 
 FLOOD_SETUPS = 140
@@ -66,6 +68,38 @@ def test_datagrams_from_an_address_not_allowed_are_counted_and_dropped_undecoded
         assert [info.session_id for info in rig.receiver.images()] == [rig.pub_log.session_id]
     finally:
         intruder.close()
+        rig.close()
+
+
+def test_with_a_setup_key_a_signed_stream_goes_through_and_unsigned_setups_make_nothing(tmp_path):
+    key = SetupKey(b"the sites' shared secret")
+    rig = Rig(tmp_path, count=300, sender_key=key, receiver_key=key)
+    intruder = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rig.run_until(lambda: rig.readers and len(rig.reader.got) >= 50, 100_000)
+        _flood(rig, intruder, range(9000, 9000 + FLOOD_SETUPS))
+        session = rig.pub_log.session_id  # and one of the real session, a term past it: it would end the image
+        intruder.sendto(SetupFrame(0, session, STREAM_ID, 0, 5, TERM_LENGTH, MTU).encode(),
+                        (rig.endpoint.host, rig.endpoint.port))
+        rig.run_until(lambda: len(rig.reader.got) == 300, 100_000)
+
+        assert rig.reader.got == rig.expected and len(rig.readers) == 1
+        receiver = f"receiver {rig.endpoint}"
+        assert rig.counter("images", receiver) == 1
+        assert rig.counter("setups-refused", receiver) == FLOOD_SETUPS + 1
+        assert len([c for c in rig.counters.counters() if c.type_name == "rcv-pos"]) == 1
+    finally:
+        intruder.close()
+        rig.close()
+
+
+def test_a_sender_without_the_receivers_setup_key_gets_no_image(tmp_path):
+    rig = Rig(tmp_path, count=10, receiver_key=SetupKey(b"the sites' shared secret"))
+    try:
+        receiver = f"receiver {rig.endpoint}"
+        rig.run_until(lambda: rig.counter("setups-refused", receiver) >= 2, 100_000)  # its SETUP, and its retry
+        assert rig.readers == [] and rig.counter("images", receiver) == 0
+    finally:
         rig.close()
 
 
