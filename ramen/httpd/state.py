@@ -47,10 +47,10 @@ together, checked as its replay's buckets are added up: the points bound counts 
 after the fetch, which holds them all (50 hosts of a 10 s function over 399 days: 172 M buckets,
 about 7 GB, before a one-line refusal)."""
 MAX_RENDER_BYTES = 1 << 30
-"""What one render may take by the estimate made before its fetches (renderer.py's
-_estimated_bytes: the buckets of its functions over their ranges, every combination of factor
-values known, and a drawn point per bucket and field): one past it is refused in one line before
-it starts. The renders running together are bounded too (admission.py, MAX_RENDERS_BYTES)."""
+"""What one render may take by the estimate made before its fetches (renderer.py's _reserve,
+buckets.estimated_bytes: the buckets of its functions over their ranges, every combination of
+factor values known, and a drawn point per bucket and field): one past it is refused in one line
+before it starts. The renders running together are bounded too (admission.py, MAX_RENDERS_BYTES)."""
 THREADS = 16
 """Threads for the confserver's reads, the metric tree and targets' evaluation."""
 FETCH_THREADS = 128
