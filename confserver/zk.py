@@ -111,17 +111,17 @@ def _entry(key: str, data: bytes, stat: ZnodeStat) -> Entry | None:
     return Entry(key, value, stat.version, owner, stat.mtime / 1000.0, stat.ephemeralOwner != 0)
 
 
-def _load_auth(auth_file: str | os.PathLike | None) -> auth.AuthConfig | None:
+def _load_auth(auth_file: str | os.PathLike | None) -> tuple[auth.AuthConfig | None, str | None]:
+    """The auth file's rules, or None and why not: said once connected (a client that cannot
+    connect says that alone, in one line)."""
     from confserver import default_auth_file
     path = Path(auth_file) if auth_file else default_auth_file()
     if not path.exists():
-        log.warning("no auth file at %s: ZooKeeper nodes get open ACLs and no rule is checked", path)
-        return None
+        return None, f"no auth file at {path}: ZooKeeper nodes get open ACLs and no rule is checked"
     try:
-        return auth.load(path)
+        return auth.load(path), None
     except PermissionError:
-        log.warning("auth file %s is unreadable: ZooKeeper nodes get open ACLs", path)
-        return None
+        return None, f"auth file {path} is unreadable: ZooKeeper nodes get open ACLs"
 
 
 def _identify(config: auth.AuthConfig | None, identity: str | None, token: str | None) -> str:
@@ -200,7 +200,7 @@ class ZkClient(ConfClient):
         self._url = url
         self._base = "/" + url.root if url.root else ""
         self._lock_base = (self._base or "/") + LOCKS_SUFFIX
-        config = _load_auth(auth_file)
+        config, without_rules = _load_auth(auth_file)
         self._rules = config
         self._acls = AclMaker(config) if config is not None else None
         self.identity = _identify(config, identity, token)
@@ -236,6 +236,8 @@ class ZkClient(ConfClient):
         except BaseException:
             self.close()
             raise
+        if without_rules is not None:
+            log.warning("%s", without_rules)
         log.debug("connected to %s as %s", url, self.identity)
 
     # -- plumbing --------------------------------------------------------------------------------

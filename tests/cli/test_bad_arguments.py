@@ -112,5 +112,5 @@ def test_a_setup_key_netd_cannot_use_is_one_line_from_start_and_netd_before_anyt
 def test_an_unreachable_zookeeper_is_one_line_without_its_clients_retries(tmp_path):
     result = ramen(tmp_path, "ps", "--confserver", "zk://127.0.0.1:1/nowhere")
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    assert "kazoo" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith("ramen: ps: zookeeper at 127.0.0.1:1 did not answer")
+    (line,) = result.stderr.strip().splitlines()  # not kazoo's retries, nor a word about ACLs it never set
+    assert line.startswith("ramen: ps: zookeeper at 127.0.0.1:1 did not answer")
