@@ -24,8 +24,13 @@ stored last, so a reader (or a restart) never sees half an entry.
 ramen finds an archive's checksum algorithm from each descriptor's stored checksum (the archiver
 uses one algorithm for frames and descriptors): an update keeps the algorithm the descriptor was
 made with (none stays none), whatever the catalog was opened with, and `descriptor_checksum`
-names a descriptor whose checksum matches no algorithm as damaged. Problems name the catalog file
-and the offset of the entry or field.
+names a descriptor whose checksum matches no algorithm as damaged. All but one: a checksum made
+before the recording's stop position and time were written (over them as NULL, as while it
+recorded) is *stale*, not damage: real Aeron, restarted after an unclean stop, refreshes the
+catalog (Catalog.refreshAndFixDescriptor) and writes them without updating the checksum, and
+replays the recording as usual. ramen reads it too, with one warning (`checksum_is_stale`;
+`ramen archive verify` reports it, as Aeron's CatalogTool verify -checksum does). Problems name
+the catalog file and the offset of the entry or field.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ from ramen.transport.frame import FRAME_ALIGNMENT, align
 from ramen.transport.position import max_possible_position
 
 log = logging.getLogger(__name__)
+_stale_warned: set[tuple[Path, int]] = set()
+"""(catalog, recording) whose stale checksum was warned of: once a process."""
 
 CATALOG_FILE_NAME = "archive.catalog"
 
@@ -421,11 +428,30 @@ class Catalog:
         stored = self.get(recording_id).checksum
         if stored == 0:
             return None
-        algorithm = self._matching_algorithm(self._offset(recording_id), stored)
+        offset = self._offset(recording_id)
+        algorithm = self._matching_algorithm(offset, stored)
+        if algorithm is not None:
+            return algorithm
+        algorithm = self._matching_algorithm(offset, stored, before_stop=True)
         if algorithm is None:
             raise CatalogError(f"{self.where(recording_id)}: recording {recording_id}'s descriptor checksum {stored} "
                                f"matches none of {', '.join(checksums.NAMES)} over its contents (damaged descriptor)")
+        if (self.path, recording_id) not in _stale_warned:
+            _stale_warned.add((self.path, recording_id))
+            log.warning("%s: recording %d's descriptor checksum %d is stale: it is the %s of the descriptor before "
+                        "its stop position and time were written (as real Aeron's catalog refresh after an unclean "
+                        "stop leaves it); read as Aeron reads it", self.where(recording_id), recording_id, stored,
+                        algorithm.name)
         return algorithm
+
+    def checksum_is_stale(self, recording_id: int) -> bool:
+        """Whether the descriptor's checksum was made before its stop position and time were
+        written, and not since (see the module's docstring): read as Aeron reads it, and reported
+        by verify."""
+        stored = self.get(recording_id).checksum
+        offset = self._offset(recording_id)
+        return stored != 0 and self._matching_algorithm(offset, stored) is None and \
+            self._matching_algorithm(offset, stored, before_stop=True) is not None
 
     def compute_descriptor_checksum(self, recording_id: int, checksum: Checksum) -> int:
         """What `checksum` gives over this entry's descriptor bytes (to compare with the stored one)."""
@@ -591,16 +617,21 @@ class Catalog:
         stored = _DESCRIPTOR_HEADER.unpack_from(self._mm, offset)[2]
         return None if stored == 0 else self._matching_algorithm(offset, stored)
 
-    def _matching_algorithm(self, offset: int, stored: int) -> Checksum | None:
+    def _matching_algorithm(self, offset: int, stored: int, *, before_stop: bool = False) -> Checksum | None:
+        """The algorithm whose checksum of the descriptor is `stored`; `before_stop`: of the
+        descriptor with its stop position and time NULL, as while it recorded."""
         length = _DESCRIPTOR_HEADER.unpack_from(self._mm, offset)[0]
         start = offset + DESCRIPTOR_HEADER_LENGTH
         candidates = [self.checksum] if self.checksum is not None else []
         candidates += [checksums.get(name) for name in checksums.NAMES if self.checksum is None or
                        name != self.checksum.name]
-        with memoryview(self._mm) as view:
-            for algorithm in candidates:
-                if algorithm.compute(view[start:start + length]) == stored:
-                    return algorithm
+        descriptor = bytearray(self._mm[start:start + length])
+        if before_stop:
+            struct.pack_into("<q", descriptor, STOP_POSITION_OFFSET, NULL_POSITION)
+            struct.pack_into("<q", descriptor, STOP_TIMESTAMP_OFFSET, NULL_TIMESTAMP)
+        for algorithm in candidates:
+            if algorithm.compute(descriptor) == stored:
+                return algorithm
         return None
 
     def _update_checksum(self, offset: int, algorithm: Checksum | None) -> None:

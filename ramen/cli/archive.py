@@ -154,7 +154,8 @@ def _describe_checks(catalog: Catalog, d: RecordingDescriptor) -> tuple[str, str
     """(what the descriptor checksum says, what makes the descriptor unusable or None)."""
     try:
         algorithm = catalog.descriptor_checksum(d.recording_id)
-        note = f" ({algorithm.name})" if algorithm is not None else " (none)"
+        note = " (none)" if algorithm is None else f" ({algorithm.name}, stale: made before its stop was written)" \
+            if catalog.checksum_is_stale(d.recording_id) else f" ({algorithm.name})"
     except CatalogError:
         note = " (matches no algorithm: damaged descriptor)"
     problem = layout_problem(d)

@@ -6,7 +6,8 @@ import struct
 from pathlib import Path
 
 from ramen.archive import checksum
-from ramen.archive.catalog import CHECKSUM_OFFSET, Catalog
+from ramen.archive.catalog import (CHECKSUM_OFFSET, DESCRIPTOR_HEADER_LENGTH, STOP_POSITION_OFFSET,
+                                   STOP_TIMESTAMP_OFFSET, STREAM_ID_OFFSET, Catalog)
 from ramen.archive.segment import SegmentReader
 from ramen.transport import LogBufferParams
 from tests.archive.helpers import ramen, record
@@ -103,3 +104,59 @@ def test_a_crc32c_recording_whose_descriptor_checksum_was_zeroed_is_still_checke
     assert "carries no checksums" not in result.stdout
     assert "catalog descriptor checksum 0 does not match" in result.stdout
     assert f"recording {rid}: position {position} " in result.stdout and "damaged data" in result.stdout
+
+
+def as_aerons_refresh_leaves_it(archive: Path, recording_id: int) -> None:
+    """The descriptor as real Aeron 1.48 leaves it after an unclean stop: its checksum made while it
+    recorded (stop position and time NULL), then the stop written by the catalog's refresh
+    (Catalog.refreshAndFixDescriptor) without updating the checksum."""
+    with Catalog.open(archive) as catalog:
+        entry = catalog.entry_offset(recording_id)
+        body = entry + DESCRIPTOR_HEADER_LENGTH
+    with open(archive / "archive.catalog", "r+b") as file:
+        file.seek(body)
+        descriptor = bytearray(file.read(STREAM_ID_OFFSET + 4))
+        stops = bytes(descriptor[STOP_TIMESTAMP_OFFSET:STOP_TIMESTAMP_OFFSET + 8]), \
+            bytes(descriptor[STOP_POSITION_OFFSET:STOP_POSITION_OFFSET + 8])
+        for offset in (STOP_TIMESTAMP_OFFSET, STOP_POSITION_OFFSET):
+            file.seek(body + offset)
+            file.write(struct.pack("<q", -1))  # recording
+    with Catalog.open(archive) as catalog:
+        while_recording = catalog.compute_descriptor_checksum(recording_id, CRC32C)
+    with open(archive / "archive.catalog", "r+b") as file:
+        file.seek(entry + CHECKSUM_OFFSET)
+        file.write(struct.pack("<i", while_recording))
+        for offset, value in zip((STOP_TIMESTAMP_OFFSET, STOP_POSITION_OFFSET), stops):
+            file.seek(body + offset)
+            file.write(value)  # refreshed, the checksum left
+
+
+def test_a_descriptor_checksum_aerons_catalog_refresh_left_stale_is_read_with_a_warning_and_verify_reports_it(
+        tmp_path):
+    """Aeron replays such a recording as usual; ramen refused it as a damaged descriptor (0 of its
+    messages). It reads it, saying so in one line; verify reports it, as Aeron's CatalogTool does."""
+    archive = tmp_path / "archive"
+    [rid] = record_archive(archive, tmp_path, [CRC32C])
+    as_aerons_refresh_leaves_it(archive, rid)
+
+    dump = ramen("archive", "dump", archive, rid, "--json")
+    assert dump.returncode == 0, dump.stderr
+    assert len(dump.stdout.splitlines()) == len(PAYLOADS)
+    (warning,) = dump.stderr.strip().splitlines()
+    assert f"recording {rid}'s descriptor checksum" in warning and "is stale" in warning
+    assert "before its stop position and time were written" in warning
+    describe = ramen("archive", "describe", archive)
+    assert "(crc32c, stale: made before its stop was written)" in describe.stdout
+    verify = ramen("archive", "verify", archive)
+    assert verify.returncode == 1
+    problems = [line for line in verify.stdout.splitlines() if line.startswith(f"recording {rid}:")]
+    assert len(problems) == 1 and "is stale: made before its stop position and time were written" in problems[0]
+
+    # Only the stop is left out of a stale checksum: any other field changed is damage.
+    with open(archive / "archive.catalog", "r+b") as file:
+        with Catalog.open(archive) as catalog:
+            file.seek(catalog.entry_offset(rid) + DESCRIPTOR_HEADER_LENGTH + STREAM_ID_OFFSET)
+        file.write(struct.pack("<i", 8))
+    dump = ramen("archive", "dump", archive, rid)
+    assert dump.returncode == 1 and "matches none of crc32, crc32c over its contents (damaged descriptor)" in \
+        dump.stderr
