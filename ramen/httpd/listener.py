@@ -68,10 +68,11 @@ def refusal(limit: int) -> bytes:
 
 
 async def listen(runner: web.AppRunner, host: str, port: int, stats: HttpdStats, *, fallback: bool,
-                 limit: int | None = None) -> asyncio.Server:
-    """Serve `runner`'s app (set up) on host:port, or on a free port when `fallback` and that one
-    is taken, holding at most `limit` connections (default max_connections()). The caller closes
-    the server it returns before cleaning up the runner."""
+                 limit: int | None = None, before: int | None = None) -> asyncio.Server:
+    """Serve `runner`'s app (set up) on host:port, holding at most `limit` connections (default
+    max_connections()); when `fallback`, on port `before` first if given (the one this instance's
+    httpd had last: its URL stays the same across restarts), and on a free port when those are
+    taken. The caller closes the server it returns before cleaning up the runner."""
     server = runner.server
     limit = max_connections() if limit is None else limit
     answer = refusal(limit)
@@ -83,10 +84,13 @@ async def listen(runner: web.AppRunner, host: str, port: int, stats: HttpdStats,
         return server()
 
     loop = asyncio.get_running_loop()
-    try:
-        return await loop.create_server(protocol, host, port, reuse_address=True)
-    except OSError as e:
-        if not (fallback and e.errno == errno.EADDRINUSE):
-            raise
-        log.info("%s:%d is taken (another ramen?): taking a free port", host, port)
-        return await loop.create_server(protocol, host, 0)
+    ports = [port] if not fallback or before in (None, port) else [before, port]
+    for tried in ports:
+        try:
+            return await loop.create_server(protocol, host, tried, reuse_address=True)
+        except OSError as e:
+            if not (fallback and e.errno == errno.EADDRINUSE):
+                raise
+            log.info("%s:%d is taken (another ramen?)", host, tried)
+    log.info("taking a free port")
+    return await loop.create_server(protocol, host, 0)

@@ -2,8 +2,10 @@
 
 It writes its URL to $RAMEN_DIR/run/httpd.url once it listens, and removes it when it stops: how
 `ramen start`, the tests and a user find the page. A second httpd of the instance (started by hand)
-leaves the file to the first while that one answers. The default port, 29380, is taken when free; when
-another instance holds it (and no --listen was given), a free port is.
+leaves the file to the first while that one answers. Without --listen, the port the instance's
+httpd had last is taken again (run/httpd.last-port: the URL an open tab, a printed line or a
+Grafana data source has stays right across a restart, kill -9 or stop and start), else the
+default, 29380, when free, else a free one.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ SERVER_LOG = logging.getLogger("ramen.httpd.server")
 SERVER_LOG.addFilter(ClientErrorsInOneLine())
 RUNNER_OPTIONS = {"access_log": None, "keepalive_timeout": IDLE_CONNECTION_TIMEOUT_S, "logger": SERVER_LOG}
 URL_FILE_NAME = "httpd.url"
+LAST_PORT_FILE_NAME = "httpd.last-port"
 URL_CHECK_TIMEOUT_S = 1.0
 """How long a connection to the httpd another url file names may take before it is deemed gone."""
 IDENTITY = "user"
@@ -68,6 +71,20 @@ IDENTITY = "user"
 
 def url_file() -> Path:
     return paths.ramen_dir() / "run" / URL_FILE_NAME
+
+
+def last_port() -> int | None:
+    """The port this instance's httpd listened on last (None: none yet)."""
+    try:
+        return int((paths.ramen_dir() / "run" / LAST_PORT_FILE_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def remember_port(port: int) -> None:
+    path = paths.ramen_dir() / "run" / LAST_PORT_FILE_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    paths.write_atomically(path, f"{port}\n")
 
 
 def claim_url_file(url: str) -> bool:
@@ -119,8 +136,9 @@ def _connect_timeout_s(args: argparse.Namespace) -> float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", metavar="HOST:PORT", default=None,
-                        help=f"address to serve (default {DEFAULT_HOST}:{DEFAULT_PORT}, else a free port when another "
-                             "ramen holds it; port 0 picks a free one)")
+                        help=f"address to serve (default {DEFAULT_HOST} on the port this instance's httpd had last, "
+                             f"else {DEFAULT_PORT}, else a free port when another ramen holds it; port 0 picks a free "
+                             "one)")
     parser.add_argument("--auth", metavar="FILE", type=Path,
                         help="credentials, one a line: `bearer TOKEN` or `basic USER PASSWORD`; required to listen "
                              "beyond loopback")
@@ -142,10 +160,13 @@ async def serve(args: argparse.Namespace, host: str, port: int, stop: asyncio.Ev
         runner = web.AppRunner(make_app(httpd), handler_cancellation=True, **RUNNER_OPTIONS)
         await runner.setup()
         try:
-            listening = await listener.listen(runner, host, port, httpd.stats, fallback=args.listen is None)
+            listening = await listener.listen(runner, host, port, httpd.stats, fallback=args.listen is None,
+                                              before=last_port())
             address = listening.sockets[0].getsockname()
             url = f"http://{address[0]}:{address[1]}/"
             claimed = claim_url_file(url)
+            if claimed:
+                remember_port(address[1])
             log.info("httpd of site %s serving %s", args.site, url)
             try:
                 await stop.wait()

@@ -43,6 +43,14 @@ def ramen(*args, timeout: float = 120) -> subprocess.CompletedProcess:
                           env=_env(), timeout=timeout)
 
 
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
 def _kill_left(base: Path) -> dict[int, str]:
     left = processes_with(f"RAMEN_DIR={base}")
     for pid in left:  # not to outlive the test
@@ -72,6 +80,15 @@ def test_two_instances_side_by_side_each_found_through_its_dir(tmp_path):
         for page in pages.values():
             with urllib.request.urlopen(f"{page}version", timeout=STARTUP_S) as answer:
                 assert answer.read().startswith(b"1.1.")
+        # B's httpd killed comes back on its port: its page's URL stays right (it took a free one each time).
+        base_b = bases["b"][0]
+        httpd = [pid for pid, args in processes_with(f"RAMEN_DIR={base_b}").items() if "ramen.httpd.service" in args]
+        assert len(httpd) == 1
+        os.kill(httpd[0], 9)
+        wait_for(lambda: [pid for pid, args in processes_with(f"RAMEN_DIR={base_b}").items()
+                          if "ramen.httpd.service" in args and pid != httpd[0]], "httpd restarted", timeout_s=STARTUP_S)
+        wait_for(lambda: _answers(f"{pages['b']}version"), "the restarted httpd answering its page", timeout_s=STARTUP_S)
+        assert (base_b / "run" / "httpd.url").read_text().strip() == pages["b"]
 
         now_us = time.time_ns() // 1000
         since_us, until_us = now_us - 20 * SECOND_US, now_us - 10 * SECOND_US

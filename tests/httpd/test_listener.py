@@ -82,3 +82,44 @@ def test_the_cap_leaves_most_file_descriptors_to_the_renders(monkeypatch):
     assert listener.max_connections() == listener.MAX_CONNECTIONS
     monkeypatch.setattr(resource, "getrlimit", lambda _: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     assert listener.max_connections() == listener.MAX_CONNECTIONS
+
+
+def test_without_listen_the_port_httpd_had_last_is_taken_again_else_the_default_else_a_free_one():
+    """The dashboard's URL changed at every restart of httpd while another instance held the default
+    port (37597 -> 46863): open tabs, the printed URL and Grafana's data source broke."""
+    import socket
+
+    def held() -> socket.socket:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        return sock
+
+    async def port_of(port: int, before: int | None) -> int:
+        runner = web.AppRunner(web.Application())
+        await runner.setup()
+        server = await listener.listen(runner, "127.0.0.1", port, HttpdStats(), fallback=True, before=before)
+        found = server.sockets[0].getsockname()[1]
+        server.close()
+        await runner.cleanup()
+        return found
+
+    async def scenario():
+        default = held()  # another instance's httpd
+        default_port = default.getsockname()[1]
+        try:
+            first = await port_of(default_port, None)  # a free one
+            assert first != default_port
+            assert await port_of(default_port, first) == first  # restarted: the same
+            other = held()
+            try:  # the last one taken meanwhile: a free one again
+                assert await port_of(default_port, other.getsockname()[1]) not in (default_port,
+                                                                                  other.getsockname()[1])
+            finally:
+                other.close()
+        finally:
+            default.close()
+        assert await port_of(default_port, first) == first  # the default free again: still the last one
+        assert await port_of(default_port, None) == default_port
+
+    asyncio.run(scenario())
