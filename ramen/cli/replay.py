@@ -85,7 +85,7 @@ def run(args) -> int:
     with conf.connected(args) as client:
         programs = conf.loaded_programs(client)
         if args.explain:
-            return _explain(client, programs, args.target, since_us, until_us, args)
+            return _explain(client, programs, args.target, since_us, until_us, args, to_newest=until_us >= now_us)
         schema = rows.schema_of(programs, args.target)
         fields = rows.check_fields(args.fields, schema) if schema is not None else []
         filters = [rows.parse_where(w, schema) for w in args.where] if schema is not None else []
@@ -165,8 +165,9 @@ def _stream(batches: Iterable[pa.RecordBatch], filters: list[rows.Filter], reord
     return True
 
 
-def _explain(client, programs, target: str, since_us: int, until_us: int, args) -> int:
-    """`--explain`: the plan, as lines or (with --json) one JSON object, and no replay."""
+def _explain(client, programs, target: str, since_us: int, until_us: int, args, *, to_newest: bool) -> int:
+    """`--explain`: the plan, as lines or (with --json) one JSON object, and no replay; a range that
+    ends now ends where the archives reach, as its replay would (`to_newest`)."""
     import json
 
     from ramen import paths
@@ -177,7 +178,7 @@ def _explain(client, programs, target: str, since_us: int, until_us: int, args) 
     try:
         found = explain(target, since_us, until_us, programs, replay_coverage(client, programs, args.site),
                         paths.archive_dir(args.site), strict=args.strict,
-                        source_sites=lambda plan: source_sites(plan, programs, args.site))
+                        source_sites=lambda plan: source_sites(plan, programs, args.site), to_newest=to_newest)
     except (ReplayPlanError, ArchiveError, ReplayFailed) as e:
         raise UserError(str(e)) from None
     text = json.dumps(found.to_dict(), indent=2) if args.json else "\n".join(found.lines())

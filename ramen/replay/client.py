@@ -20,7 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
@@ -34,7 +34,7 @@ from ramen.program import Program
 from ramen.replay import summary as summaries
 from ramen.replay.contract import (DEFAULT_REPLAY_TIMEOUT_S, RESULT_MESSAGE_LENGTH, ContractError, ReplayRequest,
                                    ResultEnd, ResultPart, Summary)
-from ramen.replay.plan import ReplayGapError, ReplayPlan, plan_replay
+from ramen.replay.plan import ReplayGapError, ReplayPlan, newest_end_us, plan_replay, without_newest_tail
 from ramen.transport import BackoffIdleStrategy, CountersFile, FragmentAssembler, Image, LogBuffer, LogBufferParams
 from ramen.transport.defaults import IPC_MTU_LENGTH
 from ramen.tuples import decode_tuples
@@ -438,10 +438,8 @@ def replay_to_newest(client, programs: dict[str, Program], target: str, since_us
     try:
         replay = Replay(client, programs, target, since_us, until_us, **options)
     except ReplayGapError as e:
-        if e.gap_until_us != until_us or e.gap_since_us <= since_us:
+        if (end_us := newest_end_us(e, since_us, until_us)) is None:
             raise
-        return Replay(client, programs, target, since_us, e.gap_since_us, **options)
-    plan = replay.plan
-    if plan.uncovered and plan.uncovered[-1][2] == until_us and plan.until_us < until_us:
-        replay.plan = replace(plan, uncovered=plan.uncovered[:-1])
+        return Replay(client, programs, target, since_us, end_us, **options)
+    replay.plan = without_newest_tail(replay.plan, until_us)
     return replay

@@ -14,7 +14,8 @@ from typing import Callable, Mapping, Sequence
 
 from ramen.archive.coverage import RecordingRange, recordings_for
 from ramen.program import Program
-from ramen.replay.plan import IntervalLike, ReplayGapError, ReplayPlan, plan_replay, uncovered_warning
+from ramen.replay.plan import (IntervalLike, ReplayGapError, ReplayPlan, newest_end_us, plan_replay,
+                               uncovered_warning, without_newest_tail)
 from ramen.times import format_rfc3339
 
 
@@ -89,14 +90,20 @@ class Explanation:
 
 def explain(target: str, since_us: int, until_us: int, programs: Mapping[str, Program],
             coverage: Mapping[str, Sequence[IntervalLike]], archive_dir: str | os.PathLike, *,
-            strict: bool = False, source_sites: Callable[[ReplayPlan], Mapping[str, str]] = lambda plan: {}
-            ) -> Explanation:
+            strict: bool = False, source_sites: Callable[[ReplayPlan], Mapping[str, str]] = lambda plan: {},
+            to_newest: bool = False) -> Explanation:
     """What a replay of `target` over [since_us, until_us) would read and run. `coverage`: every
-    site's that the replay may read; `source_sites(plan)`: its sources archived on other sites."""
+    site's that the replay may read; `source_sites(plan)`: its sources archived on other sites.
+    `to_newest`: the range ends now, and ends as far as the archives reach, as the replay would
+    (ramen.replay.client.replay_to_newest): the newest second on its way to the disk is no gap."""
     try:
         plan = plan_replay(target, since_us, until_us, programs, coverage, strict=strict)
     except ReplayGapError as e:
-        return Explanation(target, since_us, until_us, None, (), str(e))
+        if not to_newest or (end_us := newest_end_us(e, since_us, until_us)) is None:
+            return Explanation(target, since_us, until_us, None, (), str(e))
+        plan = plan_replay(target, since_us, end_us, programs, coverage, strict=strict)
+    if to_newest:
+        plan = without_newest_tail(plan, until_us)
     elsewhere = source_sites(plan)
     sources = tuple(SourceReads(name, (), elsewhere[name]) if name in elsewhere else
                     SourceReads(name, tuple(recordings_for(archive_dir, name, plan.since_us, plan.until_us)))

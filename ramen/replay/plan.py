@@ -35,14 +35,14 @@ from __future__ import annotations
 import difflib
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Protocol, Sequence
 
 from ramen.program.model import Function, Program
 from ramen.times import date_of, format_range, format_time
 
 __all__ = ["ReplayGapError", "ReplayPlan", "ReplayPlanError", "check_range", "covered_times", "gap_error", "holes",
-           "plan_replay", "uncovered_warning"]
+           "newest_end_us", "plan_replay", "uncovered_warning", "without_newest_tail"]
 
 log = logging.getLogger(__name__)
 
@@ -292,6 +292,21 @@ def covered_times(function: Function, intervals: Sequence[IntervalLike]) -> list
         else:
             merged.append((since, until))
     return merged
+
+
+def newest_end_us(gap: ReplayGapError, since_us: int, until_us: int) -> int | None:
+    """Where a range that ends now may end instead when a strict plan finds a gap at its end: the
+    newest tuples are still on their way to the disk, which is not worth an error. None: the gap
+    lies elsewhere (or is the whole range)."""
+    return gap.gap_since_us if gap.gap_until_us == until_us and gap.gap_since_us > since_us else None
+
+
+def without_newest_tail(plan: ReplayPlan, until_us: int) -> ReplayPlan:
+    """A lenient plan of a range that ends now, without the uncovered part at its end (the newest
+    tuples on their way to the disk: not a gap worth a warning)."""
+    if plan.uncovered and plan.uncovered[-1][2] == until_us and plan.until_us < until_us:
+        return replace(plan, uncovered=plan.uncovered[:-1])
+    return plan
 
 
 def uncovered_warning(plan: ReplayPlan) -> str | None:

@@ -314,6 +314,19 @@ def test_an_explanation_names_the_recordings_a_replay_would_read_and_what_is_not
     assert nothing.plan is None and nothing.to_dict()["covered"] is None and nothing.sources == ()
     assert nothing.problem.startswith("no archive of net/traffic covers")
 
+    # A range that ends now, half a second past the archive's newest row: the newest tuples are on
+    # their way to the disk, as the replay takes it (replay_to_newest), not a gap to note.
+    now_us = BASE_US + 59 * SECOND + SECOND // 2
+    found = explain("net/traffic", BASE_US + 40 * SECOND, now_us, programs, coverage, site.archive, to_newest=True)
+    assert found.problem is None and found.to_dict()["uncovered"] == []
+    assert found.plan.until_us < now_us
+    noted = explain("net/traffic", BASE_US + 40 * SECOND, now_us, programs, coverage, site.archive)
+    assert [(u["since"], u["until"]) for u in noted.to_dict()["uncovered"]] == [
+        ("2026-11-20T10:00:59.000001Z", "2026-11-20T10:00:59.5Z")]
+    strict = explain("net/traffic", BASE_US + 40 * SECOND, now_us, programs, coverage, site.archive, strict=True,
+                     to_newest=True)
+    assert strict.problem is None and strict.plan.until_us < now_us
+
 
 def test_merge_sorts_and_joins_overlapping_and_touching_intervals():
     assert merge([Interval(5, 8), Interval(0, 2), Interval(2, 3), Interval(7, 9), Interval(20, 21)]) == [
