@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 Filter = Callable[[pa.RecordBatch], pa.Array]
 
-_WHERE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(==|=|!=|<=|>=|<|>)\s*(.+?)\s*$")
+_WHERE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*([=!<>]+)\s*(.+?)\s*$")
 _OPERATORS = {"==": pc.equal, "=": pc.equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal,
               ">": pc.greater, ">=": pc.greater_equal}
 
@@ -79,6 +79,8 @@ def parse_where(text: str, schema: pa.Schema) -> Filter:
     if match is None:
         raise UserError(f"--where {text!r}: expected 'FIELD OP VALUE' with OP one of = != < <= > >=")
     name, op, raw = match.groups()
+    if op not in _OPERATORS:
+        raise UserError(f"--where {text!r}: {op!r} is not an operator (one of = != < <= > >=)")
     index = schema.get_field_index(name)
     if index < 0:
         raise UserError(f"--where {text!r}: no field {name!r} (fields: {', '.join(schema.names)})")
