@@ -2,7 +2,8 @@
 of the logs, and what the services did (supervisor restarts, merged requests, choreographer
 recomputes, bytes recorded and read), grouped by the process that owns them. The counters of a
 process that is gone stay until a later allocation reclaims them: its heading says `(exited)`, and
-`--json` gives each counter's `owner_alive`."""
+`--json` gives each counter's `owner_alive`. Replayers that ended leave their figures (bytes read,
+rollups) on purpose; a dashboard makes dozens an hour, so they are one line unless `--all`."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ def add_parser(sub) -> None:
                             description="Print every allocated counter of the counters file, by process.")
     parser.add_argument("--counters", metavar="FILE", default=None,
                         help=f"counters file (default: $RAMEN_DIR/{paths.COUNTERS_FILE_NAME}, now {paths.counters_path()})")
-    parser.add_argument("--json", action="store_true", help="one JSON object per snapshot")
+    parser.add_argument("--json", action="store_true", help="one JSON object per snapshot (every counter)")
+    parser.add_argument("--all", action="store_true",
+                        help="list the counters replayers that ended left too (else counted in one line)")
     parser.add_argument("--watch", action="store_true", help="print again every --interval seconds until interrupted")
     parser.add_argument("--interval", type=float, default=WATCH_INTERVAL_S, metavar="S",
                         help=f"seconds between snapshots with --watch (default {WATCH_INTERVAL_S})")
@@ -40,7 +43,7 @@ def run(args) -> int:
         raise UserError(str(e)) from None
     try:
         while True:
-            _print_snapshot(counters, args.json)
+            _print_snapshot(counters, args.json, args.all)
             if not args.watch:
                 return 0
             sys.stdout.flush()
@@ -49,7 +52,7 @@ def run(args) -> int:
         counters.close()
 
 
-def _print_snapshot(counters: CountersFile, as_json: bool) -> None:
+def _print_snapshot(counters: CountersFile, as_json: bool, everything: bool = False) -> None:
     rows = list(counters.counters())
     gone = _owners_gone(rows)
     if as_json:
@@ -65,11 +68,17 @@ def _print_snapshot(counters: CountersFile, as_json: bool) -> None:
     print(f"{time.strftime('%H:%M:%S')} - {counters.path}: {len(rows)} counters of {counters.capacity}, "
           f"file created by pid {header['pid']}")
     print("=" * 80)
+    ended_replayers = 0
     for (pid, reason), group in _by_process(rows, gone).items():
+        if reason and not everything and all(_SERVICE_OF_TYPE.get(c.type_id) == "replayer" for c in group):
+            ended_replayers += 1
+            continue
         print(_process_heading(pid, group, reason))
         for c in group:
             note = " (dropped)" if c.status == COUNTER_DROPPED else ""
             print(f"{c.id:>6}: {c.value:>20,} - {c.label}{note}")
+    if ended_replayers:
+        print(f"({ended_replayers} replayers that ended left their figures: --all lists them)")
 
 
 def _by_process(rows: list[CounterInfo], gone: dict[int, str]) -> dict[tuple[int, str], list[CounterInfo]]:

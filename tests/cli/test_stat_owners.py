@@ -77,3 +77,27 @@ def test_the_counters_of_a_pid_reused_by_a_later_process_are_marked(owners, tmp_
     assert f"pid {newcomer.pid}\n" in human and f"pid {newcomer.pid} (exited; its pid is now another process's)\n" \
         in human, human
     assert owner_alive(tmp_path / "counters.dat") == {"its own": True, "older": False}
+
+
+ALLOCATE_AS_A_REPLAYER = """
+import sys
+from ramen.transport.counters import CountersFile
+from ramen.transport.service_counters import allocate_service_counter
+counters = CountersFile.open(sys.argv[1])
+allocate_service_counter(counters, "replayer", "bytes_read", sys.argv[2]).set(4096)
+"""
+
+
+def test_the_figures_replayers_that_ended_left_are_one_line_unless_all(owners, tmp_path):
+    """A dashboard makes dozens of replayers an hour, each leaving its figures on purpose: `ramen
+    stat` listed 56 exited replayers after 30 minutes."""
+    counters = tmp_path / "counters.dat"
+    live = owners("a reader")
+    for replayer in ("7", "8"):
+        subprocess.run([sys.executable, "-c", ALLOCATE_AS_A_REPLAYER, str(counters), replayer], check=True, timeout=60)
+    human = stat(counters)
+    assert f"pid {live.pid}\n" in human and "replayer 7" not in human
+    assert human.rstrip().endswith("(2 replayers that ended left their figures: --all lists them)")
+    everything = stat(counters, "--all")
+    assert "replayer 7 bytes read" in everything and "replayer 8 bytes read" in everything
+    assert "(exited)" in everything and "left their figures" not in everything
