@@ -17,7 +17,7 @@ from ramen.archive.coverage import function_channel
 from ramen.archive.segment import segment_file_name
 from ramen.replay.contract import ChannelRange, ReplayerAssignment, ReplayerStats
 from ramen.supervisor_stats import Standby, SupervisorStats
-from ramen.worker_keys import WorkerInstance, WorkerRun, WorkerRuns, WorkerSpec, WorkerStats
+from ramen.worker_keys import ChannelCounts, WorkerInstance, WorkerRun, WorkerRuns, WorkerSpec, WorkerStats
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "net.toml"
 READER = """
@@ -142,10 +142,21 @@ def test_ps_shows_used_or_running_workers_and_all_with_all(ramen, fresh_confserv
     assert [(r["function"], r["used"], r["running"], r["pid"], r["tuples_out"], r["last_exit"]) for r in rows] == [
         ("net/traffic", True, True, 4242, 1200, 0)]
     everything = ramen("ps", "--all").stdout.splitlines()
-    assert everything[0].split() == ["FUNCTION", "LAZY", "USED", "RUNNING", "PID", "IN", "OUT", "CPU_S", "RSS_MB",
-                                     "SPARK", "LAST_EXIT"]
-    assert everything[1].split() == ["net/top_talkers", "yes", "no", "no", "-", "-", "-", "-", "-", "-", "-"]
-    assert everything[2].split() == ["net/traffic", "no", "yes", "yes", "4242", "0", "1200", "0.5", "50", "-", "0"]
+    assert everything[0].split() == ["FUNCTION", "LAZY", "USED", "RUNNING", "PID", "IN", "OUT", "REPLAYED", "CPU_S",
+                                     "RSS_MB", "SPARK", "LAST_EXIT"]
+    assert everything[1].split() == ["net/top_talkers", "yes", "no", "no", "-", "-", "-", "-", "-", "-", "-", "-"]
+    assert everything[2].split() == ["net/traffic", "no", "yes", "yes", "4242", "0", "1200", "0", "0.5", "50", "-",
+                                     "0"]
+
+    # Live and replayed apart: a source passes a replay's tuples through (13 M generated read 26.8 M).
+    with confserver.connect(fresh_confserver.url, identity="choreographer", auth_file=fresh_confserver.auth_file) as c:
+        c.set(keyspace.function_key("local", "net/traffic", "stats"), WorkerStats(
+            pid=1, updated_us=0, tuples_in=0, tuples_out=2500, late=0, dropped=0, unexpected=0, skipped=0, cpu_s=0.5,
+            rss_bytes=50 * 1024 * 1024, position_in=0, position_out=0,
+            channels={0: ChannelCounts(tuples_out=1200), 9: ChannelCounts(tuples_out=1300)}).to_value())
+    (row,) = [json.loads(line) for line in ramen("ps", "--json").stdout.splitlines()]
+    assert (row["tuples_out"], row["replayed_out"]) == (1200, 1300)
+    assert ramen("ps").stdout.splitlines()[1].split()[5:8] == ["0", "1200", "1300"]
 
 
 def test_ps_all_leaves_out_the_functions_of_a_program_no_longer_loaded(ramen, fresh_confserver):
@@ -175,8 +186,8 @@ def test_ps_shows_replayers(ramen, fresh_confserver):
                                                                     (ChannelRange(7, 0, 1),), pid=99).to_value())
         c.set(keyspace.replayer_stats_key("local", 3), ReplayerStats(100, 1, 10, {7: 10}, False).to_value())
     rows = [json.loads(line) for line in ramen("ps", "--json").stdout.splitlines()]
-    assert [(r["function"], r["pid"], r["tuples_out"], r["replays"]) for r in rows] == [
-        ("replayer 3 of net/traffic", 99, 10, [7])]
+    assert [(r["function"], r["pid"], r["replayed_out"], r["replays"]) for r in rows] == [
+        ("replayer 3 of net/traffic", 99, 10, [7])]  # what it wrote is replayed, not live
 
 
 def test_ps_all_shows_the_processes_the_supervisor_keeps_started_ahead(ramen, fresh_confserver):
