@@ -97,7 +97,7 @@ def run(args) -> int:
         except (ReplayPlanError, ReplayFailed) as e:
             raise UserError(str(e)) from None
         rows.warn_of_uncovered(replay, "replay")
-        _warn_of_partial_windows(replay)
+        _warn_of_partial_windows(replay, programs)
         progress = _Progress() if sys.stderr.isatty() else None
         sink = open_sink(args.output)
         complete = failed = False
@@ -189,11 +189,18 @@ def _explain(client, programs, target: str, since_us: int, until_us: int, args, 
     return 0
 
 
-def _warn_of_partial_windows(replay) -> None:
-    """One line on stderr naming the first and last windows of a windowed target that the range
-    cuts (they hold only part of their rows)."""
+def _rows_window(programs, target: str):
+    """The window the target's rows come at: its own, or its windowed parents' (ramen/program/windows.py):
+    a range that cuts one cuts the rows of every function downstream of it."""
+    from ramen.program.windows import row_windows
+    return row_windows({f.qualified_name: f for p in programs.values() for f in p}).get(target)
+
+
+def _warn_of_partial_windows(replay, programs) -> None:
+    """One line on stderr naming the first and last windows the target's rows come at (its own or
+    its windowed parents') that the range cuts: they hold only part of their rows."""
     from ramen.times import format_range
-    window = replay.function.window
+    window = _rows_window(programs, replay.plan.target)
     if window is None:
         return
     every, since, until = window.every_us, replay.plan.since_us, replay.plan.until_us
@@ -215,11 +222,12 @@ def _plan(client, programs, target: str, since_us: int, until_us: int, *, to_new
           whole_windows: bool = False, **options):
     """The replay. A range that ends now (no --until, `--until now`, or a time to come) ends as far
     as the archives reach: the newest tuples are still on their way to the disk. `whole_windows`:
-    a windowed target's range narrowed to the windows it holds whole (after the archives' reach)."""
+    the range narrowed to the windows the target's rows come at (its own or its windowed parents')
+    that it holds whole (after the archives' reach)."""
     from ramen.replay.client import Replay, replay_to_newest
     from ramen.times import format_range
     replay = (replay_to_newest if to_newest else Replay)(client, programs, target, since_us, until_us, **options)
-    window = replay.function.window
+    window = _rows_window(programs, target)
     if not whole_windows or window is None:
         return replay
     every = window.every_us

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from ramen.httpd.tags import NAME_TAG, TagQuery, tagged_name, tags_of
 from ramen.program import Function, Program, Window
+from ramen.program.windows import row_windows
 from ramen.replay.summary import numeric_fields
 
 SEPARATOR = "."
@@ -167,28 +168,8 @@ def _replayable(programs: dict[str, Program]) -> list[Function]:
             memo[name] = function is not None and (function.archived or any(fed(p) for p in function.parents))
         return memo[name]
 
-    windows = _windows(by_name)
+    windows = row_windows(by_name)
     return [_charted(f, windows[name]) for name, f in sorted(by_name.items()) if fed(name) and numeric_fields(f)]
-
-
-def _windows(by_name: dict[str, Function]) -> dict[str, Window | None]:
-    """The window each function's rows come at: its own; for one without a window (and with an
-    event time), the one its parents all share (top_talkers over per_minute's minutes, whatever it
-    does with them); None where there is none or the parents differ."""
-    memo: dict[str, Window | None] = {}
-
-    def window(name: str) -> Window | None:
-        if name not in memo:
-            memo[name] = None  # a cycle (refused at load) cannot loop here
-            function = by_name.get(name)
-            if function is not None and function.window is not None:
-                memo[name] = function.window
-            elif function is not None and function.event_time is not None and function.parents:
-                shared = {window(p) for p in function.parents}
-                memo[name] = shared.pop() if len(shared) == 1 else None
-        return memo[name]
-
-    return {name: window(name) for name in by_name}
 
 
 def _charted(function: Function, window: Window | None) -> Function:

@@ -526,6 +526,18 @@ def test_partial_windows_are_named_on_stderr_and_whole_windows_leaves_them_out(s
     assert len(whole.stdout.splitlines()) == 20 and len(starts) == 1  # the one whole minute
     assert starts == {f'"{format_time(since // MINUTE_US * MINUTE_US + MINUTE_US)[:-1]}:00Z"'}
 
+    # Downstream of the windows, without a window of its own: top_talkers' first and last minutes
+    # came of cut windows, silently, and --whole-windows was ignored.
+    talkers = [*window[:-1], "e2e/top_talkers"]
+    cut = stack.ramen("replay", *talkers)
+    assert cut.returncode == 0, cut.stderr
+    warning = [line for line in cut.stderr.splitlines() if "warning" in line]
+    assert len(warning) == 1 and format_time(int(first * 1e6)) in warning[0] and "e2e/top_talkers" in warning[0]
+    assert len({line.split(",")[0] for line in cut.stdout.splitlines()}) == 3
+    whole = stack.ramen("replay", *talkers, "--whole-windows")
+    assert whole.returncode == 0 and "warning" not in whole.stderr, whole.stderr
+    assert {line.split(",")[0] for line in whole.stdout.splitlines()} == starts
+
 
 def test_where_fields_and_local_times_still_apply_to_the_streamed_rows(stack):
     import json
