@@ -117,8 +117,9 @@ async def find(request: web.Request) -> web.Response:
     if fmt not in render.FIND_FORMATS:
         raise BadRequest(f"find: unknown format {fmt!r} ({', '.join(render.FIND_FORMATS)})")
     loop = asyncio.get_running_loop()
+    wildcards = one(values, "wildcards", "0") not in ("0", "", "false")
     nodes = await loop.run_in_executor(httpd.pool, lambda: httpd.tree().find(query))
-    return _answer(render.to_find(nodes, fmt), fmt)
+    return _answer(render.to_find(nodes, fmt, wildcards=wildcards, query=query), fmt)
 
 
 async def expand(request: web.Request) -> web.Response:

@@ -150,14 +150,17 @@ def to_local(series_list: Sequence[Series], fmt: str) -> bytes:
     return _serialize([_series_info(s) for s in series_list], fmt)
 
 
-def to_find(nodes: Sequence[Node], fmt: str, *, wildcards: bool = False) -> bytes:
-    """`/metrics/find` in `fmt`: treejson (Grafana's query editor), completer, json, or pickle and
-    msgpack as a federating graphite-web's RemoteFinder reads them. Nodes are sorted by name, as
-    graphite-web sorts them; treejson lists branches before leaves, once per name, and with
+def to_find(nodes: Sequence[Node], fmt: str, *, wildcards: bool = False, query: str = "") -> bytes:
+    """`/metrics/find` of `query` in `fmt`: treejson (Grafana's query editor), completer, json, or
+    pickle and msgpack as a federating graphite-web's RemoteFinder reads them. Nodes are sorted by
+    name, as graphite-web sorts them; treejson lists branches before leaves, once per name, each
+    with the id graphite-web gives it: the query up to its last level, then the node's name (for
+    `a.*.bytes`, `a.*.bytes`, which expands to every match, not the first match's path), and with
     `wildcards` a leading `*` when there are several."""
     nodes = sorted(nodes, key=lambda node: node.name)
     if fmt == "treejson":
-        return json.dumps(_tree_json(nodes, wildcards)).encode()
+        return json.dumps(_tree_json(nodes, wildcards, query.rsplit(".", 1)[0] + "." if "." in query else "")
+                          ).encode()
     if fmt == "completer":
         metrics = [{"path": node.path + ("" if node.leaf else "."), "name": node.name,
                     "is_leaf": str(int(node.leaf))} for node in nodes]
@@ -180,16 +183,15 @@ _BRANCH = {"allowChildren": 1, "expandable": 1, "leaf": 0}
 _LEAF = {"allowChildren": 0, "expandable": 0, "leaf": 1}
 
 
-def _tree_json(nodes: Sequence[Node], wildcards: bool) -> list[dict]:
+def _tree_json(nodes: Sequence[Node], wildcards: bool, base: str) -> list[dict]:
     branches, leaves, seen = [], [], set()
     tree: list[dict] = []
     if wildcards and len(nodes) > 1:
-        base = nodes[0].path[:len(nodes[0].path) - len(nodes[0].name)]
         tree.append({"text": "*", "id": base + "*", **(_BRANCH if any(not n.leaf for n in nodes) else _LEAF)})
     for node in nodes:
         if node.name in seen:
             continue
         seen.add(node.name)
-        entry = {"text": unquote_plus(node.name), "id": node.path}
+        entry = {"text": unquote_plus(node.name), "id": base + node.name}
         (leaves if node.leaf else branches).append({**entry, **(_LEAF if node.leaf else _BRANCH)})
     return tree + branches + leaves

@@ -165,6 +165,21 @@ def test_graphite_web_find_lists_a_cluster_servers_pickled_nodes(graphite_web, s
     assert {request["method"] for request in sent} == {"GET"}
 
 
+def test_ramens_treejson_is_graphite_webs_for_a_glob_before_the_last_level_and_with_wildcards(graphite_web, stand_in):
+    """The same nodes, as graphite-web's own find view lists them (its ids: the query up to its last
+    level, then the name) and as ramen's /metrics/find does; ramen's ids were the first match's path,
+    and its `wildcards=1` was ignored."""
+    from ramen.httpd.names import Node
+    from ramen.httpd.render import to_find
+    web_ = graphite_web([cluster_server(stand_in.url, "pickle")])
+    for query, wildcards in (("ramen.f*.*", False), ("ramen.*.*", True), ("ramen.*", True), ("ramen.f?.x", False)):
+        status, body = get(web_.url, "/metrics/find", query=query, **({"wildcards": "1"} if wildcards else {}))
+        assert status == 200, body[-500:]
+        nodes = [Node(path, path in LEAVES, [(START_S, START_S + STEP_S * len(VALUES))] if path in LEAVES else [])
+                 for path in BRANCHES + LEAVES if _matches(path.split("."), query.split("."))]
+        assert json.loads(to_find(nodes, "treejson", wildcards=wildcards, query=query)) == json.loads(body), query
+
+
 def test_a_glob_target_is_sent_as_is_and_each_series_must_echo_it_as_path_expression(graphite_web, stand_in):
     web_ = graphite_web([cluster_server(stand_in.url, "pickle")])
 

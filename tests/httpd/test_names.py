@@ -101,7 +101,7 @@ def test_a_quoted_value_is_one_name_in_what_find_answers(tree):
     from ramen.httpd.render import to_find
     hosts = tree.find("net.traffic.*")
     assert [n.name for n in hosts] == ['"10.0.0.1"', "a", "b"]
-    answer = json.loads(to_find(hosts, "treejson"))
+    answer = json.loads(to_find(hosts, "treejson", query="net.traffic.*"))
     assert [(n["text"], n["id"]) for n in answer][0] == ('"10.0.0.1"', 'net.traffic."10.0.0.1"')
 
 

@@ -133,15 +133,15 @@ class StandIn:
         return web.json_response({"state": "unknown", "rows": 0, "replays": 0, "elapsed_s": 0})
 
     async def find(self, request: web.Request) -> web.Response:
+        """As httpd's /metrics/find answers format=json: every match by its path, sorted."""
+        assert request.query["format"] == "json", request.query
         query = request.query["query"].split(".")
         nodes = {}
         for path in PATHS:
             parts = path.split(".")
             if len(parts) >= len(query) and all(fnmatch.fnmatchcase(p, q) for p, q in zip(parts, query)):
                 node = ".".join(parts[:len(query)])
-                leaf = len(parts) == len(query)
-                nodes[node] = {"text": parts[len(query) - 1], "id": node, "leaf": int(leaf),
-                               "expandable": int(not leaf), "allowChildren": int(not leaf)}
+                nodes[node] = {"path": node, "is_leaf": len(parts) == len(query)}
         return web.json_response([nodes[k] for k in sorted(nodes)])
 
 

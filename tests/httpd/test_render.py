@@ -168,13 +168,22 @@ NODES = [Node("prog.f.x", True, [(100, 200)]), Node("prog.f.h%2E1", False), Node
 
 
 def test_treejson_lists_branches_first_then_leaves_sorted_by_name():
-    assert json.loads(to_find(NODES, "treejson")) == [
+    assert json.loads(to_find(NODES, "treejson", query="prog.f.*")) == [
         {"text": "h.1", "id": "prog.f.h%2E1", "leaf": 0, "expandable": 1, "allowChildren": 1},
         {"text": "a", "id": "prog.f.a", "leaf": 1, "expandable": 0, "allowChildren": 0},
         {"text": "x", "id": "prog.f.x", "leaf": 1, "expandable": 0, "allowChildren": 0},
     ]
-    with_wildcard = json.loads(to_find(NODES, "treejson", wildcards=True))
+    with_wildcard = json.loads(to_find(NODES, "treejson", wildcards=True, query="prog.f.*"))
     assert with_wildcard[0] == {"text": "*", "id": "prog.f.*", "leaf": 0, "expandable": 1, "allowChildren": 1}
+
+
+def test_treejson_ids_are_the_query_up_to_its_last_level_then_the_name_as_graphite_webs():
+    """A glob before the last level: the id was the first match's path, so expanding it in
+    Grafana's editor lost the other matches (graphite-web 1.1.10's find_view: base_path + name)."""
+    bytes_of = [Node("a.b.host01.bytes", True, [(0, 10)]), Node("a.b.host02.bytes", True, [(0, 10)])]
+    assert json.loads(to_find(bytes_of, "treejson", query="a.b.host0[12].bytes")) == [
+        {"text": "bytes", "id": "a.b.host0[12].bytes", "leaf": 1, "expandable": 0, "allowChildren": 0}]
+    assert json.loads(to_find([Node("net", False)], "treejson", query="*"))[0]["id"] == "net"
 
 
 def test_completer_marks_branches_with_a_trailing_dot_and_leaf_as_a_string():

@@ -1,7 +1,7 @@
 // ramen's own dashboard page: charts of Graphite targets over one time range, drawn with uPlot.
 //
 // Hand-written, no build step, no framework. It speaks only httpd's HTTP API:
-//   /metrics/find?format=treejson  the series tree, for the picker
+//   /metrics/find?format=json      the series a search matches, each by its path, for the picker
 //   /render/batch                  every chart's render in one request when all are refreshed, so
 //                                  that the supervisor's merge delay joins their replays (one
 //                                  archive read) past the browser's 6 connections to a host; each
@@ -474,7 +474,9 @@
     status.textContent = "searching…";
     let nodes;
     try {
-      nodes = await fetchJson(`/metrics/find?${new URLSearchParams({query, format: "treejson"})}`);
+      // Every match by its path (treejson, Grafana's, lists a name once: "net.per_minute.*.bytes"
+      // showed host00's alone).
+      nodes = await fetchJson(`/metrics/find?${new URLSearchParams({query, format: "json"})}`);
     } catch (e) {
       if (mine !== searchCounter) return;
       status.classList.add("error");
@@ -486,17 +488,17 @@
     status.textContent = nodes.length ? `${query}: ${nodes.length}` : `${query}: nothing matches`;
     $("search-results").replaceChildren(...nodes.map((node) => {
       const item = document.createElement("li");
-      item.textContent = node.id;
-      item.dataset.id = node.id;
-      item.className = node.leaf ? "leaf" : "branch";
-      item.title = node.leaf ? "add to the chart" : "list what is below";
+      item.textContent = node.path;
+      item.dataset.id = node.path;
+      item.className = node.is_leaf ? "leaf" : "branch";
+      item.title = node.is_leaf ? "add to the chart" : "list what is below";
       item.addEventListener("click", () => {
-        if (node.leaf) {
+        if (node.is_leaf) {
           if (!views.length) addChart({title: "", targets: []}, {render: false});
-          addTarget(Number($("add-to").value || selected), node.id);
+          addTarget(Number($("add-to").value || selected), node.path);
         } else {
-          $("search").value = `${node.id}.*`;
-          search(`${node.id}.*`);
+          $("search").value = `${node.path}.*`;
+          search(`${node.path}.*`);
         }
       });
       return item;

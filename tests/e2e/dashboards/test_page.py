@@ -39,6 +39,12 @@ def test_the_page_charts_what_ramen_replay_prints_zooms_saves_and_shows_errors(d
     browser.get(f"{url}/?from={since}&until={until}")
     wait_for(browser, "return window.ramenPage !== undefined", what="the page's script")
 
+    # A glob before the last level lists every match (it listed the first host's alone).
+    browser.find_element("id", "search").send_keys("web.per_minute.*.bytes")
+    wait_for(browser, "return [...document.querySelectorAll('#search-results li')].map(l => l.dataset.id).join() === "
+                      f"'{','.join(f'web.per_minute.{host}.bytes' for host in HOST_NAMES)}'",
+             what="every host's bytes in the search results")
+    browser.find_element("id", "search").clear()
     # Chart 1 from the series tree, through the search box.
     browser.find_element("id", "search").send_keys("web.per_minute.*.")
     leaf = wait_for(browser, f"return document.querySelector(\"#search-results li[data-id='{FIRST}']\")",
