@@ -250,7 +250,7 @@ def test_xfiles_factor_of_the_render_and_of_set_xfiles_factor():
     [marked] = run("setXFilesFactor(a, 0.5)", data)
     assert (marked.xfiles_factor, marked.tags["xFilesFactor"], marked.name) == (0.5, "0.5", "a")
     same(run('summarize(xFilesFactor(a, 0.5), "30s")', data, strict)[0].values.tolist(), [3, 15, NAN])
-    same(run("movingAverage(xFilesFactor(a, 1), 2)", data)[0].values.tolist(), [NAN, NAN, 1.5, NAN, NAN, 4.5])
+    same(run("movingAverage(xFilesFactor(a, 1), 2)", data)[0].values.tolist(), [NAN, 1.5, NAN, NAN, 4.5, 5.5])
     # across series: the strictest of theirs, unless the call says
     same(run("sumSeries(a, b)", data)[0].values.tolist(), [2, 2, NAN, 8, 10, 12])
     same(run("sumSeries(a, xFilesFactor(b, 1))", data)[0].values.tolist(), [2, NAN, NAN, 8, 10, 12])
@@ -337,32 +337,33 @@ def test_per_second_divides_by_the_step():
     same(result.values.tolist(), [NAN, 0.2, NAN, NAN, NAN, 0.5])
 
 
-def test_moving_average_of_points_excludes_the_point_itself_and_starts_null():
+def test_moving_average_of_points_includes_the_point_itself_as_graphite_web_1_1_10():
+    """graphite-web 1.1.8 left the point out (its issue #2632): every value one step late."""
     data = {"a": [series("a", [2, 4, NAN, 8, 10, 12])]}
     [result] = run("movingAverage(a, 2)", data)
     assert result.name == "movingAverage(a,2)"
-    # windows [i-2, i): -, [2], [2,4], [4,null], [null,8], [8,10]
-    same(result.values.tolist(), [NAN, 2, 3, 4, 8, 9])
+    # windows [i-1, i]: [2], [2,4], [4,null], [null,8], [8,10], [10,12]
+    same(result.values.tolist(), [2, 3, 4, 8, 9, 11])
 
 
 def test_moving_average_of_a_time_window_and_its_xfiles_factor():
     data = {"a": [series("a", [2, 4, NAN, 8, 10, 12])]}
     [result] = run('movingAverage(a, "20s")', data)
     assert result.name == 'movingAverage(a,"20s")'
-    same(result.values.tolist(), [NAN, 2, 3, 4, 8, 9])
+    same(result.values.tolist(), [2, 3, 4, 8, 9, 11])
     # xFilesFactor 1: every point of the window must be non-null
-    same(run("movingAverage(a, 2, 1)", data)[0].values.tolist(), [NAN, NAN, 3, NAN, NAN, 9])
+    same(run("movingAverage(a, 2, 1)", data)[0].values.tolist(), [NAN, 3, NAN, NAN, 9, 11])
 
 
-def test_moving_windows_reduce_the_points_before_each_by_their_function():
+def test_moving_windows_reduce_each_point_and_those_before_it_by_their_function():
     data = {"a": [series("a", [2, 4, NAN, 8, 10, 1])]}
-    # windows [i-2, i): -, [2], [2,4], [4,null], [null,8], [8,10]
-    for target, expected in (("movingSum(a, 2)", [NAN, 2, 6, 4, 8, 18]), ("movingMin(a, 2)", [NAN, 2, 2, 4, 8, 8]),
-                             ("movingMax(a, '20s')", [NAN, 2, 4, 4, 8, 10]),
-                             ("movingMedian(a, 3)", [NAN, 2, 3, 3, 6, 9]),
-                             ("movingWindow(a, 2, 'range')", [NAN, 0, 2, 0, 0, 2]),
-                             ("movingWindow(a, 2)", [NAN, 2, 3, 4, 8, 9]),
-                             ("movingMax(a, 2, 1)", [NAN, NAN, 4, NAN, NAN, 10])):
+    # windows [i-1, i]: [2], [2,4], [4,null], [null,8], [8,10], [10,1]
+    for target, expected in (("movingSum(a, 2)", [2, 6, 4, 8, 18, 11]), ("movingMin(a, 2)", [2, 2, 4, 8, 8, 1]),
+                             ("movingMax(a, '20s')", [2, 4, 4, 8, 10, 10]),
+                             ("movingMedian(a, 3)", [2, 3, 3, 6, 9, 8]),
+                             ("movingWindow(a, 2, 'range')", [0, 2, 0, 0, 2, 9]),
+                             ("movingWindow(a, 2)", [2, 3, 4, 8, 9, 5.5]),
+                             ("movingMax(a, 2, 1)", [NAN, 4, NAN, NAN, 10, 10])):
         [result] = run(target, data)
         same(result.values.tolist(), expected)
     names = [run(t, data)[0].name for t in ("movingSum(a, 2)", "movingMedian(a, '20s')", "movingWindow(a, 2, 'max')")]
@@ -377,7 +378,7 @@ def test_a_long_moving_window_is_reduced_a_slice_at_a_time_to_the_same_values():
     data = {"a": [series("a", values.tolist(), step=1)]}
     [result] = run("movingMedian(a, 300)", data)  # 6 M window cells: six slices
     padded = np.concatenate((np.full(300, NAN), values))
-    expected = [NAN] + [float(np.nanmedian(padded[i:i + 300])) for i in range(1, 20_000)]
+    expected = [float(np.nanmedian(padded[i + 1:i + 301])) for i in range(20_000)]  # [i - 299, i]
     same(result.values.tolist(), expected)
 
 
@@ -398,7 +399,7 @@ def test_moving_windows_of_every_aggregation_agree_with_graphite_webs_over_a_win
             [result] = run(f"movingWindow(a, {points}, '{func}', {xff})", {"a": [series("a", values.tolist())]})
             expected = []
             for i in range(len(values)):
-                present = [v for v in values[max(0, i - points):i].tolist() if not math.isnan(v)]
+                present = [v for v in values[max(0, i - points + 1):i + 1].tolist() if not math.isnan(v)]
                 ok = present and len(present) / points >= xff
                 expected.append(theirs(present) if ok else NAN)
             same(result.values.tolist(), [NAN if v is None else v for v in expected])
@@ -410,7 +411,7 @@ def test_a_moving_median_too_long_to_compute_is_refused_in_one_line_and_a_moving
                        match="movingMedian: a window of 20,000 points over 30,000 points is 600,000,000 values"):
         run("movingMedian(a, 20000)", data)
     [result] = run("movingMax(a, 20000)", data)  # in time proportional to the points
-    same(result.values[[0, 1, 25_000]].tolist(), [NAN, 0, 24_999])
+    same(result.values[[0, 1, 25_000]].tolist(), [0, 1, 25_000])
 
 
 def test_stacks_go_on_across_a_renders_targets_and_threshold_is_a_labelled_constant_line(graphite):
@@ -461,8 +462,9 @@ def test_exponential_moving_average_is_graphite_webs_over_a_window_of_nulls_befo
     size = window.strip('"') if isinstance(window, str) else window
     [expected] = functions.exponentialMovingAverage({"startTime": EPOCH, "args": [None]}, [theirs], size)
     assert (ours.name, ours.start, ours.step) == (expected.name, expected.start, expected.step)
-    assert math.isnan(ours.values[0]) and expected[0] == 0  # graphite-web's average of no value
-    same(ours.values[1:].tolist(), [NAN if v is None else v for v in list(expected)[1:len(ours.values)]])
+    assert expected[0] == 0  # graphite-web's average of no value, drawn before the first point by 1.1.10
+    # 1.1.8 draws each average a step after its point: its second on is 1.1.10's (and ramen's)
+    same(ours.values.tolist(), [NAN if v is None else v for v in list(expected)[1:len(ours.values) + 1]])
     assert ours.tags == dict(expected.tags)
 
 
@@ -710,7 +712,7 @@ def test_targets_made_at_evaluation_are_fetched_in_a_round_of_their_own_over_the
             ("x.b.total", 80, 160): [], ("x.b.free", 100, 160): [series("x.b.free", [7, 7], start=100)]}
     smooth, free, *plain = evaluate_all(nodes, made, context)
     assert (smooth.name, smooth.path_expression, smooth.start) == ("x.a.smooth", "x.a", 100)
-    same(smooth.values.tolist(), [3, 5, 7, 9, 11, 13])  # from the two points before 100
+    same(smooth.values.tolist(), [5, 7, 9, 11, 13, 15])  # from the point before 100 on
     assert (free.name, free.values.tolist()) == ("x.b.free", [7, 7])
     assert [s.name for s in plain] == ["x.a.used", "x.b.used"]
     assert evaluate_all([parse("useSeriesAbove(x.*.used, 5, 'used', 'free')")], used, context) == []

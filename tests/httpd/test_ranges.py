@@ -96,14 +96,15 @@ def theirs(graphite, monkeypatch, name, path, *args, context=CONTEXT):
     return getattr(functions, name)(request, evaluate_target(request, path), *args)
 
 
-def same_series(ours, expected, *, points=None):
+def same_series(ours, expected, *, points=None, later=False, drawn_later=0):
     """Names, starts, steps, tags and values alike (the first `points` values where graphite-web
-    draws more than the range holds)."""
+    draws more than the range holds). `later`: `expected` is of the range a step later;
+    `drawn_later`: it draws our first value at its point `drawn_later`."""
     assert [s.name for s in ours] == [s.name for s in expected]
     for mine, their in zip(ours, expected):
-        assert (mine.start, mine.step) == (their.start, their.step), mine.name
+        assert (mine.start + mine.step * later, mine.step) == (their.start, their.step), mine.name
         assert mine.tags == {key: str(value) for key, value in their.tags.items()}, mine.name
-        values = [NAN if v is None else v for v in list(their)]
+        values = [NAN if v is None else v for v in list(their)][drawn_later:]
         values = values[:len(mine.values)] if points is None else values[:points]
         assert len(mine.values) == len(values), mine.name
         np.testing.assert_allclose(mine.values, values, rtol=1e-9, equal_nan=True, err_msg=mine.name)
@@ -120,7 +121,7 @@ def test_a_moving_window_reaches_back_one_window_for_its_first_points():
     assert fetches(parse("movingAverage(a.b, '5min')"), early) == [("a.b", 0, 160)]  # nothing before 1970
     [average] = run("movingAverage(a.b, '5min')")
     assert (average.start, len(average.values)) == (FROM, 60)
-    [before] = fetched_over("a.b", FROM - 300, FROM)
+    [before] = fetched_over("a.b", FROM - 300 + STEP, FROM + STEP)  # the window that ends with the first point
     assert average.values[0] == pytest.approx(np.nanmean(before.values))
 
 
@@ -133,10 +134,22 @@ def test_a_moving_window_reaches_back_one_window_for_its_first_points():
     ("exponentialMovingAverage(a.b, '1min')", ("exponentialMovingAverage", "1min")),
 ])
 def test_moving_windows_over_the_points_before_the_range_are_graphite_webs(graphite, monkeypatch, target, call):
+    """graphite-web 1.1.10's, whose windows end with the point they are drawn at (its issue #2632).
+    The tests have Debian's 1.1.8, whose point t is 1.1.10's point t - step: 1.1.8 over the range a
+    step later draws 1.1.10's windows over this one. Its exponential average, started from the
+    average of the window before the range, is drawn a step later than its point: 1.1.8's second
+    point on is 1.1.10's (whose first, that starting average a step before the range, ramen leaves
+    out)."""
     path = parse(target).args[0].text
-    expected = theirs(graphite, monkeypatch, call[0], path, *call[1:])
-    # graphite-web draws the exponential average one step past the range
-    same_series(run(target), expected)
+    ours = run(target)
+    step = ours[0].step
+    if call[0] == "exponentialMovingAverage":
+        expected = theirs(graphite, monkeypatch, call[0], path, *call[1:])
+        same_series(ours, expected, drawn_later=1)
+    else:
+        later = Context(CONTEXT.from_s + step, CONTEXT.until_s + step, CONTEXT.now_s + step, step_of=steps)
+        expected = theirs(graphite, monkeypatch, call[0], path, *call[1:], context=later)
+        same_series(ours, expected, later=True)
 
 
 @pytest.mark.parametrize("scalar_max_series", [100, 0])

@@ -42,10 +42,10 @@ and last values take time in proportion to the points alone, whatever the window
 def moving_window(context: Context, seriesList: list[Series], windowSize: int | str, func: str = "average",
                   xFilesFactor: float | None = None) -> list[Series]:
     """Each point becomes `func` (average, sum, min, max, median, ...) of the non-null values of the
-    points before it (not itself, as in graphite-web) within the window: a number of points, or a
-    time ("5min"). Named `moving<Func>(<name>,<window>)`. The series are fetched from one window
-    before the range (evaluation.SERIES_SCOPES), so that the first points reduce a whole window,
-    as graphite-web's do.
+    window that ends with it, itself included, as graphite-web's since 1.1.9 (its issue #2632;
+    1.1.8 left the point out, every value one step late): a number of points, or a time ("5min").
+    Named `moving<Func>(<name>,<window>)`. The series are fetched from one window before the range
+    (evaluation.SERIES_SCOPES), so that the first points reduce a whole window, as graphite-web's do.
     """
     tag = "moving" + func.capitalize()
     results = []
@@ -59,7 +59,7 @@ def moving_window(context: Context, seriesList: list[Series], windowSize: int | 
         xff = s.xfiles_factor if xFilesFactor is None else xFilesFactor
         ahead = points_ahead(s, context)
         results.append(named(s, name, start=s.start + ahead * s.step,
-                             values=_moving(tag, s.values, points, func, xff)[ahead:],
+                             values=_moving_through(tag, s.values, points, func, xff)[ahead:],
                              tags=tagged(s, **{tag: windowSize})))
     return results
 
@@ -71,9 +71,16 @@ def points_ahead(series: Series, context: Context) -> int:
                                            // series.step)))
 
 
-def _moving(name: str, values: np.ndarray, points: int, func: str, xff: float) -> np.ndarray:
+def _moving_through(name: str, values: np.ndarray, points: int, func: str, xff: float) -> np.ndarray:
+    """`func` over each point's window [i - points + 1, i], itself included: the window before the
+    point that follows it (_moving's, over the values and one null past them)."""
+    return _moving(name, np.append(values, np.nan), points, func, xff, counted=len(values))[1:]
+
+
+def _moving(name: str, values: np.ndarray, points: int, func: str, xff: float, *, counted: int) -> np.ndarray:
     """`func` over each point's window [i - points, i) of the non-null values, null unless the share
-    of non-null ones in `points` reaches `xff` (graphite-web's xff over its window)."""
+    of non-null ones in `points` reaches `xff` (graphite-web's xff over its window). `counted`: the
+    points a refusal names."""
     n = len(values)
     if points <= 0 or n == 0:
         return np.full(n, np.nan)
@@ -96,7 +103,7 @@ def _moving(name: str, values: np.ndarray, points: int, func: str, xff: float) -
         last = np.concatenate(([-1], np.maximum.accumulate(np.where(present, index, -1))[:-1]))
         reduced = np.where(last >= index - width, values[np.maximum(last, 0)], np.nan)
     else:
-        reduced = _windows_reduced(name, values, width, points, func, xff)
+        reduced = _windows_reduced(name, values, width, points, func, xff, counted)
     return np.where(ok, reduced, np.nan)
 
 
@@ -123,14 +130,15 @@ def _sliding(values: np.ndarray, width: int, fold: np.ufunc) -> np.ndarray:
     return fold(suffix[start], prefix[start + width - 1])
 
 
-def _windows_reduced(name: str, values: np.ndarray, width: int, points: int, func: str, xff: float) -> np.ndarray:
+def _windows_reduced(name: str, values: np.ndarray, width: int, points: int, func: str, xff: float, counted: int
+                     ) -> np.ndarray:
     """Any aggregation over the non-null values of each window [i - width, i) (a null is no factor
     of a product, as graphite-web hands a window's non-null values alone to the function), the
     windows laid out a slice at a time."""
     n = len(values)
-    if n * width > MOVING_WINDOW_MAX_CELLS:
-        raise TargetError(f"{name}: a window of {points:,} points over {n:,} points is {n * width:,} values to "
-                          f"reduce, more than {MOVING_WINDOW_MAX_CELLS:,}: ask a shorter window or range")
+    if counted * width > MOVING_WINDOW_MAX_CELLS:
+        raise TargetError(f"{name}: a window of {points:,} points over {counted:,} points is {counted * width:,} "
+                          f"values to reduce, more than {MOVING_WINDOW_MAX_CELLS:,}: ask a shorter window or range")
     padded = np.concatenate((np.full(width, np.nan), values))
     real = np.concatenate((np.zeros(width, dtype=bool), np.ones(n, dtype=bool)))
     windows = np.lib.stride_tricks.sliding_window_view(padded, width)[:n]
@@ -192,12 +200,12 @@ decays' powers stay well within a float's range."""
 
 
 def exponential_moving_average(context: Context, seriesList: list[Series], windowSize: int | str) -> list[Series]:
-    """Each point becomes the exponential moving average of the values before it, weighing each one
-    2 / (window + 1) (window: a number of points, or a time, "5min", whose seconds count as points,
-    as graphite-web reads it); a null point is null and leaves the average as it was. The series
-    are fetched from one window before the range: the average starts from that window's, drawn at
-    the first point (null where it has no value: graphite-web's is 0 there, and so is the average
-    it starts from)."""
+    """Each point becomes the exponential moving average of the values up to it, itself included
+    (graphite-web 1.1.10's; 1.1.8 drew it one step late), weighing each one 2 / (window + 1)
+    (window: a number of points, or a time, "5min", whose seconds count as points, as graphite-web
+    reads it); a null point is null and leaves the average as it was. The series are fetched from
+    one window before the range: the average starts from that window's (0 where it has no value, as
+    graphite-web's), which graphite-web also draws, one point before the range: not ramen."""
     results = []
     for s in seriesList:
         if isinstance(windowSize, str):
@@ -207,14 +215,10 @@ def exponential_moving_average(context: Context, seriesList: list[Series], windo
             weight, name = 2.0 / (windowSize + 1), f"exponentialMovingAverage({s.name},{windowSize})"
         ahead = points_ahead(s, context)
         before, inside = s.values[:ahead], s.values[ahead:]
-        first = float(np.mean(before[~np.isnan(before)])) if not np.isnan(before).all() else math.nan
+        first = float(np.mean(before[~np.isnan(before)])) if not np.isnan(before).all() else 0.0
         values = np.full(len(inside), np.nan)
-        if len(inside):
-            values[0] = round(first, 6)
-        if len(inside) > 1:
-            present = ~np.isnan(inside[:-1])
-            averages = _ema(inside[:-1][present], weight, 0.0 if math.isnan(first) else first)
-            values[1:][present] = np.round(averages, 6)  # the average through a point is drawn at the next one
+        present = ~np.isnan(inside)
+        values[present] = np.round(_ema(inside[present], weight, first), 6)
         results.append(named(s, name, start=s.start + ahead * s.step, values=values,
                              tags=tagged(s, exponentialMovingAverage=windowSize)))
     return results
