@@ -860,6 +860,8 @@ CROSS_CHECKS = [
      lambda f, d: f.divideSeries({}, d["x.*.used"], d["prog.func.h1.bytes"])),
     ("divideSeries(prog.slow.x, nothing.*)", lambda f, d: f.divideSeries({}, d["prog.slow.x"], d["nothing.*"])),
     ("groupByNode(x.*.used, 2, 'sum')", lambda f, d: f.groupByNode({}, d["x.*.used"], 2, "sum")),
+    # graphite-web's avg is its averageSeries here: tagged aggregatedBy average
+    ("groupByNode(x.*.used, 2, 'avg')", lambda f, d: f.groupByNode({}, d["x.*.used"], 2, "avg")),
     ("groupByNode(prog.func.*.bytes, 1)", lambda f, d: f.groupByNode({}, d["prog.func.*.bytes"], 1)),
     ("groupByNodes(group(x.*.used, x.{a,c}.total), 'maxSeries', 1)",
      lambda f, d: f.groupByNodes({}, f.group({}, d["x.*.used"], d["x.{a,c}.total"]), "maxSeries", 1)),

@@ -251,7 +251,13 @@ def group_by_nodes(context: Context, seriesList: list[Series], callback: str, no
     groups: dict[str, list[Series]] = {}
     for s in seriesList:
         groups.setdefault(".".join(node_of(s, node) for node in nodes), []).append(s)
+    callback = SERIES_FUNCTION_CALLBACKS.get(callback, callback)
     return [s.copy(name=key) for key, members in groups.items() for s in aggregate(context, members, callback)]
+
+
+SERIES_FUNCTION_CALLBACKS = {"avg": "average"}
+"""Callbacks graphite-web's groupByNode(s) finds among its series functions before its
+aggregations: there `avg` is averageSeries, tagged `aggregatedBy: average` (not `avg`)."""
 
 
 def group_by_tags(context: Context, seriesList: list[Series], callback: str, tags: list[str]) -> list[Series]:
