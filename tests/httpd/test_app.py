@@ -203,7 +203,7 @@ async def test_a_target_of_no_path_is_answered_without_a_replay(client):
         answer = await http.get("/render?target=constantLine(3)&target=countSeries()&from=1000&until=1600&format=json")
         assert answer.status == 200, await answer.text()
         line, count = await answer.json()
-        assert (line["target"], line["datapoints"]) == ("3", [[3, 1000], [3, 1300], [3, 1600]])
+        assert (line["target"], line["datapoints"]) == ("3.0", [[3, 1000], [3, 1300], [3, 1600]])
         assert (count["target"], [v for v, _ in count["datapoints"]]) == ("0", [0, 0, 0])
     finally:
         await http.close()

@@ -428,8 +428,8 @@ def test_stacks_go_on_across_a_renders_targets_and_threshold_is_a_labelled_const
     for mine, their in zip(first + second, expected):
         same(mine.values.tolist(), [NAN if v is None else v for v in their])
     [line] = run("threshold(5, 'limit', 'red')")
-    assert (line.name, line.path_expression, line.values.tolist()) == ("limit", "constantLine(5)", [5, 5, 5])
-    assert run("threshold(7)")[0].name == "7"
+    assert (line.name, line.path_expression, line.values.tolist()) == ("limit", "constantLine(5.0)", [5, 5, 5])
+    assert run("threshold(7)")[0].name == "7.0"  # its number a float, as graphite-web 1.1.10's evaluator makes it
 
 
 def test_legend_value_computes_the_series_forms_graphite_web_offers_but_prints_as_unknown():
@@ -563,8 +563,8 @@ def test_every_function_of_one_series_takes_an_empty_one_and_an_all_null_one():
 
 
 def test_constant_line_and_count_series_of_nothing():
-    [line] = run("constantLine(5)")
-    assert (line.name, line.path_expression, line.start, line.step) == ("5", "constantLine(5)", 0, 30)
+    [line] = run("constantLine(5)")  # named as graphite-web 1.1.10 names it: its number made a float
+    assert (line.name, line.path_expression, line.start, line.step) == ("5.0", "constantLine(5.0)", 0, 30)
     same(line.values.tolist(), [5, 5, 5])
     [none] = run("countSeries()")
     assert (none.name, none.path_expression) == ("0", "countSeries()")
@@ -802,6 +802,29 @@ def graphite():
     functions, datalib = graphite_modules("graphite.render.functions", "graphite.render.datalib")
     return functions, datalib.TimeSeries
 
+
+
+class FloatParams:
+    """graphite-web's functions called as 1.1.10's evaluator calls them: a number given for a
+    parameter of type float is made one first (validateParams; Debian's 1.1.8 evaluator does not),
+    so `offset(x, 50)` is tagged `offset: 50.0` and `constantLine(42)` named `42.0`."""
+
+    def __init__(self, functions) -> None:
+        self._functions = functions
+        (params,) = graphite_modules("graphite.functions.params")
+        self._float = params.ParamTypes.float
+
+    def __getattr__(self, name: str):
+        function = getattr(self._functions, name)
+        declared = getattr(function, "params", None)
+        if not callable(function) or declared is None:
+            return function
+
+        def call(context, *args, **kwargs):
+            args = [float(a) if i < len(declared) and declared[i].type == self._float and type(a) is int else a
+                    for i, a in enumerate(args)]  # the context is not a param
+            return function(context, *args, **kwargs)
+        return call
 
 
 def to_graphite(TimeSeries, s: Series):
@@ -1097,7 +1120,7 @@ def test_same_names_times_and_values_as_graphite_web(graphite, monkeypatch, targ
     monkeypatch.setattr(functions, "STORE", types.SimpleNamespace(
         tagdb=types.SimpleNamespace(parse=tag_utils.TaggedSeries.parse)))
     monkeypatch.setattr(evaluator, "fetchData", lambda context, path: copy.deepcopy(converted[path]))
-    expected = theirs(functions, converted)
+    expected = theirs(FloatParams(functions), converted)
     assert [s.name for s in ours] == [s.name for s in expected]
     for mine, their in zip(ours, expected):
         their_values = [NAN if v is None else v for v in their]

@@ -144,7 +144,9 @@ class FunctionSpec:
         if kind == "float":
             if not is_number:
                 raise bad("a number")
-            return value  # an int stays one, as graphite-web has it: a tag `scale=2`, not `2.0`
+            # graphite-web 1.1.10's evaluator makes it a float before the call (validateParams):
+            # `offset(x, 50)` is tagged `offset: 50.0`, `constantLine(42)` named `42.0`.
+            return float(value)
         if kind in ("integer", "node"):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise bad("an integer")
