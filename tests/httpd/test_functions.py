@@ -562,6 +562,19 @@ def test_every_function_of_one_series_takes_an_empty_one_and_an_all_null_one():
                 pass
 
 
+def test_round_rounds_the_binary_value_as_pythons_round_and_graphite_web():
+    """257.15 is 257.149999...: graphite-web's round gives 257.1; numpy's scaling by 10 gave 257.2."""
+    data = {"a": [series("a", [257.15, 2.675, -0.125, 1e300, 0.5, 1.5, NAN])]}
+    same(run("round(a, 1)", data)[0].values.tolist(), [257.1, 2.7, -0.1, 1e300, 0.5, 1.5, NAN])
+    same(run("round(a, 2)", data)[0].values.tolist(), [257.15, 2.67, -0.12, 1e300, 0.5, 1.5, NAN])
+    same(run("round(a)", data)[0].values.tolist(), [257, 3, 0, 1e300, 0, 2, NAN])
+    rng = np.random.default_rng(5)
+    values = np.round(rng.uniform(-1000, 1000, 20_000), 3)  # many a half at the last digit kept
+    for digits in (-2, 0, 1, 2):
+        [result] = run(f"round(a, {digits})", {"a": [series("a", values.tolist())]})
+        assert result.values.tolist() == [round(v, digits) for v in values.tolist()], digits
+
+
 def test_constant_line_and_count_series_of_nothing():
     [line] = run("constantLine(5)")  # named as graphite-web 1.1.10 names it: its number made a float
     assert (line.name, line.path_expression, line.start, line.step) == ("5.0", "constantLine(5.0)", 0, 30)

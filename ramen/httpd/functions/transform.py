@@ -351,11 +351,19 @@ def round_values(context: Context, seriesList: list[Series], precision: int | No
 
 
 def _rounded(values: np.ndarray, digits: int) -> np.ndarray:
-    """np.round scales by 10**digits, which overflows for many digits (a value of 774 rounded to 306
+    """Each value as Python's round(value, digits) rounds it, as graphite-web does: the binary value
+    rounded, so 257.15 (257.149999...) is 257.1. np.round scales by 10**digits first, and that
+    product's own rounding can carry a value just below a half onto it (257.2): the values whose
+    scaled form lies within a few units of the last place of a half are rounded by Python, one by
+    one, the rest by numpy. The scaling overflows for many digits (a value of 774 rounded to 306
     decimals came out inf or null): a value it overflows has fewer decimals than that, and is kept."""
     digits = max(-FLOAT_DECIMALS, min(FLOAT_DECIMALS, digits))
     with np.errstate(over="ignore", invalid="ignore"):
         rounded = np.round(values, digits)
+        scaled = np.abs(values * 10.0 ** digits)
+        near_half = np.abs(scaled - np.floor(scaled) - 0.5) <= 4 * np.spacing(scaled)
+    for i in np.flatnonzero(near_half & np.isfinite(values)).tolist():
+        rounded[i] = round(float(values[i]), digits)
     return np.where(np.isfinite(rounded) | ~np.isfinite(values), rounded, values)
 
 
