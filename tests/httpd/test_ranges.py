@@ -96,15 +96,14 @@ def theirs(graphite, monkeypatch, name, path, *args, context=CONTEXT):
     return getattr(functions, name)(request, evaluate_target(request, path), *args)
 
 
-def same_series(ours, expected, *, points=None, later=False, drawn_later=0):
+def same_series(ours, expected, *, points=None, later=False):
     """Names, starts, steps, tags and values alike (the first `points` values where graphite-web
-    draws more than the range holds). `later`: `expected` is of the range a step later;
-    `drawn_later`: it draws our first value at its point `drawn_later`."""
+    draws more than the range holds). `later`: `expected` is of the range a step later."""
     assert [s.name for s in ours] == [s.name for s in expected]
     for mine, their in zip(ours, expected):
         assert (mine.start + mine.step * later, mine.step) == (their.start, their.step), mine.name
         assert mine.tags == {key: str(value) for key, value in their.tags.items()}, mine.name
-        values = [NAN if v is None else v for v in list(their)][drawn_later:]
+        values = [NAN if v is None else v for v in list(their)]
         values = values[:len(mine.values)] if points is None else values[:points]
         assert len(mine.values) == len(values), mine.name
         np.testing.assert_allclose(mine.values, values, rtol=1e-9, equal_nan=True, err_msg=mine.name)
@@ -136,16 +135,14 @@ def test_a_moving_window_reaches_back_one_window_for_its_first_points():
 def test_moving_windows_over_the_points_before_the_range_are_graphite_webs(graphite, monkeypatch, target, call):
     """graphite-web 1.1.10's, whose windows end with the point they are drawn at (its issue #2632).
     The tests have Debian's 1.1.8, whose point t is 1.1.10's point t - step: 1.1.8 over the range a
-    step later draws 1.1.10's windows over this one. Its exponential average, started from the
-    average of the window before the range, is drawn a step later than its point: 1.1.8's second
-    point on is 1.1.10's (whose first, that starting average a step before the range, ramen leaves
-    out)."""
+    step later draws 1.1.10's windows over this one. Its exponential average is 1.1.8's (1.1.10's
+    source is the same), the average through each point drawn at the next."""
     path = parse(target).args[0].text
     ours = run(target)
     step = ours[0].step
     if call[0] == "exponentialMovingAverage":
-        expected = theirs(graphite, monkeypatch, call[0], path, *call[1:])
-        same_series(ours, expected, drawn_later=1)
+        # graphite-web draws the exponential average one step past the range
+        same_series(ours, theirs(graphite, monkeypatch, call[0], path, *call[1:]))
     else:
         later = Context(CONTEXT.from_s + step, CONTEXT.until_s + step, CONTEXT.now_s + step, step_of=steps)
         expected = theirs(graphite, monkeypatch, call[0], path, *call[1:], context=later)

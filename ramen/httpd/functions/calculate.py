@@ -200,12 +200,12 @@ decays' powers stay well within a float's range."""
 
 
 def exponential_moving_average(context: Context, seriesList: list[Series], windowSize: int | str) -> list[Series]:
-    """Each point becomes the exponential moving average of the values up to it, itself included
-    (graphite-web 1.1.10's; 1.1.8 drew it one step late), weighing each one 2 / (window + 1)
-    (window: a number of points, or a time, "5min", whose seconds count as points, as graphite-web
-    reads it); a null point is null and leaves the average as it was. The series are fetched from
-    one window before the range: the average starts from that window's (0 where it has no value, as
-    graphite-web's), which graphite-web also draws, one point before the range: not ramen."""
+    """Each point becomes the exponential moving average of the values before it, weighing each one
+    2 / (window + 1) (window: a number of points, or a time, "5min", whose seconds count as points,
+    as graphite-web reads it); a null point is null and leaves the average as it was. The series
+    are fetched from one window before the range: the average starts from that window's, drawn at
+    the first point (null where it has no value: graphite-web's is 0 there, and so is the average
+    it starts from)."""
     results = []
     for s in seriesList:
         if isinstance(windowSize, str):
@@ -215,10 +215,14 @@ def exponential_moving_average(context: Context, seriesList: list[Series], windo
             weight, name = 2.0 / (windowSize + 1), f"exponentialMovingAverage({s.name},{windowSize})"
         ahead = points_ahead(s, context)
         before, inside = s.values[:ahead], s.values[ahead:]
-        first = float(np.mean(before[~np.isnan(before)])) if not np.isnan(before).all() else 0.0
+        first = float(np.mean(before[~np.isnan(before)])) if not np.isnan(before).all() else math.nan
         values = np.full(len(inside), np.nan)
-        present = ~np.isnan(inside)
-        values[present] = np.round(_ema(inside[present], weight, first), 6)
+        if len(inside):
+            values[0] = round(first, 6)
+        if len(inside) > 1:
+            present = ~np.isnan(inside[:-1])
+            averages = _ema(inside[:-1][present], weight, 0.0 if math.isnan(first) else first)
+            values[1:][present] = np.round(averages, 6)  # the average through a point is drawn at the next one
         results.append(named(s, name, start=s.start + ahead * s.step, values=values,
                              tags=tagged(s, exponentialMovingAverage=windowSize)))
     return results
