@@ -142,7 +142,17 @@ async def expand(request: web.Request) -> web.Response:
 
 
 async def functions(request: web.Request) -> web.Response:
-    return web.json_response(graphite_functions.describe_functions())
+    """graphite-web's /functions: `group`, `grouped=1`, `type=pie`; /functions/<name> one of them."""
+    values = await params(request)
+    listed = graphite_functions.describe_functions(one(values, "group"),
+                                                   one(values, "grouped", "").lower() in ("1", "true"),
+                                                   pie=one(values, "type") == "pie")
+    name = request.match_info.get("name")
+    if name is None:
+        return web.json_response(listed)
+    if name not in listed:
+        return web.json_response({"error": f"Function not found: {name}"}, status=404)
+    return web.json_response(listed[name])
 
 
 RENDER_FORMATS = ("json", "csv", "pickle", "msgpack")
@@ -262,6 +272,7 @@ def make_app(httpd: Httpd) -> web.Application:
     app.router.add_post("/render/batch", render_batch_handler)
     app.router.add_get("/version", version)
     app.router.add_get("/functions", functions)
+    app.router.add_get("/functions/{name}", functions)
     app.router.add_get("/progress", progress)
     metrics.add_routes(app, client=httpd.client, site=httpd.site, stats=httpd.stats)
     tagdb.add_routes(app, httpd.tree, httpd.pool)

@@ -317,3 +317,26 @@ def test_httpd_waits_for_a_confserver_only_while_something_may_restart_it(tmp_pa
         assert _connect_timeout_s(argparse.Namespace(confserver=None)) == confserver.SERVICE_CONNECT_TIMEOUT_S
     finally:
         lock.release()
+
+
+@sync
+async def test_functions_lists_by_group_type_and_name_as_graphite_web(client):
+    """graphite-web's /functions view: its `type=pie` listed every series function (ramen ignored
+    the parameter), `group`, `grouped` and /functions/<name> too."""
+    http = await serve(client)
+    try:
+        pie = await (await http.get("/functions?type=pie")).json()
+        assert sorted(pie) == ["average", "maximum", "minimum"]
+        assert pie["average"] == {"name": "average", "function": "average(series)", "description": "Return the average",
+                                  "module": "ramen.httpd.functions", "group": "Pie",  # as its series functions
+                                  "params": [{"name": "series", "type": "series", "required": True}]}
+        alias = await (await http.get("/functions?group=Alias")).json()
+        assert {"alias", "upper", "lower"} <= set(alias) and "sumSeries" not in alias
+        grouped = await (await http.get("/functions?grouped=1")).json()
+        assert "upper" in grouped["Alias"] and "sumSeries" in grouped["Combine"]
+        upper = await http.get("/functions/upper")
+        assert upper.status == 200 and (await upper.json())["function"].startswith("upper(")
+        missing = await http.get("/functions/nope")
+        assert missing.status == 404 and (await missing.json()) == {"error": "Function not found: nope"}
+    finally:
+        await http.close()

@@ -574,6 +574,30 @@ def test_round_rounds_the_binary_value_as_pythons_round_and_graphite_web():
         assert result.values.tolist() == [round(v, digits) for v in values.tolist()], digits
 
 
+def test_upper_and_lower_case_the_name_or_letters_of_it_as_graphite_web_1_1_10():
+    data = {"a": [series("prog.Func.h1.bytes", [1, 2])]}
+    assert [s.name for s in run("upper(a)", data)] == ["PROG.FUNC.H1.BYTES"]
+    assert [s.name for s in run("upper(a, 0, -1, 99)", data)] == ["Prog.Func.h1.byteS"]  # 99: past the name
+    assert [s.name for s in run("lower(a)", data)] == ["prog.func.h1.bytes"]
+    assert [s.name for s in run("lower(a, 5)", data)] == ["prog.func.h1.bytes"]
+    [upper] = run("upper(a)", data)  # its name alone: graphite-web leaves the path expression and tags
+    assert (upper.path_expression, upper.tags) == ("a", {"name": "prog.Func.h1.bytes"})
+
+
+def test_compress_periodic_gaps_takes_the_period_of_a_series_with_a_value_every_few_steps():
+    """graphite-web 1.1.10's guess: a value every 3 steps from the second point on (the first, a 0,
+    is no value to it) becomes a series of 30 s steps from that point, each interval's last value."""
+    values = [0, 4, NAN, NAN, 5, NAN, NAN, 6, NAN, NAN, 7, NAN]
+    [result] = run("compressPeriodicGaps(a)", {"a": [series("a", values, step=10)]})
+    assert (result.name, result.path_expression, result.start, result.step) == (
+        "compressPeriodicGaps(a)", "compressPeriodicGaps(a)", 10, 30)
+    same(result.values.tolist(), [4, 5, 6, 7])
+    dense = [1, 2, 3, 4, 5, 6]
+    [kept] = run("compressPeriodicGaps(a)", {"a": [series("a", dense, step=10)]})  # no gaps: no period
+    assert (kept.name, kept.start, kept.step) == ("compressPeriodicGaps(a)", 0, 10)
+    same(kept.values.tolist(), dense)
+
+
 def test_constant_line_and_count_series_of_nothing():
     [line] = run("constantLine(5)")  # named as graphite-web 1.1.10 names it: its number made a float
     assert (line.name, line.path_expression, line.start, line.step) == ("5.0", "constantLine(5.0)", 0, 30)
@@ -787,12 +811,24 @@ def test_functions_table_describes_every_required_function_in_graphite_webs_shap
     assert set(describe_functions(grouped=True)) >= {"Alias", "Combine", "Transform", "Calculate", "Filter Series",
                                                      "Sorting", "Special"}
     assert set(describe_functions(group_name="Alias")) == {"alias", "aliasByNode", "aliasByMetric", "aliasSub",
-                                                           "aliasByTags", "aliasQuery", "legendValue"}
+                                                           "aliasByTags", "aliasQuery", "legendValue", "upper", "lower"}
+
+
+NEWER_THAN_1_1_8 = {  # graphite-web 1.1.10's params (its source), which Debian's 1.1.8 has not
+    "upper": [{"name": "seriesList", "type": "seriesList", "required": True},
+              {"name": "pos", "type": "integer", "multiple": True}],
+    "lower": [{"name": "seriesList", "type": "seriesList", "required": True},
+              {"name": "pos", "type": "integer", "multiple": True}],
+    "compressPeriodicGaps": [{"name": "seriesList", "type": "seriesList", "required": True}],
+}
 
 
 def test_function_params_match_graphite_webs_where_it_is_importable(graphite):
     from graphite.render import functions as graphite_functions
     for name, spec in FUNCTIONS.items():
+        if name in NEWER_THAN_1_1_8:
+            assert [p.to_json() for p in spec.params] == NEWER_THAN_1_1_8[name], name
+            continue
         theirs = [p.toJSON() for p in graphite_functions.SeriesFunctions[name].params]
         ours = [p.to_json() for p in spec.params]
         for param in ours + theirs:

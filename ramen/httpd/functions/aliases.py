@@ -27,6 +27,28 @@ def alias_by_node(context: Context, seriesList: list[Series], nodes: list[int | 
     return [s.copy(name=".".join(node_of(s, node) for node in nodes)) for s in seriesList]
 
 
+def to_upper_case(context: Context, seriesList: list[Series], pos: list[int]) -> list[Series]:
+    """Names each series in upper case, or with the letters at positions `pos` alone (negative from
+    the end; one past the name skipped): graphite-web 1.1.10's `upper`."""
+    return [s.copy(name=_cased(s.name, pos, str.upper)) for s in seriesList]
+
+
+def to_lower_case(context: Context, seriesList: list[Series], pos: list[int]) -> list[Series]:
+    """Names each series in lower case, or with the letters at positions `pos` alone (negative from
+    the end; one past the name skipped): graphite-web 1.1.10's `lower`."""
+    return [s.copy(name=_cased(s.name, pos, str.lower)) for s in seriesList]
+
+
+def _cased(name: str, positions: list[int], case) -> str:
+    if not positions:
+        return case(name)
+    letters = list(name)
+    for i in positions:
+        if -len(letters) <= i < len(letters):
+            letters[i] = case(letters[i])
+    return "".join(letters)
+
+
 def alias_sub(context: Context, seriesList: list[Series], search: str, replace: str) -> list[Series]:
     """Names each series by a regular expression's substitution in its name (`\\1` for a group)."""
     names = substituted("aliasSub", search, replace, [s.name for s in seriesList])

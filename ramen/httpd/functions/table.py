@@ -227,6 +227,8 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
     _spec("aliasByNode", aliases.alias_by_node, "Alias", _SERIES,
           Param("nodes", "nodeOrTag", required=True, multiple=True)),
     _spec("aliasByMetric", aliases.alias_by_metric, "Alias", _SERIES),
+    _spec("upper", aliases.to_upper_case, "Alias", _SERIES, Param("pos", "integer", multiple=True)),
+    _spec("lower", aliases.to_lower_case, "Alias", _SERIES, Param("pos", "integer", multiple=True)),
     _spec("aliasSub", aliases.alias_sub, "Alias", _SERIES, Param("search", "string", required=True),
           Param("replace", "string", required=True)),
     _spec("aliasByTags", aliases.alias_by_tags, "Alias", _SERIES,
@@ -288,6 +290,7 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
           Param("nodes", "nodeOrTag", multiple=True)),
     _spec("add", transform.add, "Transform", _SERIES, Param("constant", "float", required=True)),
     _spec("round", transform.round_values, "Transform", _SERIES, Param("precision", "integer", default=0)),
+    _spec("compressPeriodicGaps", transform.compress_periodic_gaps, "Transform", _SERIES),
     _spec("exp", transform.exponential, "Transform", _SERIES),
     _spec("logit", transform.logit, "Transform", _SERIES),
     _spec("sigmoid", transform.sigmoid, "Transform", _SERIES),
@@ -436,14 +439,24 @@ FUNCTIONS: dict[str, FunctionSpec] = {spec.name: spec for spec in (
 """Every function a target may call, by the name a target calls it."""
 
 
-def describe_functions(group_name: str | None = None, grouped: bool = False) -> dict:
-    """What `GET /functions` answers (graphite-web's shape), optionally one group or grouped by group."""
+PIE_FUNCTIONS = {name: {"name": name, "function": f"{name}(series)", "description": description,
+                        "module": MODULE_NAME, "group": "Pie",
+                        "params": [{"name": "series", "type": "series", "required": True}]}
+                 for name, description in (("average", "Return the average"), ("maximum", "Return the maximum"),
+                                           ("minimum", "Return the minimum"))}
+"""What a pie chart reduces a series to, as graphite-web lists them for `/functions?type=pie`."""
+
+
+def describe_functions(group_name: str | None = None, grouped: bool = False, pie: bool = False) -> dict:
+    """What `GET /functions` answers (graphite-web's shape), optionally one group or grouped by group;
+    `pie`: the pie functions (`type=pie`) instead of the series functions."""
+    every = PIE_FUNCTIONS if pie else {name: spec.to_json() for name, spec in FUNCTIONS.items()}
     described: dict = {}
-    for name, spec in FUNCTIONS.items():
-        if group_name is not None and spec.group != group_name:
+    for name, info in every.items():
+        if group_name is not None and info["group"] != group_name:
             continue
         if grouped:
-            described.setdefault(spec.group, {})[name] = spec.to_json()
+            described.setdefault(info["group"], {})[name] = info
         else:
-            described[name] = spec.to_json()
+            described[name] = info
     return described

@@ -95,6 +95,72 @@ def _summarized(name: str, s: Series, func: str, interval: int, new_start: int, 
     return aggregate_rows(func, matrix, real=real, denominator=interval / s.step, xfiles_factor=s.xfiles_factor)
 
 
+def compress_periodic_gaps(context: Context, seriesList: list[Series]) -> list[Series]:
+    """Each series with periodic nulls (a value every n steps) as a series of step n steps, its
+    last value of each interval from its first value on: graphite-web 1.1.10's guess, from the
+    positions of its first values, taken as it takes them (a 0 counts as no value there); a series
+    whose period it cannot guess is left as it is, but named `compressPeriodicGaps(<name>)`."""
+    results = []
+    for s in seriesList:
+        name = f"compressPeriodicGaps({s.name})"
+        guessed = _periodic_gaps(s)
+        if guessed is None:
+            results.append(s.copy(name=name, path_expression=name))
+            continue
+        first, interval = guessed
+        start = s.start + first * s.step
+        results.append(s.copy(name=name, path_expression=name, start=start, step=interval,
+                              values=_last_of_intervals(s, start, interval)))
+    return results
+
+
+def _periodic_gaps(s: Series) -> tuple[int, int] | None:
+    """(index of the first value, the interval in seconds) as graphite-web guesses them, or None.
+    Its first value is the last of a run of values that began the series (its `firstSeen` is
+    taken again while it is 0), its period the distance to the next value, confirmed when the
+    value a period later has nulls on both sides."""
+    present = np.flatnonzero(~np.isnan(s.values) & (s.values != 0)).tolist()
+    first = second = 0
+    for i in present:
+        if first > 0:
+            second = i
+            break
+        first = i
+    guess = second - first
+    third = second + guess
+    n = len(s.values)
+    if guess > 1 and third <= n - 2 and not math.isnan(s.values[third]) and s.values[third] != 0 \
+            and math.isnan(s.values[third - 1]) and math.isnan(s.values[third + 1]):
+        return first, guess * s.step
+    return None
+
+
+def _last_of_intervals(s: Series, start: int, interval: int) -> np.ndarray:
+    """graphite-web's _summarizeValues with 'last' from `start` to the series' end: each interval's
+    last value among its points and the one at or before its start, null unless the interval's own
+    points (from its start on) reach the series' xFilesFactor."""
+    times = s.timestamps()
+    values = s.values
+    out = []
+    i = 0
+    at = start
+    while at < s.end:
+        first_of = i
+        present = 0
+        while i < len(times) and times[i] < at + interval:
+            if times[i] <= at:
+                first_of = i
+            if times[i] >= at and not math.isnan(values[i]):
+                present += 1
+            i += 1
+        window = values[first_of:i]
+        window = window[~np.isnan(window)]
+        ok = present > 0 and present / (interval / s.step) >= s.xfiles_factor
+        out.append(float(window[-1]) if ok and len(window) else math.nan)
+        at += interval
+    return np.array(out, dtype=np.float64)
+
+
 def consolidate_by(context: Context, seriesList: list[Series], consolidationFunc: str) -> list[Series]:
     """Sets how a series is consolidated when it has more points than the chart has room for
     (maxDataPoints) or is combined with a coarser series: average (the default), sum, min, max,
