@@ -124,6 +124,20 @@ def test_a_moving_window_reaches_back_one_window_for_its_first_points():
     assert average.values[0] == pytest.approx(np.nanmean(before.values))
 
 
+def test_a_moving_window_of_points_over_a_summary_reaches_back_its_points_at_the_summarys_step():
+    """graphite-web counts a window of points at the step of the series it is given: 3 points of a
+    5 min summary reach 15 minutes back (ramen reached 3 raw steps, 30 s, and the first points
+    were wrong: 2,319 against 23,714)."""
+    assert fetches(parse("movingAverage(summarize(a.b, '5min', 'sum'), 3)"), CONTEXT) == [("a.b", FROM - 900, UNTIL)]
+    assert fetches(parse("movingSum(hitcount(slow, '10min'), 2)"), CONTEXT) == [("slow", FROM - 1200, UNTIL)]
+    assert fetches(parse("movingAverage(scale(a.b, 2), 3)"), CONTEXT) == [("a.b", FROM - 3 * STEP, UNTIL)]
+    [smooth] = run("movingAverage(summarize(a.b, '5min', 'sum'), 3)")
+    [series] = fetched_over("a.b", FROM - 600, FROM + 300)  # the summary's buckets ending with the first
+    sums = [np.nansum(series.values[k * 30:(k + 1) * 30]) for k in range(3)]
+    assert (smooth.start, smooth.step) == (FROM, 300)
+    assert smooth.values[0] == pytest.approx(np.mean(sums))
+
+
 @pytest.mark.parametrize("target, call", [
     ("movingAverage(a.*, '5min')", ("movingWindow", "5min")),
     ("movingWindow(a.*, 7, 'median')", ("movingWindow", 7, "median")),

@@ -109,8 +109,29 @@ def _moving_scope(node: Call, context: Context) -> Context:
     else:
         if context.step_of is None:
             raise ValueError("a moving window of points needs the series' steps (Context.step_of)")
-        reach = size * max((context.step_of(path) for path in _paths(_series_arg(node))), default=0)
+        reach = size * _step_of(_series_arg(node), context)
     return _reaching_back(context, reach)
+
+
+STEP_SETTERS = {"summarize": "intervalString", "smartSummarize": "intervalString", "hitcount": "intervalString"}
+"""Functions whose series come at a step of their own: the parameter that sets it."""
+
+
+def _step_of(node: Node | None, context: Context) -> int:
+    """The coarsest step of the series `node` gives, as graphite-web's moving window of points
+    counts it (the step of the series it is given): a summary's interval (summarize's, hitcount's;
+    `movingAverage(summarize(x, "5min"), 3)` reaches 15 minutes back, not 3 raw steps), else its
+    paths' steps."""
+    expression = _fetched_expression(node)
+    if expression is not None:
+        return context.step_of(expression)
+    if not isinstance(node, Call):
+        return 0  # a literal
+    if node.name in STEP_SETTERS:
+        interval = _literals(node).get(STEP_SETTERS[node.name])
+        if isinstance(interval, str):
+            return abs(parse_interval_s(interval))
+    return max((_step_of(arg, context) for arg in (*node.args, *(arg for _, arg in node.kwargs))), default=0)
 
 
 def _bootstrap_scope(node: Call, context: Context) -> Context:
