@@ -109,8 +109,9 @@ def collect_replayers(client, site: str) -> list[dict]:
             rows_out = None
         rows.append({"function": f"replayer {spec.id} of {spec.source}",
                      "lazy": None, "used": True, "running": True, "pid": spec.pid, "tuples_in": None,
-                     "tuples_out": None, "replayed_in": None, "replayed_out": rows_out, "cpu_s": None, "rss_bytes": None, "spark_jobs": None,
-                     "spark_s": None, "last_exit": None, "replays": [c.channel for c in spec.channels]})
+                     "tuples_out": None, "replayed_in": None, "replayed_out": rows_out, "cpu_s": None,
+                     "rss_bytes": None, "spark_jobs": None, "spark_s": None, "last_exit": None,
+                     "replays": [c.channel for c in spec.channels]})
     return rows
 
 

@@ -57,8 +57,8 @@ from ramen.transport.udp.defaults import (IMAGE_LIVENESS_TIMEOUT_NS, MAX_IMAGES_
                                           SETUP_REFUSED_LOG_INTERVAL_NS)
 from ramen.transport.udp.protocol import (DataFrame, NakFrame, SetupFrame, StatusMessage,
                                           WireError, frames_of)
-from ramen.transport.udp.setup_key import SetupKey
 from ramen.transport.udp.rebuild import DUPLICATE, INSERTED, OVER_RUN, REJECTED, Gap, ImageRebuilder, StatusMessagePolicy
+from ramen.transport.udp.setup_key import SetupKey
 
 log = logging.getLogger(__name__)
 
