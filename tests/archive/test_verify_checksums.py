@@ -160,3 +160,30 @@ def test_a_descriptor_checksum_aerons_catalog_refresh_left_stale_is_read_with_a_
     dump = ramen("archive", "dump", archive, rid)
     assert dump.returncode == 1 and "matches none of crc32, crc32c over its contents (damaged descriptor)" in \
         dump.stderr
+
+
+def test_dump_headers_shows_ramens_messages_by_kind_channel_and_event_times_not_their_bytes(tmp_path):
+    """`archive dump --json` printed ~110 KB of base64 a line for 64 KiB messages."""
+    import json
+
+    import pyarrow as pa
+
+    from ramen.tuples import encode_tuples, gap
+    rows = pa.record_batch({"ts": pa.array([1_000_000, 3_000_000], pa.timestamp("us")), "bytes": pa.array([5, 6])})
+    payloads = [gap(0, 60_000_000, 7), encode_tuples(rows, "ts"), b"not ours"]
+    archive = tmp_path / "archive"
+    with Catalog.open_or_create(archive, checksum=CRC32C) as catalog:
+        rid = record(archive, catalog, payloads, checksum=CRC32C, work_dir=tmp_path,
+                     params=LogBufferParams(term_length=TERM, session_id=3, stream_id=7)).recording_id
+    dumped = ramen("archive", "dump", archive, rid, "--headers", "--json")
+    assert dumped.returncode == 0, dumped.stderr
+    lines = [json.loads(line) for line in dumped.stdout.splitlines()]
+    assert [{k: v for k, v in line.items() if k not in ("position", "length")} for line in lines] == [
+        {"kind": "GAP", "channel": 0, "source": 7, "min_event_time_us": 0, "max_event_time_us": 59_999_999},
+        {"kind": "TUPLES", "channel": 0, "source": 0, "min_event_time_us": 1_000_000, "max_event_time_us": 3_000_000},
+        {}]
+    assert [line["length"] for line in lines] == [len(p) for p in payloads]
+    text = ramen("archive", "dump", archive, rid, "--headers").stdout.splitlines()
+    assert text[2].endswith("GAP channel 0 source 7 1970-01-01T00:00Z .. 1970-01-01T00:01Z")
+    assert text[3].endswith("TUPLES channel 0 source 0 1970-01-01T00:00:01Z .. 1970-01-01T00:00:03Z")
+    assert text[4].endswith("(not a ramen message)")
