@@ -1,6 +1,7 @@
 """Fixtures shared by every suite."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,8 +66,10 @@ def _start_spark_server(directory: Path):
     from ramen.spark.server import free_port, remote_url, server_command, server_env, wait_ready
     log_path = directory / "spark.log"
     port = free_port()
+    env = server_env()
+    env.pop("RAMEN_DIR", None)  # one test's, perhaps: the run's server is no instance's (pytest_sessionfinish)
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(server_command(port), env=server_env(), stdin=subprocess.DEVNULL, stdout=log,
+        process = subprocess.Popen(server_command(port), env=env, stdin=subprocess.DEVNULL, stdout=log,
                                    stderr=subprocess.STDOUT)
     try:
         wait_ready(port, process, log_path)
@@ -115,7 +118,6 @@ def _shared_spark_server(shared: Path):
     import fcntl
     import json
     import subprocess
-    import sys
     from types import SimpleNamespace
 
     from ramen.listen import accepts
@@ -132,6 +134,7 @@ def _shared_spark_server(shared: Path):
         directory.mkdir(exist_ok=True)
         process, server = _start_spark_server(directory)
         subprocess.Popen([sys.executable, "-c", SPARK_WATCHDOG, str(os.getppid()), str(process.pid)],
+                         env={name: value for name, value in os.environ.items() if name != "RAMEN_DIR"},
                          stdin=subprocess.DEVNULL, start_new_session=True)
         known.write_text(json.dumps({"port": server.port, "log_path": str(server.log_path)}))
         return server
@@ -147,6 +150,24 @@ so that none runs beside another and the timings they check keep their margin (a
 standalone cluster made no progress for 10 s while the chaos soak ran beside it). Measured on 2
 cores: 12.0 min with one such group and two workers, 12.9 min and two timing failures with two
 groups and three workers, 20 min on one worker."""
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """What the tests left running under this session's temporary directory is killed, whatever
+    their outcome: a test that timed out left a whole `ramen start` of 8 processes for 54 minutes,
+    two `confclient watch` and a `tail -f`."""
+    from tests.processes import kill_left_under
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is None:
+        return
+    try:
+        base = factory.getbasetemp()
+    except (OSError, ValueError):
+        return
+    left = kill_left_under(base)
+    if left:
+        print(f"\nkilled {len(left)} processes tests left under {base}: " + "; ".join(
+            f"{pid} {args[:80]}" for pid, args in sorted(left.items())), file=sys.stderr)
 
 
 def pytest_collection_modifyitems(config, items):
