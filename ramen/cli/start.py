@@ -168,9 +168,17 @@ def run_start(args) -> int:
     services: list[Service] = []
     prober = None
     stopping = []
+    starting = [True]  # until the services run: a signal then ends whatever start waits on, at once
+
+    def on_signal(*_) -> None:
+        stopping.append(True)
+        if starting and len(stopping) == 1:
+            # Not after the wait it came in (the confserver's start, httpd's URL, Spark, a program's
+            # load): the services started so far are stopped below, and any process started as it came.
+            raise KeyboardInterrupt
     # SIGINT too: a shell may start us with it ignored; SIGHUP: the terminal we run in was closed.
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, lambda *_: stopping.append(True))
+        signal.signal(signum, on_signal)
     try:
         if args.confserver:
             url = args.confserver
@@ -212,6 +220,7 @@ def run_start(args) -> int:
             netd = None if args.netd is not None or _wants_netd(args) else _NetdOnDemand(
                 client, args.site, lambda: _start_heartbeating(*_netd_argv(args), run_dir, logs, env, services))
             turns = _Turns(spark, netd, services[0] if prober else None).start()
+            starting.clear()
             try:
                 _keep_running(Keeper(services, env), stopping, turns)
             finally:
@@ -219,6 +228,7 @@ def run_start(args) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        starting.clear()
         if prober is not None:
             prober.close()
         for service in reversed(services):
