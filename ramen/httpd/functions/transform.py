@@ -108,9 +108,12 @@ def compress_periodic_gaps(context: Context, seriesList: list[Series]) -> list[S
             results.append(s.copy(name=name, path_expression=name))
             continue
         first, interval = guessed
-        start = s.start + first * s.step
-        results.append(s.copy(name=name, path_expression=name, start=start, step=interval,
-                              values=_last_of_intervals(s, start, interval)))
+        # graphite-web's summarize of the points from the first value on, 'last' of each interval
+        from_first = s.copy(start=s.start + first * s.step, values=s.values[first:])
+        buckets = -(-(from_first.end - from_first.start) // interval)
+        results.append(s.copy(name=name, path_expression=name, start=from_first.start, step=interval,
+                              values=_summarized("compressPeriodicGaps", from_first, "last", interval,
+                                                 from_first.start, buckets)))
     return results
 
 
@@ -133,32 +136,6 @@ def _periodic_gaps(s: Series) -> tuple[int, int] | None:
             and math.isnan(s.values[third - 1]) and math.isnan(s.values[third + 1]):
         return first, guess * s.step
     return None
-
-
-def _last_of_intervals(s: Series, start: int, interval: int) -> np.ndarray:
-    """graphite-web's _summarizeValues with 'last' from `start` to the series' end: each interval's
-    last value among its points and the one at or before its start, null unless the interval's own
-    points (from its start on) reach the series' xFilesFactor."""
-    times = s.timestamps()
-    values = s.values
-    out = []
-    i = 0
-    at = start
-    while at < s.end:
-        first_of = i
-        present = 0
-        while i < len(times) and times[i] < at + interval:
-            if times[i] <= at:
-                first_of = i
-            if times[i] >= at and not math.isnan(values[i]):
-                present += 1
-            i += 1
-        window = values[first_of:i]
-        window = window[~np.isnan(window)]
-        ok = present > 0 and present / (interval / s.step) >= s.xfiles_factor
-        out.append(float(window[-1]) if ok and len(window) else math.nan)
-        at += interval
-    return np.array(out, dtype=np.float64)
 
 
 def consolidate_by(context: Context, seriesList: list[Series], consolidationFunc: str) -> list[Series]:
