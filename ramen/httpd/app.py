@@ -21,7 +21,7 @@ from ramen.httpd import assets, dashboards, metrics, render, tagdb
 from ramen.httpd import functions as graphite_functions
 from ramen.httpd.auth import addressed_to_loopback
 from ramen.httpd.errors import USER_ERRORS, BadRequest, headers_of, status_of
-from ramen.httpd.params import one, params
+from ramen.httpd.params import flag, one, params
 from ramen.httpd.renderer import evaluate_targets
 from ramen.httpd.series import DEFAULT_XFILES_FACTOR
 from ramen.httpd.state import Httpd
@@ -117,9 +117,8 @@ async def find(request: web.Request) -> web.Response:
     if fmt not in render.FIND_FORMATS:
         raise BadRequest(f"find: unknown format {fmt!r} ({', '.join(render.FIND_FORMATS)})")
     loop = asyncio.get_running_loop()
-    wildcards = one(values, "wildcards", "0") not in ("0", "", "false")
     nodes = await loop.run_in_executor(httpd.pool, lambda: httpd.tree().find(query))
-    return _answer(render.to_find(nodes, fmt, wildcards=wildcards, query=query), fmt)
+    return _answer(render.to_find(nodes, fmt, wildcards=flag(values, "wildcards"), query=query), fmt)
 
 
 async def expand(request: web.Request) -> web.Response:
@@ -144,8 +143,7 @@ async def expand(request: web.Request) -> web.Response:
 async def functions(request: web.Request) -> web.Response:
     """graphite-web's /functions: `group`, `grouped=1`, `type=pie`; /functions/<name> one of them."""
     values = await params(request)
-    listed = graphite_functions.describe_functions(one(values, "group"),
-                                                   one(values, "grouped", "").lower() in ("1", "true"),
+    listed = graphite_functions.describe_functions(one(values, "group"), flag(values, "grouped"),
                                                    pie=one(values, "type") == "pie")
     name = request.match_info.get("name")
     if name is None:
@@ -172,7 +170,7 @@ async def render_handler(request: web.Request) -> web.Response:
         max_points = _max_data_points(one(values, "maxDataPoints"))
         results = await evaluate_targets(httpd, values.get("target", []), since_s, until_s, now_s,
                                          request_id=one(values, "requestId"),
-                                         no_cache=one(values, "noCache", "0").lower() in ("1", "true"),
+                                         no_cache=flag(values, "noCache"),
                                          xfiles_factor=_xfiles_factor(one(values, "xFilesFactor")))
     except Exception:
         httpd.stats.add("render_errors")

@@ -24,3 +24,8 @@ def one(values: dict[str, list[str]], name: str, default: str | None = None) -> 
     """The last value of `name`, or `default`."""
     found = values.get(name)
     return found[-1] if found else default
+
+
+def flag(values: dict[str, list[str]], name: str) -> bool:
+    """A yes-or-no parameter: `1` or `true` (any case) is yes, anything else or none no."""
+    return (one(values, name) or "").lower() in ("1", "true")

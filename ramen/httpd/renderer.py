@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from ramen.httpd import buckets, target
 from ramen.httpd import functions as graphite_functions
-from ramen.httpd.admission import Overloaded
+from ramen.httpd.admission import MIB, Overloaded
 from ramen.httpd.errors import BadRequest
 from ramen.httpd.fetch import Progress
 from ramen.httpd.names import MetricTree
@@ -175,10 +175,10 @@ def _reserve(httpd: Httpd, pieces: dict[tuple[str, int, int], Function], reserve
     total = sum(reserved.values()) + sum(estimates.values())
     if total > httpd.limits.max_render_bytes:
         largest = max(estimates, key=estimates.get)
-        raise BadRequest(f"render: would take about {total / (1 << 20):,.0f} MiB ({largest[0]} over "
+        raise BadRequest(f"render: would take about {total / MIB:,.0f} MiB ({largest[0]} over "
                          f"{(largest[2] - largest[1]) / 86400:,.1f} days alone about "
-                         f"{estimates[largest] / (1 << 20):,.0f} MiB, every value of its factors known), more than "
-                         f"{httpd.limits.max_render_bytes / (1 << 20):,.0f} MiB: ask a shorter range or fewer series")
+                         f"{estimates[largest] / MIB:,.0f} MiB, every value of its factors known), more than "
+                         f"{httpd.limits.max_render_bytes / MIB:,.0f} MiB: ask a shorter range or fewer series")
     httpd.memory.reserve(estimates)
     reserved.update(estimates)
 

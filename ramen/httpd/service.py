@@ -73,16 +73,20 @@ def url_file() -> Path:
     return paths.ramen_dir() / "run" / URL_FILE_NAME
 
 
+def last_port_file() -> Path:
+    return url_file().with_name(LAST_PORT_FILE_NAME)
+
+
 def last_port() -> int | None:
     """The port this instance's httpd listened on last (None: none yet)."""
     try:
-        return int((paths.ramen_dir() / "run" / LAST_PORT_FILE_NAME).read_text())
+        return int(last_port_file().read_text())
     except (OSError, ValueError):
         return None
 
 
 def remember_port(port: int) -> None:
-    path = paths.ramen_dir() / "run" / LAST_PORT_FILE_NAME
+    path = last_port_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     paths.write_atomically(path, f"{port}\n")
 

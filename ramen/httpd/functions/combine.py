@@ -243,6 +243,11 @@ def divide_series(context: Context, dividendSeriesList: list[Series], divisorSer
     return results
 
 
+SERIES_FUNCTION_CALLBACKS = {"avg": "average"}
+"""Callbacks graphite-web's groupByNode(s) finds among its series functions before its
+aggregations: there `avg` is averageSeries, tagged `aggregatedBy: average` (not `avg`)."""
+
+
 def group_by_nodes(context: Context, seriesList: list[Series], callback: str, nodes: list[int | str]
                    ) -> list[Series]:
     """The series grouped by some elements of their paths (or tags), each group combined by
@@ -254,10 +259,6 @@ def group_by_nodes(context: Context, seriesList: list[Series], callback: str, no
     callback = SERIES_FUNCTION_CALLBACKS.get(callback, callback)
     return [s.copy(name=key) for key, members in groups.items() for s in aggregate(context, members, callback)]
 
-
-SERIES_FUNCTION_CALLBACKS = {"avg": "average"}
-"""Callbacks graphite-web's groupByNode(s) finds among its series functions before its
-aggregations: there `avg` is averageSeries, tagged `aggregatedBy: average` (not `avg`)."""
 
 
 def group_by_tags(context: Context, seriesList: list[Series], callback: str, tags: list[str]) -> list[Series]:
