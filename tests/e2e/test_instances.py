@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ramen.archive.coverage import archive_coverage
-from tests.processes import processes_with
+from tests.processes import kill_left_under, processes_with
 from tests.waiting import wait_for
 
 STARTUP_S = 60.0
@@ -49,13 +49,6 @@ def _answers(url: str) -> bool:
             return answer.status == 200
     except OSError:
         return False
-
-
-def _kill_left(base: Path) -> dict[int, str]:
-    left = processes_with(f"RAMEN_DIR={base}")
-    for pid in left:  # not to outlive the test
-        os.kill(pid, 9)
-    return left
 
 
 def test_two_instances_side_by_side_each_found_through_its_dir(tmp_path):
@@ -136,7 +129,7 @@ def test_two_instances_side_by_side_each_found_through_its_dir(tmp_path):
         assert alone.returncode == 1 and alone.stderr.strip().splitlines() == [
             "ramen: replay: no supervisor of site local is running: start ramen with `ramen start`"], alone.stderr
     finally:
-        left = {name: _kill_left(base) for name, (base, _) in bases.items()}
+        left = {name: kill_left_under(base) for name, (base, _) in bases.items()}
     assert left == {"a": {}, "b": {}}
 
 
@@ -184,6 +177,6 @@ def test_start_with_a_stale_pid_file_goes_ahead(tmp_path, stranger):
         stopped = ramen("--dir", tmp_path, "stop")
         assert stopped.returncode == 0, stopped.stderr
     finally:
-        left = _kill_left(tmp_path)
+        left = kill_left_under(tmp_path)
     assert left == {}
     assert stranger.poll() is None

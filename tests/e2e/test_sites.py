@@ -32,7 +32,7 @@ import pytest
 from ramen.transport import LogBuffer, TransportError
 from ramen.transport.udp.defaults import PUBLICATION_CONNECTION_TIMEOUT_NS
 from tests.e2e.site_calls import WINDOW_S, per_window
-from tests.processes import processes_with
+from tests.processes import kill_left_under, processes_with
 from tests.waiting import wait_for
 from workers.inputs import first_frame_position
 from workers.sources import generate_rows, rows_between, step_of
@@ -159,9 +159,7 @@ def started_sites(base: Path, program: str) -> Iterator[tuple[Site, Site]]:
     finally:
         for site in (core, edge):
             stopped = site.ramen("stop", "--dir", site.base)
-            left = processes_with(f"RAMEN_DIR={site.base}")
-            for pid in left:
-                os.kill(pid, signal.SIGKILL)
+            left = kill_left_under(site.base)
             assert stopped.returncode == 0 and not left, (stopped.stderr, left)
 
 
