@@ -213,7 +213,8 @@ class Inputs:
             if found.replaced_at is not None:
                 self._check_went_on(found, join_position)
             if self.note_joins and at_tail and LIVE_CHANNEL in found.users:
-                found.written_before_us = last_event_time_us(found.log)
+                # Rows written once the image joined are read: only those before it were missed.
+                found.written_before_us = last_event_time_us(found.log, before=found.image.position)
             found.assembler = assembler
             found.joined_at = found.image.position
             self._images[id(found.image)] = found

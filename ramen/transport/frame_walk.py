@@ -308,10 +308,12 @@ def _held_tuples(log_buffer):
                 yield (count << log_buffer.position_bits_to_shift) + offset, header.max_event_time_us
 
 
-def last_event_time_us(log_buffer) -> int | None:
+def last_event_time_us(log_buffer, before: int | None = None) -> int | None:
     """The largest event time in the TUPLES messages a log still holds (_held_tuples): where a
-    restarted writer's stream was."""
-    return max((high for _, high in _held_tuples(log_buffer)), default=None)
+    restarted writer's stream was; `before`: of those that begin before that position (a reader
+    that joined there reads the rest)."""
+    return max((high for position, high in _held_tuples(log_buffer) if before is None or position < before),
+               default=None)
 
 
 def resume_position(log_buffer, since_us: int) -> int | None:

@@ -97,6 +97,11 @@ def test_last_event_time_us_is_the_largest_of_the_tuples_in_the_last_two_terms(t
     publication.offer(message.encode(message.MessageHeader(message.KIND_END_OF_REPLAY)))
     assert log.active_term_count >= 3
     assert last_event_time_us(log) == 99 * 10 + 5
+    # Of the messages before a position: a reader that joined there reads the others (it was taken
+    # to have missed rows written after it joined, and wrote a GAP over a window it read whole).
+    at = publication.position
+    assert publication.offer(tuples(5000, 5005)) > 0
+    assert last_event_time_us(log) == 5005 and last_event_time_us(log, before=at) == 99 * 10 + 5
 
 
 def test_a_reader_resumes_at_the_first_message_reaching_a_time_while_the_log_holds_older_ones(tmp_path):
